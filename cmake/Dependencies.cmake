@@ -1,0 +1,25 @@
+# Third-party libraries, all from Debian packages (deploy/install-deps.sh installs them).
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED)
+find_package(PkgConfig REQUIRED)
+
+# One thread pool: prefer the OpenMP build of OpenBLAS so BLAS calls and our OpenMP loops
+# share threads instead of spinning against each other.
+find_library(PRECON_OPENBLAS_OPENMP openblas
+  PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
+if(PRECON_OPENBLAS_OPENMP)
+  set(BLAS_LIBRARIES ${PRECON_OPENBLAS_OPENMP})
+  message(STATUS "precon: OpenBLAS (OpenMP build): ${PRECON_OPENBLAS_OPENMP}")
+else()
+  set(BLA_VENDOR OpenBLAS)
+  find_package(BLAS REQUIRED)
+  message(STATUS "precon: BLAS: ${BLAS_LIBRARIES}")
+endif()
+pkg_check_modules(LAPACKE REQUIRED IMPORTED_TARGET lapacke)
+
+if(PRECON_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(PRECON_BUILD_TESTS OR PRECON_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()

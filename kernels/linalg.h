@@ -1,0 +1,47 @@
+// Dense linear algebra and elementwise primitives. Row-major; 2-D tensors may be strided
+// views with unit column stride (a row stride >= cols, as BLAS's leading dimension).
+// Each call dispatches on the device of its tensors, which must all agree.
+#pragma once
+
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace precon::kernels {
+
+enum class Trans : uint8_t { no, yes };
+
+// C = alpha * op(A) op(B) + beta * C.
+// CPU: fp32. CUDA: fp32, or bf16 A/B with fp32 accumulation into a bf16 or fp32 C.
+// 3-D tensors are a batch of independent products (same batch size on all three).
+void gemm(Tensor c, const Tensor& a, const Tensor& b, Trans trans_a = Trans::no,
+          Trans trans_b = Trans::no, float alpha = 1.0f, float beta = 0.0f);
+
+// C = alpha * A Aᵀ + beta * C (trans = no) or alpha * Aᵀ A + beta * C (trans = yes).
+// C is square and symmetric; the full matrix is written, not one triangle.
+void syrk(Tensor c, const Tensor& a, Trans trans = Trans::no, float alpha = 1.0f, float beta = 0.0f);
+
+// y = alpha * x + beta * y (same shape; contiguous).
+void axpby(Tensor y, const Tensor& x, float alpha, float beta);
+// x = alpha * x.
+void scale(Tensor x, float alpha);
+// out = a + b.
+void add(Tensor out, const Tensor& a, const Tensor& b);
+// out = inᵀ for a 2-D tensor (out shape (cols, rows), contiguous).
+void transpose(Tensor out, const Tensor& in);
+// Converts between f32 and bf16 (same shape; contiguous).
+void cast(Tensor out, const Tensor& in);
+// Sum of squares accumulated in double; result returned on the host.
+double sum_squares(const Tensor& x);
+// True when every element is finite.
+bool all_finite(const Tensor& x);
+
+// Symmetric eigendecomposition A = Q diag(w) Qᵀ of a square fp32 matrix: w ascending (n),
+// Q (n, n) with eigenvectors as columns. fp64 = true computes in double internally.
+// Returns false (leaving outputs undefined) when the solver reports failure.
+bool symmetric_eigh(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a, bool fp64);
+
+// out = Q diag(d) Qᵀ for d >= 0 given on the host (the eigen-reconstruction of a matrix function).
+void eigen_reconstruct(Tensor out, const Tensor& q, const std::vector<float>& d);
+
+}  // namespace precon::kernels
