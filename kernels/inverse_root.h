@@ -13,13 +13,13 @@ struct InverseRootOptions {
   RootMethod method = RootMethod::eigh;
   bool fp64_retry = true;      // eigh: retry in double precision when fp32 fails
   int newton_max_iters = 100;  // newton: iteration cap
-  float newton_tol = 1e-6f;    // newton: stop when max|M - I| falls below this
+  float newton_tol = 1e-6f;    // newton: stop when ‖M − I‖_F / √n falls below this
 };
 
 struct InverseRootInfo {
   bool used_fp64 = false;  // eigh fell back to double precision
   int iterations = 0;      // newton iterations taken
-  float residual = 0.0f;   // newton: final max|M - I|
+  float residual = 0.0f;   // newton: final ‖M − I‖_F / √n
 };
 
 // out = (a + εI)^(-1/p). a must be square and finite (NonFiniteError otherwise); on solver

@@ -119,7 +119,10 @@ int32_t* Tensor::i32() const {
 std::string Tensor::describe() const {
   std::string s = dtype_name(dtype);
   s += "[";
-  for (int d = 0; d < ndim; ++d) s += (d ? "," : "") + std::to_string(shape[d]);
+  for (int d = 0; d < ndim; ++d) {
+    if (d) s += ",";
+    s += std::to_string(shape[d]);
+  }
   s += "]@";
   s += device_name(device);
   if (!contiguous()) s += "(strided)";
