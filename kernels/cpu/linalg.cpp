@@ -39,19 +39,6 @@ void mirror_upper(float* c, int64_t n, int64_t ldc) {
   }
 }
 
-// In-place transpose of a square row-major matrix, blocked.
-void transpose_square(float* a, int64_t n) {
-  constexpr int64_t kBlock = 64;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t ib = 0; ib < n; ib += kBlock) {
-    for (int64_t jb = ib; jb < n; jb += kBlock) {
-      int64_t i_end = std::min(ib + kBlock, n), j_end = std::min(jb + kBlock, n);
-      for (int64_t i = ib; i < i_end; ++i)
-        for (int64_t j = std::max(jb, i + 1); j < j_end; ++j) std::swap(a[i * n + j], a[j * n + i]);
-    }
-  }
-}
-
 }  // namespace
 
 void gemm(Tensor c, const Tensor& a, const Tensor& b, Trans trans_a, Trans trans_b, float alpha, float beta) {
@@ -145,35 +132,56 @@ bool all_finite(const Tensor& x) {
   return bad == 0;
 }
 
-bool symmetric_eigh(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a, bool fp64) {
+namespace {
+
+// fp32 eigendecomposition as tridiagonal reduction (ssytrd), divide and conquer on the
+// tridiagonal (sstedc), explicit Householder factor (sorgtr) and one GEMM. Forming the factor
+// and multiplying is faster here than LAPACK's sormtr back-transform (ssyevd's last phase),
+// and the GEMM writes the eigenvectors straight into row-major order.
+bool eigh_fp32(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a) {
   const lapack_int n = static_cast<lapack_int>(a.shape[0]);
-  // A symmetric matrix reads the same in either storage order, so LAPACK works on it in place as
-  // column-major; its eigenvector columns then sit in our rows and are transposed at the end.
-  // Workspace sizes are passed explicitly: LAPACK's float workspace query rounds too low for
-  // large n (lwork = 1 + 6n + 2n²).
+  const size_t nn = size_t(n) * n;
+  // A symmetric matrix reads the same in either storage order, so LAPACK works on a copy of it
+  // as column-major. Workspace sizes are computed, not queried: LAPACK's float workspace query
+  // rounds too low for large n.
+  std::vector<float> h(a.f32(), a.f32() + nn), z(nn), e(std::max<lapack_int>(n - 1, 1)), tau(e.size());
+  std::vector<float> work(std::max<size_t>(1 + 4 * size_t(n) + nn, size_t(n) * 64));
+  std::vector<lapack_int> iwork(3 + 5 * size_t(n));
+  float* d = eigenvalues.f32();
+  const lapack_int lwork = static_cast<lapack_int>(work.size()), liwork = static_cast<lapack_int>(iwork.size());
+  if (LAPACKE_ssytrd_work(LAPACK_COL_MAJOR, 'L', n, h.data(), n, d, e.data(), tau.data(), work.data(), lwork) != 0)
+    return false;
+  if (LAPACKE_sstedc_work(LAPACK_COL_MAJOR, 'I', n, d, e.data(), z.data(), n, work.data(), lwork, iwork.data(),
+                          liwork) != 0)
+    return false;
+  if (LAPACKE_sorgtr_work(LAPACK_COL_MAJOR, 'L', n, h.data(), n, tau.data(), work.data(), lwork) != 0) return false;
+  // Q = H Z in column-major is Qᵀ = Zᵀ Hᵀ read row-major: ask BLAS for the latter directly.
+  cblas_sgemm(CblasColMajor, CblasTrans, CblasTrans, n, n, n, 1.0f, z.data(), n, h.data(), n, 0.0f,
+              eigenvectors.f32(), n);
+  return true;
+}
+
+bool eigh_fp64(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a) {
+  const lapack_int n = static_cast<lapack_int>(a.shape[0]);
   const size_t lwork = 1 + 6 * size_t(n) + 2 * size_t(n) * n, liwork = 3 + 5 * size_t(n);
   std::vector<lapack_int> iwork(liwork);
-  lapack_int info;
-  if (!fp64) {
-    cpu::copy(eigenvectors, a);
-    std::vector<float> work(lwork);
-    info = LAPACKE_ssyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, eigenvectors.f32(), n, eigenvalues.f32(), work.data(),
-                               static_cast<lapack_int>(lwork), iwork.data(), static_cast<lapack_int>(liwork));
-    if (info != 0) return false;
-    transpose_square(eigenvectors.f32(), n);
-    return true;
-  }
   std::vector<double> q(size_t(n) * n), w(n), work(lwork);
   const float* pa = a.f32();
   for (size_t i = 0; i < q.size(); ++i) q[i] = pa[i];
-  info = LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, q.data(), n, w.data(), work.data(),
-                             static_cast<lapack_int>(lwork), iwork.data(), static_cast<lapack_int>(liwork));
-  if (info != 0) return false;
+  if (LAPACKE_dsyevd_work(LAPACK_COL_MAJOR, 'V', 'U', n, q.data(), n, w.data(), work.data(),
+                          static_cast<lapack_int>(lwork), iwork.data(), static_cast<lapack_int>(liwork)) != 0)
+    return false;
   float* pq = eigenvectors.f32();
   for (lapack_int i = 0; i < n; ++i)
     for (lapack_int j = 0; j < n; ++j) pq[size_t(i) * n + j] = static_cast<float>(q[size_t(j) * n + i]);
   for (lapack_int i = 0; i < n; ++i) eigenvalues.f32()[i] = static_cast<float>(w[i]);
   return true;
+}
+
+}  // namespace
+
+bool symmetric_eigh(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a, bool fp64) {
+  return fp64 ? eigh_fp64(eigenvalues, eigenvectors, a) : eigh_fp32(eigenvalues, eigenvectors, a);
 }
 
 void eigen_reconstruct(Tensor out, const Tensor& q, const std::vector<float>& d) {

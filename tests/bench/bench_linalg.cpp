@@ -1,0 +1,103 @@
+// Linear-algebra kernels on the CPU: sgemm at GPT shapes, Newton–Schulz, inverse roots.
+// Each case reports achieved GFLOP/s and its ratio to this machine's sgemm rate, measured in the
+// same run (counter vs_sgemm). Run: precon_bench_linalg [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/inverse_root.h"
+#include "kernels/linalg.h"
+#include "kernels/newton_schulz.h"
+
+namespace {
+
+using precon::kernels::Tensor;
+
+std::vector<float> random_vector(size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The machine's sgemm rate (GFLOP/s) on a large square product, measured once per process.
+double sgemm_rate() {
+  static const double rate = [] {
+    const int64_t n = 1536;
+    auto a = random_vector(n * n, 1), b = random_vector(n * n, 2), c = std::vector<float>(n * n);
+    Tensor ta = Tensor::view(a.data(), {n, n}), tb = Tensor::view(b.data(), {n, n}), tc = Tensor::view(c.data(), {n, n});
+    precon::kernels::gemm(tc, ta, tb);  // warm-up
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      auto t0 = std::chrono::steady_clock::now();
+      precon::kernels::gemm(tc, ta, tb);
+      best = std::min(best, seconds_since(t0));
+    }
+    return 2.0 * n * n * n / best / 1e9;
+  }();
+  return rate;
+}
+
+void report(benchmark::State& state, double flops_per_iter) {
+  const double rate = flops_per_iter * state.iterations() / 1e9;
+  state.counters["GFLOP/s"] = benchmark::Counter(rate, benchmark::Counter::kIsRate);
+  state.counters["sgemm_GFLOP/s"] = sgemm_rate();
+  state.counters["vs_sgemm"] = benchmark::Counter(rate / sgemm_rate(), benchmark::Counter::kIsRate);
+}
+
+void BM_Sgemm(benchmark::State& state) {
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2);
+  auto a = random_vector(m * k, 1), b = random_vector(k * n, 2), c = std::vector<float>(m * n);
+  Tensor ta = Tensor::view(a.data(), {m, k}), tb = Tensor::view(b.data(), {k, n}), tc = Tensor::view(c.data(), {m, n});
+  sgemm_rate();
+  for (auto _ : state) precon::kernels::gemm(tc, ta, tb);
+  report(state, 2.0 * m * n * k);
+}
+// GPT-2 small forward GEMMs at B·T = 256 tokens: QKV, attention proj, MLP up/down, LM head.
+BENCHMARK(BM_Sgemm)->Args({256, 2304, 768})->Args({256, 768, 768})->Args({256, 3072, 768})->Args({256, 768, 3072})
+    ->Args({256, 50304, 768})->Args({1536, 1536, 1536})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_NewtonSchulz(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), steps = 5;
+  auto g = random_vector(rows * cols, 3);
+  std::vector<float> out(g.size());
+  precon::kernels::NsOptions opt{precon::kernels::ns_schedule(precon::kernels::ns_coefficient_set("keller"), steps),
+                                 1e-7f, precon::kernels::DType::f32};
+  Tensor tg = Tensor::view(g.data(), {rows, cols}), to = Tensor::view(out.data(), {rows, cols});
+  sgemm_rate();
+  for (auto _ : state) precon::kernels::newton_schulz(to, tg, opt);
+  const double m = std::min(rows, cols), n = std::max(rows, cols);
+  report(state, steps * (4 * m * m * n + 2 * m * m * m));  // nominal count, general products
+}
+BENCHMARK(BM_NewtonSchulz)->Args({384, 1536})->Args({768, 768})->Args({768, 3072})->Args({3072, 768})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_InverseRoot(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const auto method = state.range(1) ? precon::kernels::RootMethod::newton : precon::kernels::RootMethod::eigh;
+  auto b = random_vector(n * n, 4);
+  std::vector<float> a(n * n), out(n * n);
+  Tensor tb = Tensor::view(b.data(), {n, n}), ta = Tensor::view(a.data(), {n, n}), to = Tensor::view(out.data(), {n, n});
+  precon::kernels::syrk(ta, tb);  // a Gram matrix: SPD, as Shampoo's statistics are
+  precon::kernels::InverseRootOptions opt;
+  opt.method = method;
+  opt.epsilon = 1e-6f;
+  sgemm_rate();
+  for (auto _ : state) precon::kernels::matrix_inverse_root(to, ta, opt);
+  report(state, 0.0);
+  state.SetLabel(method == precon::kernels::RootMethod::eigh ? "eigh" : "newton");
+}
+BENCHMARK(BM_InverseRoot)->Args({768, 0})->Args({3072, 0})->Args({768, 1})->Unit(benchmark::kMillisecond)
+    ->UseRealTime()->MinTime(1.0);
+
+}  // namespace
+
+BENCHMARK_MAIN();

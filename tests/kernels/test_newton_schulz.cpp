@@ -1,0 +1,191 @@
+// Newton–Schulz: exact values, the singular-value polynomial property, the naive reference, bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernels/error.h"
+#include "kernels/newton_schulz.h"
+#include "kernels/reference/linalg_reference.h"
+#include "tests/common/test_util.h"
+
+namespace precon::kernels {
+namespace {
+
+namespace ref = reference;
+
+NsOptions keller(int steps, float eps) { return {ns_schedule(ns_coefficient_set("keller"), steps), eps, DType::f32}; }
+
+std::vector<float> run_ns(std::vector<float> g, int64_t rows, int64_t cols, const NsOptions& opt) {
+  std::vector<float> out(g.size());
+  newton_schulz(test::host_view(out, {rows, cols}), test::host_view(g, {rows, cols}), opt);
+  return out;
+}
+
+// Random orthogonal matrix by modified Gram–Schmidt on Gaussian columns (double precision).
+ref::Matrix random_orthogonal(int64_t n, uint64_t seed) {
+  ref::Matrix q = ref::from_float(test::random_normal(n * n, seed), n, n);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t k = 0; k < j; ++k) {
+      double dot = 0;
+      for (int64_t i = 0; i < n; ++i) dot += q(i, j) * q(i, k);
+      for (int64_t i = 0; i < n; ++i) q(i, j) -= dot * q(i, k);
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < n; ++i) norm += q(i, j) * q(i, j);
+    for (int64_t i = 0; i < n; ++i) q(i, j) /= std::sqrt(norm);
+  }
+  return q;
+}
+
+TEST(NewtonSchulz, KnownSingularValuesOfDiagonalInput) {
+  // G = diag(4, 2, 1, 0.5), 5 keller steps, eps 0: NS keeps a diagonal matrix diagonal, so the
+  // output's diagonal holds the singular values (values from the published exact check).
+  std::vector<float> g(16, 0.0f);
+  g[0] = 4, g[5] = 2, g[10] = 1, g[15] = 0.5f;
+  auto out = run_ns(g, 4, 4, keller(5, 0.0f));
+  const double expect[] = {0.871043, 1.133942, 0.694281, 0.752185};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(out[i * 5], expect[i], 1e-5) << "singular value " << i;
+    for (int j = 0; j < 4; ++j) {
+      if (j != i) {
+        EXPECT_NEAR(out[i * 4 + j], 0.0, 1e-7);
+      }
+    }
+  }
+  // G = [[3,0,0],[0,1,0]] (wide, 2x3) -> (0.753033, 1.133706).
+  std::vector<float> w = {3, 0, 0, 0, 1, 0};
+  auto ow = run_ns(w, 2, 3, keller(5, 0.0f));
+  EXPECT_NEAR(ow[0], 0.753033, 1e-5);
+  EXPECT_NEAR(ow[4], 1.133706, 1e-5);
+  // The same matrix stored tall (3x2) is transposed internally and back.
+  std::vector<float> t = {3, 0, 0, 1, 0, 0};
+  auto ot = run_ns(t, 3, 2, keller(5, 0.0f));
+  EXPECT_NEAR(ot[0], 0.753033, 1e-5);
+  EXPECT_NEAR(ot[3], 1.133706, 1e-5);
+}
+
+TEST(NewtonSchulz, AppliesScalarPolynomialToSingularValues) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (auto [rows, cols, set, steps] : {std::tuple<int64_t, int64_t, const char*, int>{6, 10, "keller", 5},
+                                       {10, 6, "keller", 5},
+                                       {12, 12, "polar-express", 8},
+                                       {5, 9, "polar-express", 11}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols << " " << set << " " << steps);
+    const int64_t r = std::min(rows, cols);
+    ref::Matrix u = random_orthogonal(rows, seed), v = random_orthogonal(cols, seed + 7);
+    std::vector<double> s(r);
+    double norm = 0;
+    for (int64_t i = 0; i < r; ++i) {
+      s[i] = std::pow(10.0, -2.0 * i / std::max<int64_t>(r - 1, 1));  // spread over two decades
+      norm += s[i] * s[i];
+    }
+    norm = std::sqrt(norm);
+    auto schedule = ns_schedule(ns_coefficient_set(set), steps);
+    ref::Matrix g(rows, cols), expect(rows, cols);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t k = 0; k < r; ++k) {
+          g(i, j) += u(i, k) * s[k] * v(j, k);
+          expect(i, j) += u(i, k) * ref::ns_polynomial(s[k] / norm, schedule) * v(j, k);
+        }
+    auto out = run_ns(ref::to_float(g), rows, cols, {schedule, 0.0f, DType::f32});
+    // fp32 products of O(1) entries over <= 12 terms, amplified by at most ~8 per step on
+    // polar-express's first tuple: 2e-4 absolute.
+    EXPECT_LT(test::max_abs_diff(out, ref::to_float(expect)), 2e-4);
+  }
+}
+
+TEST(NewtonSchulz, MatchesNaiveReferenceAtOddShapes) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {13, 7}, {1, 17}, {17, 1}, {64, 200}, {200, 64}}) {
+    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    auto g = test::random_normal(rows * cols, seed + rows);
+    auto opt = keller(5, 1e-7f);
+    auto expect = ref::to_float(ref::newton_schulz(ref::from_float(g, rows, cols), opt.schedule, 1e-7));
+    // See AppliesScalarPolynomialToSingularValues for the round-off budget.
+    EXPECT_LT(test::max_abs_diff(run_ns(g, rows, cols, opt), expect), 2e-4);
+  }
+}
+
+TEST(NewtonSchulz, BatchEqualsEachMatrixAndOutputMayAliasInput) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t batch = 3, rows = 9, cols = 5;
+  auto g = test::random_normal(batch * rows * cols, seed);
+  auto opt = keller(5, 1e-7f);
+  std::vector<float> out(g.size());
+  newton_schulz(test::host_view(out, {batch, rows, cols}), test::host_view(g, {batch, rows, cols}), opt);
+  for (int64_t b = 0; b < batch; ++b) {
+    std::vector<float> gb(g.begin() + b * rows * cols, g.begin() + (b + 1) * rows * cols);
+    std::vector<float> ob(out.begin() + b * rows * cols, out.begin() + (b + 1) * rows * cols);
+    EXPECT_EQ(run_ns(gb, rows, cols, opt), ob) << "batch item " << b;
+  }
+  newton_schulz(test::host_view(g, {batch, rows, cols}), test::host_view(g, {batch, rows, cols}), opt);
+  EXPECT_EQ(g, out);
+}
+
+TEST(NewtonSchulz, ConvergentScheduleApproachesPolarFactor) {
+  // (2, -1.5, 0.5) converges to 1 on (0, 1]: after many steps NS(G) = U Vᵀ, so O Oᵀ = I.
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto g = test::random_normal(8 * 20, seed);
+  auto out = run_ns(g, 8, 20, {ns_schedule({{2.0f, -1.5f, 0.5f}}, 60), 1e-7f, DType::f32});
+  auto o = ref::from_float(out, 8, 20);
+  auto oot = ref::matmul(o, ref::transpose(o));
+  for (int i = 0; i < 8; ++i)
+    for (int j = 0; j < 8; ++j) EXPECT_NEAR(oot(i, j), i == j ? 1.0 : 0.0, 1e-4);
+}
+
+TEST(NewtonSchulz, SchedulesByName) {
+  auto pe = ns_schedule(ns_coefficient_set("polar-express"), 10);
+  ASSERT_EQ(pe.size(), 10u);
+  EXPECT_FLOAT_EQ(pe[0].a, 8.2051f);
+  EXPECT_FLOAT_EQ(pe[7].c, 0.3750f);
+  EXPECT_FLOAT_EQ(pe[9].a, 1.8750f);  // the last tuple repeats past the list
+  auto k = ns_schedule(ns_coefficient_set("keller"), 3);
+  ASSERT_EQ(k.size(), 3u);
+  EXPECT_FLOAT_EQ(k[2].b, -4.7750f);
+  try {
+    ns_coefficient_set("kellr");
+    FAIL() << "unknown set accepted";
+  } catch (const UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("keller, polar-express"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NewtonSchulz, ZeroMatrixGivesZerosNotNaN) {
+  std::vector<float> g(12, 0.0f);
+  for (float eps : {1e-7f, 0.0f}) {
+    auto out = run_ns(g, 3, 4, keller(5, eps));
+    for (float v : out) EXPECT_EQ(v, 0.0f);
+  }
+  // A tiny but nonzero matrix is still orthogonalized (no eps floor swallowing it when eps = 0).
+  std::vector<float> tiny = {1e-20f, 0, 0, 2e-20f};
+  auto out = run_ns(tiny, 2, 2, keller(5, 0.0f));
+  EXPECT_GT(out[0], 0.5f);
+  EXPECT_GT(out[3], 0.5f);
+}
+
+TEST(NewtonSchulz, RejectsBadInput) {
+  std::vector<float> g = test::random_normal(12, 1), out(12);
+  g[5] = NAN;
+  EXPECT_THROW(newton_schulz(test::host_view(out, {3, 4}), test::host_view(g, {3, 4}), keller(5, 1e-7f)),
+               NonFiniteError);
+  g[5] = INFINITY;
+  EXPECT_THROW(newton_schulz(test::host_view(out, {3, 4}), test::host_view(g, {3, 4}), keller(5, 1e-7f)),
+               NonFiniteError);
+  g[5] = 1.0f;
+  EXPECT_THROW(newton_schulz(test::host_view(out, {4, 3}), test::host_view(g, {3, 4}), keller(5, 1e-7f)), ShapeError);
+  EXPECT_THROW(newton_schulz(test::host_view(out, {12}), test::host_view(g, {12}), keller(5, 1e-7f)), ShapeError);
+  NsOptions bf = keller(5, 1e-7f);
+  bf.compute = DType::bf16;
+  EXPECT_THROW(newton_schulz(test::host_view(out, {3, 4}), test::host_view(g, {3, 4}), bf), UnsupportedError);
+  NsOptions bad = keller(5, 1e-7f);
+  bad.schedule[1].b = NAN;
+  EXPECT_THROW(newton_schulz(test::host_view(out, {3, 4}), test::host_view(g, {3, 4}), bad), UnsupportedError);
+}
+
+}  // namespace
+}  // namespace precon::kernels
