@@ -39,7 +39,10 @@ void require_shape(const char* op, const char* what, const Tensor& t, std::initi
   for (int64_t s : shape) same = same && t.shape[d++] == s;
   if (!same) {
     std::string want;
-    for (int64_t s : shape) want += (want.empty() ? "" : ",") + str(s);
+    for (int64_t s : shape) {
+      if (!want.empty()) want += ',';
+      want += str(s);
+    }
     shape_error(op, std::string(what) + " must have shape [" + want + "], got " + t.describe());
   }
   require_contiguous(op, what, t);

@@ -1,0 +1,230 @@
+#include "kernels/reference/nn_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace precon::kernels::reference {
+
+void encoder_forward(double* out, const int32_t* tokens, const double* wte, const double* wpe, int B, int T,
+                     int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c)
+        out[(b * T + t) * C + c] = wte[int64_t(tokens[b * T + t]) * C + c] + wpe[t * C + c];
+}
+
+void encoder_backward(double* dwte, double* dwpe, const double* dout, const int32_t* tokens, int B, int T,
+                      int C) {
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int c = 0; c < C; ++c) {
+        double d = dout[(b * T + t) * C + c];
+        if (dwte) dwte[int64_t(tokens[b * T + t]) * C + c] += d;
+        if (dwpe) dwpe[t * C + c] += d;
+      }
+}
+
+void layernorm_forward(double* out, double* mean, double* rstd, const double* inp, const double* weight,
+                       const double* bias, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const double* x = inp + int64_t(n) * C;
+    double m = 0;
+    for (int c = 0; c < C; ++c) m += x[c];
+    m /= C;
+    double var = 0;
+    for (int c = 0; c < C; ++c) var += (x[c] - m) * (x[c] - m);
+    var /= C;
+    double s = 1.0 / std::sqrt(var + 1e-5);
+    for (int c = 0; c < C; ++c) out[int64_t(n) * C + c] = (x[c] - m) * s * weight[c] + bias[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+// y = (x - mean) * rstd * w + b with mean and rstd functions of the whole row, so
+// dx_i = rstd * (g_i - mean_j(g_j) - xhat_i * mean_j(g_j xhat_j)) where g = w * dy.
+void layernorm_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
+                        const double* weight, const double* mean, const double* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const double* x = inp + int64_t(n) * C;
+    const double* dy = dout + int64_t(n) * C;
+    double g_mean = 0, gx_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      double xhat = (x[c] - mean[n]) * rstd[n];
+      g_mean += weight[c] * dy[c];
+      gx_mean += weight[c] * dy[c] * xhat;
+    }
+    g_mean /= C;
+    gx_mean /= C;
+    for (int c = 0; c < C; ++c) {
+      double xhat = (x[c] - mean[n]) * rstd[n];
+      if (dinp) dinp[int64_t(n) * C + c] += rstd[n] * (weight[c] * dy[c] - g_mean - xhat * gx_mean);
+      if (dweight) dweight[c] += xhat * dy[c];
+      if (dbias) dbias[c] += dy[c];
+    }
+  }
+}
+
+namespace {
+const double kGeluScale = std::sqrt(2.0 / M_PI);
+}
+
+void gelu_forward(double* out, const double* inp, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double x = inp[i];
+    out[i] = 0.5 * x * (1.0 + std::tanh(kGeluScale * (x + 0.044715 * x * x * x)));
+  }
+}
+
+void gelu_backward(double* dinp, const double* inp, const double* dout, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    double x = inp[i];
+    double th = std::tanh(kGeluScale * (x + 0.044715 * x * x * x));
+    double du_dx = kGeluScale * (1.0 + 3.0 * 0.044715 * x * x);
+    dinp[i] += (0.5 * (1.0 + th) + 0.5 * x * (1.0 - th * th) * du_dx) * dout[i];
+  }
+}
+
+namespace {
+// W[c, o] in the math of out = inp @ W, whatever the storage layout.
+double weight_at(const double* w, int c, int o, int C, int OC, WeightLayout layout) {
+  return layout == WeightLayout::in_out ? w[int64_t(c) * OC + o] : w[int64_t(o) * C + c];
+}
+double& weight_at(double* w, int c, int o, int C, int OC, WeightLayout layout) {
+  return layout == WeightLayout::in_out ? w[int64_t(c) * OC + o] : w[int64_t(o) * C + c];
+}
+}  // namespace
+
+void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N, int C,
+                    int OC, WeightLayout layout) {
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double acc = bias ? bias[o] : 0.0;
+      for (int c = 0; c < C; ++c) acc += inp[int64_t(n) * C + c] * weight_at(weight, c, o, C, OC, layout);
+      out[int64_t(n) * OC + o] = acc;
+    }
+}
+
+void matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
+                     const double* weight, int N, int C, int OC, WeightLayout layout) {
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < OC; ++o) {
+      double d = dout[int64_t(n) * OC + o];
+      if (dbias) dbias[o] += d;
+      for (int c = 0; c < C; ++c) {
+        if (dinp) dinp[int64_t(n) * C + c] += d * weight_at(weight, c, o, C, OC, layout);
+        if (dweight) weight_at(dweight, c, o, C, OC, layout) += d * inp[int64_t(n) * C + c];
+      }
+    }
+}
+
+void attention_forward(double* out, double* att, const double* qkv, int B, int T, int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const double* q = qkv + (int64_t(b) * T + t) * 3 * C + h * hs;
+        double* a = att + ((int64_t(b) * NH + h) * T + t) * T;
+        double maxv = -INFINITY;
+        for (int s = 0; s <= t; ++s) {
+          const double* k = qkv + (int64_t(b) * T + s) * 3 * C + C + h * hs;
+          double dot = 0;
+          for (int i = 0; i < hs; ++i) dot += q[i] * k[i];
+          a[s] = dot * scale;
+          maxv = std::max(maxv, a[s]);
+        }
+        double sum = 0;
+        for (int s = 0; s <= t; ++s) sum += (a[s] = std::exp(a[s] - maxv));
+        for (int s = 0; s < T; ++s) a[s] = s <= t ? a[s] / sum : 0.0;
+        double* o = out + (int64_t(b) * T + t) * C + h * hs;
+        for (int i = 0; i < hs; ++i) {
+          double acc = 0;
+          for (int s = 0; s <= t; ++s) acc += a[s] * qkv[(int64_t(b) * T + s) * 3 * C + 2 * C + h * hs + i];
+          o[i] = acc;
+        }
+      }
+}
+
+void attention_backward(double* dqkv, const double* dout, const double* qkv, const double* att, int B, int T,
+                        int C, int NH) {
+  const int hs = C / NH;
+  const double scale = 1.0 / std::sqrt(double(hs));
+  std::vector<double> datt(T), dpre(T);
+  auto at = [&](int b, int t, int part, int h) { return (int64_t(b) * T + t) * 3 * C + part * C + h * hs; };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int t = 0; t < T; ++t) {
+        const double* a = att + ((int64_t(b) * NH + h) * T + t) * T;
+        const double* dy = dout + (int64_t(b) * T + t) * C + h * hs;
+        // out_t = sum_s a_s v_s
+        for (int s = 0; s <= t; ++s) {
+          datt[s] = 0;
+          for (int i = 0; i < hs; ++i) {
+            datt[s] += dy[i] * qkv[at(b, s, 2, h) + i];
+            dqkv[at(b, s, 2, h) + i] += a[s] * dy[i];
+          }
+        }
+        // a = softmax(pre): dpre_s = a_s (datt_s - sum_r a_r datt_r)
+        double dot = 0;
+        for (int s = 0; s <= t; ++s) dot += a[s] * datt[s];
+        for (int s = 0; s <= t; ++s) dpre[s] = a[s] * (datt[s] - dot);
+        // pre_s = scale * q_t . k_s
+        for (int s = 0; s <= t; ++s)
+          for (int i = 0; i < hs; ++i) {
+            dqkv[at(b, t, 0, h) + i] += scale * dpre[s] * qkv[at(b, s, 1, h) + i];
+            dqkv[at(b, s, 1, h) + i] += scale * dpre[s] * qkv[at(b, t, 0, h) + i];
+          }
+      }
+}
+
+namespace {
+// log sum_{v<V} exp(x_v), stabilised by the maximum.
+double log_sum_exp(const double* x, int V) {
+  double maxv = -INFINITY;
+  for (int v = 0; v < V; ++v) maxv = std::max(maxv, x[v]);
+  double sum = 0;
+  for (int v = 0; v < V; ++v) sum += std::exp(x[v] - maxv);
+  return maxv + std::log(sum);
+}
+}  // namespace
+
+void crossentropy_forward(double* losses, const double* logits, const int32_t* targets, int N, int V, int Vp) {
+  for (int n = 0; n < N; ++n) {
+    const double* x = logits + int64_t(n) * Vp;
+    losses[n] = targets[n] < 0 ? 0.0 : log_sum_exp(x, V) - x[targets[n]];
+  }
+}
+
+void crossentropy_backward(double* dlogits, double* losses, const double* logits, const int32_t* targets,
+                           int N, int V, int Vp, double dloss) {
+  for (int n = 0; n < N; ++n) {
+    const double* x = logits + int64_t(n) * Vp;
+    double* dx = dlogits + int64_t(n) * Vp;
+    if (targets[n] < 0) {
+      losses[n] = 0.0;
+      for (int v = 0; v < Vp; ++v) dx[v] = 0.0;
+      continue;
+    }
+    double lse = log_sum_exp(x, V);
+    losses[n] = lse - x[targets[n]];
+    for (int v = 0; v < Vp; ++v)
+      dx[v] = v < V ? dloss * (std::exp(x[v] - lse) - (v == targets[n] ? 1.0 : 0.0)) : 0.0;
+  }
+}
+
+void adamw_update(double* params, const double* grads, double* m, double* v, int64_t n, const AdamWParams& hp) {
+  const double b1 = hp.beta1, b2 = hp.beta2;
+  const double bc1 = hp.bias_correction ? 1.0 - std::pow(b1, hp.step) : 1.0;
+  const double bc2 = hp.bias_correction ? 1.0 - std::pow(b2, hp.step) : 1.0;
+  for (int64_t i = 0; i < n; ++i) {
+    double g = double(hp.grad_scale) * grads[i];
+    params[i] -= double(hp.lr) * hp.weight_decay * params[i];
+    m[i] = b1 * m[i] + (1.0 - b1) * g;
+    v[i] = b2 * v[i] + (1.0 - b2) * g * g;
+    params[i] -= double(hp.lr) * (m[i] / bc1) / (std::sqrt(v[i] / bc2) + hp.eps);
+  }
+}
+
+}  // namespace precon::kernels::reference

@@ -1,0 +1,46 @@
+// Naive reference implementations of the NN ops in kernels/nn.h: plain loops in double, no BLAS,
+// no threads. They define what the fast kernels must compute and are checked themselves against
+// finite differences in the tests. Same argument order and shape letters as nn.h; contiguous
+// row-major arrays; N = number of rows (B*T). Backwards accumulate (+=) like nn.h, except
+// crossentropy_backward, which overwrites dlogits. A null d-output is skipped.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/nn.h"
+
+namespace precon::kernels::reference {
+
+void encoder_forward(double* out, const int32_t* tokens, const double* wte, const double* wpe, int B, int T,
+                     int C);
+void encoder_backward(double* dwte, double* dwpe, const double* dout, const int32_t* tokens, int B, int T, int C);
+
+void layernorm_forward(double* out, double* mean, double* rstd, const double* inp, const double* weight,
+                       const double* bias, int N, int C);
+void layernorm_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
+                        const double* weight, const double* mean, const double* rstd, int N, int C);
+
+void gelu_forward(double* out, const double* inp, int64_t n);
+void gelu_backward(double* dinp, const double* inp, const double* dout, int64_t n);
+
+// weight is (C,OC) for in_out and (OC,C) for out_in; bias (OC) may be null.
+void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N, int C,
+                    int OC, WeightLayout layout);
+void matmul_backward(double* dinp, double* dweight, double* dbias, const double* dout, const double* inp,
+                     const double* weight, int N, int C, int OC, WeightLayout layout);
+
+// qkv (B,T,3C), out (B,T,C), att (B,NH,T,T) with zeros above the diagonal.
+void attention_forward(double* out, double* att, const double* qkv, int B, int T, int C, int NH);
+void attention_backward(double* dqkv, const double* dout, const double* qkv, const double* att, int B, int T,
+                        int C, int NH);
+
+// logits (N,Vp); softmax over the first V columns; negative targets give loss 0.
+void crossentropy_forward(double* losses, const double* logits, const int32_t* targets, int N, int V, int Vp);
+// Writes losses and dlogits = dloss * (softmax - onehot), zero in [V,Vp) and in ignored rows.
+void crossentropy_backward(double* dlogits, double* losses, const double* logits, const int32_t* targets,
+                           int N, int V, int Vp, double dloss);
+
+// One AdamW step, PyTorch's torch.optim.AdamW order of operations, in double.
+void adamw_update(double* params, const double* grads, double* m, double* v, int64_t n, const AdamWParams& hp);
+
+}  // namespace precon::kernels::reference
