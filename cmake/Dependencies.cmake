@@ -16,6 +16,8 @@ else()
   message(STATUS "precon: BLAS: ${BLAS_LIBRARIES}")
 endif()
 pkg_check_modules(LAPACKE REQUIRED IMPORTED_TARGET lapacke)
+find_package(nlohmann_json REQUIRED)
+find_package(tomlplusplus REQUIRED)
 
 if(PRECON_BUILD_TESTS)
   find_package(GTest REQUIRED)
