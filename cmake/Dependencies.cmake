@@ -17,6 +17,7 @@ else()
 endif()
 pkg_check_modules(LAPACKE REQUIRED IMPORTED_TARGET lapacke)
 find_package(nlohmann_json REQUIRED)
+find_package(ZLIB REQUIRED)
 find_package(tomlplusplus REQUIRED)
 
 if(PRECON_BUILD_TESTS)

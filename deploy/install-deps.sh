@@ -12,6 +12,7 @@ packages=(
   # worker: MPI for CPU collectives
   libopenmpi-dev openmpi-bin
   # orchestrator
+  zlib1g-dev
   libsqlite3-dev sqlite3 libboost-dev libtomlplusplus-dev prometheus-cpp-dev
   nlohmann-json3-dev libcli11-dev
   # tests and benchmarks
