@@ -259,7 +259,7 @@ TEST(CudaLinalg, SymmetricEighAndReconstruct) {
       // Eigenvalues ascending and equal to the CPU's up to fp32 solver error (relative to ‖A‖).
       EXPECT_LE(test::max_abs_diff(w, w_cpu), 1e-5 * (std::fabs(w_cpu[n - 1]) + 1.0));
       for (int64_t i = 1; i < n; ++i) EXPECT_LE(w[i - 1], w[i]);
-      // Eigenvectors are determined up to sign, so check A Q = Q diag(w), columns as vectors.
+      // Eigenvectors are determined up to sign, so check A Q = Q diag(w) (backward-stable: ~n·eps).
       double err = 0, norm = 0;
       for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < n; ++j) {
@@ -268,7 +268,7 @@ TEST(CudaLinalg, SymmetricEighAndReconstruct) {
           err += (aq - double(q[i * n + j]) * w[j]) * (aq - double(q[i * n + j]) * w[j]);
           norm += aq * aq;
         }
-      EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), 1e-5) << "A Q != Q diag(w): eigenvectors not columns?";
+      EXPECT_LE(std::sqrt(err / std::max(norm, 1e-30)), 5e-5) << "A Q != Q diag(w): eigenvectors not columns?";
 
       // Reconstruction with d = w (all > 0) gives A back, matching the CPU's reconstruction.
       std::vector<float> d(w_cpu.begin(), w_cpu.end()), rec_cpu(n * n);
