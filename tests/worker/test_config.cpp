@@ -1,0 +1,147 @@
+// The trial config: key table, TOML parsing, errors with file/line/key, overrides, round trip.
+#include <gtest/gtest.h>
+
+#include "worker/config/keys.h"
+#include "worker/config/parse.h"
+
+namespace precon::worker {
+namespace {
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse_config_text(text, "recipe.toml", overrides);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Config, ParsesEveryTableIntoTypedFields) {
+  auto parsed = parse_config_text(R"(
+[experiment]
+name = "ns-sweep"
+[model]
+n_layer = 2
+n_head = 2
+d_model = 64
+[train]
+steps = 30
+grad_clip = 0.5
+[optimizer]
+name = "muon"
+lr = 0.02
+[optimizer.muon]
+ns_steps = 8
+coefficients = "polar-express"
+nesterov = false
+[optimizer.shampoo]
+epsilon = 1e-10
+precondition_frequency = 25
+[resources]
+sbatch_args = ["--exclusive"]
+)", "recipe.toml");
+  const TrialConfig& c = parsed.config;
+  EXPECT_EQ(c.experiment.name, "ns-sweep");
+  EXPECT_EQ(c.model.n_layer, 2);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.train.steps, 30);
+  EXPECT_DOUBLE_EQ(c.train.grad_clip, 0.5);
+  EXPECT_EQ(c.optimizer.name, "muon");
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 0.02);
+  EXPECT_EQ(c.optimizer.muon.ns_steps, 8);
+  EXPECT_EQ(c.optimizer.muon.coefficients, "polar-express");
+  EXPECT_FALSE(c.optimizer.muon.nesterov);
+  EXPECT_DOUBLE_EQ(c.optimizer.shampoo.epsilon, 1e-10);
+  EXPECT_EQ(c.optimizer.shampoo.precondition_frequency, 25);
+  EXPECT_EQ(c.resources.sbatch_args, std::vector<std::string>{"--exclusive"});
+  EXPECT_EQ(parsed.origin.at("optimizer.muon.ns_steps"), "recipe.toml:15");
+  // Untouched keys keep their documented defaults.
+  EXPECT_EQ(c.optimizer.muon.scale, "shape");
+  EXPECT_DOUBLE_EQ(c.optimizer.muon.momentum, 0.95);
+}
+
+TEST(Config, UnknownKeyNamesLineAndSuggests) {
+  std::string e = error_of("[optimizer.muon]\nns_step = 5\n");
+  EXPECT_NE(e.find("recipe.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("optimizer.muon.ns_step"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean optimizer.muon.ns_steps"), std::string::npos) << e;
+  e = error_of("[trian]\nsteps = 5\n");
+  EXPECT_NE(e.find("did you mean train.steps"), std::string::npos) << e;
+}
+
+TEST(Config, WrongTypesAndRangesAreErrors) {
+  std::string e = error_of("[model]\n\nn_layer = \"four\"\n");
+  EXPECT_NE(e.find("recipe.toml:3: model.n_layer: expected integer, got a string"), std::string::npos) << e;
+  e = error_of("[model]\nn_layer = 0\n");
+  EXPECT_NE(e.find("out of range"), std::string::npos) << e;
+  e = error_of("[optimizer]\nname = \"sgd\"\n");
+  EXPECT_NE(e.find("one of \"adamw\", \"muon\", \"shampoo\""), std::string::npos) << e;
+  e = error_of("[optimizer.muon]\nnesterov = 1\n");
+  EXPECT_NE(e.find("expected boolean"), std::string::npos) << e;
+  e = error_of("[model\nn_layer = 2\n");
+  EXPECT_NE(e.find("TOML syntax error"), std::string::npos) << e;
+  e = error_of("[optimizer.muon]\ncoefficient_list = [[1, 2]]\n");
+  EXPECT_NE(e.find("[a, b, c]"), std::string::npos) << e;
+}
+
+TEST(Config, CrossKeyChecks) {
+  std::string e = error_of("[model]\nn_head = 3\nd_model = 64\n");
+  EXPECT_NE(e.find("recipe.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("must divide d_model"), std::string::npos) << e;
+  e = error_of("[train]\nprecision = \"bf16\"\n");
+  EXPECT_NE(e.find("needs train.device"), std::string::npos) << e;
+  e = error_of("[optimizer.muon]\ncoefficients = \"explicit\"\n");
+  EXPECT_NE(e.find("coefficient_list"), std::string::npos) << e;
+}
+
+TEST(Config, OverridesUseTomlValuesAndBareWords) {
+  auto parsed = parse_config_text("[optimizer]\nname = \"adamw\"\n", "r.toml",
+                                  {"optimizer.name=muon", "optimizer.muon.ns_steps=10", "train.grad_clip = 0",
+                                   "optimizer.muon.coefficient_list=[[2, -1.5, 0.5]]"});
+  EXPECT_EQ(parsed.config.optimizer.name, "muon");
+  EXPECT_EQ(parsed.config.optimizer.muon.ns_steps, 10);
+  EXPECT_EQ(parsed.config.train.grad_clip, 0.0);
+  EXPECT_EQ(parsed.config.optimizer.muon.coefficients, "explicit");
+  ASSERT_EQ(parsed.config.optimizer.muon.coefficient_list.size(), 1u);
+  EXPECT_EQ(parsed.config.optimizer.muon.coefficient_list[0][1], -1.5);
+  EXPECT_EQ(parsed.origin.at("optimizer.name"), "--set");
+  std::string e = error_of("", {"optimizer.muon.ns_steps=many"});
+  EXPECT_NE(e.find("--set: optimizer.muon.ns_steps: expected integer"), std::string::npos) << e;
+  e = error_of("", {"justakey"});
+  EXPECT_NE(e.find("key=value"), std::string::npos) << e;
+}
+
+TEST(Config, SkippedTablesAreLeftToTheCaller) {
+  ParseOptions opt;
+  opt.skip_tables = {"sweep"};
+  auto parsed = parse_config_text("[sweep]\nmethod = \"grid\"\n[sweep.parameters]\n\"train.steps\" = [1, 2]\n",
+                                  "r.toml", {}, opt);
+  EXPECT_EQ(parsed.config.train.steps, TrialConfig{}.train.steps);
+  EXPECT_NE(error_of("[sweep]\nmethod = \"grid\"\n").find("unknown key"), std::string::npos);
+}
+
+TEST(Config, TomlRoundTripKeepsEveryValue) {
+  auto parsed = parse_config_text("[optimizer]\nlr = 0.0123\n[optimizer.muon]\ncoefficient_list = [[3.4445, -4.775, 2.0315]]\n"
+                                  "[resources]\nsetup = [\"module load cuda\", \"echo \\\"hi\\\"\"]\n",
+                                  "r.toml");
+  std::string text = config_to_toml(parsed.config);
+  auto again = parse_config_text(text, "resolved.toml");
+  EXPECT_EQ(config_to_toml(again.config), text);
+  EXPECT_DOUBLE_EQ(again.config.optimizer.lr, 0.0123);
+  EXPECT_EQ(again.config.resources.setup[1], "echo \"hi\"");
+  EXPECT_EQ(again.config.optimizer.muon.coefficient_list[0][0], 3.4445);
+}
+
+TEST(Config, KeyTableDocumentsEveryKey) {
+  std::string table = format_key_table();
+  for (const KeySpec& k : trial_keys()) {
+    EXPECT_FALSE(k.description.empty()) << k.name;
+    EXPECT_NE(table.find(k.name), std::string::npos) << k.name;
+  }
+  EXPECT_GE(trial_keys().size(), 70u);
+  EXPECT_EQ(find_key("optimizer.muon.ns_steps")->default_text(), "5");
+  EXPECT_EQ(find_key("optimizer.muon.coefficients")->default_text(), "\"keller\"");
+}
+
+}  // namespace
+}  // namespace precon::worker

@@ -1,0 +1,131 @@
+// The trial configuration: the recipe schema (DESIGN.md §5) without [sweep]. One field per line
+// with meaning, unit and default; the key table in keys.cpp documents and parses every field.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace precon::worker {
+
+struct ExperimentConfig {
+  std::string name = "experiment";  // experiment name (letters, digits, '-', '_', '.')
+  std::string description;          // free text
+};
+
+struct ModelConfig {
+  int64_t n_layer = 4;      // transformer blocks
+  int64_t n_head = 4;       // attention heads; must divide d_model
+  int64_t d_model = 128;    // embedding width C
+  int64_t seq_len = 64;     // context length T (tokens)
+  int64_t vocab_size = 256; // real vocabulary V (padded internally, never visible)
+};
+
+struct DataConfig {
+  std::string train = "data/train.bin";  // token shard(s) for training, comma-separated
+  std::string val = "data/val.bin";      // token shard for validation
+};
+
+struct TrainConfig {
+  int64_t steps = 200;            // optimizer steps
+  int64_t batch_size = 8;         // sequences per step (B)
+  int64_t seed = 1337;            // RNG seed: init, data order
+  int64_t eval_every = 50;        // steps between validation losses; 0 = only at the end
+  int64_t eval_batches = 4;       // validation batches per evaluation
+  int64_t log_every = 1;          // steps between train-loss records
+  int64_t checkpoint_every = 100; // steps between checkpoints; 0 = only at the end
+  int64_t keep_checkpoints = 2;   // checkpoints kept (the newest good one is never deleted)
+  std::string init_from;          // safetensors file to initialise the model from ("" = random)
+  double grad_clip = 1.0;         // global-norm clip of raw gradients; 0 = off
+  std::string device = "cpu";     // "cpu" | "cuda"
+  std::string precision = "fp32"; // "fp32" | "bf16" (bf16 compute on CUDA, fp32 masters)
+  int64_t threads = 0;            // CPU threads; 0 = all cores
+};
+
+struct AdamWConfig {
+  double lr = 0.0;           // lr of AdamW-routed params in muon/shampoo runs; 0 = optimizer.lr
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = -1;  // -1 = optimizer.weight_decay
+};
+
+struct MuonConfig {
+  double momentum = 0.95;
+  bool nesterov = true;
+  std::string momentum_form = "ema";      // "ema" (lerp) | "sgd"
+  int64_t ns_steps = 5;                   // Newton–Schulz iterations
+  std::string coefficients = "keller";    // "keller" | "polar-express" | "explicit"
+  std::vector<std::array<double, 3>> coefficient_list;  // the tuples when coefficients = explicit
+  std::string scale = "shape";            // "shape" | "rms-match" | "spectral"
+  bool split_qkv = true;                  // orthogonalise Q, K, V blocks separately
+  std::string ns_precision = "auto";      // "auto" (bf16 on CUDA, fp32 on CPU) | "fp32" | "bf16"
+  double ns_eps = 1e-7;                   // added to the Frobenius norm before NS
+};
+
+struct ShampooConfig {
+  double beta1 = 0.9;                     // gradient filtering (momentum); 0 = off
+  double beta2 = 1.0;                     // statistics EMA; 1.0 = running sum
+  double epsilon = 1e-12;                 // regulariser of the inverse roots
+  int64_t precondition_frequency = 10;    // steps between inverse-root refreshes
+  int64_t start_preconditioning_step = 0; // 0 = precondition_frequency
+  double exponent = 0.0;                  // inverse-root exponent override (e.g. 0.25); 0 = 1/(2·order)
+  int64_t max_preconditioner_dim = 1024;  // larger dims are split into blocks
+  std::string grafting = "adam";          // "adam" | "adagrad" | "rmsprop" | "sgd" | "none"
+  double grafting_beta2 = 0.999;
+  double grafting_epsilon = 1e-8;
+  std::string root_method = "eigh";       // "eigh" | "newton"
+  bool bias_correction = true;
+  int64_t max_root_failures = 5;          // consecutive failed roots before the run stops
+  std::string params = "hidden";         // "hidden" (2-D hidden matrices) | "all-matrices" (+ wte, wpe)
+};
+
+struct OptimizerConfig {
+  std::string name = "adamw";        // "adamw" | "muon" | "shampoo"
+  double lr = 1e-3;                  // peak learning rate
+  double weight_decay = 0.0;         // decoupled weight decay
+  std::string schedule = "cosine";   // "constant" | "cosine" | "linear" | "wsd"
+  int64_t warmup_steps = 10;         // linear warm-up steps
+  double min_lr_ratio = 0.1;         // final lr as a fraction of the peak
+  double decay_fraction = 0.2;       // wsd: fraction of steps spent decaying
+  AdamWConfig adamw;
+  MuonConfig muon;
+  ShampooConfig shampoo;
+};
+
+struct ParallelConfig {
+  int64_t tensor = 1;  // tensor-parallel ranks
+  int64_t data = 1;    // data-parallel ranks
+};
+
+struct ResourcesConfig {
+  std::string executor = "local";  // "local" | "slurm"
+  int64_t nodes = 1;
+  int64_t ntasks_per_node = 1;
+  int64_t gpus_per_node = 0;
+  int64_t cpus_per_task = 0;       // 0 = executor default
+  std::string mem;                 // e.g. "16G"
+  std::string time_limit;          // Slurm time, e.g. "01:00:00"
+  std::string partition, account, qos, constraint;
+  std::vector<std::string> sbatch_args;  // extra sbatch options, validated
+  std::vector<std::string> setup;        // shell lines run before the trainer (module loads)
+};
+
+struct ObjectiveConfig {
+  std::string metric = "val_loss";
+  std::string mode = "min";  // "min" | "max"
+};
+
+struct TrialConfig {
+  ExperimentConfig experiment;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimizerConfig optimizer;
+  ParallelConfig parallel;
+  ResourcesConfig resources;
+  ObjectiveConfig objective;
+};
+
+}  // namespace precon::worker
