@@ -1,4 +1,6 @@
-// GELU, tanh approximation, forward and backward.
+// GELU, tanh approximation, forward and backward. 0.5 (1 + tanh u) is evaluated as the logistic
+// sigmoid of 2u: one expf is about three times cheaper than tanhf, and neither vectorises without
+// -ffast-math. exp overflowing to inf for very negative x gives the right limits (0 and -0).
 #include <cmath>
 
 #include "kernels/cpu/cpu.h"
@@ -17,7 +19,7 @@ void gelu_forward(Tensor out, const Tensor& inp) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float u = kGeluScale * (x[i] + kGeluCubic * x[i] * x[i] * x[i]);
-    y[i] = 0.5f * x[i] * (1.0f + std::tanh(u));
+    y[i] = x[i] / (1.0f + std::exp(-2.0f * u));
   }
 }
 
@@ -29,9 +31,9 @@ void gelu_backward(Tensor dinp, const Tensor& inp, const Tensor& dout) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float u = kGeluScale * (x[i] + kGeluCubic * x[i] * x[i] * x[i]);
-    float th = std::tanh(u);
+    float s = 1.0f / (1.0f + std::exp(-2.0f * u));  // (1 + tanh u) / 2
     float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x[i] * x[i]);
-    dx[i] += (0.5f * (1.0f + th) + 0.5f * x[i] * (1.0f - th * th) * du_dx) * dy[i];
+    dx[i] += (s + 2.0f * x[i] * s * (1.0f - s) * du_dx) * dy[i];
   }
 }
 

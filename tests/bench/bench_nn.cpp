@@ -1,0 +1,228 @@
+// Forward and backward of each NN op on the CPU at GPT-2 small shapes (C = 768, NH = 12,
+// Vp = 50304) with a short batch (B = 4, T = 64 unless an argument says otherwise).
+// items/s counts FLOPs for the GEMM-based ops and rows otherwise; bytes/s counts the memory
+// each call must touch at least once.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "kernels/nn.h"
+
+namespace {
+
+using precon::kernels::DType;
+using precon::kernels::Tensor;
+using precon::kernels::WeightLayout;
+namespace k = precon::kernels;
+
+constexpr int64_t kB = 4, kT = 64, kC = 768, kNH = 12, kV = 50257, kVp = 50304;
+
+std::vector<float> normal(size_t n, float stddev = 1.0f, uint64_t seed = 1) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+std::vector<int32_t> tokens(size_t n, int32_t vocab) {
+  std::mt19937_64 rng(2);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (int32_t& x : v) x = dist(rng);
+  return v;
+}
+
+Tensor view(std::vector<float>& v, std::initializer_list<int64_t> shape) { return Tensor::view(v.data(), shape); }
+Tensor view(std::vector<int32_t>& v, std::initializer_list<int64_t> shape) {
+  return Tensor::view(v.data(), shape, DType::i32);
+}
+
+void BM_EncoderForward(benchmark::State& state) {
+  auto tok = tokens(kB * kT, kV);
+  auto wte = normal(kVp * kC, 0.02f), wpe = normal(1024 * kC, 0.02f);
+  std::vector<float> out(kB * kT * kC);
+  for (auto _ : state) {
+    k::encoder_forward(view(out, {kB, kT, kC}), view(tok, {kB, kT}), view(wte, {kVp, kC}), view(wpe, {1024, kC}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kB * kT);
+  state.SetBytesProcessed(state.iterations() * kB * kT * kC * 3 * int64_t(sizeof(float)));
+}
+
+void BM_EncoderBackward(benchmark::State& state) {
+  auto tok = tokens(kB * kT, kV);
+  auto dout = normal(kB * kT * kC);
+  std::vector<float> dwte(kVp * kC), dwpe(1024 * kC);
+  for (auto _ : state) {
+    k::encoder_backward(view(dwte, {kVp, kC}), view(dwpe, {1024, kC}), view(dout, {kB, kT, kC}), view(tok, {kB, kT}));
+    benchmark::DoNotOptimize(dwte.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kB * kT);
+  state.SetBytesProcessed(state.iterations() * kB * kT * kC * 5 * int64_t(sizeof(float)));
+}
+
+void BM_LayernormForward(benchmark::State& state) {
+  const int64_t N = kB * kT;
+  auto inp = normal(N * kC), w = normal(kC), b = normal(kC);
+  std::vector<float> out(N * kC), mean(N), rstd(N);
+  for (auto _ : state) {
+    k::layernorm_forward(view(out, {N, kC}), view(mean, {N}), view(rstd, {N}), view(inp, {N, kC}), view(w, {kC}),
+                         view(b, {kC}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * kC * 2 * int64_t(sizeof(float)));
+}
+
+void BM_LayernormBackward(benchmark::State& state) {
+  const int64_t N = kB * kT;
+  auto inp = normal(N * kC), w = normal(kC), b = normal(kC), dout = normal(N * kC);
+  std::vector<float> out(N * kC), mean(N), rstd(N), dinp(N * kC), dw(kC), db(kC);
+  k::layernorm_forward(view(out, {N, kC}), view(mean, {N}), view(rstd, {N}), view(inp, {N, kC}), view(w, {kC}),
+                       view(b, {kC}));
+  for (auto _ : state) {
+    k::layernorm_backward(view(dinp, {N, kC}), view(dw, {kC}), view(db, {kC}), view(dout, {N, kC}),
+                          view(inp, {N, kC}), view(w, {kC}), view(mean, {N}), view(rstd, {N}));
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * kC * 4 * int64_t(sizeof(float)));
+}
+
+void BM_GeluForward(benchmark::State& state) {
+  const int64_t n = kB * kT * 4 * kC;
+  auto inp = normal(n);
+  std::vector<float> out(n);
+  for (auto _ : state) {
+    k::gelu_forward(view(out, {n}), view(inp, {n}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * 2 * int64_t(sizeof(float)));
+}
+
+void BM_GeluBackward(benchmark::State& state) {
+  const int64_t n = kB * kT * 4 * kC;
+  auto inp = normal(n), dout = normal(n);
+  std::vector<float> dinp(n);
+  for (auto _ : state) {
+    k::gelu_backward(view(dinp, {n}), view(inp, {n}), view(dout, {n}));
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * 4 * int64_t(sizeof(float)));
+}
+
+// The MLP's first projection, C -> 4C, in Hugging Face's Conv1D layout.
+void BM_MatmulForward(benchmark::State& state) {
+  const int64_t N = kB * kT, OC = 4 * kC;
+  auto inp = normal(N * kC), w = normal(kC * OC, 0.02f), b = normal(OC);
+  std::vector<float> out(N * OC);
+  for (auto _ : state) {
+    k::matmul_forward(view(out, {N, OC}), view(inp, {N, kC}), view(w, {kC, OC}), view(b, {OC}),
+                      WeightLayout::in_out);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * N * kC * OC);
+}
+
+void BM_MatmulBackward(benchmark::State& state) {
+  const int64_t N = kB * kT, OC = 4 * kC;
+  auto inp = normal(N * kC), w = normal(kC * OC, 0.02f), dout = normal(N * OC);
+  std::vector<float> dinp(N * kC), dw(kC * OC), db(OC);
+  for (auto _ : state) {
+    k::matmul_backward(view(dinp, {N, kC}), view(dw, {kC, OC}), view(db, {OC}), view(dout, {N, OC}),
+                       view(inp, {N, kC}), view(w, {kC, OC}), WeightLayout::in_out);
+    benchmark::DoNotOptimize(dw.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 4 * N * kC * OC);
+}
+
+// FLOPs of the two (T x T x hs) products per head, counting the full square that sgemm computes.
+int64_t attention_flops(int64_t T) { return kB * kNH * 2 * 2 * T * T * (kC / kNH); }
+
+void BM_AttentionForward(benchmark::State& state) {
+  const int64_t T = state.range(0);
+  auto qkv = normal(kB * T * 3 * kC);
+  std::vector<float> out(kB * T * kC), att(kB * kNH * T * T);
+  for (auto _ : state) {
+    k::attention_forward(view(out, {kB, T, kC}), view(att, {kB, kNH, T, T}), view(qkv, {kB, T, 3 * kC}), kNH);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * attention_flops(T));
+}
+
+void BM_AttentionBackward(benchmark::State& state) {
+  const int64_t T = state.range(0);
+  auto qkv = normal(kB * T * 3 * kC), dout = normal(kB * T * kC);
+  std::vector<float> out(kB * T * kC), att(kB * kNH * T * T), datt(att.size()), dqkv(qkv.size());
+  k::attention_forward(view(out, {kB, T, kC}), view(att, {kB, kNH, T, T}), view(qkv, {kB, T, 3 * kC}), kNH);
+  for (auto _ : state) {
+    k::attention_backward(view(dqkv, {kB, T, 3 * kC}), view(datt, {kB, kNH, T, T}), view(dout, {kB, T, kC}),
+                          view(qkv, {kB, T, 3 * kC}), view(att, {kB, kNH, T, T}), kNH);
+    benchmark::DoNotOptimize(dqkv.data());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * attention_flops(T));
+}
+
+void BM_CrossentropyForward(benchmark::State& state) {
+  const int64_t N = kB * kT;
+  auto logits = normal(N * kVp);
+  auto tgt = tokens(N, kV);
+  std::vector<float> losses(N);
+  for (auto _ : state) {
+    k::crossentropy_forward(view(losses, {N}), view(logits, {N, kVp}), view(tgt, {N}), kV);
+    benchmark::DoNotOptimize(losses.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * kVp * int64_t(sizeof(float)));
+}
+
+void BM_CrossentropyBackward(benchmark::State& state) {
+  const int64_t N = kB * kT;
+  auto logits = normal(N * kVp);
+  auto tgt = tokens(N, kV);
+  std::vector<float> losses(N), dlogits(N * kVp);
+  for (auto _ : state) {
+    k::crossentropy_backward(view(dlogits, {N, kVp}), view(losses, {N}), view(logits, {N, kVp}), view(tgt, {N}), kV,
+                             1.0f / N);
+    benchmark::DoNotOptimize(dlogits.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * kVp * 2 * int64_t(sizeof(float)));
+}
+
+void BM_AdamW(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  auto p = normal(n), g = normal(n);
+  std::vector<float> m(n), v(n);
+  k::AdamWParams hp;
+  hp.weight_decay = 0.1f;
+  for (auto _ : state) {
+    k::adamw_update(view(p, {n}), view(g, {n}), view(m, {n}), view(v, {n}), hp);
+    benchmark::DoNotOptimize(p.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * 7 * int64_t(sizeof(float)));  // read p g m v, write p m v
+}
+
+BENCHMARK(BM_EncoderForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_EncoderBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_LayernormForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_LayernormBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_GeluForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_MatmulForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_MatmulBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_AttentionForward)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_AttentionBackward)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_CrossentropyForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_CrossentropyBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_AdamW)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+
+}  // namespace
+
+BENCHMARK_MAIN();
