@@ -1,0 +1,115 @@
+#include "worker/model/params.h"
+
+#include <stdexcept>
+
+namespace precon::worker {
+
+using kernels::Tensor;
+
+const char* param_kind_name(ParamKind kind) {
+  switch (kind) {
+    case ParamKind::embedding: return "embedding";
+    case ParamKind::position: return "position";
+    case ParamKind::norm: return "norm";
+    case ParamKind::bias: return "bias";
+    case ParamKind::matrix: return "matrix";
+  }
+  return "?";
+}
+
+int64_t ParamSpec::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+int64_t ParamSpec::storage_numel() const {
+  return storage_rows > 0 ? numel() / shape[0] * storage_rows : numel();
+}
+
+int64_t padded_vocab(int64_t vocab_size) { return (vocab_size + 63) / 64 * 64; }
+
+std::vector<ParamSpec> gpt2_param_table(const ModelConfig& m) {
+  const int64_t C = m.d_model, V = m.vocab_size;
+  std::vector<ParamSpec> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape, ParamKind kind, int tp_split_dim) {
+    ParamSpec p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.kind = kind;
+    p.tp_split_dim = tp_split_dim;
+    t.push_back(p);
+    return &t.back();
+  };
+  // Conv1D weight stored (in, out). Column-parallel layers split the output dim, row-parallel
+  // layers the input dim (Megatron).
+  auto linear = [&](const std::string& prefix, int64_t in, int64_t out, bool column_parallel, int qkv) {
+    ParamSpec* w = add(prefix + ".weight", {in, out}, ParamKind::matrix, column_parallel ? 1 : 0);
+    w->fan_in = in;
+    w->fan_out = out;
+    w->stored_in_out = true;
+    w->qkv_blocks = qkv;
+    add(prefix + ".bias", {out}, ParamKind::bias, column_parallel ? 0 : -1);
+  };
+  ParamSpec* wte = add("wte.weight", {V, C}, ParamKind::embedding, 0);
+  wte->storage_rows = padded_vocab(V);
+  add("wpe.weight", {m.seq_len, C}, ParamKind::position, -1);
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    const std::string h = "h." + std::to_string(l);
+    add(h + ".ln_1.weight", {C}, ParamKind::norm, -1);
+    add(h + ".ln_1.bias", {C}, ParamKind::norm, -1);
+    linear(h + ".attn.c_attn", C, 3 * C, true, 3);
+    linear(h + ".attn.c_proj", C, C, false, 1);
+    add(h + ".ln_2.weight", {C}, ParamKind::norm, -1);
+    add(h + ".ln_2.bias", {C}, ParamKind::norm, -1);
+    linear(h + ".mlp.c_fc", C, 4 * C, true, 1);
+    linear(h + ".mlp.c_proj", 4 * C, C, false, 1);
+  }
+  add("ln_f.weight", {C}, ParamKind::norm, -1);
+  add("ln_f.bias", {C}, ParamKind::norm, -1);
+  return t;
+}
+
+namespace {
+Tensor storage_view(void* base, int64_t offset, const ParamSpec& p, kernels::Device device) {
+  float* ptr = static_cast<float*>(base) + offset;
+  if (p.shape.size() == 1) return Tensor::view(ptr, {p.shape[0]}, kernels::DType::f32, device);
+  const int64_t rows = p.storage_rows > 0 ? p.storage_rows : p.shape[0];
+  return Tensor::view(ptr, {rows, p.shape[1]}, kernels::DType::f32, device);
+}
+}  // namespace
+
+ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device) : table_(std::move(table)) {
+  for (const ParamSpec& p : table_) total_ += p.storage_numel();
+  param_buf_ = kernels::Buffer(device, total_ * sizeof(float));
+  grad_buf_ = kernels::Buffer(device, total_ * sizeof(float));
+  int64_t offset = 0;
+  for (const ParamSpec& p : table_) {
+    params_.push_back(storage_view(param_buf_.data(), offset, p, device));
+    grads_.push_back(storage_view(grad_buf_.data(), offset, p, device));
+    offset += p.storage_numel();
+  }
+  kernels::fill_zero(all_params());
+  zero_grads();
+}
+
+Tensor ParamStore::visible_param(size_t i) const {
+  const ParamSpec& p = table_[i];
+  return p.storage_rows > 0 ? params_[i].narrow(0, 0, p.shape[0]) : params_[i];
+}
+
+size_t ParamStore::index(const std::string& name) const {
+  for (size_t i = 0; i < table_.size(); ++i)
+    if (table_[i].name == name) return i;
+  throw std::out_of_range("no parameter named " + name);
+}
+
+Tensor ParamStore::param(const std::string& name) const { return params_[index(name)]; }
+Tensor ParamStore::grad(const std::string& name) const { return grads_[index(name)]; }
+
+Tensor ParamStore::all_params() const { return param_buf_.view({total_}); }
+Tensor ParamStore::all_grads() const { return grad_buf_.view({total_}); }
+
+void ParamStore::zero_grads() { kernels::fill_zero(all_grads()); }
+
+}  // namespace precon::worker

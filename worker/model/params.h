@@ -1,0 +1,74 @@
+// The parameter table of the GPT-2 model: one row per tensor {name, shape, tp_split_dim, ...}
+// drives allocation, gradients, optimizer state and routing, checkpoint names and tensor-parallel
+// sharding. Names and storage layouts are Hugging Face GPT-2's (Conv1D weights stored (in, out)).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/tensor.h"
+#include "worker/config/config.h"
+
+namespace precon::worker {
+
+enum class ParamKind : uint8_t {
+  embedding,  // wte (tied with the output head)
+  position,   // wpe
+  norm,       // layernorm weight or bias
+  bias,       // linear-layer bias
+  matrix,     // 2-D hidden linear weight (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
+};
+
+const char* param_kind_name(ParamKind kind);
+
+struct ParamSpec {
+  std::string name;            // "h.3.attn.c_attn.weight"
+  std::vector<int64_t> shape;  // storage shape (real vocabulary: padding is internal)
+  ParamKind kind = ParamKind::matrix;
+  int tp_split_dim = -1;       // storage dim split across tensor-parallel ranks; -1 = replicated
+  // For matrices: the linear map's (fan_out, fan_in) whatever the storage layout. HF's Conv1D
+  // stores (in, out) = (fan_in, fan_out), so shape-dependent optimizer terms use these fields.
+  int64_t fan_in = 0, fan_out = 0;
+  bool stored_in_out = false;  // storage is (fan_in, fan_out) (Conv1D); else (fan_out, fan_in)
+  int qkv_blocks = 1;          // 3 for attn.c_attn: fused [q | k | v] along fan_out
+  int64_t storage_rows = 0;    // wte: rows allocated (padded vocabulary, zero rows); 0 = shape[0]
+  int64_t numel() const;          // of the visible shape
+  int64_t storage_numel() const;  // of the allocated shape
+};
+
+// Padded vocabulary used internally for the embedding/logit storage (multiple of 64).
+int64_t padded_vocab(int64_t vocab_size);
+
+std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
+
+// One allocation for all parameters and one for all gradients, carved into named views in
+// table order (the llm.c habit). Gradients share the parameter layout.
+class ParamStore {
+ public:
+  ParamStore(std::vector<ParamSpec> table, kernels::Device device);
+  const std::vector<ParamSpec>& table() const { return table_; }
+  size_t size() const { return table_.size(); }
+  const ParamSpec& spec(size_t i) const { return table_[i]; }
+  // Storage views (wte with its padded rows): what the model and the optimizers work on.
+  kernels::Tensor param(size_t i) const { return params_[i]; }
+  kernels::Tensor grad(size_t i) const { return grads_[i]; }
+  // The visible shape (real vocabulary): what checkpoints hold.
+  kernels::Tensor visible_param(size_t i) const;
+  kernels::Tensor param(const std::string& name) const;
+  kernels::Tensor grad(const std::string& name) const;
+  size_t index(const std::string& name) const;  // throws std::out_of_range with the name
+  kernels::Tensor all_params() const;  // flat view of every parameter
+  kernels::Tensor all_grads() const;
+  int64_t total_numel() const { return total_; }
+  void zero_grads();
+
+ private:
+  std::vector<ParamSpec> table_;
+  kernels::Buffer param_buf_, grad_buf_;
+  std::vector<kernels::Tensor> params_, grads_;
+  int64_t total_ = 0;
+};
+
+}  // namespace precon::worker

@@ -1,0 +1,85 @@
+// Optimizers built from config through a name -> factory registry. A run's optimizer owns every
+// parameter: parameter-group rules route 2-D hidden matrices to Muon/Shampoo and embeddings,
+// positions, norms and biases to AdamW (with [optimizer.adamw]'s lr/betas/wd).
+// Thread-safety: one optimizer per trainer thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "kernels/tensor.h"
+#include "worker/config/config.h"
+#include "worker/model/params.h"
+
+namespace precon::worker {
+
+// A parameter as the optimizer sees it: its table row and the storage views of value and gradient.
+struct OptimParam {
+  const ParamSpec* spec = nullptr;
+  kernels::Tensor param;
+  kernels::Tensor grad;
+};
+
+// Cumulative wall-clock seconds per optimizer phase since construction (or the last reset).
+struct PhaseSeconds {
+  double newton_schulz = 0;  // Muon: orthogonalisation
+  double statistics = 0;     // Shampoo: L/R factor updates
+  double inverse_root = 0;   // Shampoo: inverse-root refreshes
+  double grafting = 0;       // Shampoo: grafting state and norms
+  double adamw = 0;          // AdamW-routed parameters (and adamw runs)
+  double other = 0;          // momentum, weight decay, applying updates
+  double total() const { return newton_schulz + statistics + inverse_root + grafting + adamw + other; }
+};
+
+struct StepContext {
+  int64_t step = 1;          // 1-based optimizer step (bias corrections, refresh schedule)
+  double lr_scale = 1.0;     // schedule multiplier applied to every group's base lr
+  float grad_scale = 1.0f;   // multiplies raw gradients first (global-norm clipping)
+};
+
+// A named view of one optimizer state tensor (fp32). A checkpoint saves these; a resume copies
+// saved values into them. Names: "<param name>.<state>", e.g. "h.0.mlp.c_fc.weight.momentum".
+struct NamedState {
+  std::string name;
+  kernels::Tensor tensor;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  virtual void step(const StepContext& ctx) = 0;
+  virtual std::vector<NamedState> state_tensors() = 0;
+  // Non-tensor state (counters such as consecutive root failures), for trainer.json.
+  virtual nlohmann::json state_scalars() const = 0;
+  virtual void load_state_scalars(const nlohmann::json& scalars) = 0;
+  virtual PhaseSeconds phase_seconds() const = 0;
+  // One line per group: how many tensors and parameters go to each optimizer.
+  virtual std::string routing_summary() const = 0;
+};
+
+// Thrown when the optimizer cannot continue (e.g. too many consecutive inverse-root failures).
+class OptimizerError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct OptimizerHooks {
+  std::function<void(const std::string&)> warn;  // logged warnings (failed roots); may be empty
+};
+
+using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(
+    const OptimizerConfig&, const std::vector<OptimParam>&, kernels::Device, const OptimizerHooks&)>;
+
+void register_optimizer(const std::string& name, OptimizerFactory factory);
+// Builds config.name's optimizer over all params; throws OptimizerError for an unknown name.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                          kernels::Device device, const OptimizerHooks& hooks = {});
+
+// The learning-rate multiplier at a 1-based step: linear warm-up to 1, then constant, cosine or
+// linear decay to min_lr_ratio, or warmup-stable-decay (the last decay_fraction of the steps).
+double lr_multiplier(const OptimizerConfig& config, int64_t step, int64_t total_steps);
+
+}  // namespace precon::worker
