@@ -1,0 +1,121 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <numeric>
+
+#include "worker/common/error.h"
+#include "worker/data/shard.h"
+
+namespace precon::worker {
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "precon_shard_XXXXXX").string();
+    path = mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "(no DataError)";
+}
+
+TEST(Shard, RoundTripReadAndMap) {
+  TempDir dir;
+  std::vector<uint16_t> tokens(1000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint16_t>((i * 7919) % 50257);
+  write_shard(dir.path / "a.bin", tokens);
+
+  EXPECT_EQ(fs::file_size(dir.path / "a.bin"), 1024 + 2 * tokens.size());
+  EXPECT_EQ(read_shard(dir.path / "a.bin", 50257), tokens);
+  Shard mapped(dir.path / "a.bin", 50257);
+  ASSERT_EQ(mapped.size(), 1000);
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), mapped.tokens().begin()));
+}
+
+TEST(Shard, HeaderIsLlmcLayout) {
+  TempDir dir;
+  std::vector<uint16_t> tokens = {1, 2, 3};
+  write_shard(dir.path / "a.bin", tokens);
+  std::ifstream in(dir.path / "a.bin", std::ios::binary);
+  int32_t header[256];
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[0], 20240520);
+  EXPECT_EQ(header[1], 1);
+  EXPECT_EQ(header[2], 3);
+  for (int i = 3; i < 256; ++i) ASSERT_EQ(header[i], 0) << i;
+}
+
+TEST(Shard, EmptyShardIsValid) {
+  TempDir dir;
+  write_shard(dir.path / "e.bin", {});
+  EXPECT_TRUE(read_shard(dir.path / "e.bin").empty());
+  EXPECT_EQ(Shard(dir.path / "e.bin").size(), 0);
+}
+
+TEST(Shard, WrongMagicNamesFileAndTool) {
+  TempDir dir;
+  fs::path p = dir.path / "foreign.bin";
+  std::vector<int32_t> header(256, 0);
+  header[0] = 12345;
+  header[1] = 1;
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<char*>(header.data()), 1024);
+  std::string msg = error_of([&] { read_shard(p); });
+  EXPECT_NE(msg.find("foreign.bin"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("magic 12345, expected 20240520"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("different tool"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] { Shard s(p); }), msg);
+}
+
+TEST(Shard, WrongVersionIsRejected) {
+  TempDir dir;
+  fs::path p = dir.path / "v2.bin";
+  std::vector<int32_t> header(256, 0);
+  header[0] = kShardMagic;
+  header[1] = 2;
+  std::ofstream(p, std::ios::binary).write(reinterpret_cast<char*>(header.data()), 1024);
+  EXPECT_NE(error_of([&] { read_shard(p); }).find("version 2, expected 1"), std::string::npos);
+}
+
+TEST(Shard, TruncatedFileSaysHowMuchIsMissing) {
+  TempDir dir;
+  fs::path p = dir.path / "t.bin";
+  write_shard(p, std::vector<uint16_t>(100, 5));
+  fs::resize_file(p, 1024 + 150);
+  std::string msg = error_of([&] { Shard s(p); });
+  EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("100 tokens"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("found 150 bytes"), std::string::npos) << msg;
+
+  fs::resize_file(p, 10);
+  msg = error_of([&] { read_shard(p); });
+  EXPECT_NE(msg.find("too short for its header"), std::string::npos) << msg;
+}
+
+TEST(Shard, TokenOutsideVocabNamesPosition) {
+  TempDir dir;
+  fs::path p = dir.path / "v.bin";
+  std::vector<uint16_t> tokens(50, 10);
+  tokens[37] = 300;
+  write_shard(p, tokens);
+  EXPECT_NO_THROW(read_shard(p, 301));
+  std::string msg = error_of([&] { Shard s(p, 256); });
+  EXPECT_NE(msg.find("token 300 at position 37"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("vocab_size 256"), std::string::npos) << msg;
+}
+
+TEST(Shard, MissingFileIsIoError) {
+  EXPECT_THROW(read_shard("/nonexistent/precon/x.bin"), IoError);
+  EXPECT_THROW(Shard("/nonexistent/precon/x.bin"), IoError);
+}
+
+}  // namespace
+}  // namespace precon::worker
