@@ -73,9 +73,11 @@ TEST(NnAdamw, MatchesTorchFormulaOverSeveralSteps) {
     EXPECT_LE(max_rel(m_ref, m_torch, 1e-3), 1e-12);
     EXPECT_LE(max_rel(v_ref, v_torch, 1e-6), 1e-12);
     // fp32 state over five steps: a few ulp of O(1) parameters plus fp32 error in updates of
-    // size lr; m and v relative to their own size with floors below the tiny-gradient entry.
+    // size lr. m is a signed sum that can cancel to ~0, so its error (~1e-8 absolute) is taken
+    // relative to its typical size, 0.05 or more; v is a sum of squares and compared relatively,
+    // with a floor below the tiny-gradient entry.
     EXPECT_LE(max_rel(params, p_torch, 1.0), 1e-6);
-    EXPECT_LE(max_rel(m, m_torch, 1e-3), 1e-5);
+    EXPECT_LE(max_rel(m, m_torch, 0.05), 1e-5);
     EXPECT_LE(max_rel(v, v_torch, 1e-6), 1e-5);
   }
 }

@@ -44,10 +44,11 @@ TEST(NnEncoder, MatchesReference) {
     kernels::encoder_backward(host_view(dwte, {s.Vp, s.C}), host_view(dwpe, {s.maxT, s.C}),
                               host_view(dout, {s.B, s.T, s.C}), host_view_i32(tokens, {s.B, s.T}));
     ref::encoder_backward(dwte_ref.data(), dwpe_ref.data(), to_double(dout).data(), tokens.data(), s.B, s.T, s.C);
-    // Sums of up to B*T unit-normal terms in fp32: ~sqrt(60) * 6e-8 relative to an O(sqrt(60))
-    // magnitude, so 1e-6 with an absolute floor of 1 has ample margin.
-    EXPECT_LE(max_rel(dwte, dwte_ref, 1.0), 1e-6);
-    EXPECT_LE(max_rel(dwpe, dwpe_ref, 1.0), 1e-6);
+    // Sequential fp32 sums of up to ~25 unit-normal terms per row (60 positions over 3 tokens)
+    // onto a unit-normal start, partial sums up to ~10: worst case 25 * 6e-8 * 10 = 1.5e-5
+    // absolute, observed ~1e-6; the floor of 1 makes it absolute for small entries.
+    EXPECT_LE(max_rel(dwte, dwte_ref, 1.0), 2e-5);
+    EXPECT_LE(max_rel(dwpe, dwpe_ref, 1.0), 2e-5);
   }
 }
 
