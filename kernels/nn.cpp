@@ -8,8 +8,8 @@
 
 #include <cmath>
 #include <limits>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "kernels/check.h"
 #include "kernels/dispatch.h"
