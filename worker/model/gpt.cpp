@@ -1,0 +1,268 @@
+#include "worker/model/gpt.h"
+
+#include <cmath>
+#include <random>
+
+#include "kernels/linalg.h"
+#include "kernels/nn.h"
+
+namespace precon::worker {
+
+namespace k = kernels;
+using k::DType;
+using k::Tensor;
+
+namespace {
+// Row offsets of one layer's parameters in the table (see gpt2_param_table).
+constexpr size_t kLn1W = 0, kLn1B = 1, kAttnW = 2, kAttnB = 3, kProjW = 4, kProjB = 5, kLn2W = 6, kLn2B = 7,
+                 kFcW = 8, kFcB = 9, kFcProjW = 10, kFcProjB = 11, kPerLayer = 12;
+size_t layer_param(int64_t l, size_t which) { return 2 + kPerLayer * static_cast<size_t>(l) + which; }
+}  // namespace
+
+// Every activation the backward needs, plus backward scratch, carved out of one buffer.
+struct Gpt::Acts {
+  k::Buffer buf;
+  Tensor tokens, targets;  // (B, T) i32
+  Tensor encoded;          // (B, T, C)
+  std::vector<Tensor> ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
+      residual3;
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, proj;
+  // backward scratch
+  Tensor dresidual, dc_a, dc_b, d4a, d4b, dqkv, datt;
+  int64_t bytes = 0;
+};
+
+Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision)
+    : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
+      L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), device_(device),
+      act_(precision == "bf16" ? DType::bf16 : DType::f32) {
+  params_ = std::make_unique<ParamStore>(gpt2_param_table(config), device);
+  if (act_ == DType::bf16) {
+    shadow_buf_ = k::Buffer(device, params_->total_numel() * sizeof(k::bf16));
+    int64_t offset = 0;
+    for (size_t i = 0; i < params_->size(); ++i) {
+      Tensor p = params_->param(i);
+      Tensor s = p;
+      s.dtype = DType::bf16;
+      s.data = static_cast<char*>(shadow_buf_.data()) + offset * sizeof(k::bf16);
+      shadow_.push_back(s);
+      offset += p.numel();
+    }
+  }
+
+  // Lay out the activations: a first pass computes offsets, then one allocation.
+  acts_ = std::make_unique<Acts>();
+  Acts& a = *acts_;
+  const int64_t BT = B_ * T_;
+  std::vector<std::pair<Tensor*, std::vector<int64_t>>> plan;
+  std::vector<DType> dtypes;
+  auto want = [&](Tensor* t, std::vector<int64_t> shape, DType dt) {
+    plan.emplace_back(t, std::move(shape));
+    dtypes.push_back(dt);
+  };
+  auto per_layer = [&](std::vector<Tensor>& v, std::vector<int64_t> shape, DType dt) {
+    v.resize(L_);
+    for (int64_t l = 0; l < L_; ++l) want(&v[l], shape, dt);
+  };
+  want(&a.tokens, {B_, T_}, DType::i32);
+  want(&a.targets, {B_, T_}, DType::i32);
+  want(&a.encoded, {B_, T_, C_}, act_);
+  per_layer(a.ln1, {B_, T_, C_}, act_);
+  per_layer(a.ln1_mean, {BT}, DType::f32);
+  per_layer(a.ln1_rstd, {BT}, DType::f32);
+  per_layer(a.qkv, {B_, T_, 3 * C_}, act_);
+  per_layer(a.atty, {B_, T_, C_}, act_);
+  per_layer(a.att, {B_, NH_, T_, T_}, act_);
+  per_layer(a.residual2, {B_, T_, C_}, act_);
+  per_layer(a.ln2, {B_, T_, C_}, act_);
+  per_layer(a.ln2_mean, {BT}, DType::f32);
+  per_layer(a.ln2_rstd, {BT}, DType::f32);
+  per_layer(a.fch, {B_, T_, 4 * C_}, act_);
+  per_layer(a.fch_gelu, {B_, T_, 4 * C_}, act_);
+  per_layer(a.residual3, {B_, T_, C_}, act_);
+  want(&a.lnf, {B_, T_, C_}, act_);
+  want(&a.lnf_mean, {BT}, DType::f32);
+  want(&a.lnf_rstd, {BT}, DType::f32);
+  want(&a.logits, {B_, T_, Vp_}, act_);
+  want(&a.losses, {BT}, DType::f32);
+  want(&a.proj, {B_, T_, C_}, act_);
+  want(&a.dresidual, {B_, T_, C_}, act_);
+  want(&a.dc_a, {B_, T_, C_}, act_);
+  want(&a.dc_b, {B_, T_, C_}, act_);
+  want(&a.d4a, {B_, T_, 4 * C_}, act_);
+  want(&a.d4b, {B_, T_, 4 * C_}, act_);
+  want(&a.dqkv, {B_, T_, 3 * C_}, act_);
+  want(&a.datt, {B_, NH_, T_, T_}, act_);
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t s : plan[i].second) n *= s;
+    offsets.push_back(total);
+    total += (n * static_cast<int64_t>(k::dtype_size(dtypes[i])) + 63) / 64 * 64;
+  }
+  a.buf = k::Buffer(device, total);
+  a.bytes = total;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const auto& s = plan[i].second;
+    char* base = static_cast<char*>(a.buf.data()) + offsets[i];
+    Tensor t;
+    if (s.size() == 1) t = Tensor::view(base, {s[0]}, dtypes[i], device);
+    else if (s.size() == 2) t = Tensor::view(base, {s[0], s[1]}, dtypes[i], device);
+    else if (s.size() == 3) t = Tensor::view(base, {s[0], s[1], s[2]}, dtypes[i], device);
+    else t = Tensor::view(base, {s[0], s[1], s[2], s[3]}, dtypes[i], device);
+    *plan[i].first = t;
+  }
+}
+
+Gpt::~Gpt() = default;
+
+int64_t Gpt::activation_bytes() const { return acts_->bytes; }
+
+Tensor Gpt::weight(size_t i) const { return act_ == DType::bf16 ? shadow_[i] : params_->param(i); }
+
+void Gpt::cast_weights() {
+  if (act_ != DType::bf16) return;
+  Tensor all = params_->all_params();
+  Tensor shadow = Tensor::view(shadow_buf_.data(), {all.numel()}, DType::bf16, device_);
+  k::cast(shadow, all);
+}
+
+void Gpt::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L_));
+  for (size_t i = 0; i < params_->size(); ++i) {
+    const ParamSpec& p = params_->spec(i);
+    std::vector<float> host(params_->param(i).numel(), 0.0f);
+    const bool residual_proj = p.name.find("c_proj.weight") != std::string::npos;
+    const bool ln_weight = p.kind == ParamKind::norm && p.name.find(".weight") != std::string::npos;
+    if (p.kind == ParamKind::matrix || p.kind == ParamKind::embedding || p.kind == ParamKind::position) {
+      const float std = residual_proj ? residual_std : 0.02f;
+      for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded wte rows stay zero
+    } else if (ln_weight) {
+      for (float& v : host) v = 1.0f;
+    }
+    Tensor src = params_->param(i);
+    src.data = host.data();
+    src.device = k::Device::cpu;
+    k::copy(params_->param(i), src);
+  }
+}
+
+double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {
+  Acts& a = *acts_;
+  const int64_t BT = B_ * T_;
+  if (static_cast<int64_t>(tokens.size()) != BT || static_cast<int64_t>(targets.size()) != BT)
+    throw std::invalid_argument("Gpt::forward: expected " + std::to_string(BT) + " tokens and targets (B=" +
+                                std::to_string(B_) + ", T=" + std::to_string(T_) + "), got " +
+                                std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+  tokens_host_ = tokens;
+  std::vector<int32_t> tok = tokens, tgt = targets;
+  k::copy(a.tokens, Tensor::view(tok.data(), {B_, T_}, DType::i32));
+  k::copy(a.targets, Tensor::view(tgt.data(), {B_, T_}, DType::i32));
+  cast_weights();
+
+  k::encoder_forward(a.encoded, a.tokens, weight(0), weight(1).narrow(0, 0, T_));
+  Tensor residual = a.encoded;
+  for (int64_t l = 0; l < L_; ++l) {
+    auto w = [&](size_t which) { return weight(layer_param(l, which)); };
+    k::layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w(kLn1W), w(kLn1B));
+    k::matmul_forward(a.qkv[l], a.ln1[l], w(kAttnW), w(kAttnB), k::WeightLayout::in_out);
+    k::attention_forward(a.atty[l], a.att[l], a.qkv[l], static_cast<int>(NH_));
+    k::matmul_forward(a.proj, a.atty[l], w(kProjW), w(kProjB), k::WeightLayout::in_out);
+    k::add(a.residual2[l], residual, a.proj);
+    k::layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w(kLn2W), w(kLn2B));
+    k::matmul_forward(a.fch[l], a.ln2[l], w(kFcW), w(kFcB), k::WeightLayout::in_out);
+    k::gelu_forward(a.fch_gelu[l], a.fch[l]);
+    k::matmul_forward(a.proj, a.fch_gelu[l], w(kFcProjW), w(kFcProjB), k::WeightLayout::in_out);
+    k::add(a.residual3[l], a.residual2[l], a.proj);
+    residual = a.residual3[l];
+  }
+  const size_t lnf = params_->size() - 2;
+  k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, weight(lnf), weight(lnf + 1));
+  k::matmul_forward(a.logits, a.lnf, weight(0), Tensor{}, k::WeightLayout::out_in);
+
+  int64_t counted = 0;
+  for (int32_t t : targets) counted += t >= 0;
+  const double dloss = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
+  if (compute_grad) {
+    k::crossentropy_backward(a.logits, a.losses, a.logits, a.targets, static_cast<int>(V_), static_cast<float>(dloss));
+  } else {
+    k::crossentropy_forward(a.losses, a.logits, a.targets, static_cast<int>(V_));
+  }
+  grads_ready_ = compute_grad;
+  std::vector<float> losses(BT);
+  k::copy(Tensor::view(losses.data(), {BT}), a.losses);
+  double sum = 0.0;
+  for (float v : losses) sum += v;
+  return sum * dloss;
+}
+
+void Gpt::backward() {
+  if (!grads_ready_) throw std::logic_error("Gpt::backward needs a forward with compute_grad first");
+  grads_ready_ = false;
+  Acts& a = *acts_;
+  ParamStore& p = *params_;
+  const size_t lnf = p.size() - 2;
+  const int nh = static_cast<int>(NH_);
+
+  k::fill_zero(a.dresidual);
+  k::fill_zero(a.dc_a);
+  // logits = lnf · wteᵀ (tied head): a.logits now holds dlogits.
+  k::matmul_backward(a.dc_a, p.grad(0), Tensor{}, a.logits, a.lnf, weight(0), k::WeightLayout::out_in);
+  const Tensor last = L_ > 0 ? a.residual3[L_ - 1] : a.encoded;
+  k::layernorm_backward(a.dresidual, p.grad(lnf), p.grad(lnf + 1), a.dc_a, last, weight(lnf), a.lnf_mean, a.lnf_rstd);
+
+  for (int64_t l = L_ - 1; l >= 0; --l) {
+    auto w = [&](size_t which) { return weight(layer_param(l, which)); };
+    auto g = [&](size_t which) { return p.grad(layer_param(l, which)); };
+    const Tensor residual = l == 0 ? a.encoded : a.residual3[l - 1];
+    // residual3 = residual2 + mlp(ln2(residual2)); dresidual holds d residual3.
+    k::fill_zero(a.d4a);
+    k::matmul_backward(a.d4a, g(kFcProjW), g(kFcProjB), a.dresidual, a.fch_gelu[l], w(kFcProjW), k::WeightLayout::in_out);
+    k::fill_zero(a.d4b);
+    k::gelu_backward(a.d4b, a.fch[l], a.d4a);
+    k::fill_zero(a.dc_a);
+    k::matmul_backward(a.dc_a, g(kFcW), g(kFcB), a.d4b, a.ln2[l], w(kFcW), k::WeightLayout::in_out);
+    k::layernorm_backward(a.dresidual, g(kLn2W), g(kLn2B), a.dc_a, a.residual2[l], w(kLn2W), a.ln2_mean[l],
+                          a.ln2_rstd[l]);
+    // residual2 = residual + attn(ln1(residual)); dresidual now holds d residual2.
+    k::fill_zero(a.dc_a);
+    k::matmul_backward(a.dc_a, g(kProjW), g(kProjB), a.dresidual, a.atty[l], w(kProjW), k::WeightLayout::in_out);
+    k::fill_zero(a.dqkv);
+    k::attention_backward(a.dqkv, a.datt, a.dc_a, a.qkv[l], a.att[l], nh);
+    k::fill_zero(a.dc_b);
+    k::matmul_backward(a.dc_b, g(kAttnW), g(kAttnB), a.dqkv, a.ln1[l], w(kAttnW), k::WeightLayout::in_out);
+    k::layernorm_backward(a.dresidual, g(kLn1W), g(kLn1B), a.dc_b, residual, w(kLn1W), a.ln1_mean[l], a.ln1_rstd[l]);
+  }
+  k::encoder_backward(p.grad(0), p.grad(1).narrow(0, 0, T_), a.dresidual, a.tokens);
+}
+
+std::vector<float> Gpt::logits_host() const {
+  const Acts& a = *acts_;
+  const int64_t BT = B_ * T_;
+  std::vector<float> padded(BT * Vp_), out(BT * V_);
+  if (act_ == DType::f32) {
+    k::copy(Tensor::view(padded.data(), {B_, T_, Vp_}), a.logits);
+  } else {
+    k::Buffer tmp(device_, BT * Vp_ * sizeof(float));
+    k::cast(tmp.view({B_, T_, Vp_}), a.logits);
+    k::copy(Tensor::view(padded.data(), {B_, T_, Vp_}), tmp.view({B_, T_, Vp_}));
+  }
+  for (int64_t i = 0; i < BT; ++i)
+    for (int64_t v = 0; v < V_; ++v) out[i * V_ + v] = padded[i * Vp_ + v];
+  return out;
+}
+
+double Gpt::flops_per_step() const {
+  // 6 FLOPs per parameter per token (forward 2, backward 4) for the matmuls, the tied head
+  // counted once; attention's QKᵀ and att·V add 12·L·C·T per token (causal half not credited).
+  double n = 0;
+  for (const ParamSpec& s : params_->table())
+    if (s.kind == ParamKind::matrix || s.kind == ParamKind::embedding) n += static_cast<double>(s.numel());
+  const double tokens = static_cast<double>(B_ * T_);
+  return 6.0 * n * tokens + 12.0 * L_ * C_ * T_ * tokens;
+}
+
+}  // namespace precon::worker

@@ -1,0 +1,65 @@
+// GPT-2 (pre-LN, learned positions, GELU-tanh, tied embeddings, biases) with explicit forward and
+// backward passes over the kernels. Parameters follow the table in params.h (HF names/layouts);
+// activations live in one allocation carved into named views.
+// Shape letters: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded V.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/tensor.h"
+#include "worker/config/config.h"
+#include "worker/model/params.h"
+
+namespace precon::worker {
+
+class Gpt {
+ public:
+  // precision: "fp32", or "bf16" (CUDA: bf16 activations and weight copies, fp32 masters/grads).
+  Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32");
+  ~Gpt();
+  Gpt(const Gpt&) = delete;
+  Gpt& operator=(const Gpt&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  int64_t batch_size() const { return B_; }
+  ParamStore& params() { return *params_; }
+  const ParamStore& params() const { return *params_; }
+
+  // GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by 1/√(2L), zero
+  // biases, unit layernorm weights. Deterministic in the seed.
+  void init_random(uint64_t seed);
+
+  // tokens, targets: B·T host ints; targets < 0 are ignored. Returns the mean loss over the
+  // counted targets and keeps what the backward needs. With compute_grad, also writes
+  // d loss / d logits in place of the logits (fused), ready for backward().
+  double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad);
+  // Accumulates parameter gradients (callers zero them once per step with params().zero_grads()).
+  void backward();
+
+  // Logits of the last forward without compute_grad: (B, T, V) copied to the host.
+  std::vector<float> logits_host() const;
+  // Floating-point operations of one forward + backward (6·N·tokens + attention).
+  double flops_per_step() const;
+  int64_t activation_bytes() const;
+
+ private:
+  struct Acts;
+  void cast_weights();
+  kernels::Tensor weight(size_t i) const;
+
+  ModelConfig config_;
+  int64_t B_, T_, C_, NH_, L_, V_, Vp_;
+  kernels::Device device_;
+  kernels::DType act_;
+  std::unique_ptr<ParamStore> params_;
+  kernels::Buffer shadow_buf_;  // bf16 copies of the weights (bf16 precision only)
+  std::vector<kernels::Tensor> shadow_;
+  std::unique_ptr<Acts> acts_;
+  std::vector<int32_t> tokens_host_;
+  bool grads_ready_ = false;
+};
+
+}  // namespace precon::worker

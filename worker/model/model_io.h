@@ -1,0 +1,32 @@
+// Model weights in safetensors with Hugging Face GPT-2 names and layouts, plus HF's config.json,
+// so a checkpoint loads in GPT2LMHeadModel unchanged and HF GPT-2 weights initialise a run.
+#pragma once
+
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/config/config.h"
+#include "worker/model/params.h"
+
+namespace precon::worker {
+
+class ModelIoError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Safetensors bytes of the visible parameters (real vocabulary) in table order, F32.
+std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const ModelConfig& config);
+
+// Loads every parameter from a safetensors file. Missing or extra tensors, other shapes (a
+// checkpoint of a different model) or dtypes give a ModelIoError naming the file and tensor.
+// F32 and BF16 are accepted; padded vocabulary rows are zeroed.
+void load_model_safetensors(ParamStore& params, const std::filesystem::path& path);
+
+// HF GPT-2 config.json for this model.
+nlohmann::json hf_config_json(const ModelConfig& config);
+
+}  // namespace precon::worker
