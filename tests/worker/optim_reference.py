@@ -1,0 +1,303 @@
+"""Reference optimizers for tests/worker/test_optim_reference.cpp, written in torch from the
+published algorithms (../shared/OPTIMIZERS.md): AdamW is torch.optim.AdamW; Muon and Shampoo are
+written out literally here. Every case starts from the same parameters of a tiny GPT-2 (HF
+layouts: Conv1D weights stored (in, out)) and applies the same fixed random gradients.
+
+Writes into --out: init.<param>.npy, grad.<step>.<param>.npy (step 1-based),
+final.<case>.<param>.npy and cases.json (each case's optimizer config, lr scales, grad scale).
+"""
+import argparse
+import json
+import math
+import os
+
+import numpy as np
+import torch
+
+STEPS = 12
+C, V, T, L = 16, 50, 8, 1
+
+
+def param_table():
+    """(name, shape, kind, fan_in, fan_out, qkv_blocks) as worker/model/params.cpp builds it."""
+    t = [("wte.weight", (V, C), "embedding", 0, 0, 1), ("wpe.weight", (T, C), "position", 0, 0, 1)]
+
+    def linear(prefix, fin, fout, qkv=1):
+        t.append((prefix + ".weight", (fin, fout), "matrix", fin, fout, qkv))
+        t.append((prefix + ".bias", (fout,), "bias", 0, 0, 1))
+
+    for l in range(L):
+        h = f"h.{l}"
+        t.append((h + ".ln_1.weight", (C,), "norm", 0, 0, 1))
+        t.append((h + ".ln_1.bias", (C,), "norm", 0, 0, 1))
+        linear(h + ".attn.c_attn", C, 3 * C, 3)
+        linear(h + ".attn.c_proj", C, C)
+        t.append((h + ".ln_2.weight", (C,), "norm", 0, 0, 1))
+        t.append((h + ".ln_2.bias", (C,), "norm", 0, 0, 1))
+        linear(h + ".mlp.c_fc", C, 4 * C)
+        linear(h + ".mlp.c_proj", 4 * C, C)
+    t.append(("ln_f.weight", (C,), "norm", 0, 0, 1))
+    t.append(("ln_f.bias", (C,), "norm", 0, 0, 1))
+    return t
+
+
+# ---------------------------------------------------------------- AdamW (torch.optim.AdamW)
+
+def adamw_group_hyper(cfg, adamw_run):
+    a = cfg.get("adamw", {})
+    lr = cfg["lr"] if adamw_run or a.get("lr", 0) == 0 else a["lr"]
+    wd = cfg.get("weight_decay", 0.0)
+    if not adamw_run and a.get("weight_decay", -1) >= 0:
+        wd = a["weight_decay"]
+    return dict(lr=lr, betas=(a.get("beta1", 0.9), a.get("beta2", 0.95)), eps=a.get("eps", 1e-8), weight_decay=wd)
+
+
+class TorchAdamW:
+    def __init__(self, tensors, hyper):
+        self.tensors = tensors
+        self.base_lr = hyper["lr"]
+        self.opt = torch.optim.AdamW(tensors, foreach=False, **hyper) if tensors else None
+
+    def step(self, grads, lr_scale):
+        if self.opt is None:
+            return
+        for p, g in zip(self.tensors, grads):
+            p.grad = g.clone()
+        for group in self.opt.param_groups:
+            group["lr"] = self.base_lr * lr_scale
+        self.opt.step()
+
+
+# ---------------------------------------------------------------- Muon
+
+KELLER = [(3.4445, -4.7750, 2.0315)]
+POLAR_EXPRESS = [(8.2051, -22.9019, 16.4607), (4.0664, -2.8612, 0.5184), (3.9096, -2.8234, 0.5250),
+                 (3.2856, -2.4153, 0.4853), (2.2779, -1.6198, 0.3985), (1.8726, -1.2307, 0.3585),
+                 (1.8564, -1.2132, 0.3568), (1.8750, -1.2500, 0.3750)]
+
+
+def newton_schulz(g, schedule, eps):
+    x = g.clone()
+    transposed = x.shape[0] > x.shape[1]
+    if transposed:
+        x = x.T
+    x = x / (x.norm() + eps)
+    for a, b, c in schedule:
+        A = x @ x.T
+        B = b * A + c * (A @ A)
+        x = a * x + B @ x
+    return x.T if transposed else x
+
+
+def muon_scale(mode, fan_out, fan_in):
+    if mode == "shape":
+        return math.sqrt(max(1.0, fan_out / fan_in))
+    if mode == "rms-match":
+        return 0.2 * math.sqrt(max(fan_out, fan_in))
+    return math.sqrt(fan_out / fan_in)
+
+
+def muon_step(w, g, state, cfg, lr, wd, qkv_blocks):
+    """w, g stored (fan_in, fan_out) as HF's Conv1D; the algorithm runs on the map Wᵀ."""
+    m = cfg
+    mu = m.get("momentum", 0.95)
+    gm = g.T  # the linear map's gradient, (fan_out, fan_in)
+    if "M" not in state:
+        state["M"] = torch.zeros_like(gm)
+    M = state["M"]
+    ema = m.get("momentum_form", "ema") == "ema"
+    if ema:
+        M.mul_(mu).add_((1 - mu) * gm)
+        U = (1 - mu) * gm + mu * M if m.get("nesterov", True) else M
+    else:
+        M.mul_(mu).add_(gm)
+        U = gm + mu * M if m.get("nesterov", True) else M
+    coeffs = m.get("coefficients", "keller")
+    base = KELLER if coeffs == "keller" else POLAR_EXPRESS if coeffs == "polar-express" else \
+        [tuple(t) for t in m["coefficient_list"]]
+    steps = m.get("ns_steps", 5)
+    schedule = [base[min(i, len(base) - 1)] for i in range(steps)]
+    eps = m.get("ns_eps", 1e-7)
+    blocks = qkv_blocks if m.get("split_qkv", True) else 1
+    fan_out, fan_in = gm.shape
+    rows = fan_out // blocks
+    w.mul_(1 - lr * wd)
+    for k in range(blocks):
+        o = newton_schulz(U[k * rows:(k + 1) * rows], schedule, eps)
+        scale = muon_scale(m.get("scale", "shape"), rows, fan_in)
+        w.T[k * rows:(k + 1) * rows].sub_(lr * scale * o)
+
+
+# ---------------------------------------------------------------- Shampoo
+
+def inverse_root(a, eps, p):
+    """(A + εI)^(-1/p) with eigenvalues clamped at 0, in float64."""
+    lam, q = torch.linalg.eigh(a.double())
+    d = (lam.clamp(min=0) + eps) ** (-1.0 / p)
+    return ((q * d) @ q.T).float()
+
+
+def shampoo_block_step(w, g, st, s, t, lr, wd):
+    """One block (views w, g of the stored matrix), Distributed Shampoo as OPTIMIZERS.md writes it."""
+    beta1, beta2 = s.get("beta1", 0.9), s.get("beta2", 1.0)
+    eps = s.get("epsilon", 1e-12)
+    freq = s.get("precondition_frequency", 10)
+    start = s.get("start_preconditioning_step", 0) or freq
+    graft = s.get("grafting", "adam")
+    bg, eg = s.get("grafting_beta2", 0.999), s.get("grafting_epsilon", 1e-8)
+    bias_correction = s.get("bias_correction", True)
+    p_root = 1.0 / (s.get("exponent", 0.0) or 0.25)
+    if not st:
+        st.update(L=torch.zeros(g.shape[0], g.shape[0]), R=torch.zeros(g.shape[1], g.shape[1]),
+                  Li=torch.eye(g.shape[0]), Ri=torch.eye(g.shape[1]), M=torch.zeros_like(g), V=torch.zeros_like(g))
+    if beta2 == 1.0:
+        st["L"] += g @ g.T
+        st["R"] += g.T @ g
+    else:
+        st["L"] = beta2 * st["L"] + (1 - beta2) * (g @ g.T)
+        st["R"] = beta2 * st["R"] + (1 - beta2) * (g.T @ g)
+    bc2 = 1 - beta2 ** t if (bias_correction and beta2 < 1.0) else 1.0
+    if (t % freq == 0 and t > start) or t == start:
+        st["Li"] = inverse_root(st["L"] / bc2, eps, p_root)
+        st["Ri"] = inverse_root(st["R"] / bc2, eps, p_root)
+    st["M"] = beta1 * st["M"] + (1 - beta1) * g
+    bc1 = 1 - beta1 ** t if bias_correction else 1.0
+    ghat = st["M"] / bc1
+    if graft == "adam":
+        st["V"] = bg * st["V"] + (1 - bg) * g * g
+        pg = ghat / ((st["V"] / (1 - bg ** t)).sqrt() + eg)
+    elif graft == "rmsprop":
+        st["V"] = bg * st["V"] + (1 - bg) * g * g
+        pg = ghat / (st["V"].sqrt() + eg)
+    elif graft == "adagrad":
+        st["V"] = st["V"] + g * g
+        pg = ghat / (st["V"].sqrt() + eg)
+    else:
+        pg = ghat
+    if t < start:
+        p = pg
+    else:
+        p = st["Li"] @ ghat @ st["Ri"]
+        if graft != "none":
+            p = p * (pg.norm() / (p.norm() + 1e-16))
+    w.mul_(1 - lr * wd)
+    w.sub_(lr * p)
+
+
+def shampoo_routed(kind, which):
+    return kind == "matrix" or (which == "all-matrices" and kind in ("embedding", "position"))
+
+
+def split(n, size):
+    return [(s, min(size, n - s)) for s in range(0, n, size)]
+
+
+# ---------------------------------------------------------------- cases
+
+SCHEDULE = [0.2, 0.5, 0.8, 1.0, 1.0, 0.9, 0.75, 0.6, 0.45, 0.3, 0.2, 0.1]
+
+CASES = [
+    dict(name="adamw_wd_schedule_clip", grad_scale=0.5, lr_scales=SCHEDULE,
+         config=dict(name="adamw", lr=3e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8))),
+    dict(name="muon_ema_nesterov_keller_shape_qkv", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="muon", lr=0.02, weight_decay=0.01,
+                     adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0),
+                     muon=dict(momentum=0.95, nesterov=True, momentum_form="ema", ns_steps=5,
+                               coefficients="keller", scale="shape", split_qkv=True))),
+    dict(name="muon_sgd_polar_rms_match", grad_scale=1.0, lr_scales=[1.0] * STEPS,
+         config=dict(name="muon", lr=1e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95),
+                     muon=dict(momentum=0.9, nesterov=False, momentum_form="sgd", ns_steps=6,
+                               coefficients="polar-express", scale="rms-match", split_qkv=False))),
+    dict(name="muon_explicit_spectral", grad_scale=0.7, lr_scales=SCHEDULE,
+         config=dict(name="muon", lr=0.01, weight_decay=0.0, adamw=dict(beta1=0.8, beta2=0.99, weight_decay=0.05),
+                     muon=dict(momentum=0.9, nesterov=True, momentum_form="ema", ns_steps=4,
+                               coefficients="explicit", coefficient_list=[[3.0, -3.2, 1.2], [2.0, -1.5, 0.5]],
+                               scale="spectral", split_qkv=True))),
+    dict(name="shampoo_adam_sum_freq1", grad_scale=1.0, lr_scales=[1.0] * STEPS,
+         config=dict(name="shampoo", lr=0.01, weight_decay=0.0, adamw=dict(beta1=0.9, beta2=0.95),
+                     shampoo=dict(beta1=0.9, beta2=1.0, epsilon=1e-6, precondition_frequency=1, grafting="adam",
+                                  grafting_beta2=0.999, grafting_epsilon=1e-8))),
+    dict(name="shampoo_sgd_freq3_blocks_wd", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="shampoo", lr=0.02, weight_decay=0.01, adamw=dict(beta1=0.9, beta2=0.95),
+                     shampoo=dict(beta1=0.9, beta2=0.99, epsilon=1e-6, precondition_frequency=3,
+                                  start_preconditioning_step=3, max_preconditioner_dim=10, grafting="sgd"))),
+    dict(name="shampoo_none_all_matrices_freq2", grad_scale=0.5, lr_scales=SCHEDULE,
+         config=dict(name="shampoo", lr=0.005, weight_decay=0.02, adamw=dict(beta1=0.9, beta2=0.95),
+                     shampoo=dict(beta1=0.5, beta2=0.95, epsilon=1e-6, precondition_frequency=2,
+                                  grafting="none", params="all-matrices", max_preconditioner_dim=24))),
+    dict(name="shampoo_adagrad_exponent_no_bias_correction", grad_scale=1.0, lr_scales=[1.0] * STEPS,
+         config=dict(name="shampoo", lr=0.01, weight_decay=0.0, adamw=dict(beta1=0.9, beta2=0.95),
+                     shampoo=dict(beta1=0.9, beta2=0.999, epsilon=1e-6, precondition_frequency=2,
+                                  start_preconditioning_step=2, exponent=0.5, grafting="adagrad",
+                                  grafting_epsilon=1e-8, bias_correction=False))),
+    dict(name="shampoo_rmsprop_newton_blocks", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="shampoo", lr=0.01, weight_decay=0.01, adamw=dict(beta1=0.9, beta2=0.95),
+                     shampoo=dict(beta1=0.9, beta2=0.999, epsilon=1e-4, precondition_frequency=4,
+                                  start_preconditioning_step=1, grafting="rmsprop", grafting_beta2=0.9,
+                                  root_method="newton", max_preconditioner_dim=32))),
+]
+
+
+def run_case(case, init, grads):
+    cfg = case["config"]
+    table = param_table()
+    params = {n: torch.tensor(init[n]) for n, *_ in table}
+    name = cfg["name"]
+    lr, wd = cfg["lr"], cfg.get("weight_decay", 0.0)
+    if name == "adamw":
+        side = [n for n, *_ in table]
+    elif name == "muon":
+        side = [n for n, _, kind, *_ in table if kind != "matrix"]
+    else:
+        which = cfg["shampoo"].get("params", "hidden")
+        side = [n for n, _, kind, *_ in table if not shampoo_routed(kind, which)]
+    adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, name == "adamw"))
+    states = {}
+    for t in range(1, STEPS + 1):
+        scale = case["lr_scales"][t - 1]
+        g = {n: torch.tensor(grads[t][n]) * case["grad_scale"] for n, *_ in table}
+        with torch.no_grad():
+            adamw.step([g[n] for n in side], scale)
+            for n, shape, kind, fin, fout, qkv in table:
+                if n in side:
+                    continue
+                if name == "muon":
+                    muon_step(params[n], g[n], states.setdefault(n, {}), cfg["muon"], lr * scale, wd, qkv)
+                else:
+                    s = cfg["shampoo"]
+                    size = s.get("max_preconditioner_dim", 1024)
+                    for bi, (r0, rn) in enumerate(split(shape[0], size)):
+                        for bj, (c0, cn) in enumerate(split(shape[1], size)):
+                            st = states.setdefault((n, bi, bj), {})
+                            shampoo_block_step(params[n][r0:r0 + rn, c0:c0 + cn], g[n][r0:r0 + rn, c0:c0 + cn], st,
+                                               s, t, lr * scale, wd)
+    return params
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(20240601)
+    table = param_table()
+    init, grads = {}, {}
+    for n, shape, kind, *_ in table:
+        init[n] = (rng.standard_normal(shape) * (0.02 if kind != "norm" else 0.1)).astype(np.float32)
+        np.save(os.path.join(args.out, f"init.{n}.npy"), init[n])
+    for t in range(1, STEPS + 1):
+        grads[t] = {}
+        for n, shape, *_ in table:
+            grads[t][n] = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+            np.save(os.path.join(args.out, f"grad.{t}.{n}.npy"), grads[t][n])
+    for case in CASES:
+        final = run_case(case, init, grads)
+        for n, *_ in table:
+            np.save(os.path.join(args.out, f"final.{case['name']}.{n}.npy"), final[n].numpy())
+    with open(os.path.join(args.out, "cases.json"), "w") as f:
+        json.dump(dict(steps=STEPS, cases=CASES), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,60 @@
+// Helpers shared by the optimizers: visible views, the state arena, phase timing, routing text.
+#include <cstdio>
+
+#include "worker/optim/optim_internal.h"
+
+namespace precon::worker::optim {
+
+using kernels::Tensor;
+
+Tensor visible(const Tensor& storage, const ParamSpec& spec) {
+  return spec.storage_rows > 0 ? storage.narrow(0, 0, spec.shape[0]) : storage;
+}
+
+Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device) {
+  if (shape.size() == 1) return Tensor::view(ptr, {shape[0]}, kernels::DType::f32, device);
+  if (shape.size() == 2) return Tensor::view(ptr, {shape[0], shape[1]}, kernels::DType::f32, device);
+  throw OptimizerError("optimizer state must be 1-D or 2-D, got " + std::to_string(shape.size()) + " dims");
+}
+
+size_t StateArena::reserve(std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  shapes_.push_back(std::move(shape));
+  offsets_.push_back(total_);
+  total_ += n;
+  return shapes_.size() - 1;
+}
+
+void StateArena::allocate(kernels::Device device) {
+  buffer_ = kernels::Buffer(device, static_cast<size_t>(std::max<int64_t>(total_, 1)) * sizeof(float));
+  kernels::fill_zero(buffer_.view({std::max<int64_t>(total_, 1)}));
+}
+
+Tensor StateArena::get(size_t handle) const {
+  return make_view(static_cast<float*>(buffer_.data()) + offsets_[handle], shapes_[handle], buffer_.device());
+}
+
+PhaseTimer::PhaseTimer(double& sink, kernels::Device device) : sink_(sink), device_(device) {
+  if (device_ == kernels::Device::cuda) kernels::synchronize(device_);
+  start_ = std::chrono::steady_clock::now();
+}
+
+PhaseTimer::~PhaseTimer() {
+  // synchronize may throw; a destructor must not, and a lost timing is harmless.
+  try {
+    if (device_ == kernels::Device::cuda) kernels::synchronize(device_);
+  } catch (...) {
+  }
+  sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+
+std::string route_text(const std::string& optimizer, size_t tensors, int64_t numel) {
+  char count[32];
+  if (numel >= 1000000) std::snprintf(count, sizeof count, "%.1fM", numel / 1e6);
+  else if (numel >= 1000) std::snprintf(count, sizeof count, "%.1fK", numel / 1e3);
+  else std::snprintf(count, sizeof count, "%lld", static_cast<long long>(numel));
+  return optimizer + ": " + std::to_string(tensors) + " tensors, " + count + " params";
+}
+
+}  // namespace precon::worker::optim

@@ -1,0 +1,95 @@
+// Parts shared by the optimizers in worker/optim (not part of the public interface): the AdamW
+// group every run has, state allocation in one buffer, phase timing and routing text.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "worker/optim/optimizer.h"
+
+namespace precon::worker::optim {
+
+// The visible part of a parameter-shaped storage view: wte's padded vocabulary rows are zero,
+// get zero gradients and never reach an optimizer (nor its state or its routing counts).
+kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
+
+// A 1-D or 2-D contiguous view at `ptr` with a runtime shape.
+kernels::Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device);
+
+// Optimizer state lives in one zero-initialised allocation carved into named views: reserve every
+// tensor first, then allocate once.
+class StateArena {
+ public:
+  size_t reserve(std::vector<int64_t> shape);  // returns a handle for get()
+  void allocate(kernels::Device device);
+  kernels::Tensor get(size_t handle) const;
+
+ private:
+  std::vector<std::vector<int64_t>> shapes_;
+  std::vector<int64_t> offsets_;
+  int64_t total_ = 0;
+  kernels::Buffer buffer_;
+};
+
+// Adds wall-clock seconds to one PhaseSeconds field for the lifetime of the object. On CUDA it
+// synchronises at both ends, so asynchronous kernels are charged to the phase that queued them.
+class PhaseTimer {
+ public:
+  PhaseTimer(double& sink, kernels::Device device);
+  ~PhaseTimer();
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  double& sink_;
+  kernels::Device device_;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// AdamW hyper-parameters of one group, before the schedule's lr_scale.
+struct AdamWHyper {
+  double lr = 1e-3;
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double weight_decay = 0.0;
+};
+
+// name = "adamw": optimizer.lr / optimizer.weight_decay. Otherwise the AdamW side group of a
+// Muon/Shampoo run: adamw.lr (0 = optimizer.lr), adamw.weight_decay (-1 = optimizer.weight_decay).
+// Betas and eps always come from [optimizer.adamw].
+AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run);
+
+// AdamW (PyTorch semantics, kernels::adamw_update) over a set of parameters. State per parameter:
+// "<param>.exp_avg", "<param>.exp_avg_sq".
+class AdamWGroup {
+ public:
+  AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device);
+  void step(const StepContext& ctx);
+  void append_state(std::vector<NamedState>& out) const;
+  size_t tensors() const { return params_.size(); }
+  int64_t numel() const;
+
+ private:
+  struct Entry {
+    std::string name;
+    kernels::Tensor param, grad, exp_avg, exp_avg_sq;  // visible views
+  };
+  std::vector<Entry> params_;
+  AdamWHyper hyper_;
+  StateArena arena_;
+};
+
+// "muon: 24 tensors, 7.1M params"
+std::string route_text(const std::string& optimizer, size_t tensors, int64_t numel);
+
+// The built-in factories (registered by the registry on first use).
+std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                      kernels::Device device, const OptimizerHooks& hooks);
+std::unique_ptr<Optimizer> make_muon(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                     kernels::Device device, const OptimizerHooks& hooks);
+std::unique_ptr<Optimizer> make_shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                        kernels::Device device, const OptimizerHooks& hooks);
+
+}  // namespace precon::worker::optim

@@ -1,0 +1,403 @@
+// Shampoo with Distributed Shampoo's semantics (OPTIMIZERS.md "Shampoo step"), per block G of a
+// routed 2-D weight (s = ctx.grad_scale, t = ctx.step):
+//   L ← β2·L + w·(sG)(sG)ᵀ ; R ← β2·R + w·(sG)ᵀ(sG)     w = 1 − β2, or 1 when β2 = 1 (running sum)
+//   bc2 = bias_correction and β2 < 1 ? 1 − β2^t : 1    (a running sum is not bias-corrected)
+//   refresh when (t % frequency == 0 and t > start) or t == start:
+//     L⁻ = (L/bc2 + εI)^(−e), R⁻ likewise  (e = exponent, default 1/4; a failure keeps the old root)
+//   M ← β1·M + (1−β1)·sG ;  Ĝ = M / bc1,  bc1 = bias_correction ? 1 − β1^t : 1
+//   grafting direction P_graft (βg = grafting_beta2, εg = grafting_epsilon, V starts at 0):
+//     adam:    V ← βg·V + (1−βg)·(sG)² ; P_graft = Ĝ / (√(V / (1 − βg^t)) + εg)
+//     rmsprop: V ← βg·V + (1−βg)·(sG)² ; P_graft = Ĝ / (√V + εg)
+//     adagrad: V ← V + (sG)²           ; P_graft = Ĝ / (√V + εg)
+//     sgd:     P_graft = Ĝ
+//     none:    P_graft = Ĝ, and the preconditioned P is not rescaled
+//   P = t < start ? P_graft : L⁻ Ĝ R⁻ · ‖P_graft‖_F / (‖L⁻ Ĝ R⁻‖_F + 1e-16)
+//   W ← W·(1 − lr·wd) − lr·P
+// Blocks: each dim is cut into chunks of max_preconditioner_dim (the last one shorter); every
+// block has its own M, V, L, R, L⁻, R⁻ and failure count, and its own grafting norm.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/error.h"
+#include "kernels/inverse_root.h"
+#include "kernels/linalg.h"
+#include "kernels/nn.h"
+#include "worker/optim/optim_internal.h"
+
+namespace precon::worker::optim {
+
+using kernels::Tensor;
+using kernels::Trans;
+
+namespace {
+
+enum class Grafting : uint8_t { adam, rmsprop, adagrad, sgd, none };
+
+Grafting parse_grafting(const std::string& name) {
+  if (name == "adam") return Grafting::adam;
+  if (name == "rmsprop") return Grafting::rmsprop;
+  if (name == "adagrad") return Grafting::adagrad;
+  if (name == "sgd") return Grafting::sgd;
+  if (name == "none") return Grafting::none;
+  throw OptimizerError("unknown optimizer.shampoo.grafting '" + name + "' (known: adam, adagrad, rmsprop, sgd, none)");
+}
+
+bool has_grafting_state(Grafting g) { return g == Grafting::adam || g == Grafting::rmsprop || g == Grafting::adagrad; }
+
+void validate(const ShampooConfig& c) {
+  auto fail = [](const std::string& what) { throw OptimizerError("optimizer.shampoo." + what); };
+  if (!(c.beta1 >= 0 && c.beta1 < 1)) fail("beta1 must lie in [0, 1)");
+  if (!(c.beta2 >= 0 && c.beta2 <= 1)) fail("beta2 must lie in [0, 1] (1 = running sum)");
+  if (!(c.epsilon >= 0)) fail("epsilon must be >= 0");
+  if (c.precondition_frequency < 1) fail("precondition_frequency must be >= 1");
+  if (c.start_preconditioning_step < 0) fail("start_preconditioning_step must be >= 0 (0 = precondition_frequency)");
+  if (!(c.exponent >= 0)) fail("exponent must be >= 0 (0 = 1/4 for matrices)");
+  if (c.max_preconditioner_dim < 1) fail("max_preconditioner_dim must be >= 1");
+  if (c.root_method != "eigh" && c.root_method != "newton") fail("root_method must be \"eigh\" or \"newton\"");
+  if (c.params != "hidden" && c.params != "all-matrices") fail("params must be \"hidden\" or \"all-matrices\"");
+  if (c.max_root_failures < 0) fail("max_root_failures must be >= 0");
+  Grafting g = parse_grafting(c.grafting);
+  if ((g == Grafting::adam || g == Grafting::rmsprop) && !(c.grafting_beta2 >= 0 && c.grafting_beta2 < 1)) {
+    fail("grafting_beta2 must lie in [0, 1) for adam and rmsprop grafting");
+  }
+  if (!(c.grafting_epsilon >= 0)) fail("grafting_epsilon must be >= 0");
+}
+
+bool routed(const ParamSpec& s, const std::string& which) {
+  if (s.kind == ParamKind::matrix) return true;
+  return which == "all-matrices" && s.shape.size() == 2 &&
+         (s.kind == ParamKind::embedding || s.kind == ParamKind::position);
+}
+
+std::vector<std::pair<int64_t, int64_t>> chunks(int64_t n, int64_t size) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t start = 0; start < n; start += size) out.emplace_back(start, std::min(size, n - start));
+  return out;
+}
+
+// adagrad on CPU tensors: V += (sG)² ; P = (M / bc1) / (√V + ε). No kernel composes "+= x²".
+void adagrad_direction(Tensor p, Tensor v, const Tensor& g, const Tensor& m, float s, float inv_bc1, float eps) {
+  const int64_t n = p.numel();
+  float* pp = p.f32();
+  float* pv = v.f32();
+  const float* pg = g.f32();
+  const float* pm = m.f32();
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = s * pg[i];
+    pv[i] += gi * gi;
+    pp[i] = (pm[i] * inv_bc1) / (std::sqrt(pv[i]) + eps);
+  }
+}
+
+class Shampoo final : public Optimizer {
+ public:
+  Shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
+          const OptimizerHooks& hooks)
+      : config_((validate(config.shampoo), config.shampoo)),
+        grafting_(parse_grafting(config_.grafting)),
+        lr_(config.lr),
+        weight_decay_(config.weight_decay),
+        start_(config_.start_preconditioning_step > 0 ? config_.start_preconditioning_step
+                                                       : config_.precondition_frequency),
+        device_(device),
+        hooks_(hooks),
+        adamw_(side_params(params, config_.params), adamw_hyper(config, false), device) {
+    if (grafting_ == Grafting::adagrad && device == kernels::Device::cuda) {
+      throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
+                           "use adam, rmsprop, sgd or none on CUDA");
+    }
+    root_.root = 1.0 / (config_.exponent > 0 ? config_.exponent : 0.25);
+    root_.epsilon = static_cast<float>(config_.epsilon);
+    root_.method = config_.root_method == "newton" ? kernels::RootMethod::newton : kernels::RootMethod::eigh;
+    struct Handles {
+      size_t m, v, l, r, li, ri;
+    };
+    std::vector<Handles> handles;
+    int64_t max_block = 1, max_side = 1;
+    for (const OptimParam& p : params) {
+      const ParamSpec& s = *p.spec;
+      if (!routed(s, config_.params)) continue;
+      if (s.shape.size() != 2) throw OptimizerError("shampoo: " + s.name + " is routed but not 2-D");
+      matrices_.push_back({s.name, visible(p.param, s), visible(p.grad, s)});
+      const Tensor& w = matrices_.back().param;
+      int index = 0;
+      for (auto [r0, rn] : chunks(w.shape[0], config_.max_preconditioner_dim)) {
+        for (auto [c0, cn] : chunks(w.shape[1], config_.max_preconditioner_dim)) {
+          Block b;
+          b.matrix = matrices_.size() - 1;
+          b.name = s.name + ".block" + std::to_string(index++);
+          b.r0 = r0, b.rn = rn, b.c0 = c0, b.cn = cn;
+          Handles h{};
+          h.m = arena_.reserve({rn, cn});
+          if (has_grafting_state(grafting_)) h.v = arena_.reserve({rn, cn});
+          h.l = arena_.reserve({rn, rn});
+          h.r = arena_.reserve({cn, cn});
+          h.li = arena_.reserve({rn, rn});
+          h.ri = arena_.reserve({cn, cn});
+          handles.push_back(h);
+          blocks_.push_back(std::move(b));
+          max_block = std::max(max_block, rn * cn);
+          max_side = std::max({max_side, rn, cn});
+        }
+      }
+    }
+    arena_.allocate(device);
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      Block& b = blocks_[i];
+      b.momentum = arena_.get(handles[i].m);
+      if (has_grafting_state(grafting_)) b.grafting = arena_.get(handles[i].v);
+      b.L = arena_.get(handles[i].l);
+      b.R = arena_.get(handles[i].r);
+      b.L_inv = arena_.get(handles[i].li);
+      b.R_inv = arena_.get(handles[i].ri);
+      set_identity(b.L_inv);
+      set_identity(b.R_inv);
+    }
+    max_side_ = max_side;
+    work_ = kernels::Buffer(device, static_cast<size_t>(5 * max_block + 2 * max_side * max_side) * sizeof(float));
+    eye_ = Tensor::view(static_cast<float*>(work_.data()) + 5 * max_block + max_side * max_side,
+                        {max_side, max_side}, kernels::DType::f32, device);
+    set_identity(eye_);
+    max_block_ = max_block;
+  }
+
+  void step(const StepContext& ctx) override {
+    {
+      PhaseTimer timer(phases_.adamw, device_);
+      adamw_.step(ctx);
+    }
+    for (Block& b : blocks_) update(b, ctx);
+  }
+
+  std::vector<NamedState> state_tensors() override {
+    std::vector<NamedState> out;
+    for (const Block& b : blocks_) {
+      out.push_back({b.name + ".momentum", b.momentum});
+      if (b.grafting.data) out.push_back({b.name + ".grafting_" + config_.grafting, b.grafting});
+      out.push_back({b.name + ".L", b.L});
+      out.push_back({b.name + ".R", b.R});
+      out.push_back({b.name + ".L_inv_root", b.L_inv});
+      out.push_back({b.name + ".R_inv_root", b.R_inv});
+    }
+    adamw_.append_state(out);
+    return out;
+  }
+
+  // {"consecutive_root_failures": {"<param>.block<i>": n, ...}}
+  nlohmann::json state_scalars() const override {
+    nlohmann::json failures = nlohmann::json::object();
+    for (const Block& b : blocks_) failures[b.name] = b.failures;
+    return {{"consecutive_root_failures", failures}};
+  }
+
+  void load_state_scalars(const nlohmann::json& scalars) override {
+    if (!scalars.contains("consecutive_root_failures")) return;
+    for (Block& b : blocks_) b.failures = 0;
+    for (const auto& [name, value] : scalars.at("consecutive_root_failures").items()) {
+      auto it = std::find_if(blocks_.begin(), blocks_.end(), [&](const Block& b) { return b.name == name; });
+      if (it == blocks_.end()) {
+        throw OptimizerError("shampoo state names block '" + name +
+                             "', which this model/blocking does not have: was the checkpoint written with another "
+                             "model shape or max_preconditioner_dim?");
+      }
+      it->failures = value.get<int64_t>();
+    }
+  }
+
+  PhaseSeconds phase_seconds() const override { return phases_; }
+
+  std::string routing_summary() const override {
+    int64_t n = 0;
+    for (const Matrix& m : matrices_) n += m.param.numel();
+    return route_text("shampoo", matrices_.size(), n) + " in " + std::to_string(blocks_.size()) + " blocks; " +
+           route_text("adamw", adamw_.tensors(), adamw_.numel());
+  }
+
+ private:
+  struct Matrix {
+    std::string name;
+    Tensor param, grad;
+  };
+  struct Block {
+    size_t matrix = 0;
+    std::string name;  // "<param>.block<i>", blocks numbered row-major
+    int64_t r0 = 0, rn = 0, c0 = 0, cn = 0;
+    Tensor momentum, grafting, L, R, L_inv, R_inv;
+    int64_t failures = 0;  // consecutive failed refreshes
+  };
+
+  static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, const std::string& which) {
+    std::vector<OptimParam> out;
+    for (const OptimParam& p : params) {
+      if (!routed(*p.spec, which)) out.push_back(p);
+    }
+    return out;
+  }
+
+  void set_identity(Tensor t) {
+    const int64_t n = t.shape[0];
+    std::vector<float> host(static_cast<size_t>(n * n), 0.0f);
+    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i * n + i)] = 1.0f;
+    kernels::copy(t, Tensor::view(host.data(), {n, n}));
+  }
+
+  Tensor work(int slot, int64_t rows, int64_t cols) const {
+    return Tensor::view(static_cast<float*>(work_.data()) + slot * max_block_, {rows, cols}, kernels::DType::f32,
+                        device_);
+  }
+
+  // Refreshes one factor's inverse root; returns an empty string or why it failed.
+  std::string refresh_root(Tensor inv, const Tensor& factor, double bc2) {
+    const int64_t n = factor.shape[0];
+    Tensor a = Tensor::view(static_cast<float*>(work_.data()) + 5 * max_block_, {n, n}, kernels::DType::f32, device_);
+    kernels::copy(a, factor);
+    if (bc2 != 1.0) kernels::scale(a, static_cast<float>(1.0 / bc2));
+    try {
+      kernels::matrix_inverse_root(inv, a, root_);
+    } catch (const kernels::NumericalError& e) {
+      return e.what();
+    } catch (const kernels::NonFiniteError& e) {
+      return e.what();
+    }
+    return {};
+  }
+
+  void refresh(Block& b, int64_t t, double bc2) {
+    std::string why = refresh_root(b.L_inv, b.L, bc2);
+    const char* which = "L";
+    std::string why_r = refresh_root(b.R_inv, b.R, bc2);
+    if (why.empty() && !why_r.empty()) why = why_r, which = "R";
+    if (why.empty()) {
+      b.failures = 0;
+      return;
+    }
+    ++b.failures;
+    const std::string what = "shampoo: inverse root of " + std::string(which) + " for " + matrices_[b.matrix].name +
+                             " block " + b.name.substr(b.name.rfind(".block") + 6) + " failed at step " +
+                             std::to_string(t) + " (" + why + ")";
+    if (b.failures > config_.max_root_failures) {
+      throw OptimizerError(what + "; " + std::to_string(b.failures) +
+                           " consecutive failures exceed optimizer.shampoo.max_root_failures = " +
+                           std::to_string(config_.max_root_failures) +
+                           ". Non-finite gradients or ill-conditioned statistics: lower the learning rate, enable "
+                           "gradient clipping or raise optimizer.shampoo.epsilon");
+    }
+    if (hooks_.warn) {
+      hooks_.warn(what + "; keeping the previous root (" + std::to_string(b.failures) + " in a row, at most " +
+                  std::to_string(config_.max_root_failures) + ")");
+    }
+  }
+
+  void update(Block& b, const StepContext& ctx) {
+    const Matrix& mat = matrices_[b.matrix];
+    const int64_t t = ctx.step;
+    const float s = ctx.grad_scale;
+    const int64_t cols = mat.param.shape[1];
+    const bool whole_rows = b.cn == cols;  // the block is a contiguous row range of the storage
+    const double beta1 = config_.beta1, beta2 = config_.beta2;
+    const double bc1 = config_.bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
+    const double bc2 = config_.bias_correction && beta2 < 1.0 ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
+    const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
+
+    Tensor g = work(0, b.rn, b.cn), ghat = work(1, b.rn, b.cn), pg = work(2, b.rn, b.cn), p = work(3, b.rn, b.cn);
+    Tensor tmp = work(4, b.rn, b.cn);
+    {
+      PhaseTimer timer(phases_.statistics, device_);
+      Tensor gv = mat.grad.narrow(0, b.r0, b.rn);
+      if (whole_rows) {
+        g = gv;
+      } else {
+        Tensor gt = work(4, b.cn, b.rn);
+        kernels::transpose(gt, gv.narrow(1, b.c0, b.cn));
+        kernels::transpose(g, gt);
+      }
+      const float w = static_cast<float>((beta2 == 1.0 ? 1.0 : 1.0 - beta2) * double(s) * double(s));
+      kernels::syrk(b.L, g, Trans::no, w, static_cast<float>(beta2));
+      kernels::syrk(b.R, g, Trans::yes, w, static_cast<float>(beta2));
+    }
+    if (refresh_now) {
+      PhaseTimer timer(phases_.inverse_root, device_);
+      refresh(b, t, bc2);
+    }
+    double graft_norm = 0.0;
+    {
+      PhaseTimer timer(phases_.grafting, device_);
+      graft(b, g, pg, t, s, bc1);
+      kernels::copy(ghat, b.momentum);
+      if (bc1 != 1.0) kernels::scale(ghat, static_cast<float>(1.0 / bc1));
+      if (grafting_ != Grafting::none) graft_norm = std::sqrt(kernels::sum_squares(has_grafting_state(grafting_) ? pg : ghat));
+    }
+    PhaseTimer timer(phases_.other, device_);
+    Tensor direction = has_grafting_state(grafting_) ? pg : ghat;
+    double ratio = 1.0;
+    if (t >= start_) {
+      kernels::gemm(tmp, b.L_inv, ghat);
+      kernels::gemm(p, tmp, b.R_inv);
+      direction = p;
+      if (grafting_ != Grafting::none) ratio = graft_norm / (std::sqrt(kernels::sum_squares(p)) + 1e-16);
+    }
+    const double lr = lr_ * ctx.lr_scale;
+    const float alpha = static_cast<float>(-lr * ratio), decay = static_cast<float>(1.0 - lr * weight_decay_);
+    Tensor wv = mat.param.narrow(0, b.r0, b.rn);
+    if (whole_rows) {
+      kernels::axpby(wv, direction, alpha, decay);
+    } else {
+      // A column block of the storage is strided and axpby needs contiguous operands: W = I·P·α + W·β.
+      kernels::gemm(wv.narrow(1, b.c0, b.cn), eye_.narrow(0, 0, b.rn).narrow(1, 0, b.rn), direction, Trans::no,
+                    Trans::no, alpha, decay);
+    }
+  }
+
+  // Momentum and the grafting direction pg (adam and rmsprop fused in one adamw_update call:
+  // with lr = −1 and no weight decay it leaves −lr·m/bc1/(√(v/bc2)+ε) in a zeroed "parameter").
+  void graft(Block& b, const Tensor& g, Tensor pg, int64_t t, float s, double bc1) {
+    const float beta1 = static_cast<float>(config_.beta1);
+    if (grafting_ == Grafting::adam || grafting_ == Grafting::rmsprop) {
+      kernels::AdamWParams hp;
+      hp.beta1 = beta1;
+      hp.beta2 = static_cast<float>(config_.grafting_beta2);
+      hp.eps = static_cast<float>(config_.grafting_epsilon);
+      hp.weight_decay = 0.0f;
+      hp.step = static_cast<int>(t);
+      hp.grad_scale = s;
+      // adam: the kernel applies 1 − β1^t and 1 − βg^t; lr = −bc1·(1/(1 − β1^t)) undoes the
+      // former when bias_correction is off. rmsprop: no kernel corrections, lr = −1/bc1.
+      hp.bias_correction = grafting_ == Grafting::adam;
+      const double kernel_bc1 = 1.0 - std::pow(config_.beta1, static_cast<double>(t));
+      hp.lr = grafting_ == Grafting::adam ? static_cast<float>(-bc1 / kernel_bc1) : static_cast<float>(-1.0 / bc1);
+      kernels::fill_zero(pg);
+      kernels::adamw_update(pg, g, b.momentum, b.grafting, hp);
+      return;
+    }
+    kernels::axpby(b.momentum, g, (1.0f - beta1) * s, beta1);
+    if (grafting_ == Grafting::adagrad) {
+      adagrad_direction(pg, b.grafting, g, b.momentum, s, static_cast<float>(1.0 / bc1),
+                        static_cast<float>(config_.grafting_epsilon));
+    }
+  }
+
+  ShampooConfig config_;
+  Grafting grafting_;
+  double lr_, weight_decay_;
+  int64_t start_;
+  kernels::Device device_;
+  OptimizerHooks hooks_;
+  AdamWGroup adamw_;
+  kernels::InverseRootOptions root_;
+  std::vector<Matrix> matrices_;
+  std::vector<Block> blocks_;
+  StateArena arena_;
+  kernels::Buffer work_;
+  Tensor eye_;
+  int64_t max_block_ = 1, max_side_ = 1;
+  PhaseSeconds phases_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                        kernels::Device device, const OptimizerHooks& hooks) {
+  return std::make_unique<Shampoo>(config, params, device, hooks);
+}
+
+}  // namespace precon::worker::optim
