@@ -1,0 +1,95 @@
+// precon-train: trains one run (a trial) and needs nothing else.
+//   precon-train --config trial.toml --run-dir DIR [--report-url URL --token T] [--resume auto|never|PATH]
+//   precon-train keys
+//   precon-train prepare-data --input FILES_OR_DIR --out DIR [--val-fraction F] [--encoder E --vocab V]
+// Exit codes: worker/train/exit_codes.h.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+#include "kernels/error.h"
+#include "worker/common/error.h"
+#include "worker/config/keys.h"
+#include "worker/config/parse.h"
+#include "worker/data/prepare.h"
+#include "worker/optim/optimizer.h"
+#include "worker/train/exit_codes.h"
+#include "worker/train/trainer.h"
+
+namespace pw = precon::worker;
+
+int main(int argc, char** argv) {
+  CLI::App app{"precon-train: train one GPT-2 run with AdamW, Muon or Shampoo"};
+  app.require_subcommand(0, 1);
+  pw::TrainOptions opt;
+  std::string config, run_dir;
+  app.add_option("--config", config, "trial config (TOML: the recipe schema without [sweep])");
+  app.add_option("--run-dir", run_dir, "run directory: checkpoints/, metrics.jsonl, logs");
+  app.add_option("--report-url", opt.report_url, "controller endpoint for metric reports");
+  app.add_option("--token", opt.token, "bearer token for --report-url")->envname("PRECON_TRIAL_TOKEN");
+  app.add_option("--trial-id", opt.trial_id, "trial id sent with reports")->envname("PRECON_TRIAL_ID");
+  app.add_option("--resume", opt.resume, "auto (newest good checkpoint), never, or a checkpoint directory")
+      ->default_val("auto");
+  app.add_option("--set", opt.overrides, "override a config key: key=value (repeatable)");
+
+  CLI::App* keys = app.add_subcommand("keys", "print every config key: type, default, unit, description");
+
+  CLI::App* prep = app.add_subcommand("prepare-data", "turn UTF-8 text into train.bin / val.bin token shards");
+  pw::PrepareOptions popt;
+  std::vector<std::string> inputs;
+  std::string out_dir, encoder, vocab;
+  prep->add_option("--input", inputs, "text files or directories (*.txt, recursively)")->required();
+  prep->add_option("--out", out_dir, "output directory")->required();
+  prep->add_option("--val-fraction", popt.val_fraction, "share of tokens for val.bin")->default_val(0.1);
+  prep->add_option("--seq-len", popt.seq_len, "each split keeps at least seq_len + 1 tokens")->default_val(64);
+  prep->add_option("--encoder", encoder, "GPT-2 encoder.json (with --vocab: GPT-2 BPE instead of bytes)");
+  prep->add_option("--vocab", vocab, "GPT-2 vocab.bpe");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? pw::kExitOk : pw::kExitUsage;
+  }
+
+  try {
+    if (*keys) {
+      std::cout << pw::format_key_table();
+      return pw::kExitOk;
+    }
+    if (*prep) {
+      for (const std::string& i : inputs) popt.inputs.emplace_back(i);
+      popt.out_dir = out_dir;
+      popt.encoder_json = encoder;
+      popt.vocab_bpe = vocab;
+      if (popt.encoder_json.empty() != popt.vocab_bpe.empty()) {
+        std::cerr << "precon-train prepare-data: --encoder and --vocab go together (GPT-2 BPE)\n";
+        return pw::kExitUsage;
+      }
+      pw::PrepareResult r = pw::prepare_data(popt);
+      std::cout << "wrote " << r.train_path.string() << " (" << r.train_tokens << " tokens) and "
+                << r.val_path.string() << " (" << r.val_tokens << " tokens), tokenizer " << r.tokenizer
+                << ", vocab_size " << r.vocab_size << "\n";
+      return pw::kExitOk;
+    }
+    if (config.empty() || run_dir.empty()) {
+      std::cerr << "precon-train: --config and --run-dir are required to train (see --help)\n";
+      return pw::kExitUsage;
+    }
+    opt.config_path = config;
+    opt.run_dir = run_dir;
+    pw::install_requeue_signal_handlers();
+    switch (pw::train(opt)) {
+      case pw::TrainOutcome::completed:
+      case pw::TrainOutcome::stopped: return pw::kExitOk;
+      case pw::TrainOutcome::requeue: return pw::kExitRequeue;
+    }
+  } catch (const pw::ConfigError& e) {
+    std::cerr << "precon-train: config error: " << e.what() << "\n";
+    return pw::kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "precon-train: error: " << e.what() << "\n";
+    return pw::kExitFailed;
+  }
+  return pw::kExitFailed;
+}

@@ -1,0 +1,47 @@
+// The training loop of one run: config -> model, optimizer, data -> steps, evaluation,
+// checkpoints, metrics, reports, signals. Library code: errors are exceptions; precon-train's
+// main maps the outcome and the errors to exit codes (exit_codes.h).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "worker/config/config.h"
+
+namespace precon::worker {
+
+struct TrainOptions {
+  std::filesystem::path config_path;   // trial TOML (recipe schema without [sweep])
+  std::vector<std::string> overrides;  // --set key=value
+  std::filesystem::path run_dir;       // checkpoints/, metrics.jsonl, trial.toml
+  std::string report_url;              // controller report endpoint; empty = no reporting
+  std::string token;                   // bearer token for report_url
+  std::string trial_id;                // trial id sent with reports
+  std::string resume = "auto";         // "auto" (newest good checkpoint), "never", or a checkpoint dir
+  std::function<void(const std::string&)> log;  // progress and warnings; default: stderr
+};
+
+enum class TrainOutcome {
+  completed,  // reached train.steps
+  stopped,    // the controller asked to stop (early stopping, cancel); checkpoint written
+  requeue,    // SIGUSR1/SIGTERM received; checkpoint written; run again to resume
+};
+
+// The run cannot continue: non-finite loss, too many failed inverse roots, ... The message says
+// what happened, at which step, and which checkpoint is the last good one.
+class TrainingError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+TrainOutcome train(const TrainOptions& options);
+
+// Installs SIGUSR1/SIGTERM handlers that make train() checkpoint at the next step boundary and
+// return TrainOutcome::requeue. Called by main; tests may call it too.
+void install_requeue_signal_handlers();
+bool requeue_signal_received();
+void reset_requeue_signal();
+
+}  // namespace precon::worker
