@@ -1,0 +1,518 @@
+// The HTTP reporter against a real Boost.Beast server on 127.0.0.1 (an ephemeral port, in this
+// process), which records what it receives and can fail, go down, refuse tokens or say "stop".
+// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
+#include <utility>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "worker/report/reporter.h"
+
+namespace precon::worker {
+namespace {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// A request as the controller saw it.
+struct Received {
+  std::string target;
+  std::string authorization;
+  std::string content_type;
+  nlohmann::json body;
+};
+
+// The controller's report endpoint, reduced to what the reporter can observe.
+class FakeController {
+ public:
+  FakeController() {
+    listen(0);
+    thread_ = std::thread([this] { io_.run(); });
+  }
+  ~FakeController() {
+    work_.reset();
+    io_.stop();
+    thread_.join();
+  }
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/api/v1/report"; }
+  uint16_t port() const { return port_; }
+
+  // Stop listening and drop open connections: connections are refused until come_up().
+  void go_down() {
+    on_io([this] {
+      beast::error_code ignored;
+      acceptor_.close(ignored);
+      close_sessions();
+    });
+  }
+  void come_up() {
+    on_io([this] { listen(port_); });
+  }
+  // Close kept-alive connections, as a server does with idle ones, but keep listening.
+  void drop_connections() {
+    on_io([this] { close_sessions(); });
+  }
+
+  void answer_next(unsigned status, int count) {
+    std::lock_guard lock(mutex_);
+    forced_status_ = status;
+    forced_count_ = count;
+  }
+  void set_stop(const std::string& reason) {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+    reason_ = reason;
+  }
+  void require_token(const std::string& token) {
+    std::lock_guard lock(mutex_);
+    token_ = token;
+  }
+  // Batches with more records than this are refused with 413, as a body limit would.
+  void limit_records(size_t n) {
+    std::lock_guard lock(mutex_);
+    max_records_ = n;
+  }
+
+  int requests() const {
+    std::lock_guard lock(mutex_);
+    return requests_;
+  }
+  std::vector<Received> received() const {
+    std::lock_guard lock(mutex_);
+    return received_;
+  }
+  // Steps of every accepted record, in arrival order.
+  std::vector<int64_t> steps() const {
+    std::vector<int64_t> out;
+    for (const Received& r : received()) {
+      for (const auto& record : r.body["records"]) out.push_back(record["step"].get<int64_t>());
+    }
+    return out;
+  }
+
+ private:
+  struct Session : std::enable_shared_from_this<Session> {
+    Session(tcp::socket s, FakeController& o) : socket(std::move(s)), owner(o) {}
+    void read() {
+      request = {};
+      http::async_read(socket, buffer, request, [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (!ec) self->reply();
+      });
+    }
+    void reply() {
+      response = owner.answer(request);
+      http::async_write(socket, response, [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (!ec && self->response.keep_alive()) self->read();
+      });
+    }
+    tcp::socket socket;
+    FakeController& owner;
+    beast::flat_buffer buffer;
+    http::request<http::string_body> request;
+    http::response<http::string_body> response;
+  };
+
+  void on_io(std::function<void()> f) {
+    std::promise<void> done;
+    net::post(io_, [&] {
+      f();
+      done.set_value();
+    });
+    done.get_future().wait();
+  }
+  void listen(uint16_t port) {
+    acceptor_.open(tcp::v4());
+    acceptor_.set_option(net::socket_base::reuse_address(true));
+    acceptor_.bind({net::ip::make_address("127.0.0.1"), port});
+    acceptor_.listen();
+    port_ = acceptor_.local_endpoint().port();
+    accept();
+  }
+  void accept() {
+    acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (ec) return;
+      auto session = std::make_shared<Session>(std::move(socket), *this);
+      sessions_.push_back(session);
+      session->read();
+      accept();
+    });
+  }
+  void close_sessions() {
+    for (auto& weak : sessions_) {
+      if (auto s = weak.lock()) {
+        beast::error_code ignored;
+        s->socket.shutdown(tcp::socket::shutdown_both, ignored);
+        s->socket.close(ignored);
+      }
+    }
+    sessions_.clear();
+  }
+
+  http::response<http::string_body> answer(const http::request<http::string_body>& request) {
+    std::lock_guard lock(mutex_);
+    ++requests_;
+    http::response<http::string_body> response{http::status::ok, request.version()};
+    response.set(http::field::content_type, "application/json");
+    response.keep_alive(request.keep_alive());
+    const auto error = [&](unsigned status, const std::string& message) {
+      response.result(status);
+      response.body() = nlohmann::json{{"error", {{"code", "test"}, {"message", message}}}}.dump();
+    };
+    const auto body = nlohmann::json::parse(request.body(), nullptr, false);
+    if (!token_.empty() && request[http::field::authorization] != "Bearer " + token_) {
+      error(401, "wrong token for this trial");
+    } else if (forced_count_ > 0) {
+      --forced_count_;
+      error(forced_status_, "forced failure");
+    } else if (body.is_discarded()) {
+      error(400, "body is not JSON");
+    } else if (body["records"].size() > max_records_) {
+      error(413, "too many records");
+    } else {
+      received_.push_back({std::string(request.target()), std::string(request[http::field::authorization]),
+                           std::string(request[http::field::content_type]), body});
+      response.body() = nlohmann::json{{"ok", true}, {"stop", stop_}, {"reason", reason_}}.dump();
+    }
+    response.prepare_payload();
+    return response;
+  }
+
+  net::io_context io_;
+  net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(io_);
+  tcp::acceptor acceptor_{io_};
+  uint16_t port_ = 0;
+  std::vector<std::weak_ptr<Session>> sessions_;  // io thread only
+  std::thread thread_;
+
+  mutable std::mutex mutex_;
+  int requests_ = 0;
+  std::vector<Received> received_;
+  unsigned forced_status_ = 500;
+  int forced_count_ = 0;
+  bool stop_ = false;
+  std::string reason_;
+  std::string token_;
+  size_t max_records_ = SIZE_MAX;
+};
+
+// Collects the reporter's warnings.
+class LogSink {
+ public:
+  std::function<void(const std::string&)> callback() {
+    return [this](const std::string& m) {
+      std::lock_guard lock(mutex_);
+      messages_.push_back(m);
+    };
+  }
+  int count(const std::string& part) const {
+    std::lock_guard lock(mutex_);
+    int n = 0;
+    for (const auto& m : messages_) n += m.find(part) != std::string::npos;
+    return n;
+  }
+  size_t size() const {
+    std::lock_guard lock(mutex_);
+    return messages_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::string> messages_;
+};
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 5s) {
+  const auto deadline = Clock::now() + timeout;
+  while (!condition()) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+MetricRecord record(int64_t step) {
+  return {step, 1.7e9 + 0.5 * static_cast<double>(step), {{"train_loss", 4.0 / static_cast<double>(step)}, {"lr", 1e-3}}};
+}
+
+std::vector<int64_t> range(int64_t first, int64_t last) {
+  std::vector<int64_t> out;
+  for (int64_t s = first; s <= last; ++s) out.push_back(s);
+  return out;
+}
+
+ReporterOptions options(const FakeController& controller, LogSink& log, const std::string& token = "tok-1") {
+  ReporterOptions o;
+  o.url = controller.url();
+  o.token = token;
+  o.trial = "exp3-t17";
+  o.log = log.callback();
+  o.backoff_initial = 20ms;
+  o.backoff_max = 200ms;
+  return o;
+}
+
+TEST(ReportUrl, ParsesHostPortAndPath) {
+  const auto a = parse_controller_url("http://ctl.cluster:8123/api/v1/trials/7/report?x=1");
+  EXPECT_EQ(a.host, "ctl.cluster");
+  EXPECT_EQ(a.port, 8123);
+  EXPECT_EQ(a.target, "/api/v1/trials/7/report?x=1");
+  const auto b = parse_controller_url("http://10.0.0.5");
+  EXPECT_EQ(b.host, "10.0.0.5");
+  EXPECT_EQ(b.port, 80);
+  EXPECT_EQ(b.target, "/");
+  const auto c = parse_controller_url("http://[::1]:9000/r");
+  EXPECT_EQ(c.host, "::1");
+  EXPECT_EQ(c.port, 9000);
+  EXPECT_EQ(c.target, "/r");
+}
+
+TEST(ReportUrl, RejectsWhatItCannotUse) {
+  for (const char* bad : {"https://ctl:443/r", "ftp://ctl/r", "ctl:8000/r", "http://", "http://:80/r", "http://ctl:/r",
+                          "http://ctl:0/r", "http://ctl:65536/r", "http://ctl:80x/r", "http://user:pw@ctl/r",
+                          "http://[::1/r"}) {
+    EXPECT_THROW(parse_controller_url(bad), ReportError) << bad;
+  }
+  try {
+    parse_controller_url("https://ctl/r");
+  } catch (const ReportError& e) {
+    EXPECT_NE(std::string(e.what()).find("https is not supported"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ReportReporter, DeliversEveryRecordInOrderWithTokenAndJson) {
+  FakeController controller;
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  for (int64_t s = 1; s <= 1200; ++s) {
+    MetricRecord r = record(s);
+    if (s == 3) r.values.emplace_back("grad_norm", std::nan(""));
+    reporter.push(r);
+  }
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 1200));
+  const auto received = controller.received();
+  ASSERT_GE(received.size(), 3u);  // at most max_batch_records (512) per request
+  for (const Received& r : received) {
+    EXPECT_EQ(r.target, "/api/v1/report");
+    EXPECT_EQ(r.authorization, "Bearer tok-1");
+    EXPECT_EQ(r.content_type, "application/json");
+    EXPECT_EQ(r.body["trial"], "exp3-t17");
+    EXPECT_LE(r.body["records"].size(), 512u);
+  }
+  const auto& first = received[0].body["records"][0];
+  EXPECT_EQ(first["step"], 1);
+  EXPECT_DOUBLE_EQ(first["time"].get<double>(), 1.7e9 + 0.5);
+  EXPECT_DOUBLE_EQ(first["values"]["train_loss"].get<double>(), 4.0);
+  EXPECT_DOUBLE_EQ(first["values"]["lr"].get<double>(), 1e-3);
+  bool saw_null = false;
+  for (const Received& r : received) {
+    for (const auto& rec : r.body["records"]) {
+      if (rec["step"] == 3) saw_null = rec["values"]["grad_norm"].is_null();
+    }
+  }
+  EXPECT_TRUE(saw_null);
+  EXPECT_FALSE(reporter.stop_requested());
+  EXPECT_EQ(log.size(), 0u);
+}
+
+TEST(ReportReporter, CatchesUpWhenTheControllerComesUpLate) {
+  FakeController controller;
+  controller.go_down();
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  for (int64_t s = 1; s <= 30; ++s) reporter.push(record(s));
+  EXPECT_FALSE(reporter.flush(300ms));  // push never blocks; nothing can be delivered yet
+  for (int64_t s = 31; s <= 60; ++s) reporter.push(record(s));
+  EXPECT_EQ(controller.requests(), 0);
+  controller.come_up();
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 60));
+  EXPECT_EQ(log.count("retrying with backoff"), 1);  // one line per failure streak, not per attempt
+  EXPECT_EQ(log.count("answers again"), 1);
+}
+
+TEST(ReportReporter, RetriesServerErrors) {
+  FakeController controller;
+  controller.answer_next(500, 3);
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  for (int64_t s = 1; s <= 10; ++s) reporter.push(record(s));
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 10));
+  EXPECT_GE(controller.requests(), 4);
+  EXPECT_EQ(log.count("HTTP 500: forced failure"), 1);
+}
+
+TEST(ReportReporter, RetriesTooManyRequests) {
+  FakeController controller;
+  controller.answer_next(429, 2);
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  reporter.push(record(1));
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 1));
+  EXPECT_EQ(controller.requests(), 3);
+}
+
+TEST(ReportReporter, ClientErrorDropsOnlyThatBatch) {
+  FakeController controller;
+  controller.answer_next(404, 1);
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  reporter.push(record(1));
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.requests(), 1);  // never resent
+  EXPECT_EQ(log.count("HTTP 404: forced failure"), 1);
+  reporter.push(record(2));
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(2, 2));
+}
+
+TEST(ReportReporter, TooLargeBatchesAreSplit) {
+  FakeController controller;
+  controller.limit_records(4);
+  controller.go_down();  // records pile up, so that a batch of more than 4 is sure to be sent
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  for (int64_t s = 1; s <= 40; ++s) reporter.push(record(s));
+  controller.come_up();
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 40));
+  EXPECT_GT(controller.requests(), static_cast<int>(controller.received().size()));  // some got 413
+  EXPECT_EQ(log.count("will not be resent"), 0);  // split and resent, never dropped
+}
+
+TEST(ReportReporter, StopAnswerIsVisible) {
+  FakeController controller;
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  reporter.push(record(1));
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_FALSE(reporter.stop_requested());
+  controller.set_stop("asha: below the median at rung 2");
+  reporter.push(record(2));
+  ASSERT_TRUE(eventually([&] { return reporter.stop_requested(); }));
+  EXPECT_EQ(reporter.stop_reason(), "asha: below the median at rung 2");
+  reporter.push(record(3));  // records after the stop answer still go out
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 3));
+}
+
+TEST(ReportReporter, WrongTokenIsPermanentWithoutRetrying) {
+  FakeController controller;
+  controller.require_token("the-right-one");
+  LogSink log;
+  Reporter reporter(options(controller, log, "a-wrong-one"));
+  reporter.push(record(1));
+  ASSERT_TRUE(eventually([&] { return reporter.disabled(); }));
+  for (int64_t s = 2; s <= 50; ++s) reporter.push(record(s));
+  EXPECT_FALSE(reporter.flush(200ms));  // would spin here if it kept retrying
+  EXPECT_EQ(controller.requests(), 1);
+  EXPECT_EQ(controller.steps().size(), 0u);
+  EXPECT_EQ(log.size(), 1u);
+  EXPECT_EQ(log.count("HTTP 401: wrong token for this trial"), 1);
+}
+
+TEST(ReportReporter, ReconnectsQuietlyWhenAnIdleConnectionIsClosed) {
+  FakeController controller;
+  LogSink log;
+  Reporter reporter(options(controller, log));
+  reporter.push(record(1));
+  ASSERT_TRUE(reporter.flush(5s));
+  controller.drop_connections();
+  reporter.push(record(2));
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 2));
+  EXPECT_EQ(log.size(), 0u);  // a closed keep-alive connection is not a failure
+}
+
+TEST(ReportReporter, KeepsEverythingWhenTheBacklogGrows) {
+  FakeController controller;
+  controller.go_down();
+  LogSink log;
+  ReporterOptions o = options(controller, log);
+  o.queue_warn_records = 100;
+  Reporter reporter(o);
+  for (int64_t s = 1; s <= 250; ++s) reporter.push(record(s));
+  ASSERT_TRUE(eventually([&] { return log.count("records waiting") == 1; }));
+  controller.come_up();
+  ASSERT_TRUE(reporter.flush(5s));
+  EXPECT_EQ(controller.steps(), range(1, 250));
+  EXPECT_EQ(log.count("records waiting"), 1);
+}
+
+TEST(ReportReporter, UnansweredRequestTimesOutAndIsRetried) {
+  // Listening but never accepting: connect completes (the kernel's backlog), no answer comes.
+  net::io_context io;
+  tcp::acceptor silent(io, {net::ip::make_address("127.0.0.1"), 0});
+  LogSink log;
+  ReporterOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port()) + "/r";
+  o.trial = "t";
+  o.log = log.callback();
+  o.io_timeout = 150ms;
+  o.backoff_initial = 20ms;
+  o.close_flush = 0ms;
+  Reporter reporter(o);
+  reporter.push(record(1));
+  ASSERT_TRUE(eventually([&] { return log.count("no answer") == 1; }));
+}
+
+TEST(ReportReporter, DestructorIsBoundedWhenTheControllerNeverAnswers) {
+  // Default timeouts: the destructor waits close_flush (2 s), then abandons a read that would
+  // otherwise wait 5 s.
+  net::io_context io;
+  tcp::acceptor silent(io, {net::ip::make_address("127.0.0.1"), 0});
+  LogSink log;
+  ReporterOptions o;
+  o.url = "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port()) + "/r";
+  o.trial = "t";
+  o.log = log.callback();
+  const auto start = Clock::now();
+  {
+    Reporter reporter(o);
+    for (int64_t s = 1; s <= 10; ++s) reporter.push(record(s));
+  }
+  const auto took = Clock::now() - start;
+  EXPECT_GE(took, 1900ms);
+  EXPECT_LT(took, 3s);  // close_flush plus the abort poll, with room for a loaded machine
+}
+
+TEST(ReportReporter, DestructorIsBoundedWhenNothingListens) {
+  FakeController controller;
+  controller.go_down();  // connections are refused
+  LogSink log;
+  ReporterOptions o = options(controller, log);
+  o.backoff_initial = 200ms;
+  o.backoff_max = 5s;
+  o.close_flush = 300ms;
+  const auto start = Clock::now();
+  {
+    Reporter reporter(o);
+    for (int64_t s = 1; s <= 10; ++s) reporter.push(record(s));
+  }
+  EXPECT_LT(Clock::now() - start, 1500ms);  // close_flush 300 ms, not a 5 s backoff
+}
+
+}  // namespace
+}  // namespace precon::worker
