@@ -1,0 +1,107 @@
+// One optimizer step over GPT-2 config (b) (L=6, C=384, NH=6, V=50257, T=256): AdamW, Muon
+// (5 keller steps) and Shampoo (frequency 10, blocks <= 1024), with per-phase seconds per step as
+// counters and, for Muon, the Newton–Schulz rate on the nominal count 5·(4m²n + 2m³) per block
+// (m ≤ n the block's sides). Run: precon_bench_optim [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <random>
+
+#include "kernels/backend.h"
+#include "worker/model/params.h"
+#include "worker/optim/optimizer.h"
+
+namespace {
+
+using namespace precon::worker;
+
+ModelConfig config_b() {
+  ModelConfig m;
+  m.n_layer = 6;
+  m.n_head = 6;
+  m.d_model = 384;
+  m.seq_len = 256;
+  m.vocab_size = 50257;
+  return m;
+}
+
+void fill(const precon::kernels::Tensor& t, unsigned seed, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, stddev);
+  float* p = t.f32();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+}
+
+// Nominal Newton–Schulz FLOPs of one Muon step (split_qkv: c_attn as three C×C blocks).
+double ns_flops(const ParamStore& store, int steps) {
+  double flops = 0;
+  for (size_t i = 0; i < store.size(); ++i) {
+    const ParamSpec& s = store.spec(i);
+    if (s.kind != ParamKind::matrix) continue;
+    const double rows = double(s.fan_out) / s.qkv_blocks, cols = double(s.fan_in);
+    const double m = std::min(rows, cols), n = std::max(rows, cols);
+    flops += s.qkv_blocks * steps * (4 * m * m * n + 2 * m * m * m);
+  }
+  return flops;
+}
+
+void run(benchmark::State& state, const OptimizerConfig& config, int64_t first_step) {
+  ParamStore store(gpt2_param_table(config_b()), precon::kernels::Device::cpu);
+  fill(store.all_params(), 1, 0.02f);
+  fill(store.all_grads(), 2, 0.01f);
+  std::vector<OptimParam> params;
+  for (size_t i = 0; i < store.size(); ++i) params.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  auto opt = make_optimizer(config, params, precon::kernels::Device::cpu);
+  int64_t step = 1;
+  for (; step < first_step; ++step) opt->step(StepContext{step, 1.0, 1.0f});  // state warm-up
+  const PhaseSeconds before = opt->phase_seconds();
+  for (auto _ : state) opt->step(StepContext{step++, 1.0, 1.0f});
+  const PhaseSeconds after = opt->phase_seconds();
+  const double n = double(state.iterations());
+  state.counters["newton_schulz_s"] = (after.newton_schulz - before.newton_schulz) / n;
+  state.counters["statistics_s"] = (after.statistics - before.statistics) / n;
+  state.counters["inverse_root_s"] = (after.inverse_root - before.inverse_root) / n;
+  state.counters["grafting_s"] = (after.grafting - before.grafting) / n;
+  state.counters["adamw_s"] = (after.adamw - before.adamw) / n;
+  state.counters["other_s"] = (after.other - before.other) / n;
+  if (config.name == "muon" && after.newton_schulz > before.newton_schulz) {
+    state.counters["ns_GFLOP/s"] =
+        ns_flops(store, int(config.muon.ns_steps)) * n / (after.newton_schulz - before.newton_schulz) / 1e9;
+  }
+  state.SetLabel(opt->routing_summary());
+}
+
+void BM_OptimAdamW(benchmark::State& state) {
+  OptimizerConfig c;
+  c.name = "adamw";
+  c.weight_decay = 0.1;
+  run(state, c, 1);
+}
+
+void BM_OptimMuon(benchmark::State& state) {
+  OptimizerConfig c;
+  c.name = "muon";
+  c.lr = 0.02;
+  c.muon.ns_steps = 5;
+  c.muon.coefficients = "keller";
+  run(state, c, 1);
+}
+
+// Ten iterations from step 11: nine plain preconditioned steps and one inverse-root refresh
+// (step 20), so the counters are the amortised cost at frequency 10.
+void BM_OptimShampoo(benchmark::State& state) {
+  OptimizerConfig c;
+  c.name = "shampoo";
+  c.shampoo.precondition_frequency = 10;
+  c.shampoo.max_preconditioner_dim = 1024;
+  c.shampoo.epsilon = 1e-8;
+  run(state, c, 11);
+}
+
+BENCHMARK(BM_OptimAdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_OptimMuon)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_OptimShampoo)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+
+}  // namespace
+
+BENCHMARK_MAIN();
