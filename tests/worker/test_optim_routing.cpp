@@ -126,6 +126,10 @@ TEST(OptimRouting, UnknownNamesAndOptionsAreClearErrors) {
   c = base("shampoo");
   c.shampoo.grafting = "adafactor";
   EXPECT_THROW(make_optimizer(c, testing::optim_params(store), kernels::Device::cpu), OptimizerError);
+  c = base("shampoo");
+  c.shampoo.root_method = "newton";
+  c.shampoo.exponent = 0.3;  // root 1/0.3 is not an integer
+  EXPECT_THROW(make_optimizer(c, testing::optim_params(store), kernels::Device::cpu), OptimizerError);
 }
 
 TEST(OptimRouting, ShampooKeepsThePreviousRootAndStopsAfterTooManyFailures) {

@@ -54,6 +54,13 @@ void validate(const ShampooConfig& c) {
   if (!(c.exponent >= 0)) fail("exponent must be >= 0 (0 = 1/4 for matrices)");
   if (c.max_preconditioner_dim < 1) fail("max_preconditioner_dim must be >= 1");
   if (c.root_method != "eigh" && c.root_method != "newton") fail("root_method must be \"eigh\" or \"newton\"");
+  if (c.root_method == "newton") {
+    const double root = 1.0 / (c.exponent > 0 ? c.exponent : 0.25);
+    if (std::abs(root - std::round(root)) > 1e-9) {
+      fail("exponent = " + std::to_string(c.exponent) + " needs root_method = \"eigh\": the Newton iteration "
+           "computes integer roots only (exponent 1/p)");
+    }
+  }
   if (c.params != "hidden" && c.params != "all-matrices") fail("params must be \"hidden\" or \"all-matrices\"");
   if (c.max_root_failures < 0) fail("max_root_failures must be >= 0");
   Grafting g = parse_grafting(c.grafting);
