@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -176,6 +177,9 @@ TrainOutcome train(const TrainOptions& options) {
                                : std::string("no checkpoint was written yet");
   };
 
+  // Test-only fault hook: PRECON_FAULT_NAN_LOSS_AT_STEP=N makes step N's loss NaN.
+  const char* nan_fault = std::getenv("PRECON_FAULT_NAN_LOSS_AT_STEP");
+  const int64_t nan_fault_step = nan_fault ? std::atoll(nan_fault) : -1;
   PhaseSeconds prev_phases = run.optimizer->phase_seconds();
   Batch batch;
   TrainOutcome outcome = TrainOutcome::completed;
@@ -183,7 +187,8 @@ TrainOutcome train(const TrainOptions& options) {
     auto t0 = std::chrono::steady_clock::now();
     run.loader->next(batch);
     store.zero_grads();
-    const double loss = run.model->forward(batch.inputs, batch.targets, true);
+    double loss = run.model->forward(batch.inputs, batch.targets, true);
+    if (step == nan_fault_step) loss = NAN;
     if (!std::isfinite(loss)) {
       throw TrainingError("non-finite training loss (" + std::to_string(loss) + ") at step " + std::to_string(step) +
                           "; " + last_good() + " (lower optimizer.lr or raise train.grad_clip's strictness)");
@@ -226,7 +231,7 @@ TrainOutcome train(const TrainOptions& options) {
           " val_loss " + std::to_string(val_loss));
     }
     const bool stop = run.reporter && run.reporter->stop_requested();
-    const bool requeue = requeue_signal_received();
+    const bool requeue = requeue_signal_received() || (options.stop_at_step > 0 && step >= options.stop_at_step);
     if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == steps || stop ||
         requeue) {
       checkpoint(step);

@@ -21,6 +21,7 @@ struct TrainOptions {
   std::string token;                   // bearer token for report_url
   std::string trial_id;                // trial id sent with reports
   std::string resume = "auto";         // "auto" (newest good checkpoint), "never", or a checkpoint dir
+  int64_t stop_at_step = 0;            // checkpoint and return requeue after this step; 0 = never
   std::function<void(const std::string&)> log;  // progress and warnings; default: stderr
 };
 
