@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace precon::kernels::cpu {
 
@@ -39,7 +40,7 @@ void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
       for (int64_t s = 1; s <= t; ++s) maxv = std::fmax(maxv, row[s]);
       float sum = 0.0f;
       for (int64_t s = 0; s <= t; ++s) {
-        row[s] = std::exp(row[s] - maxv);
+        row[s] = fast_exp(row[s] - maxv);
         sum += row[s];
       }
       const float inv = 1.0f / sum;

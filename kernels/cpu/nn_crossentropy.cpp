@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace precon::kernels::cpu {
 
@@ -17,10 +18,10 @@ struct RowStats {
 RowStats row_stats(const float* x, int64_t V) {
   float maxv = x[0];
 #pragma omp simd reduction(max : maxv)
-  for (int64_t v = 1; v < V; ++v) maxv = std::fmax(maxv, x[v]);
+  for (int64_t v = 1; v < V; ++v) maxv = maxv > x[v] ? maxv : x[v];
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-  for (int64_t v = 0; v < V; ++v) sum += std::exp(x[v] - maxv);
+  for (int64_t v = 0; v < V; ++v) sum += fast_exp(x[v] - maxv);
   return {maxv, std::log(sum)};
 }
 
@@ -62,7 +63,9 @@ void crossentropy_backward(Tensor dlogits, Tensor losses, const Tensor& logits, 
     }
     const RowStats st = row_stats(x, V);
     loss[n] = st.log_sum - (x[target] - st.max);
-    for (int64_t v = 0; v < V; ++v) dx[v] = dloss * std::exp((x[v] - st.max) - st.log_sum);
+    const float shift = st.max + 0.0f, log_sum = st.log_sum;
+#pragma omp simd
+    for (int64_t v = 0; v < V; ++v) dx[v] = dloss * fast_exp((x[v] - shift) - log_sum);
     dx[target] -= dloss;
     for (int64_t v = V; v < Vp; ++v) dx[v] = 0.0f;
   }

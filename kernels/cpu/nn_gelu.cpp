@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu.h"
+#include "kernels/cpu/fast_math.h"
 
 namespace precon::kernels::cpu {
 
@@ -19,7 +20,7 @@ void gelu_forward(Tensor out, const Tensor& inp) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float u = kGeluScale * (x[i] + kGeluCubic * x[i] * x[i] * x[i]);
-    y[i] = x[i] / (1.0f + std::exp(-2.0f * u));
+    y[i] = x[i] / (1.0f + fast_exp(-2.0f * u));
   }
 }
 
@@ -31,7 +32,7 @@ void gelu_backward(Tensor dinp, const Tensor& inp, const Tensor& dout) {
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float u = kGeluScale * (x[i] + kGeluCubic * x[i] * x[i] * x[i]);
-    float s = 1.0f / (1.0f + std::exp(-2.0f * u));  // (1 + tanh u) / 2
+    float s = 1.0f / (1.0f + fast_exp(-2.0f * u));  // (1 + tanh u) / 2
     float du_dx = kGeluScale * (1.0f + 3.0f * kGeluCubic * x[i] * x[i]);
     dx[i] += (s + 2.0f * x[i] * s * (1.0f - s) * du_dx) * dy[i];
   }

@@ -209,7 +209,8 @@ void validate_config(const ParsedConfig& parsed) {
   if (c.optimizer.shampoo.start_preconditioning_step != 0 &&
       c.optimizer.shampoo.start_preconditioning_step < 1)
     fail("optimizer.shampoo.start_preconditioning_step", "must be >= 1 (or 0 for precondition_frequency)");
-  if (c.optimizer.warmup_steps > c.train.steps)
+  // A default warm-up longer than a short run just means the run warms up throughout.
+  if (c.optimizer.warmup_steps > c.train.steps && parsed.origin.count("optimizer.warmup_steps"))
     fail("optimizer.warmup_steps", "warm-up of " + std::to_string(c.optimizer.warmup_steps) +
                                        " steps is longer than train.steps = " + std::to_string(c.train.steps));
 }
