@@ -19,6 +19,7 @@ pkg_check_modules(LAPACKE REQUIRED IMPORTED_TARGET lapacke)
 find_package(nlohmann_json REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(CLI11 REQUIRED)
+find_package(SQLite3 REQUIRED)
 find_package(tomlplusplus REQUIRED)
 # Asio and Beast are header-only: the worker's reporter and the controller's HTTP server.
 find_package(Boost 1.74 REQUIRED)

@@ -1,0 +1,163 @@
+// The controller's SQLite store (WAL mode, versioned migrations). The controller is the only
+// writer; workers never open the database. Thread-safety: every method may be called from any
+// thread; writes are serialised on one connection, reads use per-thread connections (WAL lets
+// them run beside the writer).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace precon::orch {
+
+class StoreError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Trial lifecycle. A trial ends exactly once, in one of the terminal states.
+enum class TrialState { pending, running, completed, failed, cancelled, pruned };
+const char* trial_state_name(TrialState s);
+std::optional<TrialState> parse_trial_state(const std::string& s);
+bool is_terminal(TrialState s);
+
+enum class ExperimentState { running, completed, cancelled };
+const char* experiment_state_name(ExperimentState s);
+
+// Attempt = one launch of a trial's worker. `open` until its end is recorded.
+enum class AttemptState { open, succeeded, failed, requeue, killed, lost, stopped };
+const char* attempt_state_name(AttemptState s);
+
+struct ExperimentRow {
+  int64_t id = 0;
+  std::string name;
+  std::string description;
+  std::string recipe_path;      // where the recipe came from ("" when submitted over HTTP)
+  std::string recipe_text;      // the recipe as submitted
+  std::string overrides_json;   // JSON array of --set strings
+  ExperimentState state = ExperimentState::running;
+  std::string objective_metric = "val_loss";
+  std::string objective_mode = "min";
+  int64_t max_concurrent = 1;
+  int64_t max_attempts = 1;
+  std::string early_stop_json = "{}";  // the [sweep.early_stop] settings as JSON
+  std::string run_root;                // directory holding the trials' run dirs
+  double created_at = 0;               // unix seconds
+  double ended_at = 0;                 // 0 while running
+};
+
+struct TrialRow {
+  int64_t id = 0;
+  int64_t experiment_id = 0;
+  int64_t index = 0;            // position in the expanded sweep, 0-based
+  std::string params_json;      // the swept keys and values, e.g. {"optimizer.name": "muon"}
+  std::string config_toml;      // the resolved trial config (every key)
+  TrialState state = TrialState::pending;
+  std::string reason;           // why it ended (exit code meaning, early-stop rule, cancel)
+  std::string run_dir;
+  std::string token;            // bearer token for its reports
+  int64_t attempts = 0;         // launches so far
+  int64_t last_step = 0;        // highest step reported
+  double created_at = 0, started_at = 0, ended_at = 0;
+};
+
+struct AttemptRow {
+  int64_t id = 0;
+  int64_t trial_id = 0;
+  int64_t number = 0;           // 1-based per trial
+  std::string executor;         // "local" | "slurm"
+  std::string external_id;      // pid (local) or Slurm job id
+  std::string nodes;            // node list
+  AttemptState state = AttemptState::open;
+  int64_t exit_code = -1;       // -1 while open or unknown
+  std::string detail;           // free text: signal, Slurm state, ...
+  double started_at = 0, ended_at = 0;
+};
+
+struct MetricPoint {
+  std::string name;
+  int64_t step = 0;
+  double value = 0;  // NaN stored as NULL and returned as NaN
+  double time = 0;
+};
+
+struct CheckpointRow {
+  int64_t id = 0;
+  int64_t trial_id = 0;
+  int64_t step = 0;
+  std::string path;
+  double objective = 0;  // the objective metric at that step (NaN if unknown)
+  double created_at = 0;
+  double deleted_at = 0;  // 0 while on disk
+};
+
+struct EventRow {
+  int64_t id = 0;               // monotonically increasing: the cursor
+  double time = 0;
+  int64_t experiment_id = 0;    // 0 = controller-wide
+  int64_t trial_id = 0;         // 0 = experiment-wide
+  std::string kind;             // "trial_started", "early_stop", "attempt_failed", ...
+  std::string message;          // for humans
+  std::string data_json = "{}"; // structured details (e.g. the early-stop rule and values)
+};
+
+class Store {
+ public:
+  // Opens (creating if needed) and migrates to the current schema version. Throws StoreError
+  // naming the file for an unreadable file or a database written by a newer precon.
+  explicit Store(const std::filesystem::path& path);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  int schema_version() const;
+  const std::filesystem::path& path() const;
+
+  // Experiments and their trials are created in one transaction.
+  int64_t create_experiment(ExperimentRow experiment, std::vector<TrialRow> trials);
+  std::optional<ExperimentRow> experiment(int64_t id) const;
+  std::optional<ExperimentRow> experiment_by_name(const std::string& name) const;  // newest with that name
+  std::vector<ExperimentRow> experiments() const;  // newest first
+  void set_experiment_state(int64_t id, ExperimentState state, double ended_at);
+
+  std::optional<TrialRow> trial(int64_t id) const;
+  std::vector<TrialRow> trials(int64_t experiment_id) const;  // by index
+  std::vector<TrialRow> trials_in_state(TrialState state) const;
+  // Writes every mutable field of the row (state, reason, attempts, last_step, times, run_dir).
+  void update_trial(const TrialRow& trial);
+
+  int64_t add_attempt(AttemptRow attempt);  // returns its id
+  void update_attempt(const AttemptRow& attempt);
+  std::vector<AttemptRow> attempts(int64_t trial_id) const;
+  std::vector<AttemptRow> open_attempts() const;  // ended_at == 0, any trial
+
+  // Idempotent on (trial, name, step): a resent point replaces the stored one. One transaction.
+  // Returns the number of points written. Also raises the trial's last_step.
+  size_t insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& points);
+  std::vector<std::string> metric_names(int64_t trial_id) const;
+  // The series in step order. With max_points > 0 and more points stored, it is downsampled
+  // into buckets of consecutive steps keeping each bucket's first, last, min and max points
+  // (so spikes survive), at most max_points in all.
+  std::vector<MetricPoint> metrics(int64_t trial_id, const std::string& name, size_t max_points = 0) const;
+  // Value at exactly `step`, or the last one at or before it.
+  std::optional<MetricPoint> metric_at_or_before(int64_t trial_id, const std::string& name, int64_t step) const;
+  std::optional<MetricPoint> last_metric(int64_t trial_id, const std::string& name) const;
+  int64_t metric_count(int64_t trial_id) const;
+
+  int64_t add_checkpoint(CheckpointRow checkpoint);  // idempotent on (trial, step)
+  void mark_checkpoint_deleted(int64_t checkpoint_id, double when);
+  std::vector<CheckpointRow> checkpoints(int64_t trial_id) const;  // by step
+
+  int64_t add_event(EventRow event);  // returns the new cursor
+  // Events with id > cursor, oldest first; experiment_id 0 = all experiments.
+  std::vector<EventRow> events_since(int64_t cursor, size_t limit, int64_t experiment_id = 0) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace precon::orch
