@@ -1,0 +1,106 @@
+// The interface between the scheduler and the machines that run workers: `local` (child
+// processes on this machine) and `slurm` (batch jobs). An executor launches one attempt of a
+// trial, reports attempts that ended, delivers stop/kill, and re-attaches to attempts after a
+// controller restart, so that every attempt's end is reported exactly once.
+// Thread-safety: implementations are safe to call from any thread; the scheduler calls them
+// from its strand.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace precon::orch {
+
+// A launch failed, or a request can never be met by this executor. The message says what
+// to change.
+class ExecError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// One attempt to run: the program, its environment and the resources it needs.
+struct LaunchSpec {
+  int64_t trial_id = 0;
+  int64_t attempt = 0;                     // 1-based per trial
+  std::string label;                       // human-readable name (job name on Slurm)
+  std::filesystem::path run_dir;           // created if absent; logs and exit status go here
+  std::vector<std::string> argv;           // argv[0] = program path
+  std::map<std::string, std::string> env;  // added to the controller's environment
+  int cpus = 1;                            // CPU slots (also OMP_NUM_THREADS)
+  int gpus = 0;                            // GPU slots
+};
+
+// How an attempt ended, in the terms the scheduler decides on.
+enum class ExitKind {
+  succeeded,  // exit 0
+  failed,     // another nonzero exit: retry from the last checkpoint while attempts remain
+  usage,      // exit 2, bad command line or config: retrying will not help
+  requeue,    // exit 75, checkpoint written after SIGUSR1/SIGTERM: relaunch, not a failure
+  killed,     // ended by a signal
+  lost,       // gone, and how it ended cannot be known
+};
+const char* exit_kind_name(ExitKind k);
+
+struct ExitStatus {
+  ExitKind kind = ExitKind::lost;
+  int code = -1;       // exit code, or -1 when it did not exit normally
+  int signal = 0;      // terminating signal, or 0
+  std::string detail;  // for people: "exit code 1", "killed by SIGKILL", ...
+};
+
+// Maps a wait status (waitpid) of precon-train to an ExitStatus using its exit-code contract
+// (worker/train/exit_codes.h).
+ExitStatus classify_exit(int wait_status);
+
+// Names one launched attempt. Everything in it is persisted by the scheduler (attempts row and
+// the trial's run_dir), so that after a restart it can rebuild the Handle and adopt() it.
+struct Handle {
+  std::string executor;           // "local" | "slurm"
+  std::string external_id;        // local: "<pid>:<start time in clock ticks>"; slurm: job id
+  std::string nodes;              // host name(s) it runs on
+  int64_t trial_id = 0;           // from the LaunchSpec
+  int64_t attempt = 0;            // from the LaunchSpec
+  std::filesystem::path run_dir;  // from the LaunchSpec; the exit-status file lives here
+};
+
+class Executor {
+ public:
+  virtual ~Executor();
+
+  virtual std::string name() const = 0;
+
+  // Throws ExecError when the spec can never run here (more slots than exist, no program).
+  virtual void validate(const LaunchSpec& spec) const = 0;
+
+  // True when the slots the spec needs are free now.
+  virtual bool has_capacity(const LaunchSpec& spec) const = 0;
+
+  // Starts the attempt (validate() first); throws ExecError with a clear message.
+  virtual Handle launch(const LaunchSpec& spec) = 0;
+
+  // Attempts that ended since the last poll, each reported once. Never blocks.
+  virtual std::vector<std::pair<Handle, ExitStatus>> poll() = 0;
+
+  // Asks the attempt to stop: SIGTERM to its processes; precon-train checkpoints and exits 75.
+  // No-op for an attempt that already ended.
+  virtual void signal_stop(const Handle& h) = 0;
+
+  // Ends the attempt now (SIGKILL to every process of it). No-op if it already ended.
+  virtual void kill(const Handle& h) = 0;
+
+  // After a controller restart: re-attach to the attempt. Returns nullopt when it still runs
+  // (poll() reports its end later), or its final status now when it already ended (recovered,
+  // or `lost` when that cannot be known).
+  virtual std::optional<ExitStatus> adopt(const Handle& h) = 0;
+
+  // Attempts launched or adopted and not yet reported by poll().
+  virtual size_t running() const = 0;
+};
+
+}  // namespace precon::orch
