@@ -127,6 +127,7 @@ class Store {
   std::vector<TrialRow> trials(int64_t experiment_id) const;  // by index
   std::vector<TrialRow> trials_in_state(TrialState state) const;
   // Writes every mutable field of the row (state, reason, attempts, last_step, times, run_dir).
+  // last_step only rises (insert_metrics may have raised it since the row was read).
   void update_trial(const TrialRow& trial);
 
   int64_t add_attempt(AttemptRow attempt);  // returns its id
@@ -146,6 +147,11 @@ class Store {
   std::optional<MetricPoint> metric_at_or_before(int64_t trial_id, const std::string& name, int64_t step) const;
   std::optional<MetricPoint> last_metric(int64_t trial_id, const std::string& name) const;
   int64_t metric_count(int64_t trial_id) const;
+  // metrics() serves series from an in-memory cache, loaded on a series' first query and kept
+  // current by insert_metrics. It holds at most about `points` points (default 4M, ~100 MB);
+  // the least recently queried series are dropped first.
+  void set_metric_cache_limit(size_t points);
+  size_t metric_cache_points() const;  // points cached now (tests, the /metrics page)
 
   int64_t add_checkpoint(CheckpointRow checkpoint);  // idempotent on (trial, step)
   void mark_checkpoint_deleted(int64_t checkpoint_id, double when);

@@ -1,0 +1,157 @@
+#include "orchestrator/store/migrations.h"
+
+#include <iterator>
+#include <string>
+
+namespace precon::orch::store_schema {
+
+namespace {
+
+// Migration N takes the schema from version N-1 to N. Never edit one that has shipped:
+// append a new one instead.
+constexpr const char* kMigrations[] = {
+    // 1: the tables.
+    R"sql(
+CREATE TABLE experiments (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL,
+  description TEXT NOT NULL DEFAULT '',
+  recipe_path TEXT NOT NULL DEFAULT '',
+  recipe_text TEXT NOT NULL DEFAULT '',
+  overrides_json TEXT NOT NULL DEFAULT '[]',
+  state TEXT NOT NULL,
+  objective_metric TEXT NOT NULL,
+  objective_mode TEXT NOT NULL,
+  max_concurrent INTEGER NOT NULL,
+  max_attempts INTEGER NOT NULL,
+  early_stop_json TEXT NOT NULL DEFAULT '{}',
+  run_root TEXT NOT NULL DEFAULT '',
+  created_at REAL NOT NULL,
+  ended_at REAL NOT NULL DEFAULT 0
+);
+CREATE INDEX experiments_by_name ON experiments(name, id);
+CREATE TABLE trials (
+  id INTEGER PRIMARY KEY,
+  experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+  idx INTEGER NOT NULL,
+  params_json TEXT NOT NULL DEFAULT '{}',
+  config_toml TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '',
+  run_dir TEXT NOT NULL DEFAULT '',
+  token TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0,
+  last_step INTEGER NOT NULL DEFAULT 0,
+  created_at REAL NOT NULL,
+  started_at REAL NOT NULL DEFAULT 0,
+  ended_at REAL NOT NULL DEFAULT 0,
+  UNIQUE (experiment_id, idx)
+);
+CREATE INDEX trials_by_state ON trials(state);
+CREATE TABLE attempts (
+  id INTEGER PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  number INTEGER NOT NULL,
+  executor TEXT NOT NULL,
+  external_id TEXT NOT NULL DEFAULT '',
+  nodes TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL,
+  exit_code INTEGER NOT NULL DEFAULT -1,
+  detail TEXT NOT NULL DEFAULT '',
+  started_at REAL NOT NULL DEFAULT 0,
+  ended_at REAL NOT NULL DEFAULT 0,
+  UNIQUE (trial_id, number)
+);
+CREATE INDEX attempts_open ON attempts(id) WHERE ended_at = 0;
+CREATE TABLE metrics (
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  name TEXT NOT NULL,
+  step INTEGER NOT NULL,
+  value REAL,
+  time REAL NOT NULL,
+  PRIMARY KEY (trial_id, name, step)
+);
+CREATE TABLE checkpoints (
+  id INTEGER PRIMARY KEY,
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL,
+  path TEXT NOT NULL,
+  objective REAL,
+  created_at REAL NOT NULL,
+  deleted_at REAL NOT NULL DEFAULT 0,
+  UNIQUE (trial_id, step)
+);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT,
+  time REAL NOT NULL,
+  experiment_id INTEGER NOT NULL DEFAULT 0,
+  trial_id INTEGER NOT NULL DEFAULT 0,
+  kind TEXT NOT NULL,
+  message TEXT NOT NULL DEFAULT '',
+  data_json TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX events_by_experiment ON events(experiment_id, id);
+)sql",
+    // 2: metric names interned and metric rows clustered by (trial, name, step) without a
+    // rowid: rows shrink to a few integers and a trial's series is one contiguous range.
+    R"sql(
+CREATE TABLE metric_names (
+  id INTEGER PRIMARY KEY,
+  name TEXT NOT NULL UNIQUE
+);
+INSERT INTO metric_names(name) SELECT DISTINCT name FROM metrics ORDER BY name;
+CREATE TABLE metrics_v2 (
+  trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  name_id INTEGER NOT NULL REFERENCES metric_names(id),
+  step INTEGER NOT NULL,
+  value REAL,
+  time REAL NOT NULL,
+  PRIMARY KEY (trial_id, name_id, step)
+) WITHOUT ROWID;
+INSERT INTO metrics_v2(trial_id, name_id, step, value, time)
+  SELECT m.trial_id, n.id, m.step, m.value, m.time FROM metrics m JOIN metric_names n ON n.name = m.name;
+DROP TABLE metrics;
+ALTER TABLE metrics_v2 RENAME TO metrics;
+)sql",
+};
+
+constexpr int kVersion = static_cast<int>(std::size(kMigrations));
+
+}  // namespace
+
+int current_version() { return kVersion; }
+
+int open_and_migrate(sql::Database& db) {
+  // WAL lets readers run beside the one writer; NORMAL syncs at checkpoints only, which is
+  // durable against a controller crash (not against power loss of the last transactions).
+  db.exec("PRAGMA journal_mode=WAL");
+  db.exec("PRAGMA synchronous=NORMAL");
+  db.exec("PRAGMA foreign_keys=ON");
+
+  const std::string file = db.path().string();
+  int version = static_cast<int>(db.int_pragma("user_version"));
+  if (version > kVersion)
+    throw StoreError(file + ": database schema version " + std::to_string(version) +
+                     " is newer than this precon knows (" + std::to_string(kVersion) +
+                     "); use the precon that wrote it, or a newer one");
+  const int64_t app = db.int_pragma("application_id");
+  if (app != 0 && app != kApplicationId)
+    throw StoreError(file + ": not a precon database (SQLite application_id " + std::to_string(app) +
+                     "); pass another path");
+  if (version == 0) {
+    auto s = db.cached("SELECT count(*) FROM sqlite_schema");
+    if (s->step() && s->i64(0) > 0)
+      throw StoreError(file + ": an SQLite database that precon did not create (it has tables but no "
+                              "precon schema version); pass another path");
+  }
+  for (; version < kVersion; ++version) {
+    sql::Transaction tx(db);
+    db.exec(kMigrations[version]);
+    db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
+    db.exec("PRAGMA user_version=" + std::to_string(version + 1));
+    tx.commit();
+  }
+  return version;
+}
+
+}  // namespace precon::orch::store_schema

@@ -1,0 +1,89 @@
+// In-memory copies of metric series, so that a downsampled query of a million-point series is
+// a scan of two vectors instead of a million-row SQL read. A series is loaded from SQLite on
+// its first query and kept current by the writer after each commit (appends, and in-place
+// replacement for resent steps). The least recently queried series are dropped when the
+// cached points exceed a budget. Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace precon::orch {
+
+struct SeriesPoint {
+  int64_t step = 0;
+  double value = 0;
+  double time = 0;
+};
+
+// One (trial, metric) series in step order, steps unique.
+struct Series {
+  std::vector<int64_t> steps;
+  std::vector<double> values, times;
+  // Upserts the points in order (a later point with the same step wins).
+  void merge(std::span<const SeriesPoint> points);
+};
+
+// Indices of the points kept when downsampling n points to at most max_points: buckets of
+// consecutive points, each contributing its first, last, minimum and maximum (NaN values are
+// ignored for the extremes), in ascending order without duplicates. All indices when
+// max_points is 0 or n <= max_points.
+std::vector<size_t> downsample(std::span<const double> values, size_t max_points);
+
+class SeriesCache {
+ public:
+  using Key = std::pair<int64_t, int64_t>;  // (trial id, metric name id)
+
+  struct Entry {
+    std::shared_mutex mu;  // guards data; held exclusively while loading
+    Series data;
+    std::atomic<size_t> size{0};
+    std::atomic<uint64_t> last_used{0};
+    bool failed = false;                   // the load threw; readers retry
+    bool loading = true;                   // guarded by SeriesCache::mu_
+    std::vector<SeriesPoint> pending;      // commits seen while loading; guarded by mu_
+  };
+
+  // A series held for reading (shared lock).
+  struct Reading {
+    std::shared_ptr<Entry> entry;
+    std::shared_lock<std::shared_mutex> lock;
+    const Series& series() const { return entry->data; }
+  };
+
+  // Empty series (queries of unknown names or trials) are cached too; this bounds their number.
+  static constexpr size_t kMaxSeries = size_t{1} << 16;
+
+  explicit SeriesCache(size_t budget_points) : budget_(budget_points) {}
+
+  // The cached series for `key`, loading it with `load` (which fills a Series from the
+  // database) on a miss. Concurrent readers of a loading series wait for it.
+  Reading read(Key key, const std::function<void(Series&)>& load);
+
+  // Called by the writer after a commit: updates the series if it is cached or loading.
+  // A load that starts after this call sees the commit in its snapshot; one in progress
+  // gets the points replayed after it finishes.
+  void apply(Key key, std::span<const SeriesPoint> points);
+
+  void set_budget(size_t points);
+  size_t cached_points() const;
+
+ private:
+  void evict_locked(const Entry* keep);
+
+  mutable std::mutex mu_;
+  std::map<Key, std::shared_ptr<Entry>> map_;
+  size_t budget_;
+  uint64_t tick_ = 0;
+  std::atomic<size_t> grown_{0};  // points appended since the last budget check
+};
+
+}  // namespace precon::orch

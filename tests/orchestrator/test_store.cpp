@@ -1,0 +1,613 @@
+// Store: row round trips, transactions, metric ingest and downsampling (against a naive
+// reference), events, migrations and bad files, concurrent readers, persistence.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "orchestrator/store/store.h"
+
+namespace precon::orch {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+class StoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("precon_store_" + std::to_string(getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    path_ = dir_ / "precon.db";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  fs::path dir_, path_;
+};
+
+class StoreRows : public StoreTest {};
+class StoreTransactions : public StoreTest {};
+class StoreMetrics : public StoreTest {};
+class StoreEvents : public StoreTest {};
+class StoreMigrations : public StoreTest {};
+class StoreConcurrency : public StoreTest {};
+class StorePersistence : public StoreTest {};
+
+ExperimentRow full_experiment(const std::string& name) {
+  ExperimentRow e;
+  e.name = name;
+  e.description = "muon vs adamw";
+  e.recipe_path = "/recipes/q.toml";
+  e.recipe_text = "[experiment]\nname = \"q\"\n";
+  e.overrides_json = R"(["train.steps=10"])";
+  e.objective_metric = "val_loss";
+  e.objective_mode = "max";
+  e.max_concurrent = 3;
+  e.max_attempts = 2;
+  e.early_stop_json = R"({"method":"asha"})";
+  e.run_root = "/runs/q";
+  e.created_at = 1700000000.25;
+  return e;
+}
+
+TrialRow full_trial(int64_t index) {
+  TrialRow t;
+  t.index = index;
+  t.params_json = R"({"optimizer.name":"muon"})";
+  t.config_toml = "[train]\nsteps = 10\n";
+  t.reason = "r" + std::to_string(index);
+  t.run_dir = "/runs/q/" + std::to_string(index);
+  t.token = "tok" + std::to_string(index);
+  t.attempts = index;
+  t.last_step = 7;
+  t.created_at = 1.5;
+  t.started_at = 2.5;
+  return t;
+}
+
+int64_t one_trial(Store& s) {
+  s.create_experiment(full_experiment("e"), {full_trial(0)});
+  return s.trials(s.experiment_by_name("e")->id).at(0).id;
+}
+
+bool same_value(double a, double b) { return (std::isnan(a) && std::isnan(b)) || a == b; }
+
+void expect_same_points(const std::vector<MetricPoint>& a, const std::vector<MetricPoint>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].name, b[i].name) << i;
+    EXPECT_EQ(a[i].step, b[i].step) << i;
+    EXPECT_TRUE(same_value(a[i].value, b[i].value)) << i << ": " << a[i].value << " vs " << b[i].value;
+    EXPECT_EQ(a[i].time, b[i].time) << i;
+  }
+}
+
+void raw_sql(const fs::path& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  EXPECT_EQ(rc, SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_close(db);
+}
+
+TEST_F(StoreRows, ExperimentRoundTrip) {
+  Store s(path_);
+  const int64_t a = s.create_experiment(full_experiment("q"), {});
+  const int64_t b = s.create_experiment(full_experiment("q"), {});
+  const int64_t c = s.create_experiment(full_experiment("other"), {});
+  auto e = s.experiment(a);
+  ASSERT_TRUE(e);
+  const ExperimentRow want = full_experiment("q");
+  EXPECT_EQ(e->id, a);
+  EXPECT_EQ(e->name, want.name);
+  EXPECT_EQ(e->description, want.description);
+  EXPECT_EQ(e->recipe_path, want.recipe_path);
+  EXPECT_EQ(e->recipe_text, want.recipe_text);
+  EXPECT_EQ(e->overrides_json, want.overrides_json);
+  EXPECT_EQ(e->state, ExperimentState::running);
+  EXPECT_EQ(e->objective_metric, want.objective_metric);
+  EXPECT_EQ(e->objective_mode, "max");
+  EXPECT_EQ(e->max_concurrent, 3);
+  EXPECT_EQ(e->max_attempts, 2);
+  EXPECT_EQ(e->early_stop_json, want.early_stop_json);
+  EXPECT_EQ(e->run_root, want.run_root);
+  EXPECT_EQ(e->created_at, want.created_at);
+  EXPECT_EQ(e->ended_at, 0);
+  EXPECT_EQ(s.experiment_by_name("q")->id, b);  // the newest of that name
+  EXPECT_FALSE(s.experiment_by_name("nope"));
+  EXPECT_FALSE(s.experiment(999));
+  auto all = s.experiments();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].id, c);
+  EXPECT_EQ(all[2].id, a);
+  s.set_experiment_state(a, ExperimentState::cancelled, 42.5);
+  EXPECT_EQ(s.experiment(a)->state, ExperimentState::cancelled);
+  EXPECT_EQ(s.experiment(a)->ended_at, 42.5);
+  EXPECT_THROW(s.set_experiment_state(999, ExperimentState::completed, 1), StoreError);
+}
+
+TEST_F(StoreRows, TrialRoundTrip) {
+  Store s(path_);
+  TrialRow t2 = full_trial(2);
+  t2.state = TrialState::running;
+  const int64_t e = s.create_experiment(full_experiment("q"), {t2, full_trial(0), full_trial(1)});
+  auto trials = s.trials(e);
+  ASSERT_EQ(trials.size(), 3u);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(trials[i].index, i);  // by index, not insertion
+  const TrialRow& t = trials[2];
+  EXPECT_EQ(t.experiment_id, e);
+  EXPECT_EQ(t.params_json, t2.params_json);
+  EXPECT_EQ(t.config_toml, t2.config_toml);
+  EXPECT_EQ(t.state, TrialState::running);
+  EXPECT_EQ(t.reason, "r2");
+  EXPECT_EQ(t.run_dir, "/runs/q/2");
+  EXPECT_EQ(t.token, "tok2");
+  EXPECT_EQ(t.attempts, 2);
+  EXPECT_EQ(t.last_step, 7);
+  EXPECT_EQ(t.created_at, 1.5);
+  EXPECT_EQ(t.started_at, 2.5);
+  EXPECT_EQ(t.ended_at, 0);
+  EXPECT_EQ(s.trial(t.id)->token, "tok2");
+  EXPECT_EQ(s.trials_in_state(TrialState::running).size(), 1u);
+  EXPECT_EQ(s.trials_in_state(TrialState::pending).size(), 2u);
+
+  TrialRow u = trials[0];
+  u.state = TrialState::pruned;
+  u.reason = "asha rung 1";
+  u.attempts = 4;
+  u.last_step = 90;
+  u.started_at = 10;
+  u.ended_at = 20;
+  u.run_dir = "/elsewhere";
+  s.update_trial(u);
+  auto back = s.trial(u.id);
+  EXPECT_EQ(back->state, TrialState::pruned);
+  EXPECT_EQ(back->reason, "asha rung 1");
+  EXPECT_EQ(back->attempts, 4);
+  EXPECT_EQ(back->last_step, 90);
+  EXPECT_EQ(back->started_at, 10);
+  EXPECT_EQ(back->ended_at, 20);
+  EXPECT_EQ(back->run_dir, "/elsewhere");
+  EXPECT_TRUE(is_terminal(back->state));
+  EXPECT_EQ(parse_trial_state("pruned"), TrialState::pruned);
+  EXPECT_FALSE(parse_trial_state("bogus"));
+  u.id = 999;
+  EXPECT_THROW(s.update_trial(u), StoreError);
+}
+
+TEST_F(StoreRows, AttemptRoundTrip) {
+  Store s(path_);
+  const int64_t trial = one_trial(s);
+  AttemptRow a{0, trial, 1, "slurm", "12345", "node[1-2]", AttemptState::open, -1, "", 100, 0};
+  const int64_t id1 = s.add_attempt(a);
+  a.number = 2;
+  a.external_id = "12346";
+  const int64_t id2 = s.add_attempt(a);
+  EXPECT_EQ(s.open_attempts().size(), 2u);
+  AttemptRow done = s.attempts(trial).at(0);
+  EXPECT_EQ(done.id, id1);
+  EXPECT_EQ(done.executor, "slurm");
+  EXPECT_EQ(done.external_id, "12345");
+  EXPECT_EQ(done.nodes, "node[1-2]");
+  EXPECT_EQ(done.state, AttemptState::open);
+  EXPECT_EQ(done.exit_code, -1);
+  EXPECT_EQ(done.started_at, 100);
+  done.state = AttemptState::requeue;
+  done.exit_code = 75;
+  done.detail = "SIGUSR1";
+  done.ended_at = 200;
+  s.update_attempt(done);
+  auto open = s.open_attempts();
+  ASSERT_EQ(open.size(), 1u);
+  EXPECT_EQ(open[0].id, id2);
+  auto back = s.attempts(trial).at(0);
+  EXPECT_EQ(back.state, AttemptState::requeue);
+  EXPECT_EQ(back.exit_code, 75);
+  EXPECT_EQ(back.detail, "SIGUSR1");
+  EXPECT_EQ(back.ended_at, 200);
+  EXPECT_STREQ(attempt_state_name(back.state), "requeue");
+  EXPECT_THROW(s.add_attempt(a), StoreError);  // (trial, number) is unique
+}
+
+TEST_F(StoreRows, CheckpointsIdempotent) {
+  Store s(path_);
+  const int64_t trial = one_trial(s);
+  const int64_t c200 = s.add_checkpoint({0, trial, 200, "/ck/200", 3.5, 10, 0});
+  const int64_t c100 = s.add_checkpoint({0, trial, 100, "/ck/100", kNaN, 5, 0});
+  EXPECT_EQ(s.add_checkpoint({0, trial, 200, "/ck/200", 3.5, 10, 0}), c200);
+  auto ck = s.checkpoints(trial);
+  ASSERT_EQ(ck.size(), 2u);
+  EXPECT_EQ(ck[0].id, c100);
+  EXPECT_TRUE(std::isnan(ck[0].objective));
+  EXPECT_EQ(ck[1].path, "/ck/200");
+  EXPECT_EQ(ck[1].objective, 3.5);
+  EXPECT_EQ(ck[1].created_at, 10);
+  s.mark_checkpoint_deleted(c100, 77);
+  EXPECT_EQ(s.checkpoints(trial)[0].deleted_at, 77);
+  EXPECT_THROW(s.mark_checkpoint_deleted(999, 1), StoreError);
+  EXPECT_THROW(s.add_checkpoint({0, 999, 1, "/x", 0, 0, 0}), StoreError);  // unknown trial
+}
+
+TEST_F(StoreTransactions, ExperimentAndTrialsAtomic) {
+  Store s(path_);
+  // The third trial repeats an index: the insert fails after the experiment and two trials.
+  EXPECT_THROW(s.create_experiment(full_experiment("q"), {full_trial(0), full_trial(1), full_trial(1)}),
+               StoreError);
+  EXPECT_TRUE(s.experiments().empty());
+  EXPECT_TRUE(s.trials_in_state(TrialState::pending).empty());
+  const int64_t trial = one_trial(s);
+  EXPECT_THROW(s.insert_metrics(999, {{"loss", 1, 1, 1}}), StoreError);
+  EXPECT_THROW(s.insert_metrics(trial, {{"loss", 1, 1, 1}, {"", 2, 1, 1}}), StoreError);
+  EXPECT_EQ(s.metric_count(trial), 0);
+  EXPECT_TRUE(s.metric_names(trial).empty());
+  EXPECT_EQ(s.trial(trial)->last_step, 7);
+}
+
+TEST_F(StoreMetrics, IdempotentAndLastStep) {
+  Store s(path_);
+  const int64_t trial = one_trial(s);
+  std::vector<MetricPoint> batch;
+  for (int64_t step = 1; step <= 50; ++step) batch.push_back({"loss", step, 10.0 / step, 100.0 + step});
+  EXPECT_EQ(s.insert_metrics(trial, batch), 50u);
+  EXPECT_EQ(s.trial(trial)->last_step, 50);
+  EXPECT_EQ(s.metrics(trial, "loss").size(), 50u);  // loads the cached series
+  for (auto& p : batch) p.value += 1;
+  s.insert_metrics(trial, batch);  // a resend replaces
+  s.insert_metrics(trial, {{"loss", 3, 0.5, 1}, {"lr", 3, 0.01, 1}});
+  EXPECT_EQ(s.metric_count(trial), 51);
+  EXPECT_EQ(s.trial(trial)->last_step, 50);  // never lowered
+  auto loss = s.metrics(trial, "loss");
+  ASSERT_EQ(loss.size(), 50u);
+  EXPECT_EQ(loss[2].value, 0.5);
+  EXPECT_EQ(loss[9].value, 2.0);
+  EXPECT_EQ(s.last_metric(trial, "loss")->step, 50);
+  EXPECT_EQ(s.metric_at_or_before(trial, "lr", 100)->value, 0.01);
+  EXPECT_FALSE(s.metric_at_or_before(trial, "lr", 2));
+  EXPECT_FALSE(s.last_metric(trial, "nope"));
+  EXPECT_EQ(s.metric_names(trial), (std::vector<std::string>{"loss", "lr"}));
+  s.insert_metrics(trial, {{"loss", 60, 1, 1}});
+  EXPECT_EQ(s.trial(trial)->last_step, 60);
+}
+
+TEST_F(StoreMetrics, NaNRoundTrip) {
+  {
+    Store s(path_);
+    const int64_t trial = one_trial(s);
+    s.insert_metrics(trial, {{"loss", 1, 2.0, 1}, {"loss", 2, kNaN, 2}, {"loss", 3, 1.0, 3}});
+    EXPECT_TRUE(std::isnan(s.metrics(trial, "loss")[1].value));
+    EXPECT_TRUE(std::isnan(s.metric_at_or_before(trial, "loss", 2)->value));
+  }
+  Store s(path_);  // from SQLite, not the cache
+  const int64_t trial = s.trials_in_state(TrialState::pending).at(0).id;
+  auto loss = s.metrics(trial, "loss", 2);
+  EXPECT_EQ(loss.size(), 2u);  // NaN is not an extreme: min and max survive
+  EXPECT_EQ(loss[0].value, 2.0);
+  EXPECT_EQ(loss[1].value, 1.0);
+  EXPECT_TRUE(std::isnan(s.metrics(trial, "loss")[1].value));
+}
+
+// Naive reference for Store::metrics downsampling, written from its documentation.
+std::vector<size_t> reference_downsample(const std::vector<double>& v, size_t m) {
+  const size_t n = v.size();
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  if (m == 0 || n <= m) return all;
+  auto extremes = [&](size_t lo, size_t hi) {
+    std::vector<size_t> ok;
+    for (size_t i = lo; i < hi; ++i)
+      if (!std::isnan(v[i])) ok.push_back(i);
+    auto less = [&](size_t a, size_t b) { return v[a] < v[b]; };
+    std::vector<size_t> r;
+    if (!ok.empty()) {
+      r.push_back(*std::min_element(ok.begin(), ok.end(), less));
+      r.push_back(*std::max_element(ok.begin(), ok.end(), less));
+    }
+    return r;
+  };
+  std::set<size_t> keep;
+  if (m < 4) {
+    std::vector<size_t> order = extremes(0, n);
+    order.push_back(n - 1);
+    order.push_back(0);
+    for (size_t i : order)
+      if (keep.size() < m) keep.insert(i);
+  } else {
+    const size_t buckets = m / 4;
+    for (size_t b = 0; b < buckets; ++b) {
+      const size_t lo = b * n / buckets, hi = (b + 1) * n / buckets;
+      keep.insert(lo);
+      keep.insert(hi - 1);
+      for (size_t i : extremes(lo, hi)) keep.insert(i);
+    }
+  }
+  return {keep.begin(), keep.end()};
+}
+
+TEST_F(StoreMetrics, DownsampleMatchesReference) {
+  Store s(path_);
+  const int64_t trial = one_trial(s);
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0, 1);
+  const size_t n = 10007;
+  std::vector<double> values(n);
+  std::vector<MetricPoint> points;
+  for (size_t i = 0; i < n; ++i) {
+    values[i] = std::round(4 * noise(rng)) / 4;  // ties, to check the first of equal extremes
+    if (i % 997 == 5) values[i] = kNaN;
+    if (i == 4321) values[i] = 1e6;   // a spike
+    if (i == 777) values[i] = -1e6;
+    points.push_back({"loss", static_cast<int64_t>(3 * i + 10), values[i], static_cast<double>(i)});
+  }
+  for (size_t off = 0; off < n; off += 500)
+    s.insert_metrics(trial, {points.begin() + off, points.begin() + std::min(n, off + 500)});
+  for (size_t m : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{4}, size_t{5}, size_t{7}, size_t{100},
+                   size_t{2000}, size_t{4999}, n - 1, n, n + 1}) {
+    SCOPED_TRACE(m);
+    auto got = s.metrics(trial, "loss", m);
+    std::vector<MetricPoint> want;
+    for (size_t i : reference_downsample(values, m)) want.push_back(points[i]);
+    expect_same_points(got, want);
+    if (m > 0) {
+      EXPECT_LE(got.size(), m);
+    }
+    if (m >= 2) {
+      auto has = [&](double v) {
+        return std::any_of(got.begin(), got.end(), [&](const MetricPoint& p) { return p.value == v; });
+      };
+      EXPECT_TRUE(has(1e6));
+      EXPECT_TRUE(has(-1e6));
+    }
+    if (m >= 4) {
+      EXPECT_EQ(got.front().step, points.front().step);
+      EXPECT_EQ(got.back().step, points.back().step);
+    }
+  }
+}
+
+TEST_F(StoreMetrics, CacheStaysCurrent) {
+  std::vector<MetricPoint> cached;
+  {
+    Store s(path_);
+    const int64_t trial = one_trial(s);
+    std::vector<MetricPoint> batch;
+    for (int64_t step = 0; step < 1000; step += 2) batch.push_back({"loss", step, double(step), 0});
+    s.insert_metrics(trial, batch);
+    // A monotonic series: each bucket's first and last are its extremes, two points a bucket.
+    EXPECT_EQ(s.metrics(trial, "loss", 100).size(), 50u);
+    // Overwrites, appends, and steps between cached ones (a resumed trial re-reporting).
+    s.insert_metrics(trial, {{"loss", 10, -5, 1}, {"loss", 2000, 7, 1}, {"loss", 11, 3, 1}, {"loss", -1, 4, 1},
+                             {"loss", 11, 9, 2}});
+    cached = s.metrics(trial, "loss");
+    EXPECT_EQ(cached.size(), 503u);
+    EXPECT_GT(s.metric_cache_points(), 0u);
+  }
+  Store s(path_);
+  const int64_t trial = s.trials_in_state(TrialState::pending).at(0).id;
+  expect_same_points(cached, s.metrics(trial, "loss"));
+  EXPECT_EQ(cached[0].step, -1);
+  EXPECT_EQ(cached[7].value, 9);  // step 11: the later of the two in one batch
+}
+
+TEST_F(StoreMetrics, CacheLimitEvicts) {
+  Store s(path_);
+  const int64_t trial = one_trial(s);
+  s.set_metric_cache_limit(1000);
+  for (const char* name : {"a", "b", "c"}) {
+    std::vector<MetricPoint> batch;
+    for (int64_t step = 0; step < 600; ++step) batch.push_back({name, step, double(step), 0});
+    s.insert_metrics(trial, batch);
+    EXPECT_EQ(s.metrics(trial, name).size(), 600u);
+    EXPECT_LE(s.metric_cache_points(), 1000u);
+  }
+  s.insert_metrics(trial, {{"a", 5, -1, 0}, {"c", 5, -1, 0}});  // "a" was evicted, "c" is cached
+  EXPECT_EQ(s.metrics(trial, "a")[5].value, -1);
+  EXPECT_EQ(s.metrics(trial, "c")[5].value, -1);
+  EXPECT_EQ(s.metrics(trial, "b")[5].value, 5);
+}
+
+TEST_F(StoreEvents, CursorAndFilter) {
+  Store s(path_);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 7; ++i)
+    ids.push_back(s.add_event({0, double(i), i % 3, i, "kind" + std::to_string(i), "m", i == 0 ? "" : R"({"a":1})"}));
+  EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+  auto all = s.events_since(0, 0);
+  ASSERT_EQ(all.size(), 7u);
+  EXPECT_EQ(all[0].data_json, "{}");
+  EXPECT_EQ(all[3].kind, "kind3");
+  EXPECT_EQ(all[3].experiment_id, 0);
+  EXPECT_EQ(all[4].trial_id, 4);
+  EXPECT_EQ(all[4].time, 4.0);
+  EXPECT_EQ(all[4].data_json, R"({"a":1})");
+  std::vector<int64_t> paged;
+  for (int64_t cursor = 0;;) {
+    auto page = s.events_since(cursor, 3);
+    if (page.empty()) break;
+    EXPECT_LE(page.size(), 3u);
+    for (const auto& e : page) paged.push_back(e.id);
+    cursor = page.back().id;
+  }
+  EXPECT_EQ(paged, ids);
+  auto exp1 = s.events_since(0, 10, 1);
+  ASSERT_EQ(exp1.size(), 2u);
+  EXPECT_EQ(exp1[0].id, ids[1]);
+  EXPECT_EQ(exp1[1].id, ids[4]);
+  EXPECT_EQ(s.events_since(ids[1], 10, 1).size(), 1u);
+  EXPECT_TRUE(s.events_since(ids.back(), 10).empty());
+}
+
+// Version 1 of the schema as it was shipped, frozen here.
+constexpr const char* kSchemaV1 = R"sql(
+CREATE TABLE experiments (id INTEGER PRIMARY KEY, name TEXT NOT NULL, description TEXT NOT NULL DEFAULT '',
+  recipe_path TEXT NOT NULL DEFAULT '', recipe_text TEXT NOT NULL DEFAULT '', overrides_json TEXT NOT NULL DEFAULT '[]',
+  state TEXT NOT NULL, objective_metric TEXT NOT NULL, objective_mode TEXT NOT NULL, max_concurrent INTEGER NOT NULL,
+  max_attempts INTEGER NOT NULL, early_stop_json TEXT NOT NULL DEFAULT '{}', run_root TEXT NOT NULL DEFAULT '',
+  created_at REAL NOT NULL, ended_at REAL NOT NULL DEFAULT 0);
+CREATE INDEX experiments_by_name ON experiments(name, id);
+CREATE TABLE trials (id INTEGER PRIMARY KEY, experiment_id INTEGER NOT NULL REFERENCES experiments(id) ON DELETE CASCADE,
+  idx INTEGER NOT NULL, params_json TEXT NOT NULL DEFAULT '{}', config_toml TEXT NOT NULL DEFAULT '', state TEXT NOT NULL,
+  reason TEXT NOT NULL DEFAULT '', run_dir TEXT NOT NULL DEFAULT '', token TEXT NOT NULL DEFAULT '',
+  attempts INTEGER NOT NULL DEFAULT 0, last_step INTEGER NOT NULL DEFAULT 0, created_at REAL NOT NULL,
+  started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, UNIQUE (experiment_id, idx));
+CREATE INDEX trials_by_state ON trials(state);
+CREATE TABLE attempts (id INTEGER PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  number INTEGER NOT NULL, executor TEXT NOT NULL, external_id TEXT NOT NULL DEFAULT '', nodes TEXT NOT NULL DEFAULT '',
+  state TEXT NOT NULL, exit_code INTEGER NOT NULL DEFAULT -1, detail TEXT NOT NULL DEFAULT '',
+  started_at REAL NOT NULL DEFAULT 0, ended_at REAL NOT NULL DEFAULT 0, UNIQUE (trial_id, number));
+CREATE INDEX attempts_open ON attempts(id) WHERE ended_at = 0;
+CREATE TABLE metrics (trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE, name TEXT NOT NULL,
+  step INTEGER NOT NULL, value REAL, time REAL NOT NULL, PRIMARY KEY (trial_id, name, step));
+CREATE TABLE checkpoints (id INTEGER PRIMARY KEY, trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL, path TEXT NOT NULL, objective REAL, created_at REAL NOT NULL,
+  deleted_at REAL NOT NULL DEFAULT 0, UNIQUE (trial_id, step));
+CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, experiment_id INTEGER NOT NULL DEFAULT 0,
+  trial_id INTEGER NOT NULL DEFAULT 0, kind TEXT NOT NULL, message TEXT NOT NULL DEFAULT '',
+  data_json TEXT NOT NULL DEFAULT '{}');
+CREATE INDEX events_by_experiment ON events(experiment_id, id);
+PRAGMA application_id = 1347568963;
+PRAGMA user_version = 1;
+)sql";
+
+TEST_F(StoreMigrations, UpgradeVersion1) {
+  raw_sql(path_, std::string(kSchemaV1) + R"sql(
+INSERT INTO experiments (id, name, state, objective_metric, objective_mode, max_concurrent, max_attempts, created_at)
+  VALUES (1, 'old', 'completed', 'val_loss', 'min', 1, 1, 5);
+INSERT INTO trials (id, experiment_id, idx, state, created_at) VALUES (1, 1, 0, 'completed', 5);
+INSERT INTO metrics VALUES (1, 'loss', 1, 3.0, 10), (1, 'loss', 2, NULL, 11), (1, 'acc', 1, 0.5, 10);
+INSERT INTO events (time, kind) VALUES (1, 'trial_started');
+)sql");
+  {
+    Store s(path_);
+    EXPECT_EQ(s.schema_version(), 2);
+    EXPECT_EQ(s.experiment(1)->state, ExperimentState::completed);
+    EXPECT_EQ(s.metric_names(1), (std::vector<std::string>{"acc", "loss"}));
+    auto loss = s.metrics(1, "loss");
+    ASSERT_EQ(loss.size(), 2u);
+    EXPECT_EQ(loss[0].value, 3.0);
+    EXPECT_TRUE(std::isnan(loss[1].value));
+    EXPECT_EQ(loss[1].time, 11);
+    s.insert_metrics(1, {{"loss", 2, 1.0, 12}, {"new", 1, 1, 1}});
+    EXPECT_EQ(s.metric_count(1), 4);
+    EXPECT_EQ(s.events_since(0, 0).size(), 1u);
+  }
+  Store again(path_);  // already current: nothing to apply
+  EXPECT_EQ(again.schema_version(), 2);
+  EXPECT_EQ(again.metrics(1, "loss")[1].value, 1.0);
+}
+
+TEST_F(StoreMigrations, NewerVersionRejected) {
+  { Store s(path_); }
+  raw_sql(path_, "PRAGMA user_version = 99");
+  try {
+    Store s(path_);
+    FAIL() << "opened a database from a newer precon";
+  } catch (const StoreError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path_.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("99"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("newer"), std::string::npos) << msg;
+  }
+}
+
+TEST_F(StoreMigrations, BadFilesRejected) {
+  {
+    std::ofstream f(path_);
+    for (int i = 0; i < 200; ++i) f << "this is not a database, it is a log line " << i << "\n";
+  }
+  try {
+    Store s(path_);
+    FAIL() << "opened a text file";
+  } catch (const StoreError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(path_.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("not a"), std::string::npos) << msg;
+  }
+  const fs::path other = dir_ / "other.db";
+  raw_sql(other, "CREATE TABLE t (x)");
+  EXPECT_THROW(Store s(other), StoreError);
+  EXPECT_THROW(Store s(dir_ / "missing_dir" / "x.db"), StoreError);
+}
+
+TEST_F(StoreConcurrency, ReadersBesideWriter) {
+  Store s(path_);
+  const int64_t trial = one_trial(s);
+  constexpr int64_t kBatches = 150, kBatch = 40;
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0}, reads{0};
+  auto reader = [&](int id) {
+    size_t seen = 0;
+    while (!done) {
+      try {
+        auto pts = s.metrics(trial, "loss", id % 2 ? 0 : 64);
+        if (id % 2) {  // the full series: a prefix of what the writer sends, in order
+          if (pts.size() < seen) ++failures;
+          seen = pts.size();
+          for (size_t i = 0; i < pts.size(); ++i)
+            if (pts[i].step != int64_t(i) || pts[i].value != 0.5 * double(i)) ++failures;
+        } else if (pts.size() > 64) {
+          ++failures;
+        }
+        s.trial(trial);
+        s.events_since(0, 10);
+        ++reads;
+      } catch (const std::exception& e) {
+        ADD_FAILURE() << e.what();
+        ++failures;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i) threads.emplace_back(reader, i);
+  for (int64_t b = 0; b < kBatches; ++b) {
+    std::vector<MetricPoint> batch;
+    for (int64_t i = b * kBatch; i < (b + 1) * kBatch; ++i) batch.push_back({"loss", i, 0.5 * double(i), 0});
+    s.insert_metrics(trial, batch);
+    if (b % 10 == 0) s.add_event({0, 0, 0, trial, "progress", "", "{}"});
+  }
+  done = true;
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(s.metrics(trial, "loss").size(), size_t(kBatches * kBatch));
+  EXPECT_EQ(s.metric_count(trial), kBatches * kBatch);
+}
+
+TEST_F(StorePersistence, ReopenKeepsEverything) {
+  int64_t exp = 0, trial = 0;
+  {
+    Store s(path_);
+    EXPECT_EQ(s.path(), path_);
+    exp = s.create_experiment(full_experiment("q"), {full_trial(0), full_trial(1)});
+    trial = s.trials(exp)[1].id;
+    s.add_attempt({0, trial, 1, "local", "4242", "", AttemptState::open, -1, "", 1, 0});
+    s.insert_metrics(trial, {{"loss", 1, 2, 3}, {"loss", 2, 1, 4}});
+    s.add_checkpoint({0, trial, 2, "/ck/2", 1, 4, 0});
+    s.add_event({0, 5, exp, trial, "trial_started", "hi", "{}"});
+    EXPECT_TRUE(fs::exists(path_.string() + "-wal"));  // WAL mode
+  }
+  Store s(path_);
+  EXPECT_EQ(s.experiment(exp)->name, "q");
+  EXPECT_EQ(s.trials(exp).size(), 2u);
+  EXPECT_EQ(s.trial(trial)->last_step, 7);
+  EXPECT_EQ(s.attempts(trial).at(0).external_id, "4242");
+  EXPECT_EQ(s.open_attempts().size(), 1u);
+  EXPECT_EQ(s.metrics(trial, "loss").size(), 2u);
+  EXPECT_EQ(s.checkpoints(trial).at(0).path, "/ck/2");
+  EXPECT_EQ(s.events_since(0, 0).at(0).message, "hi");
+}
+
+}  // namespace
+}  // namespace precon::orch
