@@ -1,0 +1,140 @@
+// Routing for the controller's HTTP API as a pure function of the request: no sockets here, so
+// every rule (404/405/401, the one error shape, path parameters) is testable directly.
+// Thread-safety: build the Router (add, add_static) before the server starts; afterwards
+// dispatch/match/routes are const and may be called from any number of threads at once.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace precon::orch {
+
+struct Request {
+  std::string method;                          // "GET", "POST", ... as sent
+  std::string path;                            // as sent (still percent-encoded), without the query
+  std::map<std::string, std::string> query;    // decoded; a repeated key keeps its last value
+  std::map<std::string, std::string> headers;  // lower-cased names; repeated fields joined with ", "
+  std::string body;
+  std::map<std::string, std::string> params;   // decoded path parameters, filled by the router
+  std::string remote;                          // peer "address:port" ("" outside the server)
+  std::string route;  // matched Route::name, filled by the router ("" when no route matched)
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::map<std::string, std::string> headers;  // extra headers (e.g. "Allow", "Cache-Control")
+};
+
+// What handlers throw to answer with an error; dispatch turns it into error_response.
+class HttpError : public std::runtime_error {
+ public:
+  HttpError(int status, std::string code, const std::string& message)
+      : std::runtime_error(message), status(status), code(std::move(code)) {}
+  int status;        // HTTP status, 4xx or 5xx
+  std::string code;  // stable machine-readable code, e.g. "not_found", "bad_param"
+};
+
+Response json_response(const nlohmann::json& body, int status = 200);
+// The one error shape: {"error": {"code": "...", "message": "..."}}.
+Response error_response(int status, std::string code, std::string message);
+
+using Handler = std::function<Response(Request&)>;
+
+struct Route {
+  std::string method;   // "GET", "POST", ...
+  // Segments are literals, "{name}" (one segment, decoded into params[name]) or, last only,
+  // "{name*}" (the decoded rest of the path, possibly empty or holding '/').
+  std::string pattern;  // e.g. "/api/v1/trials/{id}/metrics"
+  Handler handler;
+  bool needs_token = false;  // changes state: requires "Authorization: Bearer <admin token>"
+  std::string name;          // label for metrics, e.g. "trial_metrics"
+  // Optional own check that replaces the admin-token check (e.g. the worker report route and its
+  // per-trial token); false answers 401.
+  std::function<bool(const Request&)> authorize;
+};
+
+struct RouterOptions {
+  std::string admin_token;  // "" refuses every needs_token route (401)
+  std::function<void(const std::string&)> log;  // 500s are logged here; default: stderr
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options = {});
+
+  // Throws std::invalid_argument for a malformed pattern, an empty method or handler, or a
+  // method+pattern already added.
+  void add(Route route);
+  // GET prefix/{path*} served from directory by static_file; prefix "/" also answers "/" with
+  // index.html. Literal and parameter routes win over it.
+  void add_static(const std::string& prefix, const std::filesystem::path& directory, std::string name = "static");
+
+  // Never throws. 404 not_found (no route for the path), 405 method_not_allowed with "Allow",
+  // 401 unauthorized, 400 bad_path (bad percent-encoding); handler exceptions: HttpError -> its
+  // status and code; nlohmann parse_error -> 400 bad_json; other nlohmann errors and
+  // std::invalid_argument -> 400 bad_request; anything else -> 500 internal (logged).
+  Response dispatch(Request& request) const;
+
+  // The route for method and path (encoded, without the query) and its decoded parameters;
+  // nullptr when none. Most specific wins: literal over {param} over {rest*}, segment by segment.
+  const Route* match(const std::string& method, const std::string& path,
+                     std::map<std::string, std::string>* params = nullptr) const;
+  std::vector<const Route*> routes() const;
+
+ private:
+  struct Segment {
+    enum Kind { kLiteral, kParam, kRest } kind;
+    std::string text;  // literal text or parameter name
+  };
+  struct Entry {
+    Route route;
+    std::vector<Segment> segments;
+  };
+  static bool decode_segments(const std::string& path, std::vector<std::string>& out);
+  static bool match_entry(const Entry& entry, const std::vector<std::string>& decoded, std::vector<int>& score,
+                          std::map<std::string, std::string>& params);
+  bool authorized(const Entry& entry, const Request& request) const;
+
+  RouterOptions options_;
+  std::vector<Entry> entries_;
+};
+
+// Builds a Request from a request target ("/a/b?x=1&y=%20"); throws HttpError 400 bad_query
+// for malformed percent-encoding in the query.
+Request make_request(std::string method, std::string_view target, std::string body = "");
+
+// Percent-decoding; false for a '%' not followed by two hex digits. '+' becomes a space only
+// when plus_is_space (query strings).
+bool percent_decode(std::string_view in, std::string& out, bool plus_is_space);
+std::map<std::string, std::string> parse_query(std::string_view query);  // throws HttpError 400
+
+// Path parameter as an integer: HttpError 400 bad_param when it is not a decimal int64.
+int64_t path_int(const Request& request, const std::string& name);
+// Query parameter helpers: fallback when absent; HttpError 400 bad_param when malformed.
+int64_t query_int(const Request& request, const std::string& name, int64_t fallback);
+double query_double(const Request& request, const std::string& name, double fallback);
+std::string query_string(const Request& request, const std::string& name, const std::string& fallback = "");
+// The body as JSON; HttpError 400 bad_json (naming the position) when empty or malformed.
+nlohmann::json json_body(const Request& request);
+
+// "Authorization: Bearer <token>" -> token; "" when absent or another scheme.
+std::string bearer_token(const Request& request);
+// Comparison whose time does not depend on where the strings differ.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
+// A file under directory: 403 forbidden for ".." segments, absolute paths or anything that
+// resolves (through symlinks) outside directory; 404 not_found when absent. "" or a directory
+// serves its index.html. Content type from the extension (html, js, css, json, map, svg, png, ...).
+Response static_file(const std::filesystem::path& directory, const std::string& relative_path);
+
+}  // namespace precon::orch

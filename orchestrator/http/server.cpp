@@ -1,0 +1,391 @@
+// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
+#include <utility>
+
+#include "orchestrator/http/server.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace precon::orch {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+class Session;
+
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+// After an answer that closes the connection the peer may still be sending (a refused
+// oversized body); reading and discarding it for a while keeps the kernel from answering with a
+// reset that would destroy our answer before the peer reads it.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr size_t kLingerBytes = 64 << 20;
+// Accept errors such as "too many open files" would spin; retry after a pause instead.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
+
+std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+}  // namespace
+
+// Declaration order matters: the io_context (and with it any session still queued in it) is
+// destroyed before the session registry and its mutex, which session destructors use.
+struct HttpServer::State {
+  State(const Router& router, ServerOptions options) : router(router), options(std::move(options)) {}
+
+  void log(const std::string& message) noexcept {
+    try {
+      options.log(message);
+    } catch (...) {  // a failing logger must not take an io thread down
+    }
+  }
+  void do_accept();
+  void on_accept(beast::error_code ec, tcp::socket socket);
+
+  const Router& router;
+  ServerOptions options;
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;
+  std::condition_variable sessions_gone;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  std::optional<net::io_context> io;
+  std::optional<tcp::acceptor> acceptor;    // on its own strand
+  std::optional<net::steady_timer> retry;  // on the acceptor's strand
+};
+
+namespace {
+
+// One connection: reads requests one after another (keep-alive), answers each through the
+// router on this session's strand, and closes on error, timeout, "Connection: close" or stop.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& socket, HttpServer::State& state) : state_(state), stream_(std::move(socket)) {
+    beast::error_code ec;
+    const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
+    if (!ec) remote_ = peer.address().to_string() + ":" + std::to_string(peer.port());
+  }
+
+  ~Session() {
+    std::lock_guard lock(state_.mutex);
+    state_.sessions.erase(this);
+    if (state_.sessions.empty()) state_.sessions_gone.notify_all();
+  }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
+  }
+
+  // From HttpServer::stop(): an idle connection closes now; a request being read or answered
+  // finishes, and its answer closes the connection.
+  void stop() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->phase_ == Phase::kIdle) self->stream_.cancel();
+    });
+  }
+
+ private:
+  enum class Phase { kIdle, kReading, kAnswering, kClosing };
+
+  void wait_for_request() {
+    if (state_.stopping) return close();
+    phase_ = Phase::kIdle;
+    parser_.emplace();
+    parser_->body_limit(state_.options.body_limit);
+    if (buffer_.size() > 0) return read_header();  // pipelined: the next request is here already
+    stream_.expires_after(state_.options.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->close();  // idle timeout, peer gone or stop(): nothing to answer
+      self->buffer_.commit(n);
+      self->read_header();
+    });
+  }
+
+  void read_header() {
+    phase_ = Phase::kReading;
+    stream_.expires_after(state_.options.read_timeout);  // covers the whole request from here
+    bhttp::async_read_header(stream_, buffer_, *parser_,
+                             [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(beast::error_code ec) {
+    if (ec) return on_read_error(ec);
+    if (!beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) return read_body();
+    net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                     [self = shared_from_this()](beast::error_code ec, size_t) {
+                       if (ec) return self->close();
+                       self->read_body();
+                     });
+  }
+
+  void read_body() {
+    bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->on_read_error(ec);
+      self->handle();
+    });
+  }
+
+  void on_read_error(beast::error_code ec) {
+    if (ec == bhttp::error::body_limit) {
+      return answer_error(413, "payload_too_large",
+                          "the request body exceeds the limit of " + std::to_string(state_.options.body_limit) + " bytes");
+    }
+    if (ec == bhttp::error::header_limit) return answer_error(431, "headers_too_large", "the request headers are too large");
+    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() && ec != bhttp::error::end_of_stream &&
+        ec != bhttp::error::partial_message) {
+      return answer_error(400, "bad_request", "malformed HTTP request: " + ec.message());
+    }
+    close();  // timeout, peer gone mid-request, stop(): nobody to answer
+  }
+
+  // An answer from the server itself rather than a route; the connection closes after it
+  // because the rest of the request is still unread.
+  void answer_error(int status, std::string code, std::string message) {
+    Request request;
+    if (parser_ && parser_->is_header_done()) {
+      const auto& header = parser_->get();
+      request.method = std::string(header.method_string());
+      request.path = std::string(header.target().substr(0, header.target().find('?')));
+    }
+    request.remote = remote_;
+    Response response = error_response(status, std::move(code), std::move(message));
+    report(request, response, 0);
+    send(std::move(response), false, 11);
+  }
+
+  void handle() {
+    auto& message = parser_->get();
+    const bool keep_alive = message.keep_alive();
+    const unsigned version = message.version();
+    Request request;
+    Response response;
+    double seconds = 0;
+    try {
+      request = make_request(std::string(message.method_string()), sv(message.target()), std::move(message.body()));
+      for (const auto& field : message) {
+        auto [it, inserted] = request.headers.emplace(lower(sv(field.name_string())), std::string(field.value()));
+        if (!inserted) it->second += ", " + std::string(field.value());
+      }
+      request.remote = remote_;
+      const auto start = std::chrono::steady_clock::now();
+      response = state_.router.dispatch(request);
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    } catch (const HttpError& e) {
+      response = error_response(e.status, e.code, e.what());
+    } catch (const std::exception& e) {
+      state_.log("answering " + request.method + " " + request.path + " failed: " + e.what());
+      response = error_response(500, "internal", std::string("internal error: ") + e.what());
+    }
+    report(request, response, seconds);
+    send(std::move(response), keep_alive, version);
+  }
+
+  void report(const Request& request, const Response& response, double seconds) {
+    if (!state_.options.on_request) return;
+    try {
+      state_.options.on_request(request, response, seconds);
+    } catch (const std::exception& e) {
+      state_.log(std::string("on_request hook failed: ") + e.what());
+    } catch (...) {
+      state_.log("on_request hook failed");
+    }
+  }
+
+  void send(Response&& response, bool keep_alive, unsigned version) {
+    phase_ = Phase::kAnswering;
+    const int status = response.status >= 100 && response.status <= 599 ? response.status : 500;
+    response_ = {};
+    response_.version(version == 10 ? 10 : 11);
+    response_.result(static_cast<unsigned>(status));
+    response_.set(bhttp::field::server, "precon");
+    if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
+    for (const auto& [name, value] : response.headers) response_.set(name, value);
+    response_.body() = std::move(response.body);
+    response_.keep_alive(keep_alive && !state_.stopping);
+    response_.prepare_payload();
+    stream_.expires_after(state_.options.read_timeout);
+    bhttp::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->close();
+      if (!self->response_.keep_alive()) return self->linger();
+      self->wait_for_request();
+    });
+  }
+
+  void linger() {
+    phase_ = Phase::kClosing;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return close();
+    drain_.resize(16384);
+    stream_.expires_after(kLingerTime);
+    drain();
+  }
+
+  void drain() {
+    stream_.async_read_some(net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->drained_ > kLingerBytes) return self->close();
+      self->drain();
+    });
+  }
+
+  void close() {
+    phase_ = Phase::kClosing;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  HttpServer::State& state_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bhttp::response<bhttp::string_body> response_;  // alive until its write completes
+  std::vector<char> drain_;
+  size_t drained_ = 0;
+  std::string remote_;
+  Phase phase_ = Phase::kIdle;
+};
+
+}  // namespace
+
+void HttpServer::State::do_accept() {
+  acceptor->async_accept(net::make_strand(*io),
+                         [this](beast::error_code ec, tcp::socket socket) { on_accept(ec, std::move(socket)); });
+}
+
+void HttpServer::State::on_accept(beast::error_code ec, tcp::socket socket) {
+  if (ec == net::error::operation_aborted || !acceptor->is_open()) return;  // stop()
+  if (ec) {
+    log("accepting a connection failed: " + ec.message() + "; retrying");
+    retry->expires_after(kAcceptRetry);
+    retry->async_wait([this](beast::error_code wait_ec) {
+      if (!wait_ec && acceptor->is_open()) do_accept();
+    });
+    return;
+  }
+  if (!stopping) {
+    auto session = std::make_shared<Session>(std::move(socket), *this);
+    {
+      std::lock_guard lock(mutex);
+      sessions.emplace(session.get(), session);
+    }
+    session->run();
+  }
+  do_accept();
+}
+
+HttpServer::HttpServer(const Router& router, ServerOptions options)
+    : router_(router), state_(std::make_unique<State>(router, std::move(options))) {
+  ServerOptions& o = state_->options;
+  if (!o.log) o.log = [](const std::string& message) { std::cerr << "precon: http: " << message << "\n"; };
+  o.threads = std::max(o.threads, 1);
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::start() {
+  if (started_ || stopped_) throw ServerError("the HTTP server can be started only once");
+  State& s = *state_;
+  const std::string where = s.options.bind + ":" + std::to_string(s.options.port);
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(s.options.bind, ec);
+  if (ec) {
+    throw ServerError("cannot listen on \"" + s.options.bind +
+                      "\": not an IP address (use 127.0.0.1 for this machine only, 0.0.0.0 for every interface)");
+  }
+  const tcp::endpoint endpoint(address, s.options.port);
+  s.io.emplace(s.options.threads);
+  s.acceptor.emplace(net::make_strand(*s.io));
+  s.retry.emplace(s.acceptor->get_executor());
+  s.acceptor->open(endpoint.protocol(), ec);
+  if (!ec) s.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) s.acceptor->bind(endpoint, ec);
+  if (ec == net::error::address_in_use) {
+    throw ServerError("cannot listen on " + where +
+                      ": the address is already in use (another `precon serve`?); stop it or choose another port");
+  }
+  if (!ec) s.acceptor->listen(net::socket_base::max_listen_connections, ec);
+  if (ec) throw ServerError("cannot listen on " + where + ": " + ec.message());
+  port_ = s.acceptor->local_endpoint().port();
+  started_ = true;
+  s.do_accept();
+  for (int i = 0; i < s.options.threads; ++i) {
+    threads_.emplace_back([&s] {
+      for (;;) {
+        try {
+          s.io->run();
+          return;
+        } catch (const std::exception& e) {  // handlers catch their own; this is a last resort
+          s.log(std::string("io thread: ") + e.what());
+        }
+      }
+    });
+  }
+}
+
+uint16_t HttpServer::port() const { return port_; }
+
+std::string HttpServer::url() const {
+  const std::string& bind = state_->options.bind;
+  const bool v6 = bind.find(':') != std::string::npos;
+  return "http://" + (v6 ? "[" + bind + "]" : bind) + ":" + std::to_string(port_);
+}
+
+void HttpServer::stop() {
+  if (!started_ || stopped_) return;
+  stopped_ = true;
+  State& s = *state_;
+  s.stopping = true;
+  net::post(s.acceptor->get_executor(), [&s] {
+    beast::error_code ignored;
+    s.acceptor->close(ignored);
+    s.retry->cancel();
+  });
+  std::vector<std::shared_ptr<Session>> live;
+  {
+    std::lock_guard lock(s.mutex);
+    for (auto& [raw, weak] : s.sessions) {
+      if (auto session = weak.lock()) live.push_back(std::move(session));
+    }
+  }
+  for (auto& session : live) session->stop();
+  live.clear();
+  size_t cut = 0;
+  {
+    std::unique_lock lock(s.mutex);
+    s.sessions_gone.wait_for(lock, s.options.stop_timeout, [&] { return s.sessions.empty(); });
+    cut = s.sessions.size();
+  }
+  if (cut > 0) s.log("stopping: " + std::to_string(cut) + " connection(s) still busy after the stop timeout are cut");
+  s.io->stop();
+  for (std::thread& thread : threads_) thread.join();
+  threads_.clear();
+  s.retry.reset();
+  s.acceptor.reset();
+  s.io.reset();  // destroys what is still queued, sessions included
+}
+
+}  // namespace precon::orch

@@ -1,0 +1,73 @@
+// The controller's HTTP/1.1 server (Boost.Beast): a listener accepting connections and one
+// session per connection, each on its own strand, reading requests with a body limit and
+// timeouts, answering through a Router on the io thread, keeping connections alive.
+// Thread-safety: start/stop/port/url from one controlling thread; on_request and log are
+// called from the io threads concurrently and must be thread-safe.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "orchestrator/http/router.h"
+
+namespace precon::orch {
+
+class ServerError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct ServerOptions {
+  std::string bind = "127.0.0.1";  // listen address; loopback unless asked otherwise
+  uint16_t port = 0;               // 0: an ephemeral port, see HttpServer::port()
+  int threads = 2;                 // io threads running sessions and handlers
+  size_t body_limit = 8 << 20;     // bytes; larger bodies get 413 and the connection closes
+  // From the first byte of a request to its last (also bounds writing the answer); a client
+  // that stalls mid-request is dropped.
+  std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};
+  // A kept-alive connection waiting for its next request is closed after this long.
+  std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
+  // stop(): how long requests already being read or answered may take before they are cut.
+  std::chrono::milliseconds stop_timeout{std::chrono::seconds(5)};
+  // Called after every answer with the request (request.route is the Route::name, "" when no
+  // route matched or the server answered by itself: 400/408/413/431), the response and the
+  // seconds spent in the router. For /metrics: count by request.route and response.status.
+  std::function<void(const Request&, const Response&, double seconds)> on_request;
+  std::function<void(const std::string&)> log;  // connection-level problems; default: stderr
+};
+
+class HttpServer {
+ public:
+  // The router must outlive the server and not change after start().
+  HttpServer(const Router& router, ServerOptions options);
+  ~HttpServer();  // stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds and listens, then spawns the io threads. Throws ServerError saying what to do when
+  // the address is malformed or taken. Once only.
+  void start();
+  uint16_t port() const;    // the bound port (after start)
+  std::string url() const;  // "http://127.0.0.1:PORT" (IPv6 in brackets)
+  // Stops accepting, closes idle connections, lets requests in progress finish (their answers
+  // carry "Connection: close") for up to stop_timeout, then cuts the rest and joins the
+  // threads. Idempotent; the server cannot be started again.
+  void stop();
+
+  struct State;  // shared with the listener and sessions
+
+ private:
+  const Router& router_;
+  std::unique_ptr<State> state_;
+  std::vector<std::thread> threads_;
+  uint16_t port_ = 0;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace precon::orch

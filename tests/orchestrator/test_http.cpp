@@ -1,0 +1,643 @@
+// The HTTP layer: routing as a pure function, then the real server and client over sockets on
+// 127.0.0.1 (limits, timeouts, keep-alive, concurrency, stop, static files).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "orchestrator/http/client.h"
+#include "orchestrator/http/router.h"
+#include "orchestrator/http/server.h"
+
+namespace precon::orch {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+Response echo(Request& request) {
+  json query = json::object();
+  for (const auto& [k, v] : request.query) query[k] = v;
+  json params = json::object();
+  for (const auto& [k, v] : request.params) params[k] = v;
+  return json_response({{"route", request.route}, {"params", params}, {"query", query}, {"body", request.body},
+                        {"remote", request.remote}});
+}
+
+json error_of(const std::string& body) { return json::parse(body).at("error"); }
+
+// Checks the one error shape exactly: {"error": {"code": ..., "message": ...}} and nothing else.
+void expect_error(int status, const std::string& body, int want_status, const std::string& want_code) {
+  EXPECT_EQ(status, want_status) << body;
+  const json doc = json::parse(body);
+  ASSERT_TRUE(doc.is_object() && doc.size() == 1 && doc.contains("error")) << body;
+  const json& error = doc["error"];
+  ASSERT_TRUE(error.is_object() && error.size() == 2) << body;
+  EXPECT_EQ(error.at("code"), want_code) << body;
+  EXPECT_TRUE(error.at("message").is_string() && !error.at("message").get<std::string>().empty()) << body;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Router, no sockets.
+
+Router make_router(RouterOptions options = {}) {
+  Router router(std::move(options));
+  router.add({"GET", "/api/v1/trials", echo, false, "trials", {}});
+  router.add({"GET", "/api/v1/trials/{id}", echo, false, "trial", {}});
+  router.add({"GET", "/api/v1/trials/{id}/metrics", echo, false, "trial_metrics", {}});
+  router.add({"GET", "/api/v1/trials/best", echo, false, "trial_best", {}});
+  router.add({"POST", "/api/v1/trials/{id}/cancel", echo, true, "trial_cancel", {}});
+  return router;
+}
+
+TEST(HttpRouter, PathParamsAndQueryStrings) {
+  const Router router = make_router();
+  Request request = make_request("GET", "/api/v1/trials/42/metrics?name=val%20loss&max_points=2000&tag=a+b&flag");
+  const Response response = router.dispatch(request);
+  ASSERT_EQ(response.status, 200) << response.body;
+  EXPECT_EQ(response.content_type, "application/json");
+  EXPECT_EQ(request.route, "trial_metrics");
+  EXPECT_EQ(request.params.at("id"), "42");
+  EXPECT_EQ(request.query.at("name"), "val loss");
+  EXPECT_EQ(request.query.at("tag"), "a b");
+  EXPECT_EQ(request.query.at("flag"), "");
+  EXPECT_EQ(path_int(request, "id"), 42);
+  EXPECT_EQ(query_int(request, "max_points", 7), 2000);
+  EXPECT_EQ(query_int(request, "absent", 7), 7);
+  EXPECT_EQ(query_string(request, "absent", "x"), "x");
+  EXPECT_DOUBLE_EQ(query_double(request, "max_points", 0), 2000.0);
+
+  // Percent-encoded path parameters are decoded; the literal route wins over {id}.
+  Request encoded = make_request("GET", "/api/v1/trials/a%2Fb");
+  EXPECT_EQ(router.dispatch(encoded).status, 200);
+  EXPECT_EQ(encoded.params.at("id"), "a/b");
+  Request best = make_request("GET", "/api/v1/trials/best");
+  router.dispatch(best);
+  EXPECT_EQ(best.route, "trial_best");
+  EXPECT_EQ(router.match("GET", "/api/v1/trials/7")->name, "trial");
+  EXPECT_EQ(router.match("GET", "/api/v1/nothing"), nullptr);
+  EXPECT_EQ(router.routes().size(), 5u);
+}
+
+TEST(HttpRouter, NotFoundMethodNotAllowedAndBadEncoding) {
+  const Router router = make_router();
+  Request unknown = make_request("GET", "/api/v1/nothing");
+  Response r = router.dispatch(unknown);
+  expect_error(r.status, r.body, 404, "not_found");
+  EXPECT_EQ(unknown.route, "");
+
+  Request wrong_method = make_request("DELETE", "/api/v1/trials/3");
+  r = router.dispatch(wrong_method);
+  expect_error(r.status, r.body, 405, "method_not_allowed");
+  EXPECT_EQ(r.headers.at("Allow"), "GET");
+
+  Request trailing = make_request("GET", "/api/v1/trials/3/metrics/");
+  r = router.dispatch(trailing);
+  expect_error(r.status, r.body, 404, "not_found");
+
+  Request bad_path = make_request("GET", "/api/v1/trials/%zz");
+  r = router.dispatch(bad_path);
+  expect_error(r.status, r.body, 400, "bad_path");
+
+  EXPECT_THROW(make_request("GET", "/x?a=%4"), HttpError);
+  std::string out;
+  EXPECT_TRUE(percent_decode("%41%62+c", out, false));
+  EXPECT_EQ(out, "Ab+c");
+  EXPECT_FALSE(percent_decode("abc%", out, false));
+  EXPECT_FALSE(percent_decode("%g0", out, false));
+}
+
+TEST(HttpRouter, AdminTokenAndCustomAuthorization) {
+  Router router = make_router({"s3cret", nullptr});
+  router.add({"POST", "/api/v1/report", echo, false, "report",
+              [](const Request& request) { return bearer_token(request) == "trial-token"; }});
+
+  Request missing = make_request("POST", "/api/v1/trials/1/cancel");
+  Response r = router.dispatch(missing);
+  expect_error(r.status, r.body, 401, "unauthorized");
+  EXPECT_EQ(r.headers.at("WWW-Authenticate"), "Bearer");
+
+  Request wrong = make_request("POST", "/api/v1/trials/1/cancel");
+  wrong.headers["authorization"] = "Bearer s3cre";
+  expect_error(router.dispatch(wrong).status, router.dispatch(wrong).body, 401, "unauthorized");
+
+  Request right = make_request("POST", "/api/v1/trials/1/cancel");
+  right.headers["authorization"] = "bearer  s3cret ";
+  EXPECT_EQ(router.dispatch(right).status, 200);
+
+  Request report = make_request("POST", "/api/v1/report");
+  report.headers["authorization"] = "Bearer s3cret";  // the admin token is not the trial's
+  EXPECT_EQ(router.dispatch(report).status, 401);
+  report.headers["authorization"] = "Bearer trial-token";
+  EXPECT_EQ(router.dispatch(report).status, 200);
+
+  // No admin token configured: state-changing routes are refused, not opened.
+  const Router open = make_router();
+  Request any = make_request("POST", "/api/v1/trials/1/cancel");
+  any.headers["authorization"] = "Bearer ";
+  EXPECT_EQ(open.dispatch(any).status, 401);
+
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+}
+
+TEST(HttpRouter, HandlerExceptionsMapToTheErrorShape) {
+  std::vector<std::string> logged;
+  Router router({"", [&](const std::string& m) { logged.push_back(m); }});
+  router.add({"GET", "/http_error", [](Request&) -> Response { throw HttpError(409, "conflict", "already done"); },
+              false, "a", {}});
+  router.add({"POST", "/json", [](Request& r) { return json_response(json_body(r)); }, false, "b", {}});
+  router.add({"POST", "/raw_parse", [](Request& r) { return json_response(json::parse(r.body)); }, false, "c", {}});
+  router.add({"GET", "/type", [](Request&) { return json_response(json("x").get<int>()); }, false, "d", {}});
+  router.add({"GET", "/invalid", [](Request&) -> Response { throw std::invalid_argument("bad max_points"); }, false,
+              "e", {}});
+  router.add({"GET", "/boom", [](Request&) -> Response { throw std::runtime_error("disk on fire"); }, false, "f", {}});
+  router.add({"GET", "/int", [](Request&) -> Response { throw 7; }, false, "g", {}});
+  router.add({"GET", "/t/{id}", [](Request& r) { return json_response(path_int(r, "id")); }, false, "h", {}});
+
+  const auto call = [&](const std::string& method, const std::string& target, const std::string& body = "") {
+    Request request = make_request(method, target, body);
+    return router.dispatch(request);
+  };
+  Response r = call("GET", "/http_error");
+  expect_error(r.status, r.body, 409, "conflict");
+  EXPECT_EQ(error_of(r.body)["message"], "already done");
+  r = call("POST", "/json", "{\"a\": ");
+  expect_error(r.status, r.body, 400, "bad_json");
+  r = call("POST", "/json", "");
+  expect_error(r.status, r.body, 400, "bad_json");
+  EXPECT_EQ(call("POST", "/json", "{\"a\": 1}").body, "{\"a\":1}");
+  r = call("POST", "/raw_parse", "nope");
+  expect_error(r.status, r.body, 400, "bad_json");
+  r = call("GET", "/type");
+  expect_error(r.status, r.body, 400, "bad_request");
+  r = call("GET", "/invalid");
+  expect_error(r.status, r.body, 400, "bad_request");
+  EXPECT_TRUE(logged.empty());
+  r = call("GET", "/boom");
+  expect_error(r.status, r.body, 500, "internal");
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("disk on fire"), std::string::npos);
+  r = call("GET", "/int");
+  expect_error(r.status, r.body, 500, "internal");
+  r = call("GET", "/t/12x");
+  expect_error(r.status, r.body, 400, "bad_param");
+  EXPECT_EQ(call("GET", "/t/-3").body, "-3");
+}
+
+TEST(HttpRouter, MalformedRoutesAreRejected) {
+  Router router;
+  EXPECT_THROW(router.add({"GET", "no-slash", echo, false, "x", {}}), std::invalid_argument);
+  EXPECT_THROW(router.add({"GET", "/a//b", echo, false, "x", {}}), std::invalid_argument);
+  EXPECT_THROW(router.add({"GET", "/a/{}", echo, false, "x", {}}), std::invalid_argument);
+  EXPECT_THROW(router.add({"GET", "/a/{rest*}/b", echo, false, "x", {}}), std::invalid_argument);
+  EXPECT_THROW(router.add({"GET", "/a/x{y}", echo, false, "x", {}}), std::invalid_argument);
+  EXPECT_THROW(router.add({"GET", "/a", nullptr, false, "x", {}}), std::invalid_argument);
+  EXPECT_THROW(router.add({"", "/a", echo, false, "x", {}}), std::invalid_argument);
+  router.add({"GET", "/a/{id}", echo, false, "x", {}});
+  EXPECT_THROW(router.add({"GET", "/a/{id}", echo, false, "y", {}}), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Over sockets.
+
+// A blocking POSIX connection with receive/send timeouts, for what a well-behaved client
+// cannot do: stall, send garbage, reuse one connection by hand.
+class RawConnection {
+ public:
+  explicit RawConnection(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  }
+  ~RawConnection() { ::close(fd_); }
+  bool connected() const { return connected_; }
+  bool send(const std::string& data) {
+    return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
+  }
+  // One whole response (headers and Content-Length body); "" on EOF or timeout.
+  std::string read_response() {
+    for (;;) {
+      const size_t end = buffer_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        std::string head = buffer_.substr(0, end);
+        for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+        const size_t at = head.find("content-length:");
+        const size_t length = at == std::string::npos ? 0 : std::stoul(head.substr(at + 15));
+        if (buffer_.size() >= end + 4 + length) {
+          std::string response = buffer_.substr(0, end + 4 + length);
+          buffer_.erase(0, end + 4 + length);
+          return response;
+        }
+      }
+      if (!receive()) return "";
+    }
+  }
+  // True when the server closes the connection (EOF or reset) before the receive timeout.
+  bool closed_by_peer() {
+    for (;;) {
+      char chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n == 0) return true;
+      if (n < 0) return errno == ECONNRESET;
+    }
+  }
+
+ private:
+  bool receive() {
+    char chunk[4096];
+    const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+    if (n <= 0) return false;
+    buffer_.append(chunk, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  bool connected_ = false;
+  std::string buffer_;
+};
+
+int status_of(const std::string& response) { return response.size() > 12 ? std::stoi(response.substr(9, 3)) : 0; }
+std::string body_of(const std::string& response) { return response.substr(response.find("\r\n\r\n") + 4); }
+
+struct TestServer {
+  explicit TestServer(ServerOptions options = {})
+      : router({"admin-token", [this](const std::string& m) {
+                  std::lock_guard lock(mutex);
+                  logged.push_back(m);
+                }}) {
+    router.add({"GET", "/echo", echo, false, "echo", {}});
+    router.add({"POST", "/echo", echo, false, "echo_post", {}});
+    router.add({"GET", "/echo/{id}", echo, false, "echo_id", {}});
+    router.add({"POST", "/state", echo, true, "state", {}});
+    router.add({"GET", "/boom", [](Request&) -> Response { throw std::runtime_error("boom"); }, false, "boom", {}});
+    router.add({"GET", "/slow",
+                [this](Request&) {
+                  ++slow_started;
+                  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                  return json_response({{"slow", true}});
+                },
+                false, "slow", {}});
+    if (!options.log) options.log = [this](const std::string& m) {
+      std::lock_guard lock(mutex);
+      logged.push_back(m);
+    };
+    server = std::make_unique<HttpServer>(router, std::move(options));
+  }
+  std::string url() const { return server->url(); }
+
+  // Before the router and server: both log here until the server is destroyed.
+  std::mutex mutex;
+  std::vector<std::string> logged;
+  std::atomic<int> slow_started{0};
+  Router router;
+  std::unique_ptr<HttpServer> server;
+};
+
+TEST(HttpServer, RoutesStatusesAndHookOverASocket) {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, int>> seen;
+  ServerOptions options;
+  options.on_request = [&](const Request& request, const Response& response, double seconds) {
+    EXPECT_GE(seconds, 0);
+    std::lock_guard lock(mutex);
+    seen.emplace_back(request.route, response.status);
+  };
+  TestServer t(options);
+  t.server->start();
+  const std::string url = t.url();
+
+  ClientResponse r = http_request(url, "GET", "/echo/17?x=a%26b&y=2");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.headers.at("content-type"), "application/json");
+  json body = json::parse(r.body);
+  EXPECT_EQ(body["params"]["id"], "17");
+  EXPECT_EQ(body["query"]["x"], "a&b");
+  EXPECT_EQ(body["route"], "echo_id");
+  EXPECT_EQ(body["remote"].get<std::string>().rfind("127.0.0.1:", 0), 0u);
+
+  r = http_request(url, "POST", "/echo", "{\"k\": [1, 2]}");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(json::parse(r.body)["body"], "{\"k\": [1, 2]}");
+
+  r = http_request(url, "GET", "/nope");
+  expect_error(r.status, r.body, 404, "not_found");
+  r = http_request(url, "PUT", "/echo");
+  expect_error(r.status, r.body, 405, "method_not_allowed");
+  EXPECT_EQ(r.headers.at("allow"), "GET, POST");
+  r = http_request(url, "POST", "/state", "{}");
+  expect_error(r.status, r.body, 401, "unauthorized");
+  r = http_request(url, "POST", "/state", "{}", {{"Authorization", "Bearer admin-token"}});
+  EXPECT_EQ(r.status, 200);
+
+  // A throwing handler answers 500 in the one shape, is logged, and the server keeps serving.
+  r = http_request(url, "GET", "/boom");
+  expect_error(r.status, r.body, 500, "internal");
+  EXPECT_EQ(http_request(url, "GET", "/echo").status, 200);
+
+  t.server->stop();
+  {
+    std::lock_guard lock(t.mutex);
+    ASSERT_EQ(t.logged.size(), 1u);
+    EXPECT_NE(t.logged[0].find("GET /boom (route boom): boom"), std::string::npos) << t.logged[0];
+  }
+  std::lock_guard lock(mutex);
+  const std::vector<std::pair<std::string, int>> want = {{"echo_id", 200}, {"echo_post", 200}, {"", 404}, {"", 405},
+                                                         {"state", 401},   {"state", 200},     {"boom", 500},
+                                                         {"echo", 200}};
+  EXPECT_EQ(seen, want);
+}
+
+TEST(HttpServer, BindsLoopbackByDefaultAndReportsBindErrors) {
+  EXPECT_EQ(ServerOptions{}.bind, "127.0.0.1");
+  TestServer t;
+  t.server->start();
+  EXPECT_NE(t.server->port(), 0);
+  EXPECT_EQ(t.url(), "http://127.0.0.1:" + std::to_string(t.server->port()));
+
+  ServerOptions taken;
+  taken.port = t.server->port();
+  TestServer second(taken);
+  try {
+    second.server->start();
+    FAIL() << "a second server on the same port started";
+  } catch (const ServerError& e) {
+    EXPECT_NE(std::string(e.what()).find("already in use"), std::string::npos) << e.what();
+  }
+  ServerOptions bad;
+  bad.bind = "localhost:80";
+  TestServer third(bad);
+  EXPECT_THROW(third.server->start(), ServerError);
+}
+
+TEST(HttpServer, BodyLimitAnswers413AndKeepsServing) {
+  ServerOptions options;
+  options.body_limit = 1024;
+  TestServer t(options);
+  t.server->start();
+  ClientResponse r = http_request(t.url(), "POST", "/echo", std::string(4096, 'x'));
+  expect_error(r.status, r.body, 413, "payload_too_large");
+  r = http_request(t.url(), "POST", "/echo", std::string(1024, 'y'));
+  EXPECT_EQ(r.status, 200);
+
+  // A chunked body is counted as it arrives.
+  RawConnection raw(t.server->port());
+  ASSERT_TRUE(raw.connected());
+  ASSERT_TRUE(raw.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" +
+                       std::string(0x800, 'z') + "\r\n0\r\n\r\n"));
+  const std::string response = raw.read_response();
+  expect_error(status_of(response), body_of(response), 413, "payload_too_large");
+  EXPECT_TRUE(raw.closed_by_peer());
+  EXPECT_EQ(http_request(t.url(), "GET", "/echo").status, 200);
+}
+
+TEST(HttpServer, MalformedRequestsGet400) {
+  TestServer t;
+  t.server->start();
+  for (const std::string bad : {"BLAH\r\n\r\n", "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: zz\r\n\r\n",
+                                "GET / HTTP/9.9\r\n\r\n", "GET / HTTP/1.1\r\nBad Header\r\n\r\n"}) {
+    RawConnection raw(t.server->port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.send(bad));
+    const std::string response = raw.read_response();
+    expect_error(status_of(response), body_of(response), 400, "bad_request");
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  EXPECT_EQ(http_request(t.url(), "GET", "/echo").status, 200);
+}
+
+TEST(HttpServer, StalledClientIsDroppedWhileOthersAreServed) {
+  ServerOptions options;
+  options.read_timeout = std::chrono::milliseconds(400);
+  options.idle_timeout = std::chrono::milliseconds(400);
+  TestServer t(options);
+  t.server->start();
+
+  RawConnection stalled(t.server->port());
+  RawConnection silent(t.server->port());
+  ASSERT_TRUE(stalled.connected() && silent.connected());
+  const auto start = Clock::now();
+  ASSERT_TRUE(stalled.send("POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf a bo"));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(http_request(t.url(), "GET", "/echo").status, 200);
+  EXPECT_TRUE(stalled.closed_by_peer());
+  EXPECT_TRUE(silent.closed_by_peer());  // never sent a byte: the idle timeout
+  const double waited = seconds_since(start);
+  EXPECT_GT(waited, 0.3);
+  EXPECT_LT(waited, 3.0);
+  EXPECT_EQ(http_request(t.url(), "GET", "/echo").status, 200);
+}
+
+TEST(HttpServer, KeepAliveReusesOneConnection) {
+  TestServer t;
+  t.server->start();
+  RawConnection raw(t.server->port());
+  ASSERT_TRUE(raw.connected());
+  std::string remote;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(raw.send("GET /echo/" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    const std::string response = raw.read_response();
+    ASSERT_EQ(status_of(response), 200) << response;
+    const json body = json::parse(body_of(response));
+    EXPECT_EQ(body["params"]["id"], std::to_string(i));
+    if (i == 0) remote = body["remote"];
+    EXPECT_EQ(body["remote"], remote);  // the same client port: the same connection
+  }
+  // Pipelined: two requests in one write, two answers in order.
+  ASSERT_TRUE(raw.send("GET /echo/a HTTP/1.1\r\nHost: x\r\n\r\nGET /echo/b HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(json::parse(body_of(raw.read_response()))["params"]["id"], "a");
+  EXPECT_EQ(json::parse(body_of(raw.read_response()))["params"]["id"], "b");
+  // "Connection: close" is honoured.
+  ASSERT_TRUE(raw.send("GET /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  EXPECT_EQ(status_of(raw.read_response()), 200);
+  EXPECT_TRUE(raw.closed_by_peer());
+}
+
+TEST(HttpServer, ManyConcurrentClientsAreAllAnswered) {
+  TestServer t;
+  t.server->start();
+  constexpr int kClients = 64, kRequests = 50;
+  std::atomic<int> ok{0}, wrong{0};
+  std::vector<std::thread> clients;
+  const auto start = Clock::now();
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      for (int i = 0; i < kRequests; ++i) {
+        try {
+          const ClientResponse r =
+              http_request(t.url(), "GET", "/echo/" + std::to_string(c) + "?i=" + std::to_string(i));
+          const json body = json::parse(r.body);
+          const bool right = r.status == 200 && body["params"]["id"] == std::to_string(c) &&
+                             body["query"]["i"] == std::to_string(i);
+          ++(right ? ok : wrong);
+        } catch (const std::exception&) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  EXPECT_EQ(ok, kClients * kRequests);
+  EXPECT_EQ(wrong, 0);
+  std::printf("[ info ] %d requests from %d clients in %.2f s\n", kClients * kRequests, kClients, seconds_since(start));
+}
+
+TEST(HttpServer, StopLetsRequestsInProgressFinish) {
+  ServerOptions options;
+  options.threads = 4;
+  TestServer t(options);
+  t.server->start();
+  const std::string url = t.url();
+  RawConnection idle(t.server->port());  // a kept-alive connection doing nothing
+  ASSERT_TRUE(idle.connected());
+  ASSERT_TRUE(idle.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
+  ASSERT_EQ(status_of(idle.read_response()), 200);
+
+  std::vector<ClientResponse> answers(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i) {
+    clients.emplace_back([&, i] { answers[i] = http_request(url, "GET", "/slow"); });
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (t.slow_started < 4 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(t.slow_started, 4);
+  const auto start = Clock::now();
+  t.server->stop();
+  const double took = seconds_since(start);
+  for (std::thread& client : clients) client.join();
+  for (const ClientResponse& answer : answers) {
+    EXPECT_EQ(answer.status, 200);
+    EXPECT_EQ(answer.body, "{\"slow\":true}");
+  }
+  EXPECT_LT(took, 2.0);
+  EXPECT_TRUE(idle.closed_by_peer());
+  try {
+    http_request(url, "GET", "/echo");
+    FAIL() << "the stopped server answered";
+  } catch (const ClientError& e) {
+    EXPECT_NE(std::string(e.what()).find("connection refused"), std::string::npos) << e.what();
+  }
+  t.server->stop();  // idempotent
+}
+
+struct StaticDir {
+  StaticDir() {
+    std::random_device rd;
+    root = fs::temp_directory_path() / ("precon_http_test_" + std::to_string(rd()));
+    fs::create_directories(root / "www" / "assets");
+    const auto write = [](const fs::path& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; };
+    write(root / "secret.txt", "secret");
+    write(root / "www" / "index.html", "<h1>precon</h1>");
+    write(root / "www" / "assets" / "app.js", "console.log(1)");
+    write(root / "www" / "assets" / "app.js.map", "{}");
+    write(root / "www" / "assets" / "style.css", "body{}");
+    write(root / "www" / "assets" / "logo.svg", "<svg/>");
+    write(root / "www" / "assets" / "logo.png", std::string("\x89PNG\r\n\x1a\n\0", 9));
+    fs::create_symlink(root / "secret.txt", root / "www" / "link.txt");
+  }
+  ~StaticDir() {
+    std::error_code ec;
+    fs::remove_all(root, ec);
+  }
+  fs::path root;
+};
+
+TEST(HttpServer, StaticFilesWithTypesAndNoTraversal) {
+  StaticDir dir;
+  TestServer t;
+  t.router.add_static("/", dir.root / "www");
+  t.server->start();
+  const std::string url = t.url();
+
+  const auto get = [&](const std::string& target) { return http_request(url, "GET", target); };
+  ClientResponse r = get("/");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.body, "<h1>precon</h1>");
+  EXPECT_EQ(r.headers.at("content-type"), "text/html; charset=utf-8");
+  const std::vector<std::pair<std::string, std::string>> types = {
+      {"/assets/app.js", "text/javascript; charset=utf-8"}, {"/assets/app.js.map", "application/json"},
+      {"/assets/style.css", "text/css; charset=utf-8"},     {"/assets/logo.svg", "image/svg+xml"},
+      {"/assets/logo.png", "image/png"},                    {"/index.html", "text/html; charset=utf-8"}};
+  for (const auto& [target, type] : types) {
+    r = get(target);
+    EXPECT_EQ(r.status, 200) << target;
+    EXPECT_EQ(r.headers.at("content-type"), type) << target;
+  }
+  EXPECT_EQ(get("/assets/logo.png").body.size(), 9u);
+  EXPECT_EQ(get("/echo").status, 200);  // routes win over the catch-all
+
+  for (const std::string target : {"/..%2fsecret.txt", "/%2e%2e/secret.txt", "/assets/..%2F..%2Fsecret.txt",
+                                   "/../secret.txt", "/link.txt"}) {
+    r = get(target);
+    expect_error(r.status, r.body, 403, "forbidden");
+    EXPECT_EQ(r.body.find("secret\""), std::string::npos);
+  }
+  r = get("/assets/missing.js");
+  expect_error(r.status, r.body, 404, "not_found");
+  r = http_request(url, "POST", "/unknown", "{}");  // the GET catch-all does not make this a 405
+  expect_error(r.status, r.body, 404, "not_found");
+
+  expect_error(static_file(dir.root / "www", "/etc/passwd").status, static_file(dir.root / "www", "/etc/passwd").body,
+               403, "forbidden");
+  EXPECT_EQ(static_file(dir.root / "www", "assets/../index.html").status, 403);
+}
+
+TEST(HttpClient, ClearErrorsWhenTheControllerIsAwayOrSilent) {
+  uint16_t port = 0;
+  {
+    TestServer t;
+    t.server->start();
+    port = t.server->port();
+  }
+  try {
+    http_request("http://127.0.0.1:" + std::to_string(port), "GET", "/echo");
+    FAIL() << "connected to a stopped server";
+  } catch (const ClientError& e) {
+    EXPECT_NE(std::string(e.what()).find("is `precon serve` running?"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(http_request("ftp://127.0.0.1:1", "GET", "/"), ClientError);
+
+  // A listening socket that never answers: the connection succeeds, the answer times out.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 4), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const auto start = Clock::now();
+  try {
+    http_request("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "GET", "/x", "", {},
+                 std::chrono::milliseconds(300));
+    FAIL() << "a silent server answered";
+  } catch (const ClientError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not answer"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(start), 2.0);
+  ::close(fd);
+}
+
+}  // namespace
+}  // namespace precon::orch
