@@ -1,0 +1,307 @@
+#include "orchestrator/recipe/sweep.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <map>
+
+#include "worker/config/keys.h"
+#include "worker/config/parse.h"
+
+namespace precon::orch {
+
+namespace {
+
+using worker::ConfigError;
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+// xoshiro256** seeded through splitmix64: fully specified, so a seed means the same draws on
+// every compiler and standard library.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) {
+    for (uint64_t& s : s_) s = splitmix64(seed);
+  }
+  uint64_t next() {
+    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
+    const uint64_t t = s_[1] << 17;
+    s_[2] ^= s_[0];
+    s_[3] ^= s_[1];
+    s_[1] ^= s_[2];
+    s_[0] ^= s_[3];
+    s_[2] ^= t;
+    s_[3] = rotl(s_[3], 45);
+    return result;
+  }
+  // [0, 1) with 53 random bits.
+  double uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  // [0, n) without modulo bias; n = 0 means the full 64-bit range.
+  uint64_t below(uint64_t n) {
+    if (n == 0) return next();
+    const uint64_t threshold = (0 - n) % n;
+    for (;;) {
+      const uint64_t r = next();
+      if (r >= threshold) return r % n;
+    }
+  }
+
+ private:
+  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+  uint64_t s_[4];
+};
+
+// One swept key's value in one trial: a listed value, or a drawn number.
+struct Pick {
+  const SweepParam* param;
+  const toml::node* node;  // nullptr for a drawn number
+  double real;
+  int64_t integer;
+};
+
+std::string number_text(double v) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back the same
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(v);
+}
+
+void describe(const worker::FieldRef& ref, nlohmann::json& value, std::string& text) {
+  if (auto p = std::get_if<int64_t*>(&ref)) {
+    value = **p;
+    text = std::to_string(**p);
+  } else if (auto p = std::get_if<double*>(&ref)) {
+    value = **p;
+    text = number_text(**p);
+  } else if (auto p = std::get_if<bool*>(&ref)) {
+    value = **p;
+    text = **p ? "true" : "false";
+  } else if (auto p = std::get_if<std::string*>(&ref)) {
+    value = **p;
+    text = **p;
+  } else if (auto p = std::get_if<std::vector<std::string>*>(&ref)) {
+    value = **p;
+    text = "[";
+    for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? "," : "") + (**p)[i];
+    text += "]";
+  } else {
+    const auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
+    value = nlohmann::json::array();
+    text = "[";
+    for (size_t i = 0; i < list.size(); ++i) {
+      value.push_back({list[i][0], list[i][1], list[i][2]});
+      text += std::string(i ? "," : "") + "[" + number_text(list[i][0]) + "," + number_text(list[i][1]) + "," +
+              number_text(list[i][2]) + "]";
+    }
+    text += "]";
+  }
+}
+
+TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick>& picks) {
+  worker::ParsedConfig parsed = recipe.base;
+  TrialSpec trial;
+  trial.index = index;
+  trial.params = nlohmann::json::object();
+  for (const Pick& pick : picks) {
+    const SweepParam& p = *pick.param;
+    const std::string& source = p.line > 0 ? recipe.source : std::string("--set");
+    if (pick.node) {
+      worker::set_key(parsed, p.key, *pick.node, source, p.line);
+    } else if (p.kind == SweepKind::int_uniform) {
+      worker::set_key(parsed, p.key, toml::value<int64_t>(pick.integer), source, p.line);
+    } else {
+      worker::set_key(parsed, p.key, toml::value<double>(pick.real), source, p.line);
+    }
+  }
+  // Values as the config holds them (a listed 5 for a real key reads back as 5.0).
+  for (const Pick& pick : picks) {
+    nlohmann::json value;
+    std::string text;
+    describe(worker::find_key(pick.param->key)->field(parsed.config), value, text);
+    trial.params[pick.param->key] = std::move(value);
+    trial.label += (trial.label.empty() ? "" : " ") + pick.param->key + "=" + text;
+  }
+  try {
+    worker::validate_config(parsed);
+  } catch (const ConfigError& e) {
+    const std::string which = trial.label.empty() ? "the base config" : "trial " + std::to_string(index) + " (" + trial.label + ")";
+    throw ConfigError(recipe.source, 0, e.key(), "invalid combination in " + which + ": " + e.what());
+  }
+  trial.config = std::move(parsed.config);
+  trial.config_toml = worker::config_to_toml(trial.config);
+  return trial;
+}
+
+// The sub-grids of a grid sweep, each a list of dimensions (slowest first).
+std::vector<std::vector<const SweepParam*>> sub_grids(const SweepConfig& sweep) {
+  std::vector<std::vector<const SweepParam*>> out;
+  std::vector<const SweepParam*> common;
+  for (const SweepParam& p : sweep.parameters) common.push_back(&p);
+  if (sweep.grids.empty()) {
+    out.push_back(common);
+    return out;
+  }
+  for (const auto& grid : sweep.grids) {
+    std::vector<const SweepParam*> dims = common;
+    for (const SweepParam& p : grid) dims.push_back(&p);
+    out.push_back(dims);
+  }
+  return out;
+}
+
+int64_t grid_size(const std::vector<const SweepParam*>& dims) {
+  int64_t n = 1;
+  for (const SweepParam* p : dims) {
+    const auto k = static_cast<int64_t>(p->values.size());
+    if (n > std::numeric_limits<int64_t>::max() / k) return std::numeric_limits<int64_t>::max();
+    n *= k;
+  }
+  return n;
+}
+
+Pick draw(const SweepParam& p, Rng& rng) {
+  Pick pick{&p, nullptr, 0.0, 0};
+  switch (p.kind) {
+    case SweepKind::values:
+    case SweepKind::choice:
+      pick.node = p.values.get(static_cast<size_t>(rng.below(p.values.size())));
+      break;
+    case SweepKind::uniform:
+      pick.real = std::clamp(p.lo + rng.uniform01() * (p.hi - p.lo), p.lo, p.hi);
+      break;
+    case SweepKind::log_uniform: {
+      const double a = std::log(p.lo), b = std::log(p.hi);
+      pick.real = std::clamp(std::exp(a + rng.uniform01() * (b - a)), p.lo, p.hi);
+      break;
+    }
+    case SweepKind::int_uniform: {
+      const auto lo = static_cast<int64_t>(p.lo), hi = static_cast<int64_t>(p.hi);
+      const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;  // 0 = all 2^64
+      pick.integer = static_cast<int64_t>(static_cast<uint64_t>(lo) + rng.below(span));
+      break;
+    }
+  }
+  return pick;
+}
+
+}  // namespace
+
+int64_t sweep_size(const Recipe& recipe) {
+  const SweepConfig& sweep = recipe.sweep;
+  if (sweep.parameters.empty() && sweep.grids.empty()) return 1;
+  if (sweep.method == "random") return sweep.samples;
+  int64_t total = 0;
+  for (const auto& dims : sub_grids(sweep)) {
+    const int64_t n = grid_size(dims);
+    if (n > std::numeric_limits<int64_t>::max() - total) return std::numeric_limits<int64_t>::max();
+    total += n;
+  }
+  return total;
+}
+
+std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
+  const SweepConfig& sweep = recipe.sweep;
+  std::vector<TrialSpec> trials;
+  if (sweep.parameters.empty() && sweep.grids.empty()) {
+    trials.push_back(make_trial(recipe, 0, {}));
+    return trials;
+  }
+  if (sweep.method == "random") {
+    Rng rng(static_cast<uint64_t>(sweep.seed));
+    trials.reserve(static_cast<size_t>(sweep.samples));
+    std::vector<Pick> picks;
+    for (int64_t i = 0; i < sweep.samples; ++i) {
+      picks.clear();
+      for (const SweepParam& p : sweep.parameters) picks.push_back(draw(p, rng));
+      trials.push_back(make_trial(recipe, i, picks));
+    }
+    return trials;
+  }
+  const int64_t total = sweep_size(recipe);
+  if (total > kMaxGridTrials) {
+    const SweepParam& first = sweep.parameters.empty() ? sweep.grids.front().front() : sweep.parameters.front();
+    throw ConfigError(first.line ? recipe.source : "--set", first.line, "sweep",
+                      "the grid has " + (total == std::numeric_limits<int64_t>::max() ? std::string("too many")
+                                                                                      : std::to_string(total)) +
+                          " trials, more than " + std::to_string(kMaxGridTrials) +
+                          "; use sweep.method = \"random\" with sweep.samples, or fewer values");
+  }
+  trials.reserve(static_cast<size_t>(total));
+  for (const auto& dims : sub_grids(sweep)) {
+    std::vector<size_t> at(dims.size(), 0);
+    std::vector<Pick> picks(dims.size());
+    for (bool more = true; more;) {
+      for (size_t d = 0; d < dims.size(); ++d) picks[d] = Pick{dims[d], dims[d]->values.get(at[d]), 0.0, 0};
+      trials.push_back(make_trial(recipe, static_cast<int64_t>(trials.size()), picks));
+      // Odometer: the last key turns fastest.
+      more = false;
+      for (size_t d = dims.size(); d-- > 0;) {
+        if (++at[d] < dims[d]->values.size()) {
+          more = true;
+          break;
+        }
+        at[d] = 0;
+      }
+    }
+  }
+  return trials;
+}
+
+std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials) {
+  struct Use {
+    std::string key;
+    std::string path;
+    std::vector<const TrialSpec*> trials;
+  };
+  std::vector<Use> uses;
+  std::map<std::pair<std::string, std::string>, size_t> index;
+  auto add = [&](const std::string& key, std::string path, const TrialSpec& t) {
+    path.erase(0, path.find_first_not_of(" \t"));
+    path.erase(path.find_last_not_of(" \t") + 1);
+    if (path.empty()) return;
+    auto [it, inserted] = index.emplace(std::make_pair(key, path), uses.size());
+    if (inserted) uses.push_back({key, path, {}});
+    uses[it->second].trials.push_back(&t);
+  };
+  for (const TrialSpec& t : trials) {
+    const std::string& train = t.config.data.train;
+    for (size_t start = 0;;) {
+      const size_t comma = train.find(',', start);
+      add("data.train", train.substr(start, comma == std::string::npos ? std::string::npos : comma - start), t);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    add("data.val", t.config.data.val, t);
+    add("train.init_from", t.config.train.init_from, t);
+  }
+  std::vector<std::string> missing;
+  std::map<std::string, bool> exists;
+  for (const Use& u : uses) {
+    auto [it, inserted] = exists.emplace(u.path, false);
+    if (inserted) {
+      std::error_code ec;
+      it->second = std::filesystem::is_regular_file(u.path, ec);
+    }
+    if (it->second) continue;
+    std::string line = u.path + " (" + u.key + ") does not exist";
+    if (trials.size() > 1 && u.trials.size() == trials.size()) {
+      line += "; used by all " + std::to_string(trials.size()) + " trials";
+    } else if (trials.size() > 1) {
+      line += "; used by ";
+      const size_t shown = std::min<size_t>(u.trials.size(), 3);
+      for (size_t i = 0; i < shown; ++i)
+        line += (i ? ", " : "") + std::string("trial ") + std::to_string(u.trials[i]->index) + " (" + u.trials[i]->label + ")";
+      if (u.trials.size() > shown) line += " and " + std::to_string(u.trials.size() - shown) + " more";
+    }
+    missing.push_back(line);
+  }
+  return missing;
+}
+
+}  // namespace precon::orch

@@ -1,0 +1,51 @@
+// Sweep expansion: a parsed recipe becomes its list of trials, each with its resolved and
+// validated config. Deterministic: the same recipe (and seed) gives the same trials, in the same
+// order, on every platform (the random draws use our own generator, not <random>'s
+// implementation-defined distributions). Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/recipe/recipe.h"
+#include "worker/config/config.h"
+
+namespace precon::orch {
+
+struct TrialSpec {
+  int64_t index = 0;           // position in the expansion, from 0
+  nlohmann::json params;       // swept key -> value (an object; empty without a sweep)
+  std::string label;           // "key=value ..." in sweep order, e.g. "optimizer.name=muon
+                               // optimizer.muon.ns_steps=5"; "" without a sweep
+  worker::TrialConfig config;  // base + the trial's values, validated
+  std::string config_toml;     // worker::config_to_toml(config): what the trial stores and runs
+};
+
+// Grids larger than this are refused (random search is the tool for big spaces).
+constexpr int64_t kMaxGridTrials = 100000;
+
+// Trials of the recipe:
+// - no sweep: one trial, the base config;
+// - grid: the cartesian product of [sweep.parameters] in order of appearance, the first key
+//   slowest; with [[sweep.grid]] tables, the union of the sub-grids in file order, each the
+//   product of [sweep.parameters] (slowest) and its own keys. A combination listed by two
+//   sub-grids is kept twice: the sub-grids are the user's explicit list;
+// - random: `samples` draws, each key in order of appearance; lists and `choice` uniformly,
+//   `uniform` in [lo, hi], `log_uniform` uniformly in log space, `int_uniform` an integer in
+//   [lo, hi] both inclusive.
+// Throws worker::ConfigError for a grid over kMaxGridTrials or a trial that fails the worker's
+// cross-key checks (the message names the trial's values).
+std::vector<TrialSpec> expand_sweep(const Recipe& recipe);
+
+// The number of trials expand_sweep makes, without making them (saturates at INT64_MAX).
+int64_t sweep_size(const Recipe& recipe);
+
+// Data files the trials name (data.train, comma-separated; data.val; train.init_from) that do not
+// exist, relative paths from the working directory. One line per missing file with the key and
+// the trials that use it. Empty when everything is there.
+std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials);
+
+}  // namespace precon::orch
