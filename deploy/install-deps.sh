@@ -18,7 +18,7 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference tests against PyTorch
-  python3 python3-numpy python3-torch
+  python3 python3-numpy python3-torch python3-optuna
 )
 
 missing=()

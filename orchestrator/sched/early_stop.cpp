@@ -1,0 +1,243 @@
+#include "orchestrator/sched/early_stop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <utility>
+
+namespace precon::orch {
+namespace {
+
+constexpr int64_t kNoCap = -1;
+
+std::string num(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g", v);
+  return buf;
+}
+
+// JSON has no NaN/inf; nlohmann would write null, which loses the sign of an infinity.
+nlohmann::json jnum(double v) {
+  if (std::isfinite(v)) return v;
+  return num(v);
+}
+
+// The trial's points with this report added unless already there (Optuna ignores a repeated step).
+std::map<int64_t, double> own_points(int64_t trial, int64_t step, double value,
+                                     const ObjectiveHistory& history) {
+  std::map<int64_t, double> own;
+  if (auto it = history.find(trial); it != history.end()) own = it->second;
+  own.emplace(step, value);
+  return own;
+}
+
+}  // namespace
+
+double numpy_nanmedian(std::vector<double> values) {
+  std::erase_if(values, [](double v) { return std::isnan(v); });
+  if (values.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(values.begin(), values.end());
+  const auto n = static_cast<int64_t>(values.size());
+  const double virtual_index = static_cast<double>(n - 1) * 0.5;
+  // numpy clamps an index at the top to the last element but keeps gamma = virtual - (-1).
+  int64_t prev = static_cast<int64_t>(std::floor(virtual_index));
+  int64_t next = prev + 1;
+  double gamma = virtual_index - static_cast<double>(prev);
+  if (virtual_index >= static_cast<double>(n - 1)) {
+    prev = next = n - 1;
+    gamma = virtual_index + 1.0;
+  }
+  const double a = values[static_cast<size_t>(prev)];
+  const double b = values[static_cast<size_t>(next)];
+  const double diff = b - a;
+  if (gamma >= 0.5) return b - diff * (1.0 - gamma);
+  return a + diff * gamma;
+}
+
+EarlyStopper::EarlyStopper(EarlyStopSettings settings) : s_(std::move(settings)) {
+  auto bad = [](const std::string& key, const std::string& what) {
+    throw EarlyStopError("[sweep.early_stop] " + key + ": " + what);
+  };
+  if (s_.method != "asha" && s_.method != "median" && s_.method != "none")
+    bad("method", "expected \"asha\", \"median\" or \"none\", got \"" + s_.method + "\"");
+  if (s_.mode != "min" && s_.mode != "max")
+    bad("mode", "expected \"min\" or \"max\", got \"" + s_.mode + "\"");
+  maximize_ = s_.mode == "max";
+  if (s_.method == "asha") {
+    if (s_.min_step < 1) bad("min_step", "must be >= 1, got " + std::to_string(s_.min_step));
+    if (s_.reduction_factor < 2)
+      bad("reduction_factor", "must be >= 2, got " + std::to_string(s_.reduction_factor));
+    if (s_.min_early_stopping_rate < 0)
+      bad("min_early_stopping_rate",
+          "must be >= 0, got " + std::to_string(s_.min_early_stopping_rate));
+  }
+  if (s_.method == "median") {
+    if (s_.n_startup_trials < 0)
+      bad("n_startup_trials", "must be >= 0, got " + std::to_string(s_.n_startup_trials));
+    if (s_.n_warmup_steps < 0)
+      bad("n_warmup_steps", "must be >= 0, got " + std::to_string(s_.n_warmup_steps));
+    if (s_.interval < 1) bad("interval", "must be >= 1, got " + std::to_string(s_.interval));
+  }
+}
+
+int64_t EarlyStopper::rung_step(int64_t rung) const {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  int64_t r = s_.min_step;
+  for (int64_t i = 0; i < s_.min_early_stopping_rate + rung; ++i) {
+    if (r > kMax / s_.reduction_factor) return kMax;  // beyond any step a trial can reach
+    r *= s_.reduction_factor;
+  }
+  return r;
+}
+
+std::vector<int64_t> EarlyStopper::rungs(int64_t max_step) const {
+  std::vector<int64_t> out;
+  if (s_.method != "asha") return out;
+  for (int64_t k = 0;; ++k) {
+    const int64_t r = rung_step(k);
+    if (r > max_step || r == std::numeric_limits<int64_t>::max()) break;
+    out.push_back(r);
+  }
+  return out;
+}
+
+// The values a trial recorded at rungs 0, 1, ... through its points below `below_step`. A report
+// records its value at each rung it reaches in turn; a NaN there stopped the trial (nothing more
+// recorded); a trial stopped at rung `cap` recorded nothing beyond it.
+std::vector<double> EarlyStopper::recorded_rungs(const std::map<int64_t, double>& points,
+                                                 int64_t below_step, int64_t cap) const {
+  std::vector<double> rec;
+  for (const auto& [step, value] : points) {
+    if (step >= below_step) break;
+    while (step >= rung_step(static_cast<int64_t>(rec.size()))) {
+      if (std::isnan(value)) return rec;
+      rec.push_back(value);
+      if (cap != kNoCap && static_cast<int64_t>(rec.size()) > cap) return rec;
+    }
+  }
+  return rec;
+}
+
+StopDecision EarlyStopper::report(int64_t trial, int64_t step, double value,
+                                  const ObjectiveHistory& history,
+                                  const std::set<int64_t>& completed,
+                                  const std::map<int64_t, int64_t>& stopped_rung) const {
+  if (s_.method == "none") return {};
+  const auto own = own_points(trial, step, value, history);
+  if (step < own.rbegin()->first) return {};
+  if (s_.method == "asha") return asha(trial, own, history, stopped_rung);
+  return median(trial, own, history, completed);
+}
+
+StopDecision EarlyStopper::asha(int64_t trial, const std::map<int64_t, double>& own,
+                                const ObjectiveHistory& history,
+                                const std::map<int64_t, int64_t>& stopped_rung) const {
+  const auto [step, value] = *own.rbegin();
+  auto rung = static_cast<int64_t>(recorded_rungs(own, step, kNoCap).size());
+  if (step < rung_step(rung)) return {};
+
+  StopDecision d;
+  d.rule = "asha";
+  d.data = {{"step", step}, {"value", jnum(value)}, {"rungs", nlohmann::json::array()}};
+  if (std::isnan(value)) {
+    d.stop = true;
+    d.data["rung"] = rung;
+    d.data["rung_step"] = rung_step(rung);
+    d.reason = "ASHA rung " + std::to_string(rung) + " (step " + std::to_string(rung_step(rung)) +
+               "): " + s_.metric + " is NaN";
+    return d;
+  }
+
+  std::vector<std::vector<double>> others;
+  for (const auto& [t, points] : history) {
+    if (t == trial) continue;
+    const auto cap = stopped_rung.find(t);
+    others.push_back(recorded_rungs(points, std::numeric_limits<int64_t>::max(),
+                                    cap == stopped_rung.end() ? kNoCap : cap->second));
+  }
+
+  for (;; ++rung) {
+    const int64_t rs = rung_step(rung);
+    if (step < rs) return d;
+    std::vector<double> competing;
+    for (const auto& rec : others)
+      if (static_cast<int64_t>(rec.size()) > rung) competing.push_back(rec[static_cast<size_t>(rung)]);
+    competing.push_back(value);
+    std::sort(competing.begin(), competing.end());
+    const auto n = static_cast<int64_t>(competing.size());
+    const int64_t keep = std::max<int64_t>(n / s_.reduction_factor, 1);
+    const double cutoff = competing[static_cast<size_t>(maximize_ ? n - keep : keep - 1)];
+    const bool promoted = maximize_ ? value >= cutoff : value <= cutoff;
+    d.data["rungs"].push_back({{"rung", rung},
+                               {"rung_step", rs},
+                               {"cutoff", jnum(cutoff)},
+                               {"competitors", n},
+                               {"promoted", promoted}});
+    d.data["rung"] = rung;
+    d.data["rung_step"] = rs;
+    d.data["cutoff"] = jnum(cutoff);
+    d.data["competitors"] = n;
+    if (promoted) continue;
+    d.stop = true;
+    d.reason = "ASHA rung " + std::to_string(rung) + " (step " + std::to_string(rs) +
+               (step != rs ? ", reported at " + std::to_string(step) : std::string()) + "): " +
+               s_.metric + " " + num(value) + " is not in the top " +
+               std::to_string(keep) + " of " + std::to_string(n) + " trials (1/" +
+               std::to_string(s_.reduction_factor) + ", cutoff " + num(cutoff) + ")";
+    return d;
+  }
+}
+
+StopDecision EarlyStopper::median(int64_t trial, const std::map<int64_t, double>& own,
+                                  const ObjectiveHistory& history,
+                                  const std::set<int64_t>& completed) const {
+  auto n_completed = static_cast<int64_t>(completed.size());
+  if (completed.contains(trial)) --n_completed;
+  if (n_completed == 0 || n_completed < s_.n_startup_trials) return {};
+  const int64_t step = own.rbegin()->first;
+  if (step < s_.n_warmup_steps) return {};
+  // Only the first report at or after each warmup + k * interval boundary is checked.
+  const int64_t boundary =
+      (step - s_.n_warmup_steps) / s_.interval * s_.interval + s_.n_warmup_steps;
+  const int64_t previous = own.size() > 1 ? std::prev(own.end(), 2)->first : -1;
+  if (previous >= boundary) return {};
+
+  double best = std::numeric_limits<double>::quiet_NaN();
+  for (const auto& [s, v] : own) {
+    if (std::isnan(v)) continue;
+    if (std::isnan(best) || (maximize_ ? v > best : v < best)) best = v;
+  }
+  StopDecision d;
+  d.rule = "median";
+  if (std::isnan(best)) {
+    d.stop = true;
+    d.data = {{"step", step}, {"best", nullptr}};
+    d.reason = "median rule (step " + std::to_string(step) + "): every " + s_.metric +
+               " so far is NaN";
+    return d;
+  }
+  std::vector<double> at_step;
+  for (int64_t t : completed) {
+    if (t == trial) continue;
+    const auto it = history.find(t);
+    if (it == history.end()) continue;
+    if (const auto p = it->second.find(step); p != it->second.end()) at_step.push_back(p->second);
+  }
+  const double med = numpy_nanmedian(at_step);
+  if (std::isnan(med)) return {};
+  d.stop = maximize_ ? best < med : best > med;
+  d.data = {{"step", step},
+            {"best", jnum(best)},
+            {"median", jnum(med)},
+            {"completed", static_cast<int64_t>(at_step.size())}};
+  if (d.stop)
+    d.reason = "median rule (step " + std::to_string(step) + "): best " + s_.metric + " so far " +
+               num(best) + " is worse than the median " + num(med) + " of " +
+               std::to_string(at_step.size()) + " completed trials at this step";
+  return d;
+}
+
+}  // namespace precon::orch

@@ -1,0 +1,121 @@
+// Early stopping of sweep trials ([sweep.early_stop]): ASHA and the median rule.
+//
+// Pure logic, no I/O, no state: every decision is a function of the experiment's reported
+// objective points so far, so a restarted controller rebuilds exactly what it had. Thread-safety:
+// an EarlyStopper is immutable after construction; report() may be called from any thread.
+//
+// Both rules reproduce Optuna's pruners decision for decision (checked against Debian's
+// python3-optuna by tests/orchestrator/test_early_stop.cpp):
+//
+// asha   = SuccessiveHalvingPruner(min_resource = min_step, reduction_factor,
+//          min_early_stopping_rate, bootstrap_count = 0). Rung k sits at step
+//          min_step * reduction_factor^(min_early_stopping_rate + k). The first report of a trial
+//          at a step >= the rung's step "records" that report's value at the rung (one report can
+//          pass several rungs; it records the same value at each in turn). The value competes with
+//          the values every other trial recorded at that rung before, whatever that trial's state
+//          now (running, completed, stopped). With n competitors (this one included) the trial
+//          goes on iff its value is at least as good as the (max(n / reduction_factor, 1))-th best:
+//          ties promote. A NaN value at a rung stops the trial and records nothing; a NaN between
+//          rungs is ignored.
+// median = MedianPruner(n_startup_trials, n_warmup_steps, interval_steps = interval). Only once at
+//          least max(n_startup_trials, 1) trials have completed, at steps >= n_warmup_steps, and
+//          only on the first report at or after each warmup + k * interval boundary: the trial
+//          stops if the best value it has reported so far (NaNs skipped) is worse than the median
+//          of the completed trials' values at exactly this step (numpy's nanpercentile(50),
+//          inf/NaN quirks included). A trial whose values are all NaN stops. No completed value
+//          at this step: no decision.
+//
+// Order. Decisions depend on what was reported before: the rung values recorded so far (asha)
+// and which trials had completed (median). The scheduler calls report() once per new objective
+// point, in the order it handles them on its strand, with `history` holding every point handled
+// before plus this one and `completed` the trials it has marked completed. That sequence is the
+// same as an Optuna study driven by ask()/tell() in which each trial reports and calls
+// should_prune() in that order and is told COMPLETE when the scheduler marks it completed;
+// max_concurrent = 1 is Optuna's sequential study.optimize(). A trial that is stopped reports no
+// further points (the scheduler drops any that were in flight); a repeated point (a resumed
+// attempt re-reporting a step) is not passed to report() again.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace precon::orch {
+
+class EarlyStopError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct EarlyStopSettings {
+  std::string method;                 // "asha" | "median" | "none"
+  std::string mode = "min";           // "min" | "max": which direction of the objective is better
+  std::string metric = "val_loss";    // objective name, only used in the reasons' text
+  int64_t min_step = 100;             // asha: first rung's resource in steps (Optuna's min_resource)
+  int64_t reduction_factor = 3;       // asha: rung spacing and the 1/rf fraction promoted; >= 2
+  int64_t min_early_stopping_rate = 0;  // asha: skips the first rungs; >= 0
+  int64_t n_startup_trials = 5;       // median: completed trials needed before any stop
+  int64_t n_warmup_steps = 0;         // median: no stop below this step
+  int64_t interval = 1;               // median: steps between checks; >= 1
+};
+
+// One decision. `data` describes what was compared; for asha: step, value, rung (the deciding
+// rung), rung_step, cutoff, competitors and `rungs` (every rung this report passed, with
+// promoted true/false); for median: step, best, median, completed (trials with a value at step).
+// Empty when no rule applied at this report.
+struct StopDecision {
+  bool stop = false;
+  std::string rule;    // "asha" | "median" ("" when no rule applied)
+  std::string reason;  // human text, e.g. "ASHA rung 1 (step 300): val_loss 2.91 is not in the
+                       // top 1/3 of 7 trials (cutoff 2.8)"
+  nlohmann::json data;
+};
+
+// trial -> (step -> objective value).
+using ObjectiveHistory = std::map<int64_t, std::map<int64_t, double>>;
+
+class EarlyStopper {
+ public:
+  // Throws EarlyStopError naming the offending [sweep.early_stop] key.
+  explicit EarlyStopper(EarlyStopSettings settings);
+
+  // `trial` reported objective `value` at `step`. `history` maps every trial of the experiment
+  // (this one included; the point is added if absent) to its points so far; `completed` lists
+  // the trials that completed. `stopped_rung` maps trials this stopper already stopped to the
+  // data["rung"] of that decision: it is only needed when one report can pass several rungs
+  // (reports sparser than the rung spacing) to know how far a stopped trial got; without it such
+  // a trial counts at every rung its last report passed.
+  // As in Optuna, the decision is made for the trial's highest reported step: a report below a
+  // step already decided gets no decision.
+  StopDecision report(int64_t trial, int64_t step, double value, const ObjectiveHistory& history,
+                      const std::set<int64_t>& completed,
+                      const std::map<int64_t, int64_t>& stopped_rung = {}) const;
+
+  // asha: the rung steps <= max_step in order; other methods: none.
+  std::vector<int64_t> rungs(int64_t max_step) const;
+
+  const EarlyStopSettings& settings() const { return s_; }
+
+ private:
+  int64_t rung_step(int64_t rung) const;
+  std::vector<double> recorded_rungs(const std::map<int64_t, double>& points, int64_t below_step,
+                                     int64_t cap) const;
+  StopDecision asha(int64_t trial, const std::map<int64_t, double>& own,
+                    const ObjectiveHistory& history,
+                    const std::map<int64_t, int64_t>& stopped_rung) const;
+  StopDecision median(int64_t trial, const std::map<int64_t, double>& own,
+                      const ObjectiveHistory& history, const std::set<int64_t>& completed) const;
+
+  EarlyStopSettings s_;
+  bool maximize_ = false;
+};
+
+// numpy.nanpercentile(values, 50) bit for bit: NaNs dropped, linear interpolation with numpy's
+// two-sided lerp (so a median next to an infinity can be NaN). NaN when nothing is left.
+double numpy_nanmedian(std::vector<double> values);
+
+}  // namespace precon::orch
