@@ -13,6 +13,10 @@
 // reuse) and still learn how each one ended, so every attempt's end is reported exactly once.
 // run_dir/launch.<attempt> records the slots an attempt holds so that adopt() can reserve them.
 //
+// The program runs in the controller's working directory (relative paths in argv mean what
+// they mean to the controller), with stdin from /dev/null and stdout/stderr appended to
+// run_dir/stdout.log and run_dir/stderr.log.
+//
 // Signals: signal_stop() sends SIGTERM and kill() SIGKILL to the whole process group.
 // Attempts outlive the executor object and the controller process (they are not its session's
 // foreground group, stdin is /dev/null, nothing is sent to them when the parent dies).
