@@ -132,6 +132,12 @@ TEST(Config, TomlRoundTripKeepsEveryValue) {
   EXPECT_EQ(again.config.optimizer.muon.coefficient_list[0][0], 3.4445);
 }
 
+TEST(Config, DefaultConfigRoundTrips) {
+  // Every default, including the empty coefficient list, reads back.
+  std::string text = config_to_toml(TrialConfig{});
+  EXPECT_EQ(config_to_toml(parse_config_text(text, "defaults.toml").config), text);
+}
+
 TEST(Config, KeyTableDocumentsEveryKey) {
   std::string table = format_key_table();
   for (const KeySpec& k : trial_keys()) {

@@ -128,7 +128,12 @@ void set_key(ParsedConfig& parsed, const std::string& key, const toml::node& val
   } else {
     auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
     const toml::array* arr = value.as_array();
-    if (!arr || arr->empty()) throw ConfigError(source, line, key, "expected a non-empty array of [a, b, c] tuples");
+    if (!arr) throw ConfigError(source, line, key, "expected an array of [a, b, c] tuples");
+    if (arr->empty()) {  // no explicit list: what config_to_toml writes for the named sets
+      list.clear();
+      parsed.origin[key] = location(source, line);
+      return;
+    }
     std::vector<std::array<double, 3>> out;
     for (const toml::node& e : *arr) {
       const toml::array* t = e.as_array();
@@ -144,7 +149,7 @@ void set_key(ParsedConfig& parsed, const std::string& key, const toml::node& val
       out.push_back(abc);
     }
     list = out;
-    parsed.config.optimizer.muon.coefficients = "explicit";
+    if (!out.empty()) parsed.config.optimizer.muon.coefficients = "explicit";
   }
   parsed.origin[key] = location(source, line);
 }

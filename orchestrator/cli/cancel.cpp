@@ -1,0 +1,33 @@
+// precon cancel EXP | --trial ID: stops trials through the running controller (stop answer to
+// the worker, which checkpoints; then SIGTERM; then SIGKILL).
+#include <iostream>
+
+#include "orchestrator/cli/common.h"
+#include "orchestrator/service/queries.h"
+
+namespace precon::cli {
+
+void add_cancel(CLI::App& app) {
+  auto which = std::make_shared<std::string>();
+  auto trial = std::make_shared<int64_t>(0);
+  CLI::App* cmd = app.add_subcommand("cancel", "cancel an experiment or one trial");
+  cmd->add_option("experiment", *which, "experiment id or name");
+  cmd->add_option("--trial", *trial, "cancel only this trial");
+  add_remote_options(cmd);
+  cmd->callback([which, trial] {
+    guarded([&] {
+      if (*trial > 0) {
+        call_controller("POST", "/api/v1/trials/" + std::to_string(*trial) + "/cancel");
+        std::cout << "trial " << *trial << ": cancel requested\n";
+        return;
+      }
+      if (which->empty()) throw std::invalid_argument("name an experiment or pass --trial ID");
+      orch::Store store = open_store();
+      const int64_t id = orch::find_experiment(store, *which).id;
+      call_controller("POST", "/api/v1/experiments/" + std::to_string(id) + "/cancel");
+      std::cout << "experiment " << id << ": cancel requested\n";
+    });
+  });
+}
+
+}  // namespace precon::cli

@@ -1,0 +1,147 @@
+#include "orchestrator/cli/common.h"
+
+#include <sys/stat.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "orchestrator/http/client.h"
+#include "worker/config/parse.h"
+
+namespace precon::cli {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+Global& global() {
+  static Global g;
+  return g;
+}
+
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+
+void add_db_option(CLI::App* cmd) {
+  cmd->add_option("--db", global().db, "the controller's database")->capture_default_str();
+}
+
+void add_remote_options(CLI::App* cmd) {
+  add_db_option(cmd);
+  cmd->add_option("--url", global().url, "controller URL (default: the one `precon serve`/`run` wrote next to --db)");
+  cmd->add_option("--token", global().token, "admin token (default: $PRECON_TOKEN or the file next to --db)");
+}
+
+void add_json_option(CLI::App* cmd) { cmd->add_flag("--json", global().json, "print JSON for scripts"); }
+
+void guarded(const std::function<void()>& body) {
+  try {
+    body();
+  } catch (const worker::ConfigError& e) {
+    std::cerr << "precon: " << e.what() << "\n";
+    exit_code() = 2;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "precon: " << e.what() << "\n";
+    exit_code() = 2;
+  } catch (const std::exception& e) {
+    std::cerr << "precon: " << e.what() << "\n";
+    exit_code() = 1;
+  }
+}
+
+orch::Store open_store() {
+  if (!fs::exists(global().db))
+    throw std::runtime_error("no database at " + global().db + " (run `precon run RECIPE` or `precon serve` first, or pass --db)");
+  return orch::Store(global().db);
+}
+
+fs::path url_file() { return global().db + ".url"; }
+fs::path token_file() { return global().db + ".token"; }
+
+void write_connection_files(const std::string& url, const std::string& token) {
+  std::ofstream(url_file()) << url << "\n";
+  {
+    std::ofstream out(token_file());
+    out << token << "\n";
+  }
+  ::chmod(token_file().c_str(), 0600);
+}
+
+namespace {
+std::string first_line(const fs::path& p) {
+  std::ifstream in(p);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+}  // namespace
+
+std::string controller_url() {
+  if (!global().url.empty()) return global().url;
+  std::string u = first_line(url_file());
+  if (u.empty())
+    throw std::runtime_error("no running controller known for " + global().db + " (start `precon serve` or pass --url)");
+  return u;
+}
+
+std::string admin_token() {
+  if (!global().token.empty()) return global().token;
+  if (const char* t = std::getenv("PRECON_TOKEN")) return t;
+  return first_line(token_file());
+}
+
+json call_controller(const std::string& method, const std::string& target, const json& body) {
+  std::map<std::string, std::string> headers{{"Authorization", "Bearer " + admin_token()},
+                                             {"Content-Type", "application/json"}};
+  orch::ClientResponse r =
+      orch::http_request(controller_url(), method, target, body.is_null() ? "" : body.dump(), headers);
+  json j = json::parse(r.body, nullptr, false);
+  if (r.status >= 400) {
+    std::string msg = !j.is_discarded() && j.contains("error") ? j["error"].value("message", r.body) : r.body;
+    if (r.status == 400) throw std::invalid_argument(msg);
+    throw std::runtime_error("controller answered " + std::to_string(r.status) + ": " + msg);
+  }
+  return j.is_discarded() ? json::object() : j;
+}
+
+void print_table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t i = 0; i < row.size(); ++i) {
+      if (width.size() <= i) width.push_back(0);
+      width[i] = std::max(width[i], row[i].size());
+    }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    std::cout << line << "\n";
+  }
+}
+
+std::string fmt_number(const json& v, int precision) {
+  if (v.is_null()) return "-";
+  if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+  if (!v.is_number()) return v.dump();
+  std::ostringstream s;
+  s.precision(precision);
+  s << v.get<double>();
+  return s.str();
+}
+
+std::string fmt_time(double t) {
+  if (t <= 0) return "-";
+  std::time_t tt = static_cast<std::time_t>(t);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&tt));
+  return buf;
+}
+
+}  // namespace precon::cli

@@ -1,0 +1,28 @@
+// precon logs TRIAL: the tail of a trial's worker log.
+#include <iostream>
+
+#include "orchestrator/cli/common.h"
+#include "orchestrator/service/views.h"
+
+namespace precon::cli {
+
+void add_logs(CLI::App& app) {
+  auto trial = std::make_shared<int64_t>(0);
+  auto stream = std::make_shared<std::string>("stderr");
+  auto lines = std::make_shared<size_t>(50);
+  CLI::App* cmd = app.add_subcommand("logs", "print the end of a trial's log");
+  cmd->add_option("trial", *trial, "trial id")->required();
+  cmd->add_option("--stream", *stream, "stdout or stderr")->check(CLI::IsMember({"stdout", "stderr"}))->capture_default_str();
+  cmd->add_option("-n,--lines", *lines, "lines")->capture_default_str();
+  add_db_option(cmd);
+  cmd->callback([trial, stream, lines] {
+    guarded([&] {
+      orch::Store store = open_store();
+      auto t = store.trial(*trial);
+      if (!t) throw std::out_of_range("no trial " + std::to_string(*trial));
+      std::cout << orch::tail_file(t->run_dir + "/" + *stream + ".log", *lines);
+    });
+  });
+}
+
+}  // namespace precon::cli

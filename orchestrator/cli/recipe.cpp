@@ -1,0 +1,41 @@
+// precon recipe keys | check FILE: the documented key table, and a dry run of a recipe.
+#include <iostream>
+
+#include "orchestrator/cli/common.h"
+#include "orchestrator/recipe/recipe.h"
+#include "orchestrator/recipe/sweep.h"
+
+namespace precon::cli {
+
+void add_recipe(CLI::App& app) {
+  CLI::App* cmd = app.add_subcommand("recipe", "recipe keys and checks");
+  cmd->require_subcommand(1);
+  CLI::App* keys = cmd->add_subcommand("keys", "print every recipe key: type, default, unit, description");
+  keys->callback([] { std::cout << orch::recipe_key_table(); });
+
+  auto file = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* check = cmd->add_subcommand("check", "parse a recipe, expand its sweep and check its data files");
+  check->add_option("recipe", *file, "recipe TOML file")->required();
+  check->add_option("--set", *overrides, "override a recipe key: key=value (repeatable)");
+  add_json_option(check);
+  check->callback([file, overrides] {
+    guarded([&] {
+      orch::Recipe recipe = orch::parse_recipe_file(*file, *overrides);
+      std::vector<orch::TrialSpec> trials = orch::expand_sweep(recipe);
+      std::vector<std::string> missing = orch::check_recipe_data(trials);
+      if (global().json) {
+        nlohmann::json list = nlohmann::json::array();
+        for (const auto& t : trials) list.push_back({{"index", t.index}, {"params", t.params}});
+        std::cout << nlohmann::json{{"ok", missing.empty()}, {"trials", list}, {"missing_data", missing}}.dump(2) << "\n";
+      } else {
+        std::cout << *file << ": " << trials.size() << " trial(s)\n";
+        for (const auto& t : trials) std::cout << "  " << t.index << "  " << (t.label.empty() ? "(base config)" : t.label) << "\n";
+        for (const std::string& m : missing) std::cout << "missing data: " << m << "\n";
+      }
+      if (!missing.empty()) exit_code() = 1;
+    });
+  });
+}
+
+}  // namespace precon::cli

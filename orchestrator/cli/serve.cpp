@@ -1,0 +1,64 @@
+// precon serve: the long-running controller (e.g. on a Slurm login node). Other subcommands
+// find it through the address and admin token it leaves next to its database.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "orchestrator/cli/common.h"
+#include "orchestrator/service/controller.h"
+
+namespace precon::cli {
+
+namespace {
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop(int) { g_stop.store(true); }
+
+struct ServeOptions {
+  std::string runs = "runs";
+  std::string bind = "127.0.0.1";
+  uint16_t port = 8080;
+  std::string web_dir;
+  std::string token;
+  int cpu_slots = 0;
+};
+}  // namespace
+
+void add_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "run the controller: HTTP API, dashboard, scheduler");
+  cmd->add_option("--runs", o->runs, "directory for the trials' run directories")->capture_default_str();
+  cmd->add_option("--bind", o->bind, "listen address (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", o->port, "listen port")->capture_default_str();
+  cmd->add_option("--web", o->web_dir, "dashboard files to serve");
+  cmd->add_option("--admin-token", o->token, "admin token (default: a new random one, written next to --db)")
+      ->envname("PRECON_TOKEN");
+  cmd->add_option("--cpus", o->cpu_slots, "CPU slots for local trials (0 = all cores)");
+  add_db_option(cmd);
+  cmd->callback([o] {
+    guarded([&] {
+      orch::ControllerOptions co;
+      co.db = global().db;
+      co.run_root = o->runs;
+      co.bind = o->bind;
+      co.port = o->port;
+      co.web_dir = o->web_dir;
+      co.admin_token = o->token;
+      co.cpu_slots = o->cpu_slots;
+      co.log = [](const std::string& line) { std::cerr << line << "\n"; };
+      orch::Controller controller(co);
+      std::signal(SIGINT, on_stop);
+      std::signal(SIGTERM, on_stop);
+      controller.start();
+      write_connection_files(controller.url(), controller.admin_token());
+      std::cerr << "precon serve: " << controller.url() << " (database " << global().db << ", admin token in "
+                << token_file().string() << ")\n";
+      while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::cerr << "precon serve: stopping; running trials keep running and are adopted on restart\n";
+      controller.stop();
+    });
+  });
+}
+
+}  // namespace precon::cli

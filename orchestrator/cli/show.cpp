@@ -1,0 +1,43 @@
+// precon show EXP: one experiment and its trials.
+#include <iostream>
+
+#include "orchestrator/cli/common.h"
+#include "orchestrator/service/queries.h"
+#include "orchestrator/service/views.h"
+
+namespace precon::cli {
+
+void add_show(CLI::App& app) {
+  auto which = std::make_shared<std::string>();
+  CLI::App* cmd = app.add_subcommand("show", "show an experiment and its trials");
+  cmd->add_option("experiment", *which, "experiment id or name")->required();
+  add_db_option(cmd);
+  add_json_option(cmd);
+  cmd->callback([which] {
+    guarded([&] {
+      orch::Store store = open_store();
+      orch::ExperimentRow e = orch::find_experiment(store, *which);
+      auto trials = store.trials(e.id);
+      nlohmann::json j = orch::experiment_json(e, trials, true);
+      nlohmann::json list = nlohmann::json::array();
+      for (const orch::TrialRow& t : trials) list.push_back(orch::trial_summary_json(store, t, e));
+      j["trial_list"] = list;
+      if (global().json) {
+        std::cout << j.dump(2) << "\n";
+        return;
+      }
+      std::cout << "experiment " << e.id << " " << e.name << " (" << orch::experiment_state_name(e.state) << ")\n"
+                << "objective " << e.objective_metric << " (" << e.objective_mode << "), runs in " << e.run_root << "\n\n";
+      std::vector<std::vector<std::string>> rows{
+          {"TRIAL", "ID", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "ATTEMPTS", "REASON"}};
+      for (const nlohmann::json& t : list)
+        rows.push_back({std::to_string(t["index"].get<int64_t>()), std::to_string(t["id"].get<int64_t>()),
+                        t["label"].get<std::string>(), t["state"].get<std::string>(), fmt_number(t["last_step"]),
+                        fmt_number(t["objective"]), fmt_number(t["train_loss"]), fmt_number(t["step_seconds"], 3),
+                        fmt_number(t["attempts"]), t["reason"].get<std::string>()});
+      print_table(rows);
+    });
+  });
+}
+
+}  // namespace precon::cli

@@ -1,0 +1,33 @@
+// precon submit RECIPE: hands a recipe to a running controller.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "orchestrator/cli/common.h"
+
+namespace precon::cli {
+
+void add_submit(CLI::App& app) {
+  auto recipe = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* cmd = app.add_subcommand("submit", "submit a recipe to a running controller");
+  cmd->add_option("recipe", *recipe, "recipe TOML file")->required();
+  cmd->add_option("--set", *overrides, "override a recipe key: key=value (repeatable)");
+  add_remote_options(cmd);
+  add_json_option(cmd);
+  cmd->callback([recipe, overrides] {
+    guarded([&] {
+      std::ifstream in(*recipe);
+      if (!in) throw std::invalid_argument("cannot open recipe " + *recipe);
+      std::stringstream text;
+      text << in.rdbuf();
+      nlohmann::json r = call_controller("POST", "/api/v1/experiments",
+                                         {{"recipe", text.str()}, {"source", *recipe}, {"overrides", *overrides}});
+      if (global().json) std::cout << r.dump(2) << "\n";
+      else std::cout << "experiment " << r["id"] << " (" << r["name"].get<std::string>() << "): " << r["trials"]
+                     << " trial(s) submitted to " << controller_url() << "\n";
+    });
+  });
+}
+
+}  // namespace precon::cli

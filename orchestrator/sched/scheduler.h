@@ -1,0 +1,122 @@
+// The one owner of trial state. Every mutation of experiments, trials and attempts happens on the
+// scheduler's own thread (its strand); HTTP handlers and the CLI post work to it and wait. Metric
+// ingestion writes to the store directly (the store serialises writes) and only hands the
+// objective's points to the strand for early stopping.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/exec/executor.h"
+#include "orchestrator/recipe/recipe.h"
+#include "orchestrator/recipe/sweep.h"
+#include "orchestrator/sched/early_stop.h"
+#include "orchestrator/store/store.h"
+
+namespace precon::orch {
+
+struct SchedulerOptions {
+  std::string report_url;                         // where workers POST metrics (…/api/v1/report)
+  std::filesystem::path trainer;                  // the precon-train program
+  std::chrono::milliseconds poll_interval{250};   // executor polling and launching
+  std::chrono::milliseconds stop_grace{20000};    // stop answer, then SIGTERM; SIGKILL after 2x this
+  std::function<void(const std::string&)> log;    // progress lines
+};
+
+// The answer to a worker's report.
+struct ReportAnswer {
+  bool stop = false;
+  std::string reason;
+};
+
+class Scheduler {
+ public:
+  Scheduler(Store& store, std::map<std::string, Executor*> executors, SchedulerOptions options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Reconciles attempts left open by a previous controller (adopting running workers), then
+  // starts polling and launching on the scheduler thread.
+  void start();
+  void stop();  // stops the thread; running workers keep running (a restart adopts them)
+
+  // Creates the experiment, its trials and run directories from an expanded recipe. Throws
+  // worker::ConfigError / std::invalid_argument for bad input; nothing is stored then.
+  int64_t submit(const Recipe& recipe, const std::vector<TrialSpec>& trials, const std::filesystem::path& run_root);
+  // Cancels every unfinished trial (pending ones at once, running ones via stop/SIGTERM/SIGKILL).
+  void cancel_experiment(int64_t experiment_id, const std::string& reason = "cancelled by the user");
+  void cancel_trial(int64_t trial_id, const std::string& reason = "cancelled by the user");
+
+  // A worker's report: checks the trial's token (std::invalid_argument → 401, unknown trial →
+  // std::out_of_range → 404), stores the points idempotently, feeds early stopping.
+  ReportAnswer report(int64_t trial_id, const std::string& token, const std::vector<MetricPoint>& points);
+
+  // True when every trial of the experiment has ended.
+  bool experiment_done(int64_t experiment_id);
+
+  // Runs fn on the scheduler thread and waits for it.
+  template <class Fn>
+  auto call(Fn&& fn) -> decltype(fn()) {
+    if (std::this_thread::get_id() == thread_id_) return fn();
+    std::packaged_task<decltype(fn())()> task(std::forward<Fn>(fn));
+    auto result = task.get_future();
+    post([&task] { task(); });
+    return result.get();
+  }
+
+ private:
+  struct Live;  // per-trial runtime state (handle, stop request, ...)
+  void post(std::function<void()> fn);
+  void tick();
+  void reconcile();
+  void collect_finished();
+  void finish_attempt(int64_t trial_id, const ExitStatus& status);
+  void launch_ready();
+  void launch(TrialRow& trial, const ExperimentRow& exp);
+  void escalate_stops();
+  void record_checkpoints(const TrialRow& trial);
+  void end_trial(TrialRow& trial, TrialState state, const std::string& reason);
+  void maybe_finish_experiment(int64_t experiment_id);
+  void request_stop(int64_t trial_id, TrialState final_state, const std::string& reason);
+  void early_stop_check(int64_t trial_id, int64_t step, double value);
+  void event(int64_t experiment_id, int64_t trial_id, const std::string& kind, const std::string& message,
+             nlohmann::json data = nlohmann::json::object());
+  void log(const std::string& line);
+
+  Store& store_;
+  std::map<std::string, Executor*> executors_;
+  SchedulerOptions options_;
+  boost::asio::io_context io_;
+  std::unique_ptr<boost::asio::steady_timer> timer_;
+  std::thread thread_;
+  std::thread::id thread_id_;
+  bool started_ = false;
+
+  // Scheduler-thread state.
+  std::map<int64_t, std::unique_ptr<Live>> live_;  // trials with an open attempt
+  std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
+  std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
+
+  // Shared with report handlers (any thread).
+  std::mutex shared_mu_;
+  std::map<int64_t, std::pair<std::string, int64_t>> tokens_;  // trial -> (token, experiment)
+  std::map<int64_t, std::string> stop_answers_;                // trial -> reason
+  std::map<int64_t, std::string> objective_metric_;            // experiment -> metric name
+};
+
+}  // namespace precon::orch

@@ -1,0 +1,93 @@
+#include "orchestrator/service/controller.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "orchestrator/exec/local_executor.h"
+#include "orchestrator/recipe/recipe.h"
+#include "orchestrator/recipe/sweep.h"
+#include "worker/config/parse.h"
+
+namespace precon::orch {
+
+namespace fs = std::filesystem;
+
+std::string random_hex_token(size_t chars) {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (size_t i = 0; i < chars; ++i) t += hex[rd() % 16];
+  return t;
+}
+
+namespace {
+fs::path default_trainer() {
+  // precon-train next to this program (build tree: ../worker/precon-train; installed: same dir).
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& candidate : {self.parent_path() / "precon-train",
+                                      self.parent_path().parent_path() / "worker" / "precon-train"})
+      if (fs::exists(candidate)) return candidate;
+  }
+  return "precon-train";
+}
+}  // namespace
+
+Controller::Controller(ControllerOptions options) : options_(std::move(options)) {
+  if (options_.trainer.empty()) options_.trainer = default_trainer();
+  if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
+  store_ = std::make_unique<Store>(options_.db);
+  LocalExecutorOptions lo;
+  lo.cpu_slots = options_.cpu_slots;
+  lo.gpu_ids = options_.gpu_ids;
+  local_ = std::make_unique<LocalExecutor>(lo);
+  RouterOptions ro;
+  ro.admin_token = options_.admin_token;
+  ro.log = options_.log;
+  router_ = std::make_unique<Router>(ro);
+  add_routes();
+  ServerOptions so;
+  so.bind = options_.bind;
+  so.port = options_.port;
+  so.log = options_.log;
+  server_ = std::make_unique<HttpServer>(*router_, so);
+}
+
+Controller::~Controller() { stop(); }
+
+void Controller::start() {
+  server_->start();  // first, so the report URL handed to workers has the real port
+  SchedulerOptions so;
+  so.report_url = server_->url() + "/api/v1/report";
+  so.trainer = options_.trainer;
+  so.poll_interval = options_.poll_interval;
+  so.stop_grace = options_.stop_grace;
+  so.log = options_.log;
+  scheduler_ = std::make_unique<Scheduler>(*store_, std::map<std::string, Executor*>{{"local", local_.get()}}, so);
+  scheduler_->start();
+}
+
+void Controller::stop() {
+  if (server_) server_->stop();
+  if (scheduler_) scheduler_->stop();
+}
+
+std::string Controller::url() const { return server_->url(); }
+uint16_t Controller::port() const { return server_->port(); }
+
+int64_t Controller::submit_recipe(const std::string& text, const std::string& source,
+                                  const std::vector<std::string>& overrides) {
+  Recipe recipe = parse_recipe_text(text, source, overrides);
+  std::vector<TrialSpec> trials = expand_sweep(recipe);
+  std::vector<std::string> missing = check_recipe_data(trials);
+  if (!missing.empty()) {
+    std::string msg = source + ": data files are missing:";
+    for (const std::string& m : missing) msg += "\n  " + m;
+    throw std::invalid_argument(msg + "\n(prepare them first, e.g. deploy/prepare-quickstart-data.sh)");
+  }
+  return scheduler_->submit(recipe, trials, options_.run_root);
+}
+
+}  // namespace precon::orch

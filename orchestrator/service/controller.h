@@ -1,0 +1,71 @@
+// The controller: store + executors + scheduler + HTTP API, as `precon serve` runs it and
+// `precon run` embeds it. Thread-safety: public methods may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orchestrator/http/router.h"
+#include "orchestrator/http/server.h"
+#include "orchestrator/sched/scheduler.h"
+#include "orchestrator/store/store.h"
+
+namespace precon::orch {
+
+class LocalExecutor;
+
+struct ControllerOptions {
+  std::filesystem::path db = "precon.db";      // SQLite file
+  std::filesystem::path run_root = "runs";     // trials' run directories go under it
+  std::filesystem::path trainer;               // precon-train; default: next to this program
+  std::filesystem::path web_dir;               // dashboard files; empty = none
+  std::string bind = "127.0.0.1";              // loopback unless asked otherwise
+  uint16_t port = 0;                           // 0 = ephemeral
+  std::string admin_token;                     // required by routes that change state
+  int cpu_slots = 0;                           // local executor CPU slots; 0 = all cores
+  std::vector<int> gpu_ids;                    // local executor GPUs
+  std::chrono::milliseconds poll_interval{250};
+  std::chrono::milliseconds stop_grace{20000};
+  std::function<void(const std::string&)> log;
+};
+
+class Controller {
+ public:
+  explicit Controller(ControllerOptions options);
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  void start();  // reconciles, starts the scheduler and the HTTP server
+  void stop();   // stops both; running workers keep running (a restart adopts them)
+
+  std::string url() const;  // http://127.0.0.1:PORT
+  uint16_t port() const;
+  Store& store() { return *store_; }
+  Scheduler& scheduler() { return *scheduler_; }
+  const std::string& admin_token() const { return options_.admin_token; }
+
+  // Parses, expands and checks a recipe, then creates the experiment. Throws
+  // worker::ConfigError (file/line/key) or std::invalid_argument (missing data files, ...).
+  int64_t submit_recipe(const std::string& text, const std::string& source,
+                        const std::vector<std::string>& overrides);
+
+ private:
+  void add_routes();
+
+  ControllerOptions options_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<LocalExecutor> local_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<Router> router_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+// A random hex token (admin or per-trial).
+std::string random_hex_token(size_t chars = 32);
+
+}  // namespace precon::orch

@@ -1,0 +1,136 @@
+#include "orchestrator/service/views.h"
+
+#include <cmath>
+#include <fstream>
+
+namespace precon::orch {
+
+using nlohmann::json;
+
+namespace {
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json parse_or_string(const std::string& text) {
+  json j = json::parse(text, nullptr, false);
+  return j.is_discarded() ? json(text) : j;
+}
+}  // namespace
+
+std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials) {
+  std::map<std::string, int64_t> counts;
+  for (TrialState s : {TrialState::pending, TrialState::running, TrialState::completed, TrialState::failed,
+                       TrialState::cancelled, TrialState::pruned})
+    counts[trial_state_name(s)] = 0;
+  for (const TrialRow& t : trials) ++counts[trial_state_name(t.state)];
+  return counts;
+}
+
+json experiment_json(const ExperimentRow& e, const std::vector<TrialRow>& trials, bool with_recipe) {
+  json j = {{"id", e.id},
+            {"name", e.name},
+            {"description", e.description},
+            {"state", experiment_state_name(e.state)},
+            {"objective", {{"metric", e.objective_metric}, {"mode", e.objective_mode}}},
+            {"max_concurrent", e.max_concurrent},
+            {"max_attempts", e.max_attempts},
+            {"early_stop", parse_or_string(e.early_stop_json)},
+            {"run_root", e.run_root},
+            {"recipe_path", e.recipe_path},
+            {"created_at", e.created_at},
+            {"ended_at", e.ended_at > 0 ? json(e.ended_at) : json(nullptr)},
+            {"trials", trials.size()},
+            {"trial_states", state_counts(trials)}};
+  if (with_recipe) {
+    j["recipe"] = e.recipe_text;
+    j["overrides"] = parse_or_string(e.overrides_json);
+  }
+  return j;
+}
+
+json trial_json(const TrialRow& t, bool with_config) {
+  json j = {{"id", t.id},
+            {"experiment_id", t.experiment_id},
+            {"index", t.index},
+            {"params", parse_or_string(t.params_json)},
+            {"state", trial_state_name(t.state)},
+            {"reason", t.reason},
+            {"run_dir", t.run_dir},
+            {"attempts", t.attempts},
+            {"last_step", t.last_step},
+            {"created_at", t.created_at},
+            {"started_at", t.started_at > 0 ? json(t.started_at) : json(nullptr)},
+            {"ended_at", t.ended_at > 0 ? json(t.ended_at) : json(nullptr)}};
+  if (with_config) j["config"] = t.config_toml;
+  return j;
+}
+
+json attempt_json(const AttemptRow& a) {
+  return {{"id", a.id},
+          {"number", a.number},
+          {"executor", a.executor},
+          {"external_id", a.external_id},
+          {"nodes", a.nodes},
+          {"state", attempt_state_name(a.state)},
+          {"exit_code", a.exit_code >= 0 ? json(a.exit_code) : json(nullptr)},
+          {"detail", a.detail},
+          {"started_at", a.started_at},
+          {"ended_at", a.ended_at > 0 ? json(a.ended_at) : json(nullptr)}};
+}
+
+json checkpoint_json(const CheckpointRow& c) {
+  return {{"id", c.id},
+          {"step", c.step},
+          {"path", c.path},
+          {"objective", number_or_null(c.objective)},
+          {"created_at", c.created_at},
+          {"deleted_at", c.deleted_at > 0 ? json(c.deleted_at) : json(nullptr)}};
+}
+
+json event_json(const EventRow& e) {
+  return {{"id", e.id},
+          {"time", e.time},
+          {"experiment_id", e.experiment_id},
+          {"trial_id", e.trial_id > 0 ? json(e.trial_id) : json(nullptr)},
+          {"kind", e.kind},
+          {"message", e.message},
+          {"data", parse_or_string(e.data_json)}};
+}
+
+json metric_points_json(const std::vector<MetricPoint>& points) {
+  json steps = json::array(), values = json::array(), times = json::array();
+  for (const MetricPoint& p : points) {
+    steps.push_back(p.step);
+    values.push_back(number_or_null(p.value));
+    times.push_back(p.time);
+  }
+  return {{"steps", steps}, {"values", values}, {"times", times}};
+}
+
+std::string tail_file(const std::string& path, size_t lines) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  std::streamoff start = size;
+  size_t found = 0;
+  const std::streamoff chunk = 4096;
+  std::string tail;
+  while (start > 0 && found <= lines) {
+    const std::streamoff len = std::min(chunk, start);
+    start -= len;
+    std::string buf(static_cast<size_t>(len), '\0');
+    in.seekg(start);
+    in.read(buf.data(), len);
+    for (char c : buf) found += c == '\n';
+    tail = buf + tail;
+    if (tail.size() > (64u << 20)) break;
+  }
+  size_t pos = tail.size();
+  size_t count = 0;
+  if (!tail.empty() && tail.back() == '\n') --pos;
+  while (pos > 0) {
+    if (tail[pos - 1] == '\n' && ++count == lines) break;
+    --pos;
+  }
+  return tail.substr(pos);
+}
+
+}  // namespace precon::orch

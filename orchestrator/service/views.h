@@ -1,0 +1,28 @@
+// JSON views of stored rows: the one representation the HTTP API returns and `precon ... --json`
+// prints, so scripts see the same thing either way.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/store/store.h"
+
+namespace precon::orch {
+
+nlohmann::json experiment_json(const ExperimentRow& e, const std::vector<TrialRow>& trials, bool with_recipe = false);
+nlohmann::json trial_json(const TrialRow& t, bool with_config = false);
+nlohmann::json attempt_json(const AttemptRow& a);
+nlohmann::json checkpoint_json(const CheckpointRow& c);
+nlohmann::json event_json(const EventRow& e);
+nlohmann::json metric_points_json(const std::vector<MetricPoint>& points);
+
+// Trials per state, e.g. {"pending": 2, "running": 1, ...}.
+std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials);
+
+// The last `lines` lines of a text file ("" when missing); reads only the file's tail.
+std::string tail_file(const std::string& path, size_t lines);
+
+}  // namespace precon::orch
