@@ -1,0 +1,398 @@
+#include "orchestrator/service/best.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <iterator>
+#include <limits>
+#include <optional>
+#include <utility>
+
+namespace precon::orch {
+namespace {
+
+struct Context {
+  bool maximize = false;
+  // a strictly better than b; NaN is never better.
+  bool better(double a, double b) const {
+    if (std::isnan(a)) return false;
+    if (std::isnan(b)) return true;
+    return maximize ? a > b : a < b;
+  }
+};
+
+std::string num(double v, const char* fmt = "%.5g") {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
+// Where a trial that is not a completed one stands, for the notes.
+std::string state_note(const BestTrial& t) {
+  const std::string state = trial_state_name(t.state);
+  if (t.objective.empty()) return state;
+  const std::string at = std::to_string(t.objective.rbegin()->first);
+  if (t.state == TrialState::running || t.state == TrialState::pending) return state + ", at step " + at;
+  return state + " at step " + at;
+}
+
+std::string join_note(std::string a, const std::string& b) {
+  if (b.empty()) return a;
+  if (a.empty()) return b;
+  return a + "; " + b;
+}
+
+// Seconds at `step` from the elapsed series: exact, or interpolated between the points around
+// it with step 0 at 0 s. Unknown past the last point.
+std::optional<double> time_at(const std::map<int64_t, double>& elapsed, int64_t step) {
+  if (elapsed.empty()) return std::nullopt;
+  const auto hi = elapsed.lower_bound(step);
+  if (hi == elapsed.end()) return std::nullopt;
+  if (hi->first == step) return hi->second;
+  int64_t s0 = 0;
+  double t0 = 0;
+  if (hi != elapsed.begin()) std::tie(s0, t0) = *std::prev(hi);
+  if (step < s0) return std::nullopt;
+  const double f = static_cast<double>(step - s0) / static_cast<double>(hi->first - s0);
+  return t0 + f * (hi->second - t0);
+}
+
+// Sorts entries best first (NaN last, ties by trial id) and assigns competition ranks from
+// `first_rank` to entries that have a value; returns the next free rank.
+int64_t rank_group(std::vector<RankEntry>& group, const Context& cx, int64_t first_rank) {
+  std::sort(group.begin(), group.end(), [&](const RankEntry& a, const RankEntry& b) {
+    if (cx.better(a.value, b.value)) return true;
+    if (cx.better(b.value, a.value)) return false;
+    return a.trial < b.trial;
+  });
+  int64_t next = first_rank;
+  for (size_t i = 0; i < group.size(); ++i) {
+    if (std::isnan(group[i].value)) continue;
+    const bool tie = i > 0 && !std::isnan(group[i - 1].value) && group[i - 1].value == group[i].value;
+    group[i].rank = tie ? group[i - 1].rank : first_rank + static_cast<int64_t>(i);
+    next = first_rank + static_cast<int64_t>(i) + 1;
+  }
+  return next;
+}
+
+RankEntry entry_of(const BestTrial& t) {
+  RankEntry e;
+  e.trial = t.id;
+  e.label = t.label;
+  e.state = t.state;
+  return e;
+}
+
+// One (x -> value) series per trial, x being the step or the seconds.
+struct Series {
+  const BestTrial* trial = nullptr;
+  std::vector<std::pair<double, std::pair<int64_t, double>>> points;  // x -> (step, value)
+};
+
+// The shared ranking logic: `at` = smallest last x over the reference trials; reached trials
+// ranked by the last value at or before it, the others below by their last value.
+Ranking rank_at(const std::vector<Series>& series, const std::vector<const BestTrial*>& no_data,
+                const std::string& metric, const std::string& no_data_note,
+                const std::vector<bool>& reference, const Context& cx, bool timed) {
+  Ranking r;
+  std::optional<double> at;
+  for (size_t i = 0; i < series.size(); ++i)
+    if (reference[i]) {
+      const double last = series[i].points.back().first;
+      at = at ? std::min(*at, last) : last;
+    }
+  std::vector<RankEntry> reached, short_of, unranked;
+  for (size_t i = 0; i < series.size(); ++i) {
+    const BestTrial& t = *series[i].trial;
+    RankEntry e = entry_of(t);
+    if (t.state != TrialState::completed) e.note = state_note(t);
+    const auto& pts = series[i].points;
+    e.reached = at && pts.back().first >= *at;
+    auto use = pts.end();
+    if (e.reached) {
+      use = std::upper_bound(pts.begin(), pts.end(), *at,
+                             [](double x, const auto& p) { return x < p.first; });
+      if (use == pts.begin()) {
+        e.note = join_note(e.note, "no value at or before the common point");
+        unranked.push_back(std::move(e));
+        continue;
+      }
+      --use;
+    } else {
+      use = std::prev(pts.end());
+      e.note = join_note(e.note, "stopped short: ranked by its last value");
+    }
+    e.step = use->second.first;
+    e.value = use->second.second;
+    e.seconds = timed ? use->first : -1;
+    if (std::isnan(e.value)) e.note = join_note(e.note, "value is NaN");
+    (e.reached ? reached : short_of).push_back(std::move(e));
+  }
+  for (const BestTrial* t : no_data) {
+    RankEntry e = entry_of(*t);
+    e.note = join_note(t->state == TrialState::completed ? "" : state_note(*t),
+                       t->objective.empty() ? "no " + metric + " reported" : no_data_note);
+    unranked.push_back(std::move(e));
+  }
+  const int64_t next = rank_group(reached, cx, 1);
+  rank_group(short_of, cx, next);
+  std::sort(unranked.begin(), unranked.end(),
+            [](const RankEntry& a, const RankEntry& b) { return a.trial < b.trial; });
+  r.defined = at.has_value();
+  r.at = at.value_or(0);
+  // NaN entries of each group go after all ranked ones.
+  for (auto* g : {&reached, &short_of})
+    for (auto& e : *g)
+      if (e.rank > 0) r.entries.push_back(e);
+  for (auto* g : {&reached, &short_of})
+    for (auto& e : *g)
+      if (e.rank == 0) r.entries.push_back(e);
+  for (auto& e : unranked) r.entries.push_back(std::move(e));
+  return r;
+}
+
+double mean_seconds_per_step(const BestTrial& t) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const auto& [s, v] : t.step_seconds)
+    if (std::isfinite(v)) sum += v, ++n;
+  if (n > 0) return sum / static_cast<double>(n);
+  if (t.elapsed.empty()) return -1;
+  const auto& [s1, t1] = *t.elapsed.rbegin();
+  if (t.elapsed.size() >= 2) {
+    const auto& [s0, t0] = *t.elapsed.begin();
+    return (t1 - t0) / static_cast<double>(s1 - s0);
+  }
+  return s1 > 0 ? t1 / static_cast<double>(s1) : -1;
+}
+
+std::vector<ParetoEntry> pareto(const std::vector<BestTrial>& trials,
+                                const std::vector<bool>& reference, const Context& cx,
+                                const std::string& metric) {
+  std::vector<ParetoEntry> all;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const BestTrial& t = trials[i];
+    ParetoEntry p;
+    p.trial = t.id;
+    p.label = t.label;
+    p.state = t.state;
+    if (!t.objective.empty()) std::tie(p.final_step, p.final_value) = *t.objective.rbegin();
+    p.seconds_per_step = mean_seconds_per_step(t);
+    if (!reference[i])
+      p.note = t.objective.empty() ? "no " + metric + " reported" : "not compared: " + state_note(t);
+    else if (!std::isfinite(p.final_value))
+      p.note = "not compared: final value is " + num(p.final_value);
+    else if (!(p.seconds_per_step > 0) || !std::isfinite(p.seconds_per_step))
+      p.note = "not compared: no timing data";
+    else
+      p.compared = true;
+    all.push_back(std::move(p));
+  }
+  for (auto& a : all) {
+    if (!a.compared) continue;
+    for (const auto& b : all) {
+      if (!b.compared || b.trial == a.trial) continue;
+      const bool no_worse = !cx.better(a.final_value, b.final_value) &&
+                            b.seconds_per_step <= a.seconds_per_step;
+      const bool strictly = cx.better(b.final_value, a.final_value) ||
+                            b.seconds_per_step < a.seconds_per_step;
+      if (no_worse && strictly) a.dominated_by.push_back(b.trial);
+    }
+    a.on_front = a.dominated_by.empty();
+  }
+  auto group = [](const ParetoEntry& p) { return p.on_front ? 0 : p.compared ? 1 : 2; };
+  std::stable_sort(all.begin(), all.end(), [&](const ParetoEntry& a, const ParetoEntry& b) {
+    if (group(a) != group(b)) return group(a) < group(b);
+    if (group(a) < 2 && a.seconds_per_step != b.seconds_per_step)
+      return a.seconds_per_step < b.seconds_per_step;
+    return a.trial < b.trial;
+  });
+  return all;
+}
+
+}  // namespace
+
+BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings& settings) {
+  if (settings.mode != "min" && settings.mode != "max")
+    throw BestError("[objective] mode: expected \"min\" or \"max\", got \"" + settings.mode + "\"");
+  const Context cx{settings.mode == "max"};
+  BestReport out;
+  out.settings = settings;
+
+  bool any_completed = false;
+  for (const auto& t : trials)
+    any_completed |= t.state == TrialState::completed && !t.objective.empty();
+  auto is_reference = [&](const BestTrial& t) {
+    return !t.objective.empty() && (!any_completed || t.state == TrialState::completed);
+  };
+  std::vector<bool> reference;
+  for (const auto& t : trials) reference.push_back(is_reference(t));
+
+  std::vector<Series> by_step, by_time;
+  std::vector<bool> ref_step, ref_time;
+  std::vector<const BestTrial*> no_objective, no_time;
+  for (const auto& t : trials) {
+    if (t.objective.empty()) {
+      no_objective.push_back(&t);
+      no_time.push_back(&t);
+      continue;
+    }
+    Series s{&t, {}}, tm{&t, {}};
+    for (const auto& [step, v] : t.objective) {
+      s.points.push_back({static_cast<double>(step), {step, v}});
+      if (const auto sec = time_at(t.elapsed, step)) tm.points.push_back({*sec, {step, v}});
+    }
+    by_step.push_back(std::move(s));
+    ref_step.push_back(is_reference(t));
+    if (tm.points.empty()) {
+      no_time.push_back(&t);
+      continue;
+    }
+    // Interpolated times are monotone only if elapsed is; keep the series ordered by time.
+    std::stable_sort(tm.points.begin(), tm.points.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    by_time.push_back(std::move(tm));
+    ref_time.push_back(is_reference(t));
+  }
+  out.at_step = rank_at(by_step, no_objective, settings.metric, "", ref_step, cx, false);
+  out.at_time = rank_at(by_time, no_time, settings.metric, "no wall-clock data", ref_time, cx, true);
+  out.pareto = pareto(trials, reference, cx, settings.metric);
+  return out;
+}
+
+namespace {
+
+// Columns: header, right-aligned?; rows of cells. Trailing spaces trimmed.
+struct Table {
+  std::vector<std::pair<std::string, bool>> columns;
+  std::vector<std::vector<std::string>> rows;
+
+  std::string render() const {
+    std::vector<size_t> width;
+    for (const auto& [h, right] : columns) width.push_back(h.size());
+    for (const auto& row : rows)
+      for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+    std::string out;
+    auto line = [&](auto cell) {
+      std::string l;
+      for (size_t c = 0; c < columns.size(); ++c) {
+        const std::string v = cell(c);
+        const std::string pad(width[c] - v.size(), ' ');
+        l += (c ? "  " : "") + (columns[c].second ? pad + v : v + pad);
+      }
+      l.erase(l.find_last_not_of(' ') + 1);
+      out += l + "\n";
+    };
+    line([&](size_t c) { return columns[c].first; });
+    for (const auto& row : rows) line([&](size_t c) { return row[c]; });
+    return out;
+  }
+};
+
+std::string rank_cell(int64_t rank) { return rank > 0 ? std::to_string(rank) : "-"; }
+
+void render_ranking(std::string& out, const Ranking& r, const std::string& metric, bool timed) {
+  if (!r.defined) {
+    out += "  (no trial has " + std::string(timed ? "wall-clock data" : "reported " + metric) +
+           ")\n";
+    return;
+  }
+  Table t;
+  t.columns = {{"rank", true}, {"trial", true}, {metric, true}, {"step", true}};
+  if (timed) t.columns.push_back({"seconds", true});
+  t.columns.push_back({"params", false});
+  t.columns.push_back({"note", false});
+  for (const auto& e : r.entries) {
+    std::vector<std::string> row = {rank_cell(e.rank), std::to_string(e.trial),
+                                    e.step >= 0 ? num(e.value) : "-",
+                                    e.step >= 0 ? std::to_string(e.step) : "-"};
+    if (timed) row.push_back(e.seconds >= 0 ? num(e.seconds, "%.1f") : "-");
+    row.push_back(e.label);
+    row.push_back(e.note);
+    t.rows.push_back(std::move(row));
+  }
+  out += t.render();
+}
+
+nlohmann::json jnum(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
+
+nlohmann::json ranking_json(const Ranking& r, bool timed) {
+  nlohmann::json j;
+  j[timed ? "seconds" : "step"] =
+      r.defined ? (timed ? nlohmann::json(r.at) : nlohmann::json(static_cast<int64_t>(r.at)))
+                : nlohmann::json();
+  j["entries"] = nlohmann::json::array();
+  for (const auto& e : r.entries) {
+    nlohmann::json x = {{"rank", e.rank},
+                        {"trial", e.trial},
+                        {"label", e.label},
+                        {"state", trial_state_name(e.state)},
+                        {"value", e.step >= 0 ? jnum(e.value) : nlohmann::json()},
+                        {"step", e.step >= 0 ? nlohmann::json(e.step) : nlohmann::json()},
+                        {"reached", e.reached},
+                        {"note", e.note}};
+    if (timed) x["seconds"] = e.seconds >= 0 ? nlohmann::json(e.seconds) : nlohmann::json();
+    j["entries"].push_back(std::move(x));
+  }
+  return j;
+}
+
+}  // namespace
+
+std::string format_best_table(const BestReport& report) {
+  const auto& metric = report.settings.metric;
+  std::string out = "objective: " + metric + " (" +
+                    (report.settings.mode == "max" ? "higher" : "lower") + " is better)\n\n";
+  out += report.at_step.defined
+             ? "At equal steps (step " + std::to_string(static_cast<int64_t>(report.at_step.at)) +
+                   "):\n"
+             : std::string("At equal steps:\n");
+  render_ranking(out, report.at_step, metric, false);
+  out += report.at_time.defined
+             ? "\nAt equal wall-clock (" + num(report.at_time.at, "%.1f") + " s):\n"
+             : std::string("\nAt equal wall-clock:\n");
+  render_ranking(out, report.at_time, metric, true);
+  out += "\nPareto front of (final " + metric + ", seconds per step), * = on the front:\n";
+  Table t;
+  t.columns = {{"front", false}, {"trial", true},  {metric, true},   {"step", true},
+               {"s/step", true}, {"params", false}, {"note", false}};
+  for (const auto& p : report.pareto) {
+    std::string note = p.note;
+    if (!p.dominated_by.empty()) {
+      std::string ids;
+      for (int64_t d : p.dominated_by) ids += (ids.empty() ? "" : ", ") + std::to_string(d);
+      note = join_note(note, "dominated by " + ids);
+    }
+    t.rows.push_back({p.on_front ? "*" : "", std::to_string(p.trial),
+                      p.final_step >= 0 ? num(p.final_value) : "-",
+                      p.final_step >= 0 ? std::to_string(p.final_step) : "-",
+                      p.seconds_per_step > 0 ? num(p.seconds_per_step, "%.4g") : "-", p.label, note});
+  }
+  out += t.render();
+  return out;
+}
+
+nlohmann::json best_to_json(const BestReport& report) {
+  nlohmann::json j = {{"metric", report.settings.metric},
+                      {"mode", report.settings.mode},
+                      {"at_step", ranking_json(report.at_step, false)},
+                      {"at_time", ranking_json(report.at_time, true)},
+                      {"pareto", nlohmann::json::array()}};
+  for (const auto& p : report.pareto)
+    j["pareto"].push_back(
+        {{"trial", p.trial},
+         {"label", p.label},
+         {"state", trial_state_name(p.state)},
+         {"final_value", p.final_step >= 0 ? jnum(p.final_value) : nlohmann::json()},
+         {"final_step", p.final_step >= 0 ? nlohmann::json(p.final_step) : nlohmann::json()},
+         {"seconds_per_step", p.seconds_per_step > 0 ? jnum(p.seconds_per_step) : nlohmann::json()},
+         {"compared", p.compared},
+         {"on_front", p.on_front},
+         {"dominated_by", p.dominated_by},
+         {"note", p.note}});
+  return j;
+}
+
+}  // namespace precon::orch

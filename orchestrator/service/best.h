@@ -1,0 +1,104 @@
+// `precon best EXP`: ranks an experiment's trials by the objective ([objective] metric and mode)
+// at equal steps and at equal wall-clock seconds, and finds the Pareto front of (final objective,
+// seconds per step). Pure logic over series the caller loaded; no I/O. Thread-safety: free
+// functions over values; safe from any thread.
+//
+// The reference set is the completed trials that reported the objective (every trial with
+// objective points while none has completed yet):
+//  - at equal steps: S = the largest step every reference trial reached (the smallest of their
+//    last objective steps). A trial that reached S is ranked by its last value at or before S.
+//    A trial that stopped short of S (pruned, failed, cancelled, still running) is ranked below
+//    all of those, by its last value, with a note saying where it ended.
+//  - at equal wall-clock: the same with seconds. A point's time is its step's elapsed seconds,
+//    linearly interpolated between the elapsed points around it (step 0 is at 0 s); a point
+//    after the last elapsed point has no time. E = the smallest time of the reference trials'
+//    last timed points; ranked by the last value at or before E.
+//  - Pareto front over the reference trials: final value (the last objective point) against
+//    mean seconds per step (the mean of the step_seconds series, or else the slope of elapsed
+//    over steps between its first and last points, or elapsed / step with one point). Trials
+//    that no other trial beats on one axis while matching it on the other are on the front;
+//    equal points are both on it. Trials outside the reference set, with a non-finite final
+//    value or without timing are listed with a note and not compared.
+// Equal values share a rank ("1, 2, 2, 4"); listed by trial id within a tie. A NaN value gets no
+// rank (rank 0) and is listed after the ranked trials of its group.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/store/store.h"
+
+namespace precon::orch {
+
+class BestError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct BestTrial {
+  int64_t id = 0;
+  std::string label;                       // the swept params, e.g. "optimizer.name=muon"
+  TrialState state = TrialState::completed;
+  std::map<int64_t, double> objective;     // step -> objective value
+  std::map<int64_t, double> elapsed;       // step -> wall-clock seconds since the trial started
+  std::map<int64_t, double> step_seconds;  // step -> seconds per step as measured; may be empty
+};
+
+struct BestSettings {
+  std::string metric = "val_loss";  // the objective's metric name
+  std::string mode = "min";         // "min" | "max"
+};
+
+struct RankEntry {
+  int64_t trial = 0;
+  std::string label;
+  TrialState state = TrialState::completed;
+  int64_t rank = 0;      // 1-based, shared by ties; 0 = not ranked (NaN or no value)
+  double value = std::numeric_limits<double>::quiet_NaN();  // the objective used (NaN: none)
+  int64_t step = -1;     // the step of that value (-1 when none)
+  double seconds = -1;   // its wall-clock seconds (-1 when unknown)
+  bool reached = false;  // reached the common step (or time)
+  std::string note;      // why it is ranked as it is, "" for a completed trial that reached it
+};
+
+struct Ranking {
+  bool defined = false;  // false when no trial has the data this ranking needs
+  double at = 0;         // S (a step) or E (seconds)
+  std::vector<RankEntry> entries;  // best first
+};
+
+struct ParetoEntry {
+  int64_t trial = 0;
+  std::string label;
+  TrialState state = TrialState::completed;
+  double final_value = std::numeric_limits<double>::quiet_NaN();  // NaN when none
+  int64_t final_step = -1;
+  double seconds_per_step = -1;     // -1 when unknown
+  bool compared = false;            // part of the front computation
+  bool on_front = false;
+  std::vector<int64_t> dominated_by;  // trials that beat it (only when compared)
+  std::string note;
+};
+
+struct BestReport {
+  BestSettings settings;
+  Ranking at_step;
+  Ranking at_time;
+  std::vector<ParetoEntry> pareto;  // front by seconds per step, then dominated, then the rest
+};
+
+// Throws BestError for a mode other than "min" or "max".
+BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings& settings);
+
+// Aligned plain-text tables, one section per view.
+std::string format_best_table(const BestReport& report);
+
+// The same as JSON; non-finite numbers become null.
+nlohmann::json best_to_json(const BestReport& report);
+
+}  // namespace precon::orch
