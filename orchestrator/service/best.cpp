@@ -54,7 +54,6 @@ std::optional<double> time_at(const std::map<int64_t, double>& elapsed, int64_t 
   int64_t s0 = 0;
   double t0 = 0;
   if (hi != elapsed.begin()) std::tie(s0, t0) = *std::prev(hi);
-  if (step < s0) return std::nullopt;
   const double f = static_cast<double>(step - s0) / static_cast<double>(hi->first - s0);
   return t0 + f * (hi->second - t0);
 }
@@ -109,7 +108,12 @@ Ranking rank_at(const std::vector<Series>& series, const std::vector<const BestT
     RankEntry e = entry_of(t);
     if (t.state != TrialState::completed) e.note = state_note(t);
     const auto& pts = series[i].points;
-    e.reached = at && pts.back().first >= *at;
+    if (!at) {
+      e.note = join_note(e.note, "no completed trial to compare with has this data");
+      unranked.push_back(std::move(e));
+      continue;
+    }
+    e.reached = pts.back().first >= *at;
     auto use = pts.end();
     if (e.reached) {
       use = std::upper_bound(pts.begin(), pts.end(), *at,
@@ -295,8 +299,8 @@ std::string rank_cell(int64_t rank) { return rank > 0 ? std::to_string(rank) : "
 
 void render_ranking(std::string& out, const Ranking& r, const std::string& metric, bool timed) {
   if (!r.defined) {
-    out += "  (no trial has " + std::string(timed ? "wall-clock data" : "reported " + metric) +
-           ")\n";
+    out += "  (no " + std::string(timed ? "wall-clock data" : metric + " reported") +
+           " for the trials to compare)\n";
     return;
   }
   Table t;

@@ -176,6 +176,17 @@ TEST(Best, NoCompletedTrialYet) {
   EXPECT_TRUE(best_to_json(r)["at_time"]["seconds"].is_null());
 }
 
+TEST(Best, CompletedTrialsWithoutTiming) {
+  using S = TrialState;
+  const auto r = rank_trials({trial(1, S::completed, {{100, 2.0}}),
+                              trial(2, S::pruned, {{100, 3.0}}, {{100, 9.0}})},
+                             {});
+  EXPECT_FALSE(r.at_time.defined) << "a pruned trial alone sets no common time";
+  EXPECT_EQ(ranks(r.at_time), (std::vector<int64_t>{0, 0}));
+  EXPECT_NE(format_best_table(r).find("(no wall-clock data for the trials to compare)"),
+            std::string::npos);
+}
+
 TEST(Best, TableIsAligned) {
   const auto text = format_best_table(rank_trials(sweep(), {}));
   std::istringstream in(text);
