@@ -298,7 +298,7 @@ void HttpServer::State::on_accept(beast::error_code ec, tcp::socket socket) {
 }
 
 HttpServer::HttpServer(const Router& router, ServerOptions options)
-    : router_(router), state_(std::make_unique<State>(router, std::move(options))) {
+    : state_(std::make_unique<State>(router, std::move(options))) {
   ServerOptions& o = state_->options;
   if (!o.log) o.log = [](const std::string& message) { std::cerr << "precon: http: " << message << "\n"; };
   o.threads = std::max(o.threads, 1);

@@ -62,7 +62,6 @@ class HttpServer {
   struct State;  // shared with the listener and sessions
 
  private:
-  const Router& router_;
   std::unique_ptr<State> state_;
   std::vector<std::thread> threads_;
   uint16_t port_ = 0;
