@@ -215,26 +215,31 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
     case ExitKind::requeue:
       // Preempted or signalled: resumes from its checkpoint; does not count as a failure.
       trial.state = TrialState::pending;
-      trial.attempts = std::max<int64_t>(0, trial.attempts - 1);
       store_.update_trial(trial);
       event(trial.experiment_id, trial.id, "attempt_requeued", "worker asked to be requeued: " + status.detail);
       return;
     case ExitKind::usage:
       end_trial(trial, TrialState::failed, "configuration error (exit 2): see " + trial.run_dir + "/stderr.log");
       return;
-    default:
-      if (trial.attempts < max_attempts) {
+    default: {
+      // Requeued attempts (preemption, time limits) are not failures; count only the others.
+      int64_t failures = 0;
+      for (const AttemptRow& a : store_.attempts(trial_id))
+        failures += a.state == AttemptState::failed || a.state == AttemptState::killed || a.state == AttemptState::lost;
+      if (failures < max_attempts) {
         trial.state = TrialState::pending;
         store_.update_trial(trial);
         event(trial.experiment_id, trial.id, "attempt_failed",
-              "attempt " + std::to_string(trial.attempts) + " of " + std::to_string(max_attempts) + " failed (" +
+              "attempt " + std::to_string(trial.attempts) + " failed (" + std::to_string(failures) + " of " +
+                  std::to_string(max_attempts) + " allowed failures; " +
                   status.detail + "); retrying from the last checkpoint");
         log("trial " + std::to_string(trial.id) + ": attempt failed (" + status.detail + "), retrying");
       } else {
         end_trial(trial, TrialState::failed,
-                  status.detail + " after " + std::to_string(trial.attempts) + " attempt(s); see " + trial.run_dir +
+                  status.detail + " after " + std::to_string(failures) + " failed attempt(s); see " + trial.run_dir +
                       "/stderr.log");
       }
+    }
   }
 }
 

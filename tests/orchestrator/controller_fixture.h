@@ -1,0 +1,76 @@
+// A controller test fixture: a temporary directory with token shards, recipe text for a tiny
+// GPT, and helpers to call the API over a real socket.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/http/client.h"
+#include "worker/data/shard.h"
+
+namespace precon::orch::testing {
+
+namespace fs = std::filesystem;
+
+class ControllerFixture : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("precon_ctl_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    std::mt19937 rng(3);
+    std::vector<uint16_t> tokens(8000);
+    for (size_t i = 0; i < tokens.size(); ++i)
+      tokens[i] = static_cast<uint16_t>(((i % 13) * 5 + (rng() % 5 == 0 ? rng() % 50 : 0)) % 61);
+    worker::write_shard(dir_ / "train.bin", tokens);
+    worker::write_shard(dir_ / "val.bin", std::vector<uint16_t>(tokens.begin(), tokens.begin() + 2000));
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A tiny GPT recipe; `extra` is appended (e.g. a [sweep] table).
+  std::string recipe(int steps, const std::string& extra) const {
+    return "[experiment]\nname = \"tiny\"\n[model]\nn_layer = 1\nn_head = 2\nd_model = 16\nseq_len = 16\nvocab_size = 61\n"
+           "[data]\ntrain = \"" + (dir_ / "train.bin").string() + "\"\nval = \"" + (dir_ / "val.bin").string() +
+           "\"\n[train]\nsteps = " + std::to_string(steps) +
+           "\nbatch_size = 4\neval_every = 5\neval_batches = 2\ncheckpoint_every = 10\nthreads = 1\nlog_every = 1\n"
+           "[optimizer]\nname = \"adamw\"\nlr = 0.003\nwarmup_steps = 0\n" + extra;
+  }
+
+  static nlohmann::json get(const std::string& url, const std::string& target, int expect = 200) {
+    ClientResponse r = http_request(url, "GET", target);
+    EXPECT_EQ(r.status, expect) << target << ": " << r.body;
+    return nlohmann::json::parse(r.body, nullptr, false);
+  }
+  static ClientResponse post(const std::string& url, const std::string& target, const std::string& body,
+                             const std::string& token) {
+    std::map<std::string, std::string> h{{"Content-Type", "application/json"}};
+    if (!token.empty()) h["Authorization"] = "Bearer " + token;
+    return http_request(url, "POST", target, body, h);
+  }
+
+  // Polls until pred() or the deadline; returns pred().
+  template <class Pred>
+  static bool wait_for(Pred pred, std::chrono::seconds limit) {
+    auto end = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < end) {
+      if (pred()) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return pred();
+  }
+
+  fs::path dir_;
+};
+
+}  // namespace precon::orch::testing

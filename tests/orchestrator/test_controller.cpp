@@ -1,0 +1,232 @@
+// The controller end to end: every HTTP route over a real socket against a live controller
+// running real precon-train workers, bad input answered with the one error shape, early
+// stopping, cancellation, retries and requeues.
+#include <csignal>
+
+#include "orchestrator/service/controller.h"
+#include "tests/orchestrator/controller_fixture.h"
+
+namespace precon::orch::testing {
+namespace {
+
+using nlohmann::json;
+
+class Controller : public ControllerFixture {
+ protected:
+  std::unique_ptr<orch::Controller> start(int cpu_slots = 2) {
+    ControllerOptions o;
+    o.db = dir_ / "precon.db";
+    o.run_root = dir_ / "runs";
+    o.trainer = PRECON_TRAIN_BIN;
+    o.cpu_slots = cpu_slots;
+    o.admin_token = "admin-secret";
+    o.poll_interval = std::chrono::milliseconds(50);
+    o.stop_grace = std::chrono::milliseconds(2000);
+    o.log = [](const std::string&) {};
+    auto c = std::make_unique<orch::Controller>(o);
+    c->start();
+    return c;
+  }
+  int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
+    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}, {"source", "t.toml"}}.dump(), "admin-secret");
+    EXPECT_EQ(r.status, expect) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
+  }
+  bool done(const std::string& url, int64_t id, std::chrono::seconds limit = std::chrono::seconds(120)) {
+    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; }, limit);
+  }
+};
+
+TEST_F(Controller, EveryReadRouteOverASocket) {
+  auto c = start();
+  const std::string url = c->url();
+  EXPECT_TRUE(get(url, "/healthz")["ok"].get<bool>());
+  const int64_t id = submit(url, recipe(20, "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n\"optimizer.lr\" = [0.001, 0.003]\n"));
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(done(url, id));
+
+  json exps = get(url, "/api/v1/experiments")["experiments"];
+  ASSERT_EQ(exps.size(), 1u);
+  EXPECT_EQ(exps[0]["state"], "completed");
+  EXPECT_EQ(exps[0]["trial_states"]["completed"], 2);
+
+  json exp = get(url, "/api/v1/experiments/" + std::to_string(id));
+  EXPECT_NE(exp["recipe"].get<std::string>().find("[sweep.parameters]"), std::string::npos);
+  ASSERT_EQ(exp["trial_list"].size(), 2u);
+  json trials = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  ASSERT_EQ(trials.size(), 2u);
+  const int64_t trial = trials[0]["id"];
+  EXPECT_EQ(trials[0]["params"]["optimizer.lr"], 0.001);
+  EXPECT_EQ(trials[0]["last_step"], 20);
+  EXPECT_TRUE(trials[0]["objective"].is_number());
+
+  json t = get(url, "/api/v1/trials/" + std::to_string(trial));
+  EXPECT_EQ(t["state"], "completed");
+  ASSERT_EQ(t["attempts"].size(), 1u);
+  EXPECT_EQ(t["attempts"][0]["state"], "succeeded");
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 0);
+  EXPECT_FALSE(t["checkpoints"].empty());
+  EXPECT_NE(t["config"].get<std::string>().find("lr = 0.001"), std::string::npos);
+
+  // Metrics: every train_loss step stored once; downsampling bounded and keeping the extremes.
+  json m = get(url, "/api/v1/trials/" + std::to_string(trial) + "/metrics?name=train_loss&max_points=0")["metrics"];
+  ASSERT_EQ(m["train_loss"]["steps"].size(), 20u);
+  json small = get(url, "/api/v1/trials/" + std::to_string(trial) + "/metrics?name=train_loss&max_points=8")["metrics"];
+  EXPECT_LE(small["train_loss"]["steps"].size(), 8u);
+  double lo = 1e9, hi = -1e9, slo = 1e9, shi = -1e9;
+  for (const json& v : m["train_loss"]["values"]) lo = std::min(lo, v.get<double>()), hi = std::max(hi, v.get<double>());
+  for (const json& v : small["train_loss"]["values"]) slo = std::min(slo, v.get<double>()), shi = std::max(shi, v.get<double>());
+  EXPECT_EQ(lo, slo);
+  EXPECT_EQ(hi, shi);
+  json all = get(url, "/api/v1/trials/" + std::to_string(trial) + "/metrics")["metrics"];
+  EXPECT_TRUE(all.contains("val_loss"));
+  EXPECT_TRUE(all.contains("grad_norm"));
+
+  json logs = get(url, "/api/v1/trials/" + std::to_string(trial) + "/logs?stream=stderr&lines=5");
+  EXPECT_NE(logs["text"].get<std::string>().find("checkpoint"), std::string::npos) << logs.dump();
+
+  json ev = get(url, "/api/v1/events?since=0&limit=1000");
+  ASSERT_FALSE(ev["events"].empty());
+  const int64_t cursor = ev["cursor"];
+  EXPECT_TRUE(get(url, "/api/v1/events?since=" + std::to_string(cursor))["events"].empty());
+  int completions = 0;
+  for (const json& e : ev["events"]) completions += e["kind"] == "trial_completed";
+  EXPECT_EQ(completions, 2);
+
+  json best = get(url, "/api/v1/experiments/" + std::to_string(id) + "/best");
+  EXPECT_TRUE(best.is_object());
+  c->stop();
+}
+
+TEST_F(Controller, BadInputGetsTheErrorShapeAndChangesNothing) {
+  auto c = start();
+  const std::string url = c->url();
+  auto error_code = [](const ClientResponse& r) {
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("error") ? j["error"]["code"].get<std::string>() : std::string("?");
+  };
+  // No token / wrong token on a route that changes state.
+  ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", recipe(5, "")}}.dump(), "");
+  EXPECT_EQ(r.status, 401);
+  r = post(url, "/api/v1/experiments", json{{"recipe", recipe(5, "")}}.dump(), "wrong");
+  EXPECT_EQ(r.status, 401);
+  // A bad recipe names the file, line and key.
+  r = post(url, "/api/v1/experiments", json{{"recipe", recipe(5, "[sweep.parameters]\n\"optimizer.muon.ns_step\" = [3]\n")},
+                                            {"source", "bad.toml"}}.dump(), "admin-secret");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(error_code(r), "bad_recipe");
+  EXPECT_NE(r.body.find("bad.toml:"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("ns_steps"), std::string::npos) << r.body;
+  // Missing data files.
+  r = post(url, "/api/v1/experiments",
+           json{{"recipe", recipe(5, "") + "\n"}, {"overrides", {"data.train=/nonexistent.bin"}}}.dump(), "admin-secret");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("/nonexistent.bin"), std::string::npos) << r.body;
+  // Malformed JSON, wrong shapes.
+  r = post(url, "/api/v1/experiments", "{not json", "admin-secret");
+  EXPECT_EQ(r.status, 400);
+  r = post(url, "/api/v1/experiments", "[1,2]", "admin-secret");
+  EXPECT_EQ(r.status, 400);
+  // Oversized body.
+  r = post(url, "/api/v1/experiments", std::string(9 << 20, 'x'), "admin-secret");
+  EXPECT_EQ(r.status, 413);
+  // Unknown things.
+  get(url, "/api/v1/experiments/999", 404);
+  get(url, "/api/v1/trials/999/metrics", 404);
+  get(url, "/api/v1/trials/abc", 400);
+  get(url, "/api/v1/nothing", 404);
+  // Reports: unknown trial, wrong token, malformed records.
+  r = post(url, "/api/v1/report", json{{"trial", "999"}, {"records", json::array()}}.dump(), "x");
+  EXPECT_EQ(r.status, 404);
+  EXPECT_EQ(error_code(r), "unknown_trial");
+  EXPECT_TRUE(get(url, "/api/v1/experiments")["experiments"].empty());  // nothing was stored
+  const int64_t id = submit(url, recipe(400, ""));
+  const int64_t trial = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0]["id"];
+  r = post(url, "/api/v1/report", json{{"trial", std::to_string(trial)}, {"records", json::array()}}.dump(), "wrong");
+  EXPECT_EQ(r.status, 401);
+  r = post(url, "/api/v1/report", json{{"trial", std::to_string(trial)}, {"records", {{{"step", "x"}}}}}.dump(), "wrong");
+  EXPECT_EQ(r.status, 400);
+  // Cancel through the API, with the token; the worker stops and the trial ends cancelled.
+  EXPECT_EQ(post(url, "/api/v1/experiments/" + std::to_string(id) + "/cancel", "", "").status, 401);
+  EXPECT_EQ(post(url, "/api/v1/experiments/" + std::to_string(id) + "/cancel", "", "admin-secret").status, 200);
+  ASSERT_TRUE(done(url, id));
+  json t = get(url, "/api/v1/trials/" + std::to_string(trial));
+  EXPECT_EQ(t["state"], "cancelled");
+  c->stop();
+}
+
+TEST_F(Controller, AshaStopsTrialsThroughTheReportAnswer) {
+  auto c = start(4);
+  const std::string url = c->url();
+  // Widely different learning rates: ASHA at steps 10, 20, 40 keeps the best third.
+  const int64_t id = submit(url, recipe(60, "[sweep]\nmax_concurrent = 3\n[sweep.parameters]\n"
+                                            "\"optimizer.lr\" = [0.00001, 0.003, 0.00003, 0.01, 0.0001, 0.02]\n"
+                                            "[sweep.early_stop]\nmethod = \"asha\"\nmin_step = 10\nreduction_factor = 2\n"));
+  ASSERT_TRUE(done(url, id, std::chrono::seconds(240)));
+  json trials = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  int pruned = 0, completed = 0;
+  for (const json& t : trials) {
+    pruned += t["state"] == "pruned";
+    completed += t["state"] == "completed";
+    if (t["state"] == "pruned") {
+      EXPECT_NE(t["reason"].get<std::string>().find("ASHA"), std::string::npos) << t.dump();
+      EXPECT_LT(t["last_step"].get<int64_t>(), 60);
+    }
+  }
+  EXPECT_GE(pruned, 2);
+  EXPECT_GE(completed, 1);
+  int decisions = 0;
+  std::string kinds;
+  const json events = get(url, "/api/v1/events?limit=10000");
+  for (const json& e : events["events"]) {
+    decisions += e["kind"] == "early_stop";
+    if (e["kind"] == "early_stop") EXPECT_NE(e["message"].get<std::string>().find("ASHA"), std::string::npos) << e.dump();
+    kinds += e["kind"].get<std::string>() + " ";
+  }
+  EXPECT_EQ(decisions, pruned) << kinds;
+  c->stop();
+}
+
+TEST_F(Controller, FailedAttemptsAreRetriedThenTheTrialFails) {
+  ::setenv("PRECON_FAULT_NAN_LOSS_AT_STEP", "3", 1);  // inherited by the workers
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t id = submit(url, recipe(10, "[sweep]\nmax_attempts = 2\n[sweep.parameters]\n\"train.seed\" = [7]\n"));
+  ASSERT_TRUE(done(url, id));
+  ::unsetenv("PRECON_FAULT_NAN_LOSS_AT_STEP");
+  json trial = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  EXPECT_EQ(trial["state"], "failed");
+  EXPECT_NE(trial["reason"].get<std::string>().find("after 2 failed attempt(s)"), std::string::npos) << trial.dump();
+  json t = get(url, "/api/v1/trials/" + std::to_string(trial["id"].get<int64_t>()));
+  ASSERT_EQ(t["attempts"].size(), 2u);
+  EXPECT_EQ(t["attempts"][1]["exit_code"], 1);
+  c->stop();
+}
+
+TEST_F(Controller, RequeuedWorkerResumesAndCompletes) {
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t id = submit(url, recipe(8000, "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n\"train.seed\" = [7]\n"));
+  const int64_t trial = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0]["id"];
+  // Wait until it is well under way (a checkpoint exists), then send the signal Slurm sends
+  // before a time limit.
+  ASSERT_TRUE(wait_for([&] { return get(url, "/api/v1/trials/" + std::to_string(trial))["last_step"].get<int64_t>() >= 30; },
+                       std::chrono::seconds(60)));
+  json t = get(url, "/api/v1/trials/" + std::to_string(trial));
+  const std::string pid = t["attempts"][0]["external_id"].get<std::string>();
+  ::killpg(std::stoi(pid.substr(0, pid.find(':'))), SIGUSR1);  // the process group, as Slurm signals the batch step
+  ASSERT_TRUE(done(url, id, std::chrono::seconds(240)));
+  t = get(url, "/api/v1/trials/" + std::to_string(trial));
+  EXPECT_EQ(t["state"], "completed");  // a requeue is not a failure, even with max_attempts = 1
+  ASSERT_EQ(t["attempts"].size(), 2u);
+  EXPECT_EQ(t["attempts"][0]["state"], "requeue");
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
+  EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
+  json m = get(url, "/api/v1/trials/" + std::to_string(trial) + "/metrics?name=train_loss&max_points=0")["metrics"];
+  EXPECT_EQ(m["train_loss"]["steps"].size(), 8000u);  // each step once, across both attempts
+  c->stop();
+}
+
+}  // namespace
+}  // namespace precon::orch::testing
