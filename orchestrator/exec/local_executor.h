@@ -3,6 +3,7 @@
 //
 // Exit status that survives the controller. An attempt is started as
 //   controller ──fork──> wrapper (process group leader, pgid = pid) ──fork+exec──> program
+// (wrapped_process.h).
 // The wrapper ignores the stop signals, waits for the program and writes its status to
 // run_dir/exit_status.<attempt> ("exit N" or "signal N", written to a temporary name and
 // renamed), then exits with the same code (128 + signal when killed). The wrapper is a fork of

@@ -1,0 +1,250 @@
+#include "orchestrator/exec/wrapped_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace precon::orch {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The wrapper ignores these so that a stop signal (or a terminal's) sent to the process group
+// reaches the program but not the wrapper, which must outlive it to record its status.
+constexpr int kWrapperIgnored[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
+                                   SIGUSR2, SIGPIPE, SIGTTIN, SIGTTOU, SIGTSTP};
+
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_ = -1;
+};
+
+// Opens with O_CLOEXEC and moves the descriptor to >= 3, so that the wrapper's dup2 onto
+// 0/1/2 can never clobber a descriptor it still has to copy.
+int open_high(const std::string& path, int flags, mode_t mode = 0) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) {
+    throw ExecError("cannot open " + path + ": " + std::strerror(errno));
+  }
+  if (fd < 3) {
+    int high = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    int e = errno;
+    ::close(fd);
+    if (high < 0) throw ExecError("cannot duplicate descriptor for " + path + ": " + std::strerror(e));
+    fd = high;
+  }
+  return fd;
+}
+
+// Everything the wrapper needs, prepared before fork: after it, only async-signal-safe calls.
+struct ForkPlan {
+  std::string exe;  // resolved program path
+  std::vector<std::string> argv_storage, env_storage;
+  std::vector<char*> argv, envp;
+  std::string status_path, status_tmp;
+  std::string exec_error;  // written to stderr.log when execve fails, followed by errno
+  int null_fd = -1, out_fd = -1, err_fd = -1;
+  int max_fd = 1024;
+};
+
+size_t format_uint(char* buf, unsigned long v) {
+  char rev[24];
+  size_t n = 0;
+  do {
+    rev[n++] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0);
+  for (size_t i = 0; i < n; ++i) buf[i] = rev[n - 1 - i];
+  return n;
+}
+
+void write_all(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void write_status_file(const ForkPlan& p, int status) {
+  char buf[32];
+  size_t n = 0;
+  const char* word = WIFSIGNALED(status) ? "signal " : "exit ";
+  size_t word_len = std::strlen(word);
+  std::memcpy(buf, word, word_len);
+  n = word_len;
+  n += format_uint(buf + n, WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+  buf[n++] = '\n';
+  int fd = ::open(p.status_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  write_all(fd, buf, n);
+  ::fsync(fd);
+  ::close(fd);
+  ::rename(p.status_tmp.c_str(), p.status_path.c_str());
+}
+
+// The forked child of the controller. Never returns; async-signal-safe calls only.
+[[noreturn]] void run_wrapper(const ForkPlan& p) {
+  ::setpgid(0, 0);
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof sa);
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &sa, nullptr);
+  sa.sa_handler = SIG_IGN;
+  for (int sig : kWrapperIgnored) ::sigaction(sig, &sa, nullptr);
+
+  ::dup2(p.null_fd, 0);
+  ::dup2(p.out_fd, 1);
+  ::dup2(p.err_fd, 2);
+  // The wrapper never execs, so close-on-exec does not apply: close everything else, or it
+  // would keep the controller's sockets and database open after the controller is gone.
+  if (::close_range(3, ~0U, 0) != 0) {
+    for (int fd = 3; fd < p.max_fd; ++fd) ::close(fd);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  int status = 0;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    sa.sa_handler = SIG_DFL;
+    for (int sig : kWrapperIgnored) ::sigaction(sig, &sa, nullptr);
+    ::execve(p.exe.c_str(), p.argv.data(), p.envp.data());
+    char num[24];
+    size_t n = format_uint(num, static_cast<unsigned long>(errno));
+    write_all(2, p.exec_error.data(), p.exec_error.size());
+    write_all(2, num, n);
+    write_all(2, "\n", 1);
+    ::_exit(127);
+  }
+  if (pid < 0) {
+    static constexpr char kMsg[] = "precon local executor: fork failed\n";
+    write_all(2, kMsg, sizeof kMsg - 1);
+    status = 127 << 8;
+  } else {
+    while (::waitpid(pid, &status, 0) < 0) {
+      if (errno != EINTR) {
+        status = 127 << 8;
+        break;
+      }
+    }
+  }
+  write_status_file(p, status);
+  ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+}
+
+bool is_executable_file(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
+}
+
+}  // namespace
+
+pid_t spawn_wrapped(const WrappedCommand& cmd) {
+  ForkPlan plan;
+  plan.exe = cmd.exe;
+  plan.argv_storage = cmd.argv;
+  for (auto& s : plan.argv_storage) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  plan.env_storage = cmd.env;
+  for (auto& s : plan.env_storage) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  plan.status_path = cmd.status_path.string();
+  plan.status_tmp = plan.status_path + ".tmp";
+  plan.exec_error = "precon local executor: cannot execute " + plan.exe + ": errno ";
+  Fd null_fd(open_high("/dev/null", O_RDONLY));
+  Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0644));
+  Fd err_fd(open_high(cmd.stderr_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0644));
+  plan.null_fd = null_fd.get();
+  plan.out_fd = out_fd.get();
+  plan.err_fd = err_fd.get();
+  struct rlimit rl;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) {
+    plan.max_fd = static_cast<int>(std::min<rlim_t>(rl.rlim_cur, 1 << 20));
+  }
+
+  // Signals stay blocked across fork so that no controller handler runs in the child before
+  // the wrapper has reset the dispositions.
+  sigset_t all, old;
+  sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t pid = ::fork();
+  if (pid == 0) run_wrapper(plan);
+  int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) throw ExecError("cannot start " + cmd.exe + ": fork: " + std::strerror(fork_errno));
+  // Both sides set the group, so it exists whichever runs first (a stop right after launch
+  // must reach it).
+  ::setpgid(pid, pid);
+  return pid;
+}
+
+// /proc/<pid>/stat: field 3 is the state, field 22 the start time in clock ticks since boot.
+std::optional<ProcStat> read_proc_stat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  size_t close = line.rfind(')');  // the command name may itself contain ')' or spaces
+  if (close == std::string::npos || close + 2 > line.size()) return std::nullopt;
+  std::istringstream rest(line.substr(close + 2));
+  ProcStat info;
+  std::string skip;
+  rest >> info.state;
+  for (int field = 4; field < 22; ++field) rest >> skip;
+  rest >> info.start_ticks;
+  if (!rest) return std::nullopt;
+  return info;
+}
+
+std::optional<ExitStatus> read_exit_status_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::string word;
+  long value = 0;
+  if (!(in >> word >> value)) return std::nullopt;
+  if (word == "exit") return classify_exit(static_cast<int>((value & 0xff) << 8));
+  if (word == "signal" && value > 0 && value < 0x7f) return classify_exit(static_cast<int>(value));
+  return std::nullopt;
+}
+
+// execve does not search PATH; resolve a bare name the way a shell would, with the PATH the
+// program will see.
+std::optional<std::string> resolve_program(const std::string& name, const std::string& path_var) {
+  if (name.find('/') != std::string::npos) {
+    if (is_executable_file(name)) return name;
+    return std::nullopt;
+  }
+  std::istringstream dirs(path_var);
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (is_executable_file(candidate)) return candidate;
+  }
+  return std::nullopt;
+}
+
+}  // namespace precon::orch
