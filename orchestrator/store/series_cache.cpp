@@ -31,12 +31,17 @@ namespace {
 // Appends, in ascending order and without duplicates, the bucket [lo, hi)'s first, last,
 // minimum and maximum.
 void keep_bucket(std::span<const double> v, size_t lo, size_t hi, std::vector<size_t>& out) {
-  size_t imin = hi, imax = hi;
-  for (size_t i = lo; i < hi; ++i) {
-    const double x = v[i];
-    if (std::isnan(x)) continue;
-    if (imin == hi || x < v[imin]) imin = i;
-    if (imax == hi || x > v[imax]) imax = i;
+  size_t j = lo;
+  while (j < hi && std::isnan(v[j])) ++j;
+  size_t imin = j, imax = j;  // hi: the bucket is all NaN
+  if (j < hi) {
+    // NaN compares false both ways, so it never becomes an extreme; no test in the hot loop.
+    double mn = v[j], mx = v[j];
+    for (size_t i = j + 1; i < hi; ++i) {
+      const double x = v[i];
+      if (x < mn) mn = x, imin = i;
+      if (x > mx) mx = x, imax = i;
+    }
   }
   size_t picks[4] = {lo, hi - 1, imin, imax};
   std::sort(picks, picks + 4);
@@ -83,11 +88,17 @@ SeriesCache::Reading SeriesCache::read(Key key, const std::function<void(Series&
       auto it = map_.find(key);
       if (it != map_.end()) {
         e = it->second;
-      } else {
-        e = std::make_shared<Entry>();
-        loading = std::unique_lock(e->mu);
-        map_.emplace(key, e);
+        e->last_used = ++tick_;
       }
+    }
+    if (!e) {
+      // Locked before it is published (and outside mu_: the lock order is entry, then mu_).
+      auto fresh = std::make_shared<Entry>();
+      loading = std::unique_lock(fresh->mu);
+      std::lock_guard g(mu_);
+      auto [it, inserted] = map_.emplace(key, fresh);
+      if (!inserted) loading.unlock();  // another reader got there first
+      e = it->second;
       e->last_used = ++tick_;
     }
     if (loading.owns_lock()) {
