@@ -264,9 +264,10 @@ void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfi
         throw ConfigError(source, line, "sweep.grid", "expected [[sweep.grid]] tables, got " + type_of(node));
       for (const toml::node& g : *arr) {
         const toml::table& t = *g.as_table();
-        if (t.empty())
+        std::vector<SweepParam> grid = collect_sorted(t, source, false);
+        if (grid.empty())
           throw ConfigError(source, line_of(g), "sweep.grid", "this [[sweep.grid]] table is empty: give each one keys");
-        out.grids.push_back(collect_sorted(t, source, false));
+        out.grids.push_back(std::move(grid));
       }
     } else if (n == "early_stop") {
       const toml::table* t = node.as_table();

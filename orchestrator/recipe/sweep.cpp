@@ -267,7 +267,8 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     if (path.empty()) return;
     auto [it, inserted] = index.emplace(std::make_pair(key, path), uses.size());
     if (inserted) uses.push_back({key, path, {}});
-    uses[it->second].trials.push_back(&t);
+    std::vector<const TrialSpec*>& users = uses[it->second].trials;
+    if (users.empty() || users.back() != &t) users.push_back(&t);
   };
   for (const TrialSpec& t : trials) {
     const std::string& train = t.config.data.train;

@@ -1,0 +1,285 @@
+// Sweep expansion: the union of sub-grids, grid order, random search (determinism, ranges,
+// spread), the shipped recipes, and the data check.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "orchestrator/recipe/recipe.h"
+#include "orchestrator/recipe/sweep.h"
+
+namespace precon::orch {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string recipe_path(const std::string& name) { return std::string(PRECON_SOURCE_DIR) + "/recipes/" + name; }
+
+std::vector<std::string> labels(const std::vector<TrialSpec>& trials) {
+  std::vector<std::string> out;
+  for (const TrialSpec& t : trials) out.push_back(t.label);
+  return out;
+}
+
+TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
+  Recipe r = parse_recipe_file(recipe_path("quickstart.toml"));
+  EXPECT_EQ(r.sweep.max_concurrent, 2);
+  EXPECT_EQ(r.sweep.grids.size(), 3u);
+  auto trials = expand_sweep(r);
+  ASSERT_EQ(trials.size(), 5u);  // AdamW; Muon × 2 ns_steps; Shampoo × 2 frequencies
+  EXPECT_EQ(labels(trials), (std::vector<std::string>{
+                                "optimizer.name=adamw optimizer.lr=0.001",
+                                "optimizer.name=muon optimizer.lr=0.02 optimizer.adamw.lr=0.003 optimizer.muon.ns_steps=3",
+                                "optimizer.name=muon optimizer.lr=0.02 optimizer.adamw.lr=0.003 optimizer.muon.ns_steps=5",
+                                "optimizer.name=shampoo optimizer.lr=0.003 optimizer.shampoo.precondition_frequency=1",
+                                "optimizer.name=shampoo optimizer.lr=0.003 optimizer.shampoo.precondition_frequency=10",
+                            }));
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const worker::TrialConfig& c = trials[i].config;
+    EXPECT_EQ(trials[i].index, static_cast<int64_t>(i));
+    // The shared settings of the issue's quickstart.
+    EXPECT_EQ(c.model.n_layer, 4);
+    EXPECT_EQ(c.model.n_head, 4);
+    EXPECT_EQ(c.model.d_model, 128);
+    EXPECT_EQ(c.model.seq_len, 128);
+    EXPECT_EQ(c.model.vocab_size, 256);
+    EXPECT_EQ(c.train.batch_size, 16);
+    EXPECT_EQ(c.train.steps, 1000);
+    EXPECT_EQ(c.train.eval_every, 50);
+    EXPECT_EQ(c.train.eval_batches, 8);
+    EXPECT_EQ(c.train.checkpoint_every, 250);
+    EXPECT_EQ(c.train.threads, 1);
+    EXPECT_EQ(c.optimizer.schedule, "constant");
+    EXPECT_EQ(c.optimizer.warmup_steps, 50);
+    EXPECT_EQ(c.data.train, "data/sotu/train.bin");
+    EXPECT_EQ(c.data.val, "data/sotu/val.bin");
+    EXPECT_EQ(c.objective.metric, "val_loss");
+    EXPECT_EQ(c.objective.mode, "min");
+    // What a trial stores reads back as the same config.
+    auto again = worker::parse_config_text(trials[i].config_toml, "stored.toml");
+    EXPECT_EQ(worker::config_to_toml(again.config), trials[i].config_toml);
+  }
+  const worker::TrialConfig defaults;
+  EXPECT_EQ(trials[0].config.optimizer.name, "adamw");
+  EXPECT_DOUBLE_EQ(trials[0].config.optimizer.lr, 1e-3);
+  EXPECT_EQ(trials[0].config.optimizer.adamw.lr, defaults.optimizer.adamw.lr);  // no Muon setting leaks in
+  EXPECT_EQ(trials[0].params, (nlohmann::json{{"optimizer.name", "adamw"}, {"optimizer.lr", 1e-3}}));
+  for (int i : {1, 2}) {
+    EXPECT_EQ(trials[i].config.optimizer.name, "muon");
+    EXPECT_DOUBLE_EQ(trials[i].config.optimizer.lr, 0.02);
+    EXPECT_DOUBLE_EQ(trials[i].config.optimizer.adamw.lr, 3e-3);
+    EXPECT_EQ(trials[i].config.optimizer.shampoo.precondition_frequency, defaults.optimizer.shampoo.precondition_frequency);
+    EXPECT_FALSE(trials[i].params.contains("optimizer.shampoo.precondition_frequency"));
+  }
+  EXPECT_EQ(trials[1].config.optimizer.muon.ns_steps, 3);
+  EXPECT_EQ(trials[2].config.optimizer.muon.ns_steps, 5);
+  for (int i : {3, 4}) {
+    EXPECT_EQ(trials[i].config.optimizer.name, "shampoo");
+    EXPECT_DOUBLE_EQ(trials[i].config.optimizer.lr, 3e-3);
+    EXPECT_EQ(trials[i].config.optimizer.muon.ns_steps, defaults.optimizer.muon.ns_steps);
+    EXPECT_FALSE(trials[i].params.contains("optimizer.muon.ns_steps"));
+  }
+  EXPECT_EQ(trials[3].config.optimizer.shampoo.precondition_frequency, 1);
+  EXPECT_EQ(trials[4].config.optimizer.shampoo.precondition_frequency, 10);
+  EXPECT_NE(trials[4].config_toml.find("precondition_frequency = 10\n"), std::string::npos);
+}
+
+TEST(Sweep, ShippedRecipesExpand) {
+  struct Case {
+    const char* file;
+    size_t trials;
+  };
+  for (const Case& c : {Case{"quickstart.toml", 5}, Case{"muon-ns-sweep.toml", 8}, Case{"shampoo-refresh-sweep.toml", 5},
+                        Case{"random-lr-asha.toml", 16}}) {
+    SCOPED_TRACE(c.file);
+    Recipe r = parse_recipe_file(recipe_path(c.file));
+    EXPECT_EQ(expand_sweep(r).size(), c.trials);
+    EXPECT_EQ(sweep_size(r), static_cast<int64_t>(c.trials));
+  }
+  auto ns = expand_sweep(parse_recipe_file(recipe_path("muon-ns-sweep.toml")));
+  EXPECT_EQ(ns[0].label, "optimizer.muon.ns_steps=5 optimizer.muon.coefficients=keller");
+  EXPECT_EQ(ns[1].label, "optimizer.muon.ns_steps=5 optimizer.muon.coefficients=polar-express");
+  EXPECT_EQ(ns[7].label, "optimizer.muon.ns_steps=10 optimizer.muon.coefficients=polar-express");
+  for (const TrialSpec& t : expand_sweep(parse_recipe_file(recipe_path("shampoo-refresh-sweep.toml"))))
+    EXPECT_EQ(t.config.optimizer.shampoo.start_preconditioning_step, 0);  // = the frequency
+  Recipe asha = parse_recipe_file(recipe_path("random-lr-asha.toml"));
+  EXPECT_EQ(asha.sweep.early_stop.method, "asha");
+  EXPECT_EQ(asha.sweep.early_stop.metric, "val_loss");
+  EXPECT_EQ(asha.sweep.early_stop.mode, "min");
+  for (const TrialSpec& t : expand_sweep(asha)) {
+    EXPECT_GE(t.config.optimizer.lr, 2e-3);
+    EXPECT_LE(t.config.optimizer.lr, 2e-1);
+  }
+}
+
+TEST(Sweep, GridIsTheProductFirstKeySlowest) {
+  Recipe r = parse_recipe_text(R"(
+[sweep.parameters]
+"train.seed" = [1, 2]
+"optimizer.name" = ["adamw", "muon", "shampoo"]
+"optimizer.lr" = [0.001, 0.01]
+)",
+                               "g.toml");
+  auto trials = expand_sweep(r);
+  ASSERT_EQ(trials.size(), 12u);
+  EXPECT_EQ(trials[0].label, "train.seed=1 optimizer.name=adamw optimizer.lr=0.001");
+  EXPECT_EQ(trials[1].label, "train.seed=1 optimizer.name=adamw optimizer.lr=0.01");
+  EXPECT_EQ(trials[2].label, "train.seed=1 optimizer.name=muon optimizer.lr=0.001");
+  EXPECT_EQ(trials[6].label, "train.seed=2 optimizer.name=adamw optimizer.lr=0.001");
+  EXPECT_EQ(trials[11].label, "train.seed=2 optimizer.name=shampoo optimizer.lr=0.01");
+  const std::vector<std::string> all = labels(trials);
+  const std::set<std::string> unique(all.begin(), all.end());
+  EXPECT_EQ(unique.size(), 12u);
+  // An integer listed for a real key is a real in the config and in params.
+  Recipe ints = parse_recipe_text("[sweep.parameters]\n\"train.grad_clip\" = [0, 1]\n", "g.toml");
+  auto t = expand_sweep(ints);
+  EXPECT_TRUE(t[1].params["train.grad_clip"].is_number_float());
+  EXPECT_EQ(t[1].config.train.grad_clip, 1.0);
+}
+
+TEST(Sweep, ParametersCrossEverySubGridAndDuplicatesAreKept) {
+  Recipe r = parse_recipe_text(R"(
+[sweep.parameters]
+"train.seed" = [1, 2]
+[[sweep.grid]]
+"optimizer.name" = ["adamw"]
+[[sweep.grid]]
+"optimizer.name" = ["muon"]
+"optimizer.muon.ns_steps" = [3, 5]
+[[sweep.grid]]
+"optimizer.name" = ["adamw"]
+)",
+                               "g.toml");
+  EXPECT_EQ(sweep_size(r), 2 + 4 + 2);
+  auto trials = expand_sweep(r);
+  EXPECT_EQ(labels(trials), (std::vector<std::string>{
+                                "train.seed=1 optimizer.name=adamw",
+                                "train.seed=2 optimizer.name=adamw",
+                                "train.seed=1 optimizer.name=muon optimizer.muon.ns_steps=3",
+                                "train.seed=1 optimizer.name=muon optimizer.muon.ns_steps=5",
+                                "train.seed=2 optimizer.name=muon optimizer.muon.ns_steps=3",
+                                "train.seed=2 optimizer.name=muon optimizer.muon.ns_steps=5",
+                                "train.seed=1 optimizer.name=adamw",
+                                "train.seed=2 optimizer.name=adamw",
+                            }));
+}
+
+const char* kRandom = R"(
+[sweep]
+method = "random"
+samples = 2000
+seed = 42
+[sweep.parameters]
+"optimizer.lr" = { log_uniform = [1e-5, 1e-1] }
+"train.batch_size" = { int_uniform = [1, 6] }
+"optimizer.muon.momentum" = { uniform = [0.8, 0.99] }
+"optimizer.name" = ["adamw", "muon", "shampoo"]
+"optimizer.muon.coefficients" = { choice = ["keller", "polar-express"] }
+)";
+
+TEST(Sweep, RandomSearchIsDeterministic) {
+  auto a = expand_sweep(parse_recipe_text(kRandom, "r.toml"));
+  auto b = expand_sweep(parse_recipe_text(kRandom, "r.toml"));
+  ASSERT_EQ(a.size(), 2000u);
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].label, b[i].label);
+    EXPECT_EQ(a[i].config_toml, b[i].config_toml);
+  }
+  auto c = expand_sweep(parse_recipe_text(kRandom, "r.toml", {"sweep.seed=43"}));
+  EXPECT_NE(a[0].label, c[0].label);
+  // The generator is ours (xoshiro256** from splitmix64), so these values hold on every platform.
+  auto first = expand_sweep(parse_recipe_text(kRandom, "r.toml", {"sweep.samples=2"}));
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].label, a[0].label);
+  EXPECT_EQ(first[1].label, a[1].label);
+  EXPECT_EQ(a[0].label,
+            "optimizer.lr=2.16497000762327e-05 train.batch_size=1 optimizer.muon.momentum=0.9292082480953465 "
+            "optimizer.name=shampoo optimizer.muon.coefficients=keller");
+}
+
+TEST(Sweep, RandomDrawsStayInRangeAndSpread) {
+  auto trials = expand_sweep(parse_recipe_text(kRandom, "r.toml"));
+  std::vector<int> per_decade(4, 0);
+  std::set<int64_t> batch_sizes;
+  std::set<std::string> names, coefficients;
+  double lo_momentum = 1, hi_momentum = 0;
+  for (const TrialSpec& t : trials) {
+    const double lr = t.config.optimizer.lr;
+    ASSERT_GE(lr, 1e-5);
+    ASSERT_LE(lr, 1e-1);
+    per_decade[std::min(3, static_cast<int>(std::floor(std::log10(lr) + 5)))]++;
+    ASSERT_GE(t.config.train.batch_size, 1);
+    ASSERT_LE(t.config.train.batch_size, 6);
+    EXPECT_TRUE(t.params["train.batch_size"].is_number_integer());
+    batch_sizes.insert(t.config.train.batch_size);
+    const double m = t.config.optimizer.muon.momentum;
+    ASSERT_GE(m, 0.8);
+    ASSERT_LE(m, 0.99);
+    lo_momentum = std::min(lo_momentum, m);
+    hi_momentum = std::max(hi_momentum, m);
+    names.insert(t.config.optimizer.name);
+    coefficients.insert(t.config.optimizer.muon.coefficients);
+  }
+  // Uniform in log space: each of the four decades gets about a quarter.
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_GT(per_decade[d], 400) << "decade 1e" << d - 5;
+    EXPECT_LT(per_decade[d], 600) << "decade 1e" << d - 5;
+  }
+  EXPECT_EQ(batch_sizes, (std::set<int64_t>{1, 2, 3, 4, 5, 6}));  // both ends included
+  EXPECT_LT(lo_momentum, 0.81);
+  EXPECT_GT(hi_momentum, 0.98);
+  EXPECT_EQ(names.size(), 3u);
+  EXPECT_EQ(coefficients.size(), 2u);
+}
+
+TEST(Sweep, HugeGridIsRefused) {
+  std::string text = "[sweep.parameters]\n";
+  for (const char* key : {"train.seed", "optimizer.lr", "optimizer.weight_decay", "optimizer.warmup_steps", "train.grad_clip"}) {
+    text += "\"" + std::string(key) + "\" = [";
+    for (int i = 0; i < 12; ++i) text += (i ? ", " : "") + std::to_string(i);
+    text += "]\n";
+  }
+  Recipe r = parse_recipe_text(text, "big.toml");
+  EXPECT_EQ(sweep_size(r), 248832);
+  try {
+    expand_sweep(r);
+    FAIL() << "no error";
+  } catch (const worker::ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("248832 trials, more than 100000; use sweep.method = \"random\""),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(e.line(), 2);
+  }
+}
+
+TEST(Sweep, CheckRecipeDataFindsMissingFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("precon_sweep_data_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "train.bin") << "x";
+  std::ofstream(dir / "val.bin") << "x";
+  const std::string d = dir.string();
+  Recipe r = parse_recipe_text("[data]\ntrain = \"" + d + "/train.bin, " + d + "/more.bin," + d + "/more.bin\"\nval = \"" + d +
+                                   "/val.bin\"\n[sweep.parameters]\n\"data.val\" = [\"" + d + "/val.bin\", \"" + d +
+                                   "/val2.bin\"]\n\"train.init_from\" = [\"\", \"" + d + "/init.safetensors\"]\n",
+                               "d.toml");
+  auto missing = check_recipe_data(expand_sweep(r));
+  ASSERT_EQ(missing.size(), 3u) << ::testing::PrintToString(missing);
+  EXPECT_EQ(missing[0], d + "/more.bin (data.train) does not exist; used by all 4 trials");
+  EXPECT_EQ(missing[1], d + "/init.safetensors (train.init_from) does not exist; used by trial 1 (data.val=" + d +
+                            "/val.bin train.init_from=" + d + "/init.safetensors), trial 3 (data.val=" + d +
+                            "/val2.bin train.init_from=" + d + "/init.safetensors)");
+  EXPECT_EQ(missing[2].rfind(d + "/val2.bin (data.val) does not exist; used by trial 2", 0), 0u) << missing[2];
+  std::ofstream(dir / "more.bin") << "x";
+  std::ofstream(dir / "val2.bin") << "x";
+  std::ofstream(dir / "init.safetensors") << "x";
+  EXPECT_TRUE(check_recipe_data(expand_sweep(r)).empty());
+  fs::remove_all(dir);
+  auto one = check_recipe_data(expand_sweep(parse_recipe_text("[data]\ntrain = \"/nonexistent/t.bin\"\nval = \"/nonexistent/v.bin\"\n", "one.toml")));
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[1], "/nonexistent/v.bin (data.val) does not exist");
+}
+
+}  // namespace
+}  // namespace precon::orch
