@@ -512,6 +512,8 @@ ReportAnswer Scheduler::report(int64_t trial_id, const std::string& token, const
 void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   auto trial = store_.trial(trial_id);
   if (!trial || is_terminal(trial->state)) return;
+  // A trial already being stopped gets no further decisions (its late reports are stored only).
+  if (auto live = live_.find(trial_id); live != live_.end() && live->second->stop_requested) return;
   const int64_t exp_id = trial->experiment_id;
   auto& stopper = stoppers_[exp_id];
   if (!stopper) {
@@ -533,7 +535,11 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
       for (const MetricPoint& p : store_.metrics(t.id, exp->objective_metric))
         if (std::isfinite(p.value)) curves_[exp_id][t.id][p.step] = p.value;
   }
-  curves_[exp_id][trial_id][step] = value;
+  // A resent or resumed step was judged already: each point is decided once.
+  auto& own = curves_[exp_id][trial_id];
+  if (own.count(step) && stopper_seen_[trial_id].count(step)) return;
+  own[step] = value;
+  stopper_seen_[trial_id].insert(step);
   std::set<int64_t> completed;
   for (const TrialRow& t : store_.trials(exp_id))
     if (t.state == TrialState::completed) completed.insert(t.id);

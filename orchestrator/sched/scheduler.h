@@ -111,6 +111,7 @@ class Scheduler {
   std::map<int64_t, std::unique_ptr<Live>> live_;  // trials with an open attempt
   std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
   std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
+  std::map<int64_t, std::set<int64_t>> stopper_seen_;                       // trial -> steps judged
 
   // Shared with report handlers (any thread).
   std::mutex shared_mu_;

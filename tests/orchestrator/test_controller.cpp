@@ -181,7 +181,9 @@ TEST_F(Controller, AshaStopsTrialsThroughTheReportAnswer) {
   const json events = get(url, "/api/v1/events?limit=10000");
   for (const json& e : events["events"]) {
     decisions += e["kind"] == "early_stop";
-    if (e["kind"] == "early_stop") EXPECT_NE(e["message"].get<std::string>().find("ASHA"), std::string::npos) << e.dump();
+    if (e["kind"] == "early_stop") {
+      EXPECT_NE(e["message"].get<std::string>().find("ASHA"), std::string::npos) << e.dump();
+    }
     kinds += e["kind"].get<std::string>() + " ";
   }
   EXPECT_EQ(decisions, pruned) << kinds;
