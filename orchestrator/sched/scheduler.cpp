@@ -21,14 +21,6 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-std::string random_token() {
-  std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string t;
-  for (int i = 0; i < 32; ++i) t += hex[rd() % 16];
-  return t;
-}
-
 std::string sanitize(const std::string& name) {
   std::string out;
   for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
@@ -36,6 +28,14 @@ std::string sanitize(const std::string& name) {
 }
 
 }  // namespace
+
+std::string random_hex_token(size_t chars) {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  for (size_t i = 0; i < chars; ++i) t += hex[rd() % 16];
+  return t;
+}
 
 struct Scheduler::Live {
   int64_t attempt_id = 0;
@@ -84,7 +84,6 @@ void Scheduler::start() {
   timer_ = std::make_unique<boost::asio::steady_timer>(io_);
   thread_ = std::thread([this] {
     thread_id_ = std::this_thread::get_id();
-    auto guard = std::make_shared<int>(0);
     post([this] {
       reconcile();
       tick();
@@ -440,7 +439,7 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
       t.params_json = s.params.dump();
       t.config_toml = s.config_toml;
       t.run_dir = (root / ("trial-" + std::to_string(s.index))).string();
-      t.token = random_token();
+      t.token = random_hex_token();
       t.created_at = exp.created_at;
       rows.push_back(t);
     }

@@ -37,6 +37,9 @@ struct SchedulerOptions {
   std::function<void(const std::string&)> log;    // progress lines
 };
 
+// A random hex token (admin or per-trial).
+std::string random_hex_token(size_t chars = 32);
+
 // The answer to a worker's report.
 struct ReportAnswer {
   bool stop = false;

@@ -2,7 +2,6 @@
 
 #include <unistd.h>
 
-#include <random>
 
 #include "orchestrator/exec/local_executor.h"
 #include "orchestrator/recipe/recipe.h"
@@ -12,14 +11,6 @@
 namespace precon::orch {
 
 namespace fs = std::filesystem;
-
-std::string random_hex_token(size_t chars) {
-  std::random_device rd;
-  static const char* hex = "0123456789abcdef";
-  std::string t;
-  for (size_t i = 0; i < chars; ++i) t += hex[rd() % 16];
-  return t;
-}
 
 namespace {
 fs::path default_trainer() {

@@ -65,7 +65,4 @@ class Controller {
   std::unique_ptr<HttpServer> server_;
 };
 
-// A random hex token (admin or per-trial).
-std::string random_hex_token(size_t chars = 32);
-
 }  // namespace precon::orch
