@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "worker/ckpt/checkpoint.h"
+#include "worker/train/train_state.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
@@ -47,6 +48,7 @@ struct Scheduler::Live {
   std::chrono::steady_clock::time_point stop_at;
   bool sigterm_sent = false;
   bool sigkill_sent = false;
+  std::chrono::steady_clock::time_point checkpoints_scanned{};  // last record_checkpoints()
 };
 
 Scheduler::Scheduler(Store& store, std::map<std::string, Executor*> executors, SchedulerOptions options)
@@ -103,6 +105,7 @@ void Scheduler::tick() {
   try {
     collect_finished();
     escalate_stops();
+    scan_checkpoints();
     launch_ready();
   } catch (const std::exception& e) {
     log(std::string("scheduler error: ") + e.what());
@@ -380,6 +383,17 @@ void Scheduler::escalate_stops() {
   }
 }
 
+void Scheduler::scan_checkpoints() {
+  // Running trials write and delete checkpoints as they go; record them every few seconds so
+  // the store sees each one (and its deletion) even when it lives shorter than the attempt.
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [trial_id, live] : live_) {
+    if (now - live->checkpoints_scanned < std::chrono::seconds(2)) continue;
+    live->checkpoints_scanned = now;
+    if (auto trial = store_.trial(trial_id)) record_checkpoints(*trial);
+  }
+}
+
 void Scheduler::record_checkpoints(const TrialRow& trial) {
   if (trial.run_dir.empty() || !fs::exists(fs::path(trial.run_dir) / "checkpoints")) return;
   std::vector<CheckpointRow> known = store_.checkpoints(trial.id);
@@ -395,11 +409,16 @@ void Scheduler::record_checkpoints(const TrialRow& trial) {
     c.step = info.step;
     c.path = info.dir.string();
     c.created_at = now_seconds();
-    auto m = exp ? store_.metric_at_or_before(trial.id, exp->objective_metric, info.step) : std::nullopt;
-    c.objective = m ? m->value : NAN;
+    // The worker records the objective it ranked the checkpoint by (keep_best); older
+    // checkpoints without it take the stored metric at or before their step.
+    std::optional<double> objective = worker::checkpoint_objective(info.dir);
+    if (!objective && exp) {
+      if (auto m = store_.metric_at_or_before(trial.id, exp->objective_metric, info.step)) objective = m->value;
+    }
+    c.objective = objective.value_or(NAN);
     store_.add_checkpoint(c);
   }
-  // The worker applies keep_checkpoints; record what it deleted.
+  // The worker applies keep_checkpoints and keep_best; record what it deleted.
   for (const CheckpointRow& c : known)
     if (c.deleted_at == 0 && !on_disk.count(c.step)) store_.mark_checkpoint_deleted(c.id, now_seconds());
 }

@@ -92,6 +92,7 @@ class Scheduler {
   void launch_ready();
   void launch(TrialRow& trial, const ExperimentRow& exp);
   void escalate_stops();
+  void scan_checkpoints();
   void record_checkpoints(const TrialRow& trial);
   void end_trial(TrialRow& trial, TrialState state, const std::string& reason);
   void maybe_finish_experiment(int64_t experiment_id);

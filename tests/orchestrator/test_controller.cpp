@@ -2,6 +2,8 @@
 // running real precon-train workers, bad input answered with the one error shape, early
 // stopping, cancellation, retries and requeues.
 #include <csignal>
+#include <map>
+#include <set>
 
 #include "orchestrator/service/controller.h"
 #include "tests/orchestrator/controller_fixture.h"
@@ -97,6 +99,36 @@ TEST_F(Controller, EveryReadRouteOverASocket) {
   json best = get(url, "/api/v1/experiments/" + std::to_string(id) + "/best");
   EXPECT_TRUE(best.is_object());
   c->stop();
+}
+
+TEST_F(Controller, KeepBestCheckpointSurvivesAndDeletionsAreRecorded) {
+  // objective = max val_loss makes an early checkpoint the best one; keep_checkpoints = 1 deletes
+  // the rest. The expected survivor comes from the stored val_loss curve.
+  auto c = start();
+  const std::string url = c->url();
+  std::string text = recipe(40, "[objective]\nmetric = \"val_loss\"\nmode = \"max\"\n");
+  text.replace(text.find("checkpoint_every = 10"), 21, "checkpoint_every = 10\nkeep_checkpoints = 1\nkeep_best = 1");
+  const int64_t ok = submit(url, text);
+  ASSERT_GT(ok, 0);
+  ASSERT_TRUE(done(url, ok));
+  const int64_t trial = get(url, "/api/v1/experiments/" + std::to_string(ok) + "/trials")["trials"][0]["id"];
+  json val = get(url, "/api/v1/trials/" + std::to_string(trial) + "/metrics?name=val_loss&max_points=0")["metrics"]["val_loss"];
+  std::map<int64_t, double> at;
+  for (size_t i = 0; i < val["steps"].size(); ++i) at[val["steps"][i].get<int64_t>()] = val["values"][i].get<double>();
+  int64_t best = 10;
+  for (int64_t s : {20, 30, 40})
+    if (at.at(s) > at.at(best)) best = s;
+  ASSERT_NE(best, 40) << "the loss did not fall; the test needs an early maximum";
+
+  json t = get(url, "/api/v1/trials/" + std::to_string(trial));
+  std::set<int64_t> alive;
+  for (const json& ck : t["checkpoints"]) {
+    const bool deleted = !ck["deleted_at"].is_null();
+    EXPECT_EQ(fs::exists(ck["path"].get<std::string>()), !deleted) << ck.dump();
+    if (!deleted) alive.insert(ck["step"].get<int64_t>());
+    if (ck["step"] == best) EXPECT_NEAR(ck["objective"].get<double>(), at.at(best), 1e-6) << ck.dump();
+  }
+  EXPECT_EQ(alive, (std::set<int64_t>{best, 40}));
 }
 
 TEST_F(Controller, BadInputGetsTheErrorShapeAndChangesNothing) {

@@ -274,6 +274,38 @@ TEST(Checkpoint, RetentionKeepsNewestGood) {
   EXPECT_EQ(latest_good_checkpoint(run.path).checkpoint->step, 40);
 }
 
+TEST(Checkpoint, RetentionKeepsBestByObjective) {
+  TempDir run;
+  for (int64_t s : {10, 20, 30, 40, 50, 60}) write_checkpoint(run.path, s, files_for(s, 64));
+  fs::path root = checkpoints_dir(run.path);
+  fs::resize_file(root / "step_00000020" / "model.safetensors", 1);  // damaged: never ranked
+  // Objective per step: 20 would be best but is damaged; 30 is the best good one; 40 ties 10's
+  // value and loses to the earlier step; 50 has no value.
+  std::map<int64_t, double> value{{10, 2.0}, {20, 0.5}, {30, 1.0}, {40, 2.0}, {60, 3.0}};
+  RetentionPolicy policy;
+  policy.keep_last = 1;
+  policy.keep_best = 2;
+  policy.objective = [&](const CheckpointInfo& c) -> std::optional<double> {
+    auto it = value.find(c.step);
+    return it == value.end() ? std::nullopt : std::optional<double>(it->second);
+  };
+  std::vector<fs::path> deleted = apply_retention(run.path, policy);
+  std::vector<int64_t> left;
+  for (const CheckpointInfo& c : list_checkpoints(run.path)) left.push_back(c.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{10, 30, 60}));  // best two (30, then 10 over 40) + newest
+  ASSERT_EQ(deleted.size(), 3u);
+  EXPECT_EQ(deleted[0].filename(), "step_00000020");
+
+  // Maximising keeps the largest values instead; keep_last <= 0 still deletes nothing.
+  policy.minimize = false;
+  policy.keep_best = 1;
+  EXPECT_TRUE(apply_retention(run.path, RetentionPolicy{0, 1, false, policy.objective}).empty());
+  deleted = apply_retention(run.path, policy);  // best is 60 (3.0), which is also the newest
+  left.clear();
+  for (const CheckpointInfo& c : list_checkpoints(run.path)) left.push_back(c.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{60}));
+}
+
 TEST(Checkpoint, DirectoryNames) {
   EXPECT_EQ(checkpoint_dir_name(1200), "step_00001200");
   EXPECT_EQ(parse_checkpoint_dir_name("step_00001200"), 1200);

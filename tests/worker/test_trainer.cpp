@@ -15,6 +15,7 @@
 #include "worker/data/shard.h"
 #include "worker/model/gpt.h"
 #include "worker/model/model_io.h"
+#include "worker/train/train_state.h"
 #include "worker/train/trainer.h"
 
 namespace precon::worker {
@@ -131,6 +132,34 @@ TEST_F(Trainer, DamagedCheckpointFallsBackToThePreviousGoodOne) {
   EXPECT_TRUE(resumed10);
   EXPECT_EQ(read(dir_ / "ref/checkpoints/step_00000030/model.safetensors"),
             read(dir_ / "run/checkpoints/step_00000030/model.safetensors"));
+}
+
+TEST_F(Trainer, KeepBestProtectsTheBestCheckpoint) {
+  // Maximising val_loss makes an early checkpoint the "best" one (the loss falls), so keep_best
+  // must protect it while keep_checkpoints = 1 deletes the others. The expectation is computed
+  // from metrics.jsonl, not from the checkpoints.
+  fs::path cfg = config(std::string(kOptimizers[0]) + "[objective]\nmetric = \"val_loss\"\nmode = \"max\"\n", 50);
+  TrainOptions o = options(cfg, "run");
+  o.overrides = {"train.keep_checkpoints=1", "train.keep_best=1"};
+  ASSERT_EQ(train(o), TrainOutcome::completed);
+  std::map<int, double> val;
+  std::ifstream in(dir_ / "run/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto pos = line.find("\"val_loss\": ");
+    if (pos == std::string::npos) continue;
+    val[std::stoi(line.substr(line.find("\"step\": ") + 8))] = std::stod(line.substr(pos + 12));
+  }
+  ASSERT_EQ(val.size(), 5u);
+  int best = val.begin()->first;
+  for (auto [step, v] : val)
+    if (v > val[best]) best = step;
+  ASSERT_NE(best, 50) << "the loss did not fall; the test needs an early maximum";
+  std::vector<int64_t> left;
+  for (const CheckpointInfo& c : list_checkpoints(dir_ / "run")) left.push_back(c.step);
+  EXPECT_EQ(left, (std::vector<int64_t>{best, 50}));
+  auto objective = checkpoint_objective(dir_ / "run/checkpoints" / checkpoint_dir_name(best));
+  ASSERT_TRUE(objective.has_value());
+  EXPECT_NEAR(*objective, val[best], 1e-6 * std::abs(val[best]));
 }
 
 TEST_F(Trainer, SigusrCheckpointsAndExitsWithRequeueCode) {

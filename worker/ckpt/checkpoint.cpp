@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -279,25 +280,43 @@ CheckpointChoice latest_good_checkpoint(const fs::path& run_dir) {
   return choice;
 }
 
-std::vector<fs::path> apply_retention(const fs::path& run_dir, int keep_last) {
+std::vector<fs::path> apply_retention(const fs::path& run_dir, const RetentionPolicy& policy) {
   std::vector<fs::path> deleted;
-  if (keep_last <= 0) return deleted;
+  if (policy.keep_last <= 0) return deleted;
   std::vector<CheckpointInfo> all = list_checkpoints(run_dir);
-  int good = 0;
-  size_t cut = 0;  // checkpoints [0, cut) go
+  std::vector<bool> good(all.size());
+  for (size_t i = 0; i < all.size(); ++i) good[i] = !verify_checkpoint(all[i].dir);
+  int newest_good = 0;
+  size_t cut = 0;  // checkpoints [0, cut) go unless they are among the best
   for (size_t i = all.size(); i-- > 0;) {
-    if (!verify_checkpoint(all[i].dir) && ++good == keep_last) {
+    if (good[i] && ++newest_good == policy.keep_last) {
       cut = i;
       break;
     }
   }
+  std::set<size_t> best;
+  if (policy.keep_best > 0 && policy.objective) {
+    std::vector<std::pair<double, size_t>> ranked;  // (objective, index): ascending index on ties
+    for (size_t i = 0; i < all.size(); ++i) {
+      if (!good[i]) continue;
+      std::optional<double> v = policy.objective(all[i]);
+      if (v && std::isfinite(*v)) ranked.emplace_back(policy.minimize ? *v : -*v, i);
+    }
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    for (size_t r = 0; r < ranked.size() && r < static_cast<size_t>(policy.keep_best); ++r) best.insert(ranked[r].second);
+  }
   for (size_t i = 0; i < cut; ++i) {
+    if (best.count(i)) continue;
     std::error_code ec;
     fs::remove_all(all[i].dir, ec);
     if (ec) throw CheckpointError(errno_text("remove old checkpoint", all[i].dir, ec.value()), ec.value());
     deleted.push_back(all[i].dir);
   }
   return deleted;
+}
+
+std::vector<fs::path> apply_retention(const fs::path& run_dir, int keep_last) {
+  return apply_retention(run_dir, RetentionPolicy{keep_last, 0, true, nullptr});
 }
 
 }  // namespace precon::worker

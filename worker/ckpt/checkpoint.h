@@ -67,10 +67,21 @@ std::optional<std::string> verify_checkpoint(const fs::path& dir);
 // step_00000020". Also removes leftover temp directories of writers that are not running.
 CheckpointChoice latest_good_checkpoint(const fs::path& run_dir);
 
-// Keeps the newest `keep_last` checkpoints that verify and deletes every checkpoint older
-// than the oldest of them (damaged or not); damaged ones newer than it stay for inspection.
-// Deletes nothing when keep_last <= 0 or fewer than keep_last verify, so the newest good
-// checkpoint always survives. Returns the deleted directories.
+// Which checkpoints survive: the newest `keep_last` that verify, plus the `keep_best` verifying
+// ones with the best objective (as `objective` reads it from a checkpoint; nullopt = unranked;
+// ties go to the earlier step).
+struct RetentionPolicy {
+  int keep_last = 0;  // <= 0: keep everything
+  int keep_best = 0;
+  bool minimize = true;
+  std::function<std::optional<double>(const CheckpointInfo&)> objective;
+};
+
+// Deletes every checkpoint older than the oldest of the newest `keep_last` good ones (damaged
+// or not) unless it is one of the `keep_best`; damaged ones newer than that stay for
+// inspection. Deletes nothing when keep_last <= 0 or fewer than keep_last verify, so the
+// newest good checkpoint always survives. Returns the deleted directories, ascending by step.
+std::vector<fs::path> apply_retention(const fs::path& run_dir, const RetentionPolicy& policy);
 std::vector<fs::path> apply_retention(const fs::path& run_dir, int keep_last);
 
 // Removes step_*.tmp-<pid> directories whose writer process is gone; returns them.

@@ -35,7 +35,8 @@ struct TrainConfig {
   int64_t eval_batches = 4;       // validation batches per evaluation
   int64_t log_every = 1;          // steps between train-loss records
   int64_t checkpoint_every = 100; // steps between checkpoints; 0 = only at the end
-  int64_t keep_checkpoints = 2;   // checkpoints kept (the newest good one is never deleted)
+  int64_t keep_checkpoints = 2;   // newest checkpoints kept (the newest good one is never deleted)
+  int64_t keep_best = 0;          // also kept: the checkpoints with the best objective value
   std::string init_from;          // safetensors file to initialise the model from ("" = random)
   double grad_clip = 1.0;         // global-norm clip of raw gradients; 0 = off
   std::string device = "cpu";     // "cpu" | "cuda"

@@ -46,6 +46,8 @@ std::vector<KeySpec> build_table() {
                   [](C c) { return FieldRef{&c.train.checkpoint_every}; }, 0, 1e12));
   k.push_back(key("train.keep_checkpoints", "", "checkpoints kept (the newest good one always is)",
                   [](C c) { return FieldRef{&c.train.keep_checkpoints}; }, 1, 1e6));
+  k.push_back(key("train.keep_best", "", "also kept: checkpoints with the best objective (objective.metric/mode)",
+                  [](C c) { return FieldRef{&c.train.keep_best}; }, 0, 1e6));
   k.push_back(key("train.init_from", "path", "safetensors file to initialise from; empty = random init",
                   [](C c) { return FieldRef{&c.train.init_from}; }));
   k.push_back(key("train.grad_clip", "", "global-norm clip of raw gradients; 0 = off", [](C c) { return FieldRef{&c.train.grad_clip}; }, 0, kInf));

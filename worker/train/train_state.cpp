@@ -1,5 +1,6 @@
 #include "worker/train/train_state.h"
 
+#include <cmath>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -81,6 +82,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                   {"optimizer", state.optimizer->state_scalars()},
                   {"parallel", {{"tensor", state.config->parallel.tensor}, {"data", state.config->parallel.data}}},
                   {"format", 1}};
+  if (state.objective && std::isfinite(*state.objective)) {
+    trainer["objective"] = {{"metric", state.config->objective.metric},
+                            {"mode", state.config->objective.mode},
+                            {"value", *state.objective}};
+  }
   std::vector<CheckpointFile> files;
   files.push_back(CheckpointFile::from_bytes("model.safetensors",
                                              model_safetensors_bytes(state.model->params(), state.config->model)));
@@ -89,8 +95,24 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
   files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
   files.push_back(CheckpointFile::from_string("trial.toml", config_to_toml(*state.config)));
   std::filesystem::path dir = write_checkpoint(run_dir, step, files);
-  apply_retention(run_dir, static_cast<int>(state.config->train.keep_checkpoints));
+  RetentionPolicy policy;
+  policy.keep_last = static_cast<int>(state.config->train.keep_checkpoints);
+  policy.keep_best = static_cast<int>(state.config->train.keep_best);
+  policy.minimize = state.config->objective.mode != "max";
+  policy.objective = [](const CheckpointInfo& c) { return checkpoint_objective(c.dir); };
+  apply_retention(run_dir, policy);
   return dir;
+}
+
+std::optional<double> checkpoint_objective(const std::filesystem::path& dir) {
+  try {
+    std::vector<uint8_t> bytes = read_file(dir / "trainer.json");
+    json trainer = json::parse(bytes.begin(), bytes.end());
+    if (!trainer.contains("objective")) return std::nullopt;
+    return trainer.at("objective").at("value").get<double>();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
 int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "worker/config/config.h"
@@ -21,10 +22,14 @@ struct RunState {
   Gpt* model = nullptr;
   Optimizer* optimizer = nullptr;
   DataLoader* loader = nullptr;
+  std::optional<double> objective;  // latest objective.metric value at this step, if reported
 };
 
+// The objective value recorded in a checkpoint's trainer.json; nullopt when absent or unreadable.
+std::optional<double> checkpoint_objective(const std::filesystem::path& dir);
+
 // Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, optimizer.safetensors,
-// trainer.json, config.json, trial.toml, manifest.json) and applies keep_checkpoints.
+// trainer.json, config.json, trial.toml, manifest.json) and applies keep_checkpoints/keep_best.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state);
 
 // Restores a checkpoint directory into the state; returns its step. Throws CheckpointError (with

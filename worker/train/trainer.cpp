@@ -66,7 +66,8 @@ struct Run {
   std::vector<Batch> val;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<Reporter> reporter;
-  RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get()}; }
+  std::optional<double> objective;  // latest value of objective.metric emitted
+  RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective}; }
 };
 
 double evaluate(Run& run) {
@@ -77,6 +78,8 @@ double evaluate(Run& run) {
 
 void emit(Run& run, const MetricRecord& record) {
   run.metrics->write(record);
+  for (const auto& [name, value] : record.values)
+    if (name == run.cfg().objective.metric) run.objective = value;
   if (run.reporter) run.reporter->push(record);
 }
 
@@ -148,6 +151,7 @@ TrainOutcome train(const TrainOptions& options) {
     }
     if (dir) {
       start = load_checkpoint(*dir, run.state());
+      run.objective = checkpoint_objective(*dir);
       log("resumed from " + dir->string() + " at step " + std::to_string(start));
     }
   }
