@@ -124,7 +124,7 @@ void add_run(CLI::App& app) {
   cmd->add_option("--runs", o->runs, "directory for the trials' run directories")->capture_default_str();
   cmd->add_option("--bind", o->bind, "dashboard/API address")->capture_default_str();
   cmd->add_option("--port", o->port, "dashboard/API port (0 = any free port)")->capture_default_str();
-  cmd->add_option("--web", o->web_dir, "dashboard files to serve");
+  cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for trials (0 = all cores)");
   cmd->add_flag("--quiet", o->quiet, "no progress display");
   add_db_option(cmd);

@@ -31,7 +31,7 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--runs", o->runs, "directory for the trials' run directories")->capture_default_str();
   cmd->add_option("--bind", o->bind, "listen address (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->port, "listen port")->capture_default_str();
-  cmd->add_option("--web", o->web_dir, "dashboard files to serve");
+  cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   cmd->add_option("--admin-token", o->token, "admin token (default: a new random one, written next to --db)")
       ->envname("PRECON_TOKEN");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for local trials (0 = all cores)");

@@ -24,10 +24,21 @@ fs::path default_trainer() {
   }
   return "precon-train";
 }
+
+fs::path default_web_dir() {
+  // The dashboard at ../share/precon/web from this program: <build>/orchestrator/precon finds
+  // <build>/share/precon/web (the `web` target), <prefix>/bin/precon <prefix>/share/precon/web.
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  fs::path dir = self.parent_path().parent_path() / "share" / "precon" / "web";
+  return fs::exists(dir / "index.html", ec) ? dir : fs::path{};
+}
 }  // namespace
 
 Controller::Controller(ControllerOptions options) : options_(std::move(options)) {
   if (options_.trainer.empty()) options_.trainer = default_trainer();
+  if (options_.web_dir.empty()) options_.web_dir = default_web_dir();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
   store_ = std::make_unique<Store>(options_.db);
   LocalExecutorOptions lo;

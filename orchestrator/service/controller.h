@@ -22,7 +22,8 @@ struct ControllerOptions {
   std::filesystem::path db = "precon.db";      // SQLite file
   std::filesystem::path run_root = "runs";     // trials' run directories go under it
   std::filesystem::path trainer;               // precon-train; default: next to this program
-  std::filesystem::path web_dir;               // dashboard files; empty = none
+  std::filesystem::path web_dir;               // dashboard files; empty = ../share/precon/web from
+                                               // this program when present, else none
   std::string bind = "127.0.0.1";              // loopback unless asked otherwise
   uint16_t port = 0;                           // 0 = ephemeral
   std::string admin_token;                     // required by routes that change state

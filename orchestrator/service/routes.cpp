@@ -4,6 +4,7 @@
 
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
+#include "orchestrator/service/routes_dashboard.h"
 #include "orchestrator/service/views.h"
 #include "worker/config/parse.h"
 
@@ -187,6 +188,7 @@ void Controller::add_routes() {
            return json_response({{"ok", true}, {"stop", answer.stop}, {"reason", answer.reason}});
          }, false, "report", [](const Request&) { return true; }});
 
+  add_dashboard_routes(r, store);
   if (!options_.web_dir.empty()) r.add_static("/", options_.web_dir, "dashboard");
 }
 

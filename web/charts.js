@@ -1,0 +1,79 @@
+// Chart builders over uPlot (the npm package, copied to vendor/ by the build): overlaid lines,
+// scatter plots with numeric or categorical x, and the Pareto front. Each builder replaces the
+// chart held by its container, so a view can redraw on every update.
+import uPlot from './vendor/uPlot.esm.js';
+
+const charts = new WeakMap();  // container -> uPlot
+
+export function color(i) { return `hsl(${(i * 137.508) % 360} 62% 44%)`; }
+
+function place(container, opts, data) {
+  const old = charts.get(container);
+  if (old) old.destroy();
+  container.replaceChildren();
+  const u = new uPlot(opts, data, container);
+  charts.set(container, u);
+  return u;
+}
+
+function size(container, height) {
+  return { width: Math.max(320, container.clientWidth || 640), height };
+}
+
+export function destroyChart(container) {
+  const old = charts.get(container);
+  if (old) { old.destroy(); charts.delete(container); }
+}
+
+// series: [{label, values, color}] over the shared x array `x`. The legend lists the series
+// while there are few enough to read.
+export function lineChart(container, { x, series, xLabel, yLabel, logY = false, height = 320 }) {
+  const opts = {
+    ...size(container, height),
+    legend: { show: series.length <= 30, live: series.length <= 30 },
+    cursor: { points: { show: series.length <= 30 } },
+    scales: { x: { time: false }, y: { distr: logY ? 3 : 1 } },
+    axes: [{ label: xLabel }, { label: yLabel, size: 60 }],
+    series: [{ label: xLabel }, ...series.map((s, i) => ({
+      label: s.label, stroke: s.color || color(i), width: 1.25, spanGaps: true, points: { show: false },
+    }))],
+  };
+  container.dataset.series = String(series.length);
+  return place(container, opts, [x, ...series.map(s => s.values)]);
+}
+
+// points: [{x, y}] with numeric x, or x an index into `categories` (shown as labels).
+export function scatterChart(container, { points, xLabel, yLabel, categories = null, logX = false, height = 260 }) {
+  const sorted = [...points].sort((a, b) => a.x - b.x);
+  const x = categories ? { time: false, range: [-0.5, categories.length - 0.5] } : { time: false, distr: logX ? 3 : 1 };
+  const xAxis = { label: xLabel };
+  if (categories) {
+    xAxis.splits = () => categories.map((_, i) => i);
+    xAxis.values = (u, splits) => splits.map(v => categories[v] ?? '');
+  }
+  const opts = {
+    ...size(container, height),
+    scales: { x, y: { time: false } },
+    axes: [xAxis, { label: yLabel, size: 60 }],
+    series: [{ label: xLabel, value: (u, v) => (v === null ? '—' : categories ? categories[v] : v) },
+             { label: yLabel, stroke: color(0), fill: color(0), paths: () => null, points: { show: true, size: 7 } }],
+  };
+  container.dataset.series = '1';
+  container.dataset.points = String(sorted.length);
+  return place(container, opts, [sorted.map(p => p.x), sorted.map(p => p.y)]);
+}
+
+// points: [{x: seconds per step, y: objective, front: bool}]; the front is drawn as a line.
+export function paretoChart(container, { points, yLabel, height = 260 }) {
+  const sorted = [...points].sort((a, b) => a.x - b.x);
+  const opts = {
+    ...size(container, height),
+    scales: { x: { time: false }, y: { time: false } },
+    axes: [{ label: 'seconds per step' }, { label: yLabel, size: 60 }],
+    series: [{ label: 's/step' },
+             { label: 'trials', stroke: color(3), fill: color(3), paths: () => null, points: { show: true, size: 6 } },
+             { label: 'Pareto front', stroke: color(0), width: 2, spanGaps: true, points: { show: true, size: 8 } }],
+  };
+  container.dataset.series = '2';
+  return place(container, opts, [sorted.map(p => p.x), sorted.map(p => p.y), sorted.map(p => (p.front ? p.y : null))]);
+}

@@ -1,0 +1,113 @@
+// The experiment page's sweep panel: the best objective against each swept parameter (scatter;
+// categorical parameters by name), a heatmap of two parameters, and the Pareto front of the
+// objective against seconds per step (from /api/v1/experiments/ID/best).
+import { api, h, num, paramText } from './util.js';
+import { paretoChart, scatterChart } from './charts.js';
+
+function distinct(values) {
+  const numeric = values.every(v => typeof v === 'number');
+  const uniq = [...new Map(values.map(v => [paramText(v), v])).values()];
+  return numeric ? uniq.sort((a, b) => a - b) : uniq.sort((a, b) => paramText(a).localeCompare(paramText(b)));
+}
+
+function scatterFor(param, rows, objective) {
+  const withValue = rows.filter(r => r.objective_best !== null && r.params && param in r.params);
+  const values = withValue.map(r => r.params[param]);
+  const numeric = values.length > 0 && values.every(v => typeof v === 'number');
+  const card = h('div', { class: 'scatter', dataset: { param } }, h('h3', {}, `${objective.metric} vs ${param}`));
+  const chart = h('div', { class: 'chart' });
+  card.append(chart);
+  return {
+    card,
+    draw() {
+      if (!withValue.length) { chart.replaceChildren(h('p', { class: 'muted' }, 'no objective values yet')); return; }
+      if (numeric) {
+        const pos = values.every(v => v > 0);
+        const logX = pos && Math.max(...values) / Math.min(...values) >= 20;
+        scatterChart(chart, { points: withValue.map(r => ({ x: r.params[param], y: r.objective_best })),
+                              xLabel: param + (logX ? ' (log)' : ''), yLabel: objective.metric, logX });
+      } else {
+        const cats = distinct(values).map(paramText);
+        scatterChart(chart, { points: withValue.map(r => ({ x: cats.indexOf(paramText(r.params[param])), y: r.objective_best })),
+                              xLabel: param, yLabel: objective.metric, categories: cats });
+      }
+    },
+  };
+}
+
+// Rows: values of `a`; columns: values of `b`; a cell holds the best objective of its trials.
+function heatmap(a, b, rows, objective) {
+  const usable = rows.filter(r => r.params && a in r.params && b in r.params);
+  const av = distinct(usable.map(r => r.params[a])), bv = distinct(usable.map(r => r.params[b]));
+  const better = (x, y) => (objective.mode === 'max' ? x > y : x < y);
+  const cell = new Map();
+  for (const r of usable) {
+    if (r.objective_best === null) continue;
+    const k = paramText(r.params[a]) + '\u0000' + paramText(r.params[b]);
+    if (!cell.has(k) || better(r.objective_best, cell.get(k))) cell.set(k, r.objective_best);
+  }
+  const vals = [...cell.values()];
+  const lo = Math.min(...vals), hi = Math.max(...vals);
+  const shade = v => {
+    let t = hi > lo ? (v - lo) / (hi - lo) : 0;  // 0 = lowest
+    if (objective.mode === 'max') t = 1 - t;      // 0 = best
+    return `hsl(${Math.round(130 * (1 - t))} 60% ${78 - 18 * (1 - t)}%)`;
+  };
+  return h('table', { class: 'heatmap', id: 'heatmap' },
+    h('thead', {}, h('tr', {}, h('th', {}, `${a} \\ ${b}`), bv.map(v => h('th', {}, paramText(v))))),
+    h('tbody', {}, av.map(x => h('tr', {}, h('th', {}, paramText(x)), bv.map(y => {
+      const v = cell.get(paramText(x) + '\u0000' + paramText(y));
+      return v === undefined ? h('td', { class: 'empty' }, '—')
+        : h('td', { style: `background:${shade(v)}`, title: `${a}=${paramText(x)} ${b}=${paramText(y)}` }, num(v));
+    })))));
+}
+
+export function sweepPanel({ experimentId, objective, onError }) {
+  const scatters = h('div', { class: 'scatters' });
+  const heat = h('div', { id: 'heatmap-box' });
+  const pareto = h('div', { class: 'chart', id: 'pareto-chart' });
+  const front = h('p', { class: 'muted', id: 'pareto-front' });
+  const el = h('section', { class: 'card', id: 'sweep' }, h('h2', {}, 'Sweep'), scatters, heat,
+    h('h3', {}, `Pareto front: ${objective.metric} vs seconds per step`), pareto, front);
+  let pair = null;
+
+  function drawHeat(swept, rows) {
+    if (swept.length < 2) { heat.replaceChildren(); return; }
+    if (!pair || !swept.includes(pair[0]) || !swept.includes(pair[1])) pair = [swept[0], swept[1]];
+    const pick = (i) => {
+      const s = h('select', {}, swept.map(p => h('option', { value: p, selected: p === pair[i] }, p)));
+      s.addEventListener('change', () => { pair[i] = s.value; drawHeat(swept, rows); });
+      return s;
+    };
+    heat.replaceChildren(h('h3', {}, `Heatmap: best ${objective.metric}`),
+      swept.length > 2 ? h('div', { class: 'controls' }, h('label', {}, 'rows ', pick(0)), h('label', {}, 'columns ', pick(1))) : '',
+      pair[0] === pair[1] ? h('p', { class: 'muted' }, 'pick two different parameters') : heatmap(pair[0], pair[1], rows, objective));
+  }
+
+  async function loadPareto() {
+    const r = await api(`/api/v1/experiments/${experimentId}/best`);
+    const pts = r.pareto.filter(p => p.compared && p.final_value !== null && p.seconds_per_step > 0)
+      .map(p => ({ x: p.seconds_per_step, y: p.final_value, front: p.on_front, label: p.label, trial: p.trial }));
+    if (!pts.length) {
+      pareto.replaceChildren(h('p', { class: 'muted' }, 'no completed trials with timing yet'));
+      front.textContent = '';
+    } else {
+      paretoChart(pareto, { points: pts, yLabel: objective.metric });
+      front.replaceChildren('On the front: ', ...pts.filter(p => p.front).sort((a, b) => a.x - b.x).flatMap((p, i) =>
+        [i ? ', ' : '', h('a', { href: `#/trials/${p.trial}` }, `${p.label} (${num(p.y)}, ${num(p.x, 3)} s/step)`)]));
+    }
+    document.body.dataset.pareto = 'ready';
+  }
+
+  return {
+    el,
+    draw(swept, rows) {
+      const cards = swept.map(p => scatterFor(p, rows, objective));
+      scatters.replaceChildren(...cards.map(c => c.card));
+      cards.forEach(c => c.draw());
+      if (!swept.length) scatters.replaceChildren(h('p', { class: 'muted' }, 'nothing is swept in this experiment'));
+      drawHeat(swept, rows);
+      loadPareto().catch(onError);
+    },
+  };
+}

@@ -1,0 +1,85 @@
+// The trial page: state and cancel, the resolved config, attempts (executor, job id, nodes, exit
+// code), checkpoints, the trial's events (early-stop decisions with reasons), the log tail and a
+// chart of every metric it reported.
+import { ACTIVE, api, cancelButton, duration, eventRows, h, num, paramText, stateBadge, when } from './util.js';
+import { lineChart } from './charts.js';
+
+function table(id, titles, rows) {
+  return h('table', { class: 'grid', id }, h('thead', {}, h('tr', {}, titles.map(t => h('th', {}, t)))),
+    h('tbody', {}, rows.length ? rows : h('tr', {}, h('td', { colspan: titles.length, class: 'muted' }, 'none'))));
+}
+
+export async function render(root, id, ctx) {
+  const onError = e => ctx.showError(e);
+  const header = h('div', { class: 'exp-header' });
+  const attempts = h('div'), checkpoints = h('div'), events = h('div'), metrics = h('div', { class: 'metric-grid', id: 'metric-charts' });
+  const config = h('pre', { class: 'config', id: 'config' });
+  const streamSel = h('select', { id: 'log-stream' }, h('option', { value: 'stderr' }, 'stderr'), h('option', { value: 'stdout' }, 'stdout'));
+  const log = h('pre', { class: 'log', id: 'log' });
+  root.replaceChildren(header,
+    h('section', { class: 'card' }, h('h2', {}, 'Metrics'), metrics),
+    h('div', { class: 'two' },
+      h('section', { class: 'card' }, h('h2', {}, 'Attempts'), attempts, h('h2', {}, 'Checkpoints'), checkpoints),
+      h('section', { class: 'card' }, h('h2', {}, 'Resolved config'), config)),
+    h('section', { class: 'card' }, h('h2', {}, 'Events'), events),
+    h('section', { class: 'card' }, h('h2', {}, 'Log tail ', streamSel), log));
+  let t = null;
+
+  async function loadLog() {
+    const r = await api(`/api/v1/trials/${id}/logs?stream=${streamSel.value}&lines=200`);
+    log.textContent = r.text || '(empty)';
+    log.scrollTop = log.scrollHeight;
+  }
+  streamSel.addEventListener('change', () => loadLog().catch(onError));
+
+  async function load() {
+    t = await api(`/api/v1/trials/${id}`);
+    if (!ctx.isCurrent()) return;
+    const [exp, series, ev] = await Promise.all([
+      api(`/api/v1/experiments/${t.experiment_id}`),
+      api(`/api/v1/trials/${id}/metrics?max_points=1000`),
+      api(`/api/v1/events?experiment=${t.experiment_id}&limit=10000`),
+    ]);
+    if (!ctx.isCurrent()) return;
+    ctx.crumbs([{ text: 'experiments', href: '#/' }, { text: `${exp.name} (#${exp.id})`, href: `#/experiments/${exp.id}` },
+                { text: `trial ${t.index} (#${id})` }]);
+    const params = Object.entries(t.params || {}).map(([k, v]) => `${k}=${paramText(v)}`).join(' ');
+    header.replaceChildren(
+      h('h1', {}, `Trial ${t.index} `, stateBadge(t.state)),
+      h('p', {}, params || 'no swept parameters'),
+      h('p', { class: 'muted' }, `step ${t.last_step} · attempts ${t.attempts} · started ${when(t.started_at)} · ` +
+        `ran ${duration(t.started_at ? (t.ended_at || Date.now() / 1000) - t.started_at : null)}` +
+        (t.reason ? ` · ${t.reason}` : '')),
+      h('p', { class: 'muted' }, 'run directory ', h('code', {}, t.run_dir)),
+      ACTIVE.has(t.state) ? cancelButton('cancel trial', `/api/v1/trials/${id}/cancel`, load, onError) : '');
+    config.textContent = t.config;
+    attempts.replaceChildren(table('attempts', ['#', 'executor', 'job / pid', 'nodes', 'state', 'exit code', 'detail', 'started', 'ended'],
+      t.attempts.map(a => h('tr', {}, h('td', {}, a.number), h('td', {}, a.executor), h('td', {}, a.external_id), h('td', {}, a.nodes || '—'),
+        h('td', {}, a.state), h('td', { class: 'num' }, a.exit_code ?? '—'), h('td', {}, a.detail), h('td', {}, when(a.started_at)),
+        h('td', {}, when(a.ended_at))))));
+    checkpoints.replaceChildren(table('checkpoints', ['step', 'objective', 'path', 'written', 'deleted'],
+      t.checkpoints.map(c => h('tr', {}, h('td', { class: 'num' }, c.step), h('td', { class: 'num' }, num(c.objective)),
+        h('td', {}, h('code', {}, c.path)), h('td', {}, when(c.created_at)), h('td', {}, c.deleted_at ? when(c.deleted_at) : '—')))));
+    const mine = ev.events.filter(e => e.trial_id === id).reverse();
+    events.replaceChildren(table('trial-events', ['time', 'kind', 'trial', 'message'], eventRows(mine)));
+    const names = Object.keys(series.metrics).sort();
+    metrics.replaceChildren(...names.map(n => h('div', { class: 'metric', dataset: { metric: n } }, h('h3', {}, n), h('div', { class: 'chart' }))));
+    names.forEach((n, i) => {
+      const s = series.metrics[n];
+      lineChart(metrics.children[i].lastChild, { x: s.steps, series: [{ label: n, values: s.values }], xLabel: 'step', yLabel: n, height: 200 });
+    });
+    if (!names.length) metrics.replaceChildren(h('p', { class: 'muted' }, 'no metrics reported yet'));
+    await loadLog();
+    document.body.dataset.view = 'trial';
+    document.body.dataset.rendered = String(performance.now());
+    document.body.dataset.updated = String(Date.now());
+  }
+
+  await load();
+  return {
+    async tick(newEvents) {
+      if (newEvents.some(e => e.trial_id === id) || ACTIVE.has(t.state)) await load().catch(onError);
+    },
+    dispose() {},
+  };
+}
