@@ -24,19 +24,31 @@ struct SeriesPoint {
   double time = 0;
 };
 
-// One (trial, metric) series in step order, steps unique.
+// One (trial, metric) series in step order, steps unique, with the index of the first minimum
+// and maximum of every block of kBlock consecutive values, so that downsampling a million
+// points reads a few thousand block summaries instead of every value.
 struct Series {
+  static constexpr size_t kBlock = 256;
+  static constexpr uint32_t kNone = UINT32_MAX;  // a block of NaN only has no extremes
+
   std::vector<int64_t> steps;
   std::vector<double> values, times;
-  // Upserts the points in order (a later point with the same step wins).
+  std::vector<uint32_t> block_min, block_max;  // offsets within the block, or kNone
+
+  // Upserts the points in order (a later point with the same step wins); keeps the blocks current.
   void merge(std::span<const SeriesPoint> points);
+  // Recomputes the block summaries from the block holding point `from` to the end (after
+  // steps/values were filled or changed directly).
+  void reindex(size_t from = 0);
 };
 
 // Indices of the points kept when downsampling n points to at most max_points: buckets of
 // consecutive points, each contributing its first, last, minimum and maximum (NaN values are
-// ignored for the extremes), in ascending order without duplicates. All indices when
-// max_points is 0 or n <= max_points.
+// ignored for the extremes; the first of equal extremes), in ascending order without duplicates.
+// All indices when max_points is 0 or n <= max_points.
 std::vector<size_t> downsample(std::span<const double> values, size_t max_points);
+// The same selection, using the series' block summaries.
+std::vector<size_t> downsample(const Series& series, size_t max_points);
 
 class SeriesCache {
  public:

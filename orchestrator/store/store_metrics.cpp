@@ -32,7 +32,7 @@ size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& p
   std::map<int64_t, std::vector<SeriesPoint>> by_series;
   std::vector<std::pair<std::string, int64_t>> new_names;
   {
-    std::lock_guard g(impl_->write_mu);
+    WriteGuard g(*impl_, "insert_metrics");
     auto& db = *impl_->writer;
     try {
       sql::Transaction tx(db);
@@ -104,7 +104,7 @@ std::vector<MetricPoint> Store::metrics(int64_t trial_id, const std::string& nam
   };
   const auto reading = impl_->cache.read({trial_id, *name_id}, load);
   const Series& series = reading.series();
-  const std::vector<size_t> keep = downsample(series.values, max_points);
+  const std::vector<size_t> keep = downsample(series, max_points);
   std::vector<MetricPoint> out(keep.size());
   for (size_t k = 0; k < keep.size(); ++k) {
     const size_t i = keep[k];
