@@ -126,7 +126,8 @@ json experiment_curves_json(const Store& store, const std::vector<TrialRow>& tri
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
   for (const TrialRow& t : trials) {
     Loaded l{t.id, {}, {}};
-    const std::vector<MetricPoint> series = store.metrics(t.id, name, points);
+    // Four points per bin on average keep the bins' means close to the raw series'.
+    const std::vector<MetricPoint> series = store.metrics(t.id, name, points * 4);
     const double origin = t.started_at > 0 ? t.started_at : (series.empty() ? 0 : series.front().time);
     for (const MetricPoint& p : series) {
       const double x = by_time ? p.time - origin : static_cast<double>(p.step);
