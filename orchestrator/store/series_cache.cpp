@@ -189,6 +189,15 @@ SeriesCache::Reading SeriesCache::read(Key key, const std::function<void(Series&
   }
 }
 
+void SeriesCache::seed(Key key) {
+  std::lock_guard g(mu_);
+  auto [it, inserted] = map_.try_emplace(key);
+  if (!inserted) return;
+  it->second = std::make_shared<Entry>();
+  it->second->loading = false;
+  it->second->last_used = ++tick_;
+}
+
 void SeriesCache::apply(Key key, std::span<const SeriesPoint> points) {
   std::shared_ptr<Entry> e;
   {

@@ -80,6 +80,10 @@ class SeriesCache {
   // database) on a miss. Concurrent readers of a loading series wait for it.
   Reading read(Key key, const std::function<void(Series&)>& load);
 
+  // Called by the writer when it starts a series that had no rows: caches it empty (no load),
+  // unless it is cached already. apply() then fills it.
+  void seed(Key key);
+
   // Called by the writer after a commit: updates the series if it is cached or loading.
   // A load that starts after this call sees the commit in its snapshot; one in progress
   // gets the points replayed after it finishes.

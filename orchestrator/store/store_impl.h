@@ -1,8 +1,11 @@
 // Store internals shared by store.cpp (rows) and store_metrics.cpp (metric series).
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -44,8 +47,10 @@ struct StoreState {
   int version = 0;
 
   std::mutex write_mu;                   // guards writer and writer_names
+  std::function<void(const char* op, double seconds)> write_observer;  // set before concurrent use
   std::unique_ptr<sql::Database> writer;
   std::unordered_map<std::string, int64_t> writer_names;  // includes the open transaction's
+  std::set<std::pair<int64_t, int64_t>> writer_series;     // (trial, name id) known to have rows
 
   std::mutex pool_mu;
   std::vector<std::unique_ptr<sql::Database>> idle_readers;
@@ -54,6 +59,26 @@ struct StoreState {
   std::unordered_map<std::string, int64_t> names;
 
   SeriesCache cache{kDefaultCachePoints};
+};
+
+// Holds the writer for one write (taken through write_mu) and tells the write observer, if any,
+// how long the write held it.
+class WriteGuard {
+ public:
+  WriteGuard(StoreState& state, const char* op)
+      : state_(state), lock_(state.write_mu), op_(op), start_(std::chrono::steady_clock::now()) {}
+  ~WriteGuard() {
+    if (state_.write_observer)
+      state_.write_observer(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+  WriteGuard(const WriteGuard&) = delete;
+  WriteGuard& operator=(const WriteGuard&) = delete;
+
+ private:
+  StoreState& state_;
+  std::lock_guard<std::mutex> lock_;
+  const char* op_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 struct Store::Impl : StoreState {

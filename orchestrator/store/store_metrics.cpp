@@ -31,6 +31,7 @@ size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& p
   // Points per name id, in input order, for the cache once the transaction has committed.
   std::map<int64_t, std::vector<SeriesPoint>> by_series;
   std::vector<std::pair<std::string, int64_t>> new_names;
+  std::vector<int64_t> fresh;  // name ids of series that had no rows before this write
   {
     WriteGuard g(*impl_, "insert_metrics");
     auto& db = *impl_->writer;
@@ -53,6 +54,12 @@ size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& p
           }
           name_id = it->second;
           last_name = &p.name;
+          if (impl_->writer_series.insert({trial_id, name_id}).second) {
+            auto any = db.cached("SELECT 1 FROM metrics WHERE trial_id = ? AND name_id = ? LIMIT 1");
+            any->bind_all(trial_id, name_id);
+            if (!any->step()) fresh.push_back(name_id);
+            any->reset();
+          }
         }
         ins->bind_all(trial_id, name_id, p.step, p.value, p.time).run();
         ins->reset();
@@ -61,6 +68,7 @@ size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& p
       tx.commit();
     } catch (...) {
       for (const auto& [name, id] : new_names) impl_->writer_names.erase(name);
+      for (int64_t id : fresh) impl_->writer_series.erase({trial_id, id});
       throw;
     }
     // Still under the write lock, so the cache sees commits in commit order.
@@ -68,6 +76,9 @@ size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& p
       std::unique_lock n(impl_->names_mu);
       for (const auto& [name, id] : new_names) impl_->names.emplace(name, id);
     }
+    // A series this write started is complete in the cache from its first point, so queries of
+    // running trials never pay for a load from SQLite.
+    for (int64_t id : fresh) impl_->cache.seed({trial_id, id});
     for (const auto& [name_id, pts] : by_series) impl_->cache.apply({trial_id, name_id}, pts);
   }
   return points.size();

@@ -338,6 +338,33 @@ std::vector<size_t> reference_downsample(const std::vector<double>& v, size_t m)
   return {keep.begin(), keep.end()};
 }
 
+TEST_F(StoreMetrics, NewSeriesAreCachedFromTheirFirstPointOldOnesAreLoaded) {
+  int64_t trial = 0;
+  {
+    Store s(path_);
+    trial = one_trial(s);
+    std::vector<MetricPoint> first;
+    for (int64_t i = 1; i <= 100; ++i) first.push_back({"loss", i, 1.0 / i, 0.0});
+    s.insert_metrics(trial, first);
+  }
+  // A new controller on the same file: the series has rows, so it must not start empty.
+  Store s(path_);
+  s.insert_metrics(trial, {{"loss", 101, 0.5, 0.0}, {"acc", 101, 0.25, 0.0}});
+  EXPECT_EQ(s.metrics(trial, "loss").size(), 101u);
+  // "acc" started with this write: it is served from the cache without reading SQLite, which
+  // shows as rows deleted behind the store's back still being returned.
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "DELETE FROM metrics WHERE name_id = (SELECT id FROM metric_names WHERE name = 'acc')",
+                           nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  auto acc = s.metrics(trial, "acc");
+  ASSERT_EQ(acc.size(), 1u);
+  EXPECT_EQ(acc[0].value, 0.25);
+}
+
 TEST(SeriesBlocks, DownsampleMatchesReferenceAfterAppendsReplacementsAndInserts) {
   // Points arrive in chunks, some resent with new values, some filling gaps out of order; a run
   // of NaN covers whole blocks. The block summaries must give the reference's selection.
