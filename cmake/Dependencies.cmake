@@ -21,6 +21,8 @@ find_package(ZLIB REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(SQLite3 REQUIRED)
 find_package(tomlplusplus REQUIRED)
+# The controller's /metrics registry and text exposition (core only: we serve it on our own route).
+find_package(prometheus-cpp CONFIG REQUIRED COMPONENTS core)
 # Asio and Beast are header-only: the worker's reporter and the controller's HTTP server.
 find_package(Boost 1.74 REQUIRED)
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "orchestrator/obs/controller_metrics.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/train/train_state.h"
 #include "worker/config/parse.h"
@@ -52,7 +53,10 @@ struct Scheduler::Live {
 };
 
 Scheduler::Scheduler(Store& store, std::map<std::string, Executor*> executors, SchedulerOptions options)
-    : store_(store), executors_(std::move(executors)), options_(std::move(options)) {}
+    : store_(store), executors_(std::move(executors)), options_(std::move(options)) {
+  if (options_.metrics)
+    for (const auto& [name, ex] : executors_) options_.metrics->add_executor(name);
+}
 
 Scheduler::~Scheduler() { stop(); }
 
@@ -143,6 +147,10 @@ void Scheduler::reconcile() {
     live->handle = h;
     live->executor = it->second;
     live_[a.trial_id] = std::move(live);
+    if (options_.metrics) {
+      auto exp = store_.experiment(trial->experiment_id);
+      options_.metrics->trial_active(a.trial_id, exp ? exp->name : "");
+    }
     std::optional<ExitStatus> status = it->second->adopt(h);
     if (status) {
       finish_attempt(a.trial_id, *status);
@@ -164,7 +172,19 @@ void Scheduler::reconcile() {
 
 void Scheduler::collect_finished() {
   for (auto& [name, ex] : executors_) {
-    for (auto& [handle, status] : ex->poll()) {
+    std::vector<std::pair<Handle, ExitStatus>> ended;
+    const auto t0 = std::chrono::steady_clock::now();
+    bool failed = false;
+    try {
+      ended = ex->poll();
+    } catch (const std::exception& e) {
+      failed = true;  // the other executors are still polled; this one is tried again next tick
+      log("executor " + name + ": poll failed: " + e.what());
+    }
+    if (options_.metrics)
+      options_.metrics->executor_polled(
+          name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failed);
+    for (auto& [handle, status] : ended) {
       for (auto& [trial_id, live] : live_) {
         if (live->handle.external_id == handle.external_id && live->executor == ex) {
           finish_attempt(trial_id, status);
@@ -180,6 +200,12 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
   if (it == live_.end()) return;
   std::unique_ptr<Live> live = std::move(it->second);
   live_.erase(it);
+  if (options_.metrics) {
+    options_.metrics->trial_inactive(trial_id);
+    if (!live->stop_requested && status.kind == ExitKind::requeue) options_.metrics->attempt_requeued(live->handle.executor);
+    if (!live->stop_requested && status.kind != ExitKind::requeue && status.kind != ExitKind::succeeded)
+      options_.metrics->attempt_failed(live->handle.executor);
+  }
   auto trial_opt = store_.trial(trial_id);
   if (!trial_opt) return;
   TrialRow trial = *trial_opt;
@@ -247,6 +273,7 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
 
 void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& reason) {
   if (is_terminal(trial.state)) return;  // a trial ends exactly once
+  if (options_.metrics) options_.metrics->trial_inactive(trial.id);
   trial.state = state;
   trial.reason = reason;
   trial.ended_at = now_seconds();
@@ -271,6 +298,7 @@ void Scheduler::maybe_finish_experiment(int64_t experiment_id) {
 }
 
 void Scheduler::launch_ready() {
+  int64_t queued = 0;
   for (const ExperimentRow& exp : store_.experiments()) {
     if (exp.state != ExperimentState::running) continue;
     std::vector<TrialRow> trials = store_.trials(exp.id);
@@ -284,7 +312,9 @@ void Scheduler::launch_ready() {
       if (live_.size() == before) break;  // no capacity now
       ++running;
     }
+    for (const TrialRow& t : trials) queued += t.state == TrialState::pending;
   }
+  if (options_.metrics) options_.metrics->set_queue_length(queued);
 }
 
 void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
@@ -323,6 +353,8 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   fs::create_directories(trial.run_dir);
   std::ofstream(config_path) << trial.config_toml;
   Handle handle;
+  // Active before the worker can report; a failed launch ends the trial, which removes it again.
+  if (options_.metrics) options_.metrics->trial_active(trial.id, exp.name);
   try {
     handle = ex->second->launch(spec);
   } catch (const std::exception& e) {
@@ -341,6 +373,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   live->handle = handle;
   live->executor = ex->second;
   live_[trial.id] = std::move(live);
+  if (options_.metrics) options_.metrics->attempt_started(handle.executor);
   trial.state = TrialState::running;
   trial.attempts = spec.attempt;
   if (trial.started_at == 0) trial.started_at = now_seconds();
@@ -513,6 +546,7 @@ ReportAnswer Scheduler::report(int64_t trial_id, const std::string& token, const
     objective = objective_metric_[experiment_id];
   }
   store_.insert_metrics(trial_id, points);
+  if (options_.metrics) options_.metrics->report(trial_id, points);
   std::vector<std::pair<int64_t, double>> objective_points;
   for (const MetricPoint& p : points)
     if (p.name == objective && std::isfinite(p.value)) objective_points.emplace_back(p.step, p.value);
@@ -562,6 +596,7 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   for (const TrialRow& t : store_.trials(exp_id))
     if (t.state == TrialState::completed) completed.insert(t.id);
   StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed);
+  if (options_.metrics) options_.metrics->early_stop_decision(d.stop);
   if (!d.stop) return;
   event(exp_id, trial_id, "early_stop", d.reason, d.data);
   request_stop(trial_id, TrialState::pruned, d.reason);

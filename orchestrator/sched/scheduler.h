@@ -29,12 +29,15 @@
 
 namespace precon::orch {
 
+class ControllerMetrics;
+
 struct SchedulerOptions {
   std::string report_url;                         // where workers POST metrics (…/api/v1/report)
   std::filesystem::path trainer;                  // the precon-train program
   std::chrono::milliseconds poll_interval{250};   // executor polling and launching
   std::chrono::milliseconds stop_grace{20000};    // stop answer, then SIGTERM; SIGKILL after 2x this
   std::function<void(const std::string&)> log;    // progress lines
+  ControllerMetrics* metrics = nullptr;           // /metrics: counters and per-trial series; may be null
 };
 
 // A random hex token (admin or per-trial).

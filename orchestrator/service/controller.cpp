@@ -4,6 +4,7 @@
 
 
 #include "orchestrator/exec/local_executor.h"
+#include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
 #include "worker/config/parse.h"
@@ -40,7 +41,9 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   if (options_.trainer.empty()) options_.trainer = default_trainer();
   if (options_.web_dir.empty()) options_.web_dir = default_web_dir();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
+  metrics_ = std::make_unique<ControllerMetrics>();
   store_ = std::make_unique<Store>(options_.db);
+  store_->set_write_observer([m = metrics_.get()](const char* op, double seconds) { m->store_write(op, seconds); });
   LocalExecutorOptions lo;
   lo.cpu_slots = options_.cpu_slots;
   lo.gpu_ids = options_.gpu_ids;
@@ -50,10 +53,14 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   ro.log = options_.log;
   router_ = std::make_unique<Router>(ro);
   add_routes();
+  add_metrics_route();
   ServerOptions so;
   so.bind = options_.bind;
   so.port = options_.port;
   so.log = options_.log;
+  so.on_request = [m = metrics_.get()](const Request& req, const Response& resp, double seconds) {
+    m->http_request(req.route, resp.status, seconds);
+  };
   server_ = std::make_unique<HttpServer>(*router_, so);
 }
 
@@ -67,6 +74,7 @@ void Controller::start() {
   so.poll_interval = options_.poll_interval;
   so.stop_grace = options_.stop_grace;
   so.log = options_.log;
+  so.metrics = metrics_.get();
   scheduler_ = std::make_unique<Scheduler>(*store_, std::map<std::string, Executor*>{{"local", local_.get()}}, so);
   scheduler_->start();
 }

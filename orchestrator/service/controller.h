@@ -16,6 +16,7 @@
 
 namespace precon::orch {
 
+class ControllerMetrics;
 class LocalExecutor;
 
 struct ControllerOptions {
@@ -48,6 +49,7 @@ class Controller {
   uint16_t port() const;
   Store& store() { return *store_; }
   Scheduler& scheduler() { return *scheduler_; }
+  ControllerMetrics& metrics() { return *metrics_; }
   const std::string& admin_token() const { return options_.admin_token; }
 
   // Parses, expands and checks a recipe, then creates the experiment. Throws
@@ -57,8 +59,10 @@ class Controller {
 
  private:
   void add_routes();
+  void add_metrics_route();  // GET /metrics (prometheus_route.cpp)
 
   ControllerOptions options_;
+  std::unique_ptr<ControllerMetrics> metrics_;  // before the store and server, which report to it
   std::unique_ptr<Store> store_;
   std::unique_ptr<LocalExecutor> local_;
   std::unique_ptr<Scheduler> scheduler_;

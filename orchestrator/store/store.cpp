@@ -185,7 +185,7 @@ int Store::schema_version() const { return impl_->version; }
 const std::filesystem::path& Store::path() const { return impl_->path; }
 
 int64_t Store::create_experiment(ExperimentRow e, std::vector<TrialRow> trials) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "create_experiment");
   auto& db = *impl_->writer;
   sql::Transaction tx(db);
   {
@@ -226,7 +226,7 @@ std::vector<ExperimentRow> Store::experiments() const {
 }
 
 void Store::set_experiment_state(int64_t id, ExperimentState state, double ended_at) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "set_experiment_state");
   auto& db = *impl_->writer;
   auto s = db.cached("UPDATE experiments SET state = ?, ended_at = ? WHERE id = ?");
   s->bind_all(experiment_state_name(state), ended_at, id).run();
@@ -242,13 +242,26 @@ std::vector<TrialRow> Store::trials(int64_t experiment_id) const {
                experiment_id);
 }
 
+std::map<TrialState, int64_t> Store::trial_state_counts() const {
+  auto r = impl_->reader();
+  auto s = r.db().cached("SELECT state, COUNT(*) FROM trials GROUP BY state");
+  std::map<TrialState, int64_t> counts;
+  while (s->step())
+    if (auto state = parse_trial_state(s->text(0))) counts[*state] = s->i64(1);
+  return counts;
+}
+
+void Store::set_write_observer(std::function<void(const char* op, double seconds)> observer) {
+  impl_->write_observer = std::move(observer);
+}
+
 std::vector<TrialRow> Store::trials_in_state(TrialState state) const {
   return query(*impl_, select(kTrialCols, "FROM trials WHERE state = ? ORDER BY id"), read_trial,
                trial_state_name(state));
 }
 
 void Store::update_trial(const TrialRow& t) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "update_trial");
   auto& db = *impl_->writer;
   // last_step only rises: insert_metrics may have raised it since the caller read the row.
   auto s = db.cached(
@@ -261,7 +274,7 @@ void Store::update_trial(const TrialRow& t) {
 }
 
 int64_t Store::add_attempt(AttemptRow a) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "add_attempt");
   auto& db = *impl_->writer;
   auto s = db.cached(
       "INSERT INTO attempts (trial_id, number, executor, external_id, nodes, state, exit_code, detail, "
@@ -273,7 +286,7 @@ int64_t Store::add_attempt(AttemptRow a) {
 }
 
 void Store::update_attempt(const AttemptRow& a) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "update_attempt");
   auto& db = *impl_->writer;
   auto s = db.cached(
       "UPDATE attempts SET executor = ?, external_id = ?, nodes = ?, state = ?, exit_code = ?, detail = ?, "
@@ -294,7 +307,7 @@ std::vector<AttemptRow> Store::open_attempts() const {
 }
 
 int64_t Store::add_checkpoint(CheckpointRow c) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "add_checkpoint");
   auto& db = *impl_->writer;
   // A resend keeps the id and creation time; a checkpoint rewritten at a step whose file was
   // deleted (a resumed trial) is on disk again.
@@ -310,7 +323,7 @@ int64_t Store::add_checkpoint(CheckpointRow c) {
 }
 
 void Store::mark_checkpoint_deleted(int64_t checkpoint_id, double when) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "mark_checkpoint_deleted");
   auto& db = *impl_->writer;
   db.cached("UPDATE checkpoints SET deleted_at = ? WHERE id = ?")->bind_all(when, checkpoint_id).run();
   require_changed(db, "checkpoint", checkpoint_id);
@@ -322,7 +335,7 @@ std::vector<CheckpointRow> Store::checkpoints(int64_t trial_id) const {
 }
 
 int64_t Store::add_event(EventRow e) {
-  std::lock_guard g(impl_->write_mu);
+  WriteGuard g(*impl_, "add_event");
   auto& db = *impl_->writer;
   auto s = db.cached(
       "INSERT INTO events (time, experiment_id, trial_id, kind, message, data_json) VALUES (?, ?, ?, ?, ?, ?)");

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -113,6 +115,11 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
+  // Called after every write with its operation ("insert_metrics", "update_trial", ...) and the
+  // seconds it held the writer, not counting the wait for it (the /metrics write histogram). Set
+  // it before other threads use the store; it must be thread-safe and must not call the store.
+  void set_write_observer(std::function<void(const char* op, double seconds)> observer);
+
   int schema_version() const;
   const std::filesystem::path& path() const;
 
@@ -126,6 +133,7 @@ class Store {
   std::optional<TrialRow> trial(int64_t id) const;
   std::vector<TrialRow> trials(int64_t experiment_id) const;  // by index
   std::vector<TrialRow> trials_in_state(TrialState state) const;
+  std::map<TrialState, int64_t> trial_state_counts() const;  // over every experiment; absent = 0
   // Writes every mutable field of the row (state, reason, attempts, last_step, times, run_dir).
   // last_step only rises (insert_metrics may have raised it since the row was read).
   void update_trial(const TrialRow& trial);

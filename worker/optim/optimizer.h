@@ -57,6 +57,9 @@ class Optimizer {
   virtual nlohmann::json state_scalars() const = 0;
   virtual void load_state_scalars(const nlohmann::json& scalars) = 0;
   virtual PhaseSeconds phase_seconds() const = 0;
+  // Inverse-root computations that failed (keeping the previous root) over the whole run, resumes
+  // included; 0 for optimizers without inverse roots. Reported as inverse_root_failures.
+  virtual int64_t inverse_root_failures() const { return 0; }
   // One line per group: how many tensors and parameters go to each optimizer.
   virtual std::string routing_summary() const = 0;
 };

@@ -194,10 +194,11 @@ class Shampoo final : public Optimizer {
   nlohmann::json state_scalars() const override {
     nlohmann::json failures = nlohmann::json::object();
     for (const Block& b : blocks_) failures[b.name] = b.failures;
-    return {{"consecutive_root_failures", failures}};
+    return {{"consecutive_root_failures", failures}, {"inverse_root_failures", root_failures_}};
   }
 
   void load_state_scalars(const nlohmann::json& scalars) override {
+    root_failures_ = scalars.value("inverse_root_failures", int64_t{0});  // absent in older checkpoints
     if (!scalars.contains("consecutive_root_failures")) return;
     for (Block& b : blocks_) b.failures = 0;
     for (const auto& [name, value] : scalars.at("consecutive_root_failures").items()) {
@@ -212,6 +213,7 @@ class Shampoo final : public Optimizer {
   }
 
   PhaseSeconds phase_seconds() const override { return phases_; }
+  int64_t inverse_root_failures() const override { return root_failures_; }
 
   std::string routing_summary() const override {
     int64_t n = 0;
@@ -279,6 +281,7 @@ class Shampoo final : public Optimizer {
       return;
     }
     ++b.failures;
+    ++root_failures_;
     const std::string what = "shampoo: inverse root of " + std::string(which) + " for " + matrices_[b.matrix].name +
                              " block " + b.name.substr(b.name.rfind(".block") + 6) + " failed at step " +
                              std::to_string(t) + " (" + why + ")";
@@ -398,6 +401,7 @@ class Shampoo final : public Optimizer {
   Tensor eye_;
   int64_t max_block_ = 1, max_side_ = 1;
   PhaseSeconds phases_;
+  int64_t root_failures_ = 0;  // every failed refresh over the run (checkpointed)
 };
 
 }  // namespace

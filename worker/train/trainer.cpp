@@ -224,6 +224,8 @@ TrainOutcome train(const TrainOptions& options) {
                       {"optim_statistics_seconds", ph.statistics - prev_phases.statistics},
                       {"optim_inverse_root_seconds", ph.inverse_root - prev_phases.inverse_root},
                       {"optim_grafting_seconds", ph.grafting - prev_phases.grafting}}};
+      if (cfg.optimizer.name == "shampoo")
+        r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
       prev_phases = ph;
       emit(run, r);
     }
