@@ -19,6 +19,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference tests against PyTorch
   python3 python3-numpy python3-torch python3-optuna
+  # /metrics and deploy/prometheus tests: a real Prometheus server and promtool
+  prometheus
 )
 
 missing=()
