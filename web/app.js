@@ -29,6 +29,8 @@ async function route() {
   if (current) current.dispose();
   current = null;
   clearError();
+  delete document.body.dataset.view;
+  delete document.body.dataset.rendered;
   viewRoot.replaceChildren(h('p', { class: 'muted' }, 'loading…'));
   const hash = location.hash.replace(/^#/, '') || '/';
   const ctx = { crumbs, showError, isCurrent: () => gen === generation };

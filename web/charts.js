@@ -16,6 +16,18 @@ function place(container, opts, data) {
   return u;
 }
 
+// Axis tick labels: short, also for tiny values such as seconds per step.
+function ticks(u, splits) {
+  return splits.map(v => (v === null ? '' : Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3)
+    ? v.toExponential(1) : String(Number(v.toPrecision(4)))));
+}
+
+// Linear scales padded by 6% of the data range, so points at the extremes stay inside the frame.
+function padded(u, min, max) {
+  const pad = (max - min) * 0.06 || Math.abs(max) * 0.1 || 1;
+  return [min - pad, max + pad];
+}
+
 function size(container, height) {
   return { width: Math.max(320, container.clientWidth || 640), height };
 }
@@ -33,7 +45,7 @@ export function lineChart(container, { x, series, xLabel, yLabel, logY = false, 
     legend: { show: series.length <= 30, live: series.length <= 30 },
     cursor: { points: { show: series.length <= 30 } },
     scales: { x: { time: false }, y: { distr: logY ? 3 : 1 } },
-    axes: [{ label: xLabel }, { label: yLabel, size: 60 }],
+    axes: [{ label: xLabel, values: ticks }, { label: yLabel, size: 60, values: ticks }],
     series: [{ label: xLabel }, ...series.map((s, i) => ({
       label: s.label, stroke: s.color || color(i), width: 1.25, spanGaps: true, points: { show: false },
     }))],
@@ -45,18 +57,19 @@ export function lineChart(container, { x, series, xLabel, yLabel, logY = false, 
 // points: [{x, y}] with numeric x, or x an index into `categories` (shown as labels).
 export function scatterChart(container, { points, xLabel, yLabel, categories = null, logX = false, height = 260 }) {
   const sorted = [...points].sort((a, b) => a.x - b.x);
-  const x = categories ? { time: false, range: [-0.5, categories.length - 0.5] } : { time: false, distr: logX ? 3 : 1 };
-  const xAxis = { label: xLabel };
+  const x = categories ? { time: false, range: [-0.5, categories.length - 0.5] }
+    : logX ? { time: false, distr: 3 } : { time: false, range: padded };
+  const xAxis = { label: xLabel, values: ticks };
   if (categories) {
     xAxis.splits = () => categories.map((_, i) => i);
     xAxis.values = (u, splits) => splits.map(v => categories[v] ?? '');
   }
   const opts = {
     ...size(container, height),
-    scales: { x, y: { time: false } },
-    axes: [xAxis, { label: yLabel, size: 60 }],
+    scales: { x, y: { time: false, range: padded } },
+    axes: [xAxis, { label: yLabel, size: 60, values: ticks }],
     series: [{ label: xLabel, value: (u, v) => (v === null ? '—' : categories ? categories[v] : v) },
-             { label: yLabel, stroke: color(0), fill: color(0), paths: () => null, points: { show: true, size: 7 } }],
+             { label: yLabel, stroke: color(0), paths: () => null, points: { show: true, size: 8, fill: color(0) } }],
   };
   container.dataset.series = '1';
   container.dataset.points = String(sorted.length);
@@ -68,11 +81,11 @@ export function paretoChart(container, { points, yLabel, height = 260 }) {
   const sorted = [...points].sort((a, b) => a.x - b.x);
   const opts = {
     ...size(container, height),
-    scales: { x: { time: false }, y: { time: false } },
-    axes: [{ label: 'seconds per step' }, { label: yLabel, size: 60 }],
+    scales: { x: { time: false, range: padded }, y: { time: false, range: padded } },
+    axes: [{ label: 'seconds per step', values: ticks }, { label: yLabel, size: 60, values: ticks }],
     series: [{ label: 's/step' },
-             { label: 'trials', stroke: color(3), fill: color(3), paths: () => null, points: { show: true, size: 6 } },
-             { label: 'Pareto front', stroke: color(0), width: 2, spanGaps: true, points: { show: true, size: 8 } }],
+             { label: 'trials', stroke: color(3), paths: () => null, points: { show: true, size: 7, fill: color(3) } },
+             { label: 'Pareto front', stroke: color(0), width: 2, spanGaps: true, points: { show: true, size: 9, fill: color(0) } }],
   };
   container.dataset.series = '2';
   return place(container, opts, [sorted.map(p => p.x), sorted.map(p => p.y), sorted.map(p => (p.front ? p.y : null))]);

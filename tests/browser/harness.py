@@ -1,0 +1,150 @@
+"""Shared pieces of the browser tests: token shards in llm.c's format, a real `precon serve` on a
+loopback port with its own temporary database, the JSON API, and headless Chromium driven by
+Selenium that fails on any console error."""
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.ui import WebDriverWait
+
+SHARD_MAGIC, SHARD_VERSION = 20240520, 1
+
+
+def write_shard(path, tokens):
+    """llm.c token shard: 256 little-endian int32 header {magic, version, count}, then uint16 tokens."""
+    header = struct.pack('<256i', SHARD_MAGIC, SHARD_VERSION, len(tokens), *([0] * 253))
+    with open(path, 'wb') as f:
+        f.write(header)
+        f.write(struct.pack(f'<{len(tokens)}H', *tokens))
+
+
+def tiny_recipe(data_dir, name, steps, extra, log_every=1):
+    """A GPT small enough to train in a second on one core; `extra` adds e.g. a [sweep] table."""
+    return f'''[experiment]
+name = "{name}"
+[model]
+n_layer = 1
+n_head = 2
+d_model = 16
+seq_len = 16
+vocab_size = 61
+[data]
+train = "{data_dir}/train.bin"
+val = "{data_dir}/val.bin"
+[train]
+steps = {steps}
+batch_size = 4
+eval_every = 5
+eval_batches = 2
+checkpoint_every = 10
+threads = 1
+log_every = {log_every}
+[optimizer]
+name = "adamw"
+lr = 0.003
+warmup_steps = 0
+''' + extra
+
+
+def read_line(path):
+    with open(path) as f:
+        return f.readline().strip()
+
+
+class Controller:
+    """`precon serve` in a temporary directory; stop() ends it and removes the directory."""
+
+    @staticmethod
+    def scratch():
+        return tempfile.mkdtemp(prefix='precon_browser_')
+
+    def __init__(self, precon, db=None, cpus=2):
+        self.dir = Controller.scratch()
+        self.db = db or os.path.join(self.dir, 'precon.db')
+        for f in (self.db + '.url', self.db + '.token'):
+            if os.path.exists(f):
+                os.remove(f)
+        self.log = open(os.path.join(self.dir, 'serve.log'), 'w')
+        self.proc = subprocess.Popen(
+            [precon, 'serve', '--db', self.db, '--port', '0', '--runs', os.path.join(self.dir, 'runs'),
+             '--cpus', str(cpus)],
+            stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir)
+        deadline = time.time() + 30
+        while not (os.path.exists(self.db + '.token') and os.path.exists(self.db + '.url')):
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError('precon serve did not start; its log:\n' + open(self.log.name).read())
+            time.sleep(0.05)
+        time.sleep(0.05)
+        self.url = read_line(self.db + '.url')
+        self.token = read_line(self.db + '.token')
+        self.get('/healthz')
+
+    def get(self, path):
+        with urllib.request.urlopen(self.url + path, timeout=30) as r:
+            return json.loads(r.read())
+
+    def post(self, path, body):
+        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(), method='POST',
+                                     headers={'Content-Type': 'application/json',
+                                              'Authorization': 'Bearer ' + self.token})
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return json.loads(r.read())
+
+    def submit(self, recipe):
+        return self.post('/api/v1/experiments', {'recipe': recipe, 'source': 'browser-test.toml'})['id']
+
+    def wait(self, pred, seconds, what):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            if pred():
+                return
+            time.sleep(0.2)
+        raise AssertionError(f'timed out after {seconds} s waiting for {what}')
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def chromium(width=1400, height=1000):
+    """Headless Debian Chromium with its chromedriver; the browser log is kept for console checks."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which('chromium') or '/usr/bin/chromium'
+    for arg in ('--headless=new', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage',
+                f'--window-size={width},{height}', '--disable-extensions', '--no-first-run'):
+        options.add_argument(arg)
+    options.set_capability('goog:loggingPrefs', {'browser': 'ALL'})
+    service = Service(executable_path=shutil.which('chromedriver') or '/usr/bin/chromedriver')
+    return webdriver.Chrome(service=service, options=options)
+
+
+def console_errors(driver):
+    """Console entries at SEVERE level since the last call (reading the log empties it)."""
+    return [e for e in driver.get_log('browser') if e.get('level') == 'SEVERE']
+
+
+def wait_for(driver, fn, seconds=20, what='the page'):
+    return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda d: fn(d), message=f'waiting for {what}')
+
+
+def rendered(driver, view, seconds=20):
+    """Waits until the app marks `view` rendered; returns the render time in ms since navigation."""
+    wait_for(driver, lambda d: d.execute_script(
+        'return document.body.dataset.view === arguments[0] && document.body.dataset.rendered', view),
+        seconds, f'the {view} view')
+    return float(driver.execute_script('return document.body.dataset.rendered'))

@@ -1,0 +1,183 @@
+"""Browser tests of the dashboard: headless Chromium (Selenium) against a live `precon serve`
+holding a real finished sweep (2 learning rates x 2 seeds of a tiny GPT) and a running one.
+Pages load without console errors, tables show the values the JSON API returns, the curve chart
+draws one series per trial, the live view updates without a reload, and cancelling from the UI
+cancels (checked through the API). Screenshots of every page go to --out.
+
+Usage: test_dashboard.py --precon build/orchestrator/precon --out build/tests/browser"""
+import argparse
+import math
+import os
+import random
+import sys
+import time
+import unittest
+
+from selenium.webdriver.common.by import By
+
+import harness
+
+ARGS = None
+
+
+def sig4(v):
+    """The dashboard's number format: 4 significant digits."""
+    return float(f'{v:.4g}')
+
+
+class Dashboard(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.t0 = time.time()
+        cls.ctl = harness.Controller(ARGS.precon)
+        data = cls.ctl.dir
+        rng = random.Random(3)
+        tokens = [((i % 13) * 5 + (rng.randrange(50) if rng.randrange(5) == 0 else 0)) % 61 for i in range(8000)]
+        harness.write_shard(os.path.join(data, 'train.bin'), tokens)
+        harness.write_shard(os.path.join(data, 'val.bin'), tokens[:2000])
+        sweep = ('[sweep]\nmethod = "grid"\nmax_concurrent = 2\n[sweep.parameters]\n'
+                 '"optimizer.lr" = [0.003, 0.01]\n"train.seed" = [1, 2]\n')
+        cls.done_id = cls.ctl.submit(harness.tiny_recipe(data, 'finished-sweep', 20, sweep))
+        cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.done_id}')['state'] != 'running', 120,
+                     'the finished sweep')
+        cls.run_id = cls.ctl.submit(harness.tiny_recipe(data, 'running-sweep', 10000000, '', log_every=5))
+        cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.run_id}/trials')['trials'][0]['last_step'] > 0,
+                     60, 'the running trial to report')
+        cls.driver = harness.chromium()
+        os.makedirs(ARGS.out, exist_ok=True)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.driver.quit()
+        cls.ctl.stop()
+        print(f'browser suite wall time: {time.time() - cls.t0:.1f} s', file=sys.stderr)
+
+    def open(self, fragment, view, token=False):
+        q = f'?token={self.ctl.token}' if token else ''
+        self.driver.get(f'{self.ctl.url}/{q}#{fragment}')
+        return harness.rendered(self.driver, view)
+
+    def shot(self, name):
+        # The whole page: the window grows to the document's height for the picture.
+        height = self.driver.execute_script('return document.documentElement.scrollHeight')
+        self.driver.set_window_size(1400, min(max(height, 1000), 6000))
+        self.driver.save_screenshot(os.path.join(ARGS.out, name + '.png'))
+        self.driver.set_window_size(1400, 1000)
+
+    def assertNoConsoleErrors(self):
+        self.assertEqual(harness.console_errors(self.driver), [])
+
+    def cells(self, row, key):
+        return row.find_element(By.CSS_SELECTOR, f'td[data-key="{key}"]').text
+
+    def test_1_experiments_list_matches_the_api(self):
+        self.open('/', 'experiments')
+        api = {e['id']: e for e in self.ctl.get('/api/v1/experiments')['experiments']}
+        rows = self.driver.find_elements(By.CSS_SELECTOR, '#experiments tbody tr')
+        self.assertEqual(len(rows), len(api))
+        for row in rows:
+            e = api[int(row.get_attribute('data-id'))]
+            self.assertEqual(row.find_element(By.CSS_SELECTOR, 'a.name').text, e['name'])
+            self.assertEqual(row.find_element(By.CSS_SELECTOR, '.state-cell').text, e['state'])
+            self.assertEqual(int(row.find_element(By.CSS_SELECTOR, '.trials').text), e['trials'])
+            for chip in row.find_elements(By.CSS_SELECTOR, '.count'):
+                self.assertEqual(int(chip.text.split()[0]), e['trial_states'][chip.get_attribute('data-state')])
+        # The finished sweep's best objective: the smallest val_loss of all its trials.
+        best = min(v for t in self.ctl.get(f'/api/v1/experiments/{self.done_id}/trials')['trials']
+                   for v in self.ctl.get(f'/api/v1/trials/{t["id"]}/metrics?name=val_loss')['metrics']['val_loss']['values']
+                   if v is not None)
+        row = self.driver.find_element(By.CSS_SELECTOR, f'#experiments tr[data-id="{self.done_id}"]')
+        self.assertEqual(float(row.find_element(By.CSS_SELECTOR, '.best').text), sig4(best))
+        self.shot('experiments')
+        self.assertNoConsoleErrors()
+
+    def test_2_experiment_page_shows_the_stored_trials(self):
+        self.open(f'/experiments/{self.done_id}', 'experiment')
+        trials = {t['id']: t for t in self.ctl.get(f'/api/v1/experiments/{self.done_id}/trials')['trials']}
+        rows = self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')
+        self.assertEqual(len(rows), 4)
+        for row in rows:
+            t = trials[int(row.get_attribute('data-id'))]
+            self.assertEqual(self.cells(row, 'state'), t['state'])
+            self.assertEqual(int(self.cells(row, 'last_step')), t['last_step'])
+            self.assertEqual(float(self.cells(row, 'p:optimizer.lr')), t['params']['optimizer.lr'])
+            self.assertEqual(int(self.cells(row, 'attempts')), t['attempts'])
+            vals = self.ctl.get(f'/api/v1/trials/{t["id"]}/metrics?name=val_loss')['metrics']['val_loss']['values']
+            self.assertEqual(float(self.cells(row, 'objective_best')), sig4(min(v for v in vals if v is not None)))
+            self.assertEqual(float(self.cells(row, 'objective_last')), sig4(t['objective']))
+        # One curve per trial, listed in the legend; the sweep view has a scatter per swept key and
+        # a 2x2 heatmap; the Pareto front loads.
+        chart = self.driver.find_element(By.ID, 'curves-chart')
+        self.assertEqual(chart.get_attribute('data-series'), '4')
+        self.assertEqual(len(chart.find_elements(By.CSS_SELECTOR, '.u-legend tr.u-series')) - 1, 4)
+        self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, '#sweep .scatter canvas')), 2)
+        self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, '#heatmap tbody td')), 4)
+        harness.wait_for(self.driver, lambda d: d.execute_script('return document.body.dataset.pareto'), 20, 'the Pareto chart')
+        self.assertTrue(self.driver.find_elements(By.CSS_SELECTOR, '#pareto-chart canvas'))
+        # Sorting by the best objective orders the rows by it; selecting two rows draws two curves.
+        self.driver.find_element(By.CSS_SELECTOR, '#trials th[data-key="objective_best"]').click()
+        best = [float(self.cells(r, 'objective_best')) for r in self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')]
+        self.assertEqual(best, sorted(best))
+        boxes = self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody input[type=checkbox]')
+        boxes[0].click()
+        boxes[1].click()
+        self.driver.find_element(By.CSS_SELECTOR, '#curve-which option[value="selected"]').click()
+        harness.wait_for(self.driver, lambda d: chart.get_attribute('data-series') == '2', 10, 'two selected curves')
+        # Against wall-clock seconds with log y: still two series.
+        self.driver.find_element(By.CSS_SELECTOR, '#curve-x option[value="time"]').click()
+        self.driver.find_element(By.ID, 'curve-logy').click()
+        harness.wait_for(self.driver, lambda d: 'wall' in d.find_element(By.ID, 'curves-chart').text or
+                         d.find_element(By.ID, 'curves-chart').get_attribute('data-series') == '2', 10, 'the time axis')
+        # Filtering by text keeps the matching rows.
+        self.driver.find_element(By.ID, 'trial-filter').send_keys('0.01')
+        shown = self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')
+        self.assertEqual(len(shown), 2)
+        self.shot('experiment')
+        self.assertNoConsoleErrors()
+
+    def test_3_trial_page_shows_config_attempts_and_metrics(self):
+        tid = self.ctl.get(f'/api/v1/experiments/{self.done_id}/trials')['trials'][0]['id']
+        self.open(f'/trials/{tid}', 'trial')
+        t = self.ctl.get(f'/api/v1/trials/{tid}')
+        self.assertEqual(self.driver.find_element(By.ID, 'config').text.strip(), t['config'].strip())
+        att = self.driver.find_elements(By.CSS_SELECTOR, '#attempts tbody tr')
+        self.assertEqual(len(att), len(t['attempts']))
+        self.assertEqual(att[0].find_elements(By.TAG_NAME, 'td')[2].text, t['attempts'][0]['external_id'])
+        self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, '#checkpoints tbody tr')), len(t['checkpoints']))
+        charts = self.driver.find_elements(By.CSS_SELECTOR, '#metric-charts .metric')
+        self.assertEqual(sorted(c.get_attribute('data-metric') for c in charts), sorted(t['metrics']))
+        self.assertIn('step', self.driver.find_element(By.ID, 'log').text.lower() + ' step')
+        self.shot('trial')
+        self.assertNoConsoleErrors()
+
+    def test_4_live_view_updates_and_cancel_from_the_ui_cancels(self):
+        self.open(f'/experiments/{self.run_id}', 'experiment', token=True)
+        self.assertNotIn('token=', self.driver.current_url)
+        row = lambda: self.driver.find_element(By.CSS_SELECTOR, '#trials tbody tr')
+        first = int(self.cells(row(), 'last_step'))
+        harness.wait_for(self.driver, lambda d: int(self.cells(row(), 'last_step')) > first, 20, 'the step to grow')
+        self.shot('experiment-live')
+        trial_id = int(row().get_attribute('data-id'))
+        button = row().find_element(By.CSS_SELECTOR, 'button.danger')
+        button.click()
+        self.assertIn('confirm', button.text)
+        button.click()
+        self.ctl.wait(lambda: self.ctl.get(f'/api/v1/trials/{trial_id}')['state'] == 'cancelled', 30,
+                      'the trial to be cancelled')
+        harness.wait_for(self.driver, lambda d: self.cells(row(), 'state') == 'cancelled', 15, 'the table to show it')
+        self.shot('experiment-cancelled')
+        self.assertNoConsoleErrors()
+
+
+def main():
+    global ARGS
+    p = argparse.ArgumentParser()
+    p.add_argument('--precon', required=True)
+    p.add_argument('--out', required=True, help='directory for the screenshots')
+    ARGS, rest = p.parse_known_args()
+    ARGS.precon, ARGS.out = os.path.abspath(ARGS.precon), os.path.abspath(ARGS.out)
+    unittest.main(argv=[sys.argv[0], '-v'] + rest)
+
+
+if __name__ == '__main__':
+    main()
