@@ -86,30 +86,36 @@ TEST_F(PrometheusServer, ScrapesASweepAndAnswersWithTheStoredLoss) {
   orch::Controller c(o);
   c.start();
 
-  const uint16_t port = free_port();
-  ASSERT_NE(port, 0);
-  prom_url_ = "http://127.0.0.1:" + std::to_string(port);
   std::ofstream(dir_ / "prometheus.yml") << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
                                             "scrape_configs:\n  - job_name: precon\n    metrics_path: /metrics\n"
                                             "    static_configs:\n      - targets: [\"127.0.0.1:" +
                                                 std::to_string(c.port()) + "\"]\n";
-  ChildProcess prometheus({"prometheus", "--config.file=" + (dir_ / "prometheus.yml").string(),
-                           "--storage.tsdb.path=" + (dir_ / "prometheus-data").string(),
-                           "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
-                          dir_ / "prometheus.log");
-  ASSERT_TRUE(prometheus.started());
-
-  // Ready, and the controller scraped at least once.
-  const bool ready = wait_for([&] {
-    if (!prometheus.running()) return true;
-    try {
-      return http_request(prom_url_, "GET", "/-/ready", "", {}, std::chrono::seconds(2)).status == 200;
-    } catch (const ClientError&) {
-      return false;
-    }
-  }, seconds(20));
-  ASSERT_TRUE(ready && prometheus.running()) << "prometheus did not become ready (Debian package prometheus):\n"
-                                             << prometheus_log();
+  // Started until it is ready; another port when the one picked was taken in the meantime.
+  std::unique_ptr<ChildProcess> prometheus;
+  for (int attempt = 0; attempt < 3 && !prometheus; ++attempt) {
+    const uint16_t port = free_port();
+    ASSERT_NE(port, 0);
+    prom_url_ = "http://127.0.0.1:" + std::to_string(port);
+    prometheus = std::make_unique<ChildProcess>(
+        std::vector<std::string>{"prometheus", "--config.file=" + (dir_ / "prometheus.yml").string(),
+                                 "--storage.tsdb.path=" + (dir_ / "prometheus-data").string(),
+                                 "--web.listen-address=127.0.0.1:" + std::to_string(port), "--log.level=warn"},
+        dir_ / "prometheus.log");
+    ASSERT_TRUE(prometheus->started());
+    const bool ready = wait_for([&] {
+      if (!prometheus->running()) return true;
+      try {
+        return http_request(prom_url_, "GET", "/-/ready", "", {}, std::chrono::seconds(2)).status == 200;
+      } catch (const ClientError&) {
+        return false;
+      }
+    }, seconds(20));
+    ASSERT_TRUE(ready) << "prometheus did not become ready in 20 s:\n" << prometheus_log();
+    if (!prometheus->running()) prometheus.reset();
+  }
+  ASSERT_TRUE(prometheus) << "prometheus exited at start, or is not on PATH (Debian package prometheus; "
+                             "deploy/install-deps.sh):\n"
+                          << prometheus_log();
   ASSERT_TRUE(wait_for([&] {
     json r = query("up{job=\"precon\"}");
     return r.size() == 1 && r[0]["value"][1] == "1";
@@ -155,7 +161,7 @@ TEST_F(PrometheusServer, ScrapesASweepAndAnswersWithTheStoredLoss) {
     json r = query("precon_trials{state=\"cancelled\"}");
     return r.size() == 1 && r[0]["value"][1] == "1";
   }, seconds(10)));
-  prometheus.stop();
+  prometheus->stop();
   c.stop();
 }
 
