@@ -14,25 +14,13 @@
 #include "kernels/linalg.h"
 #include "kernels/newton_schulz.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace precon::kernels {
 namespace {
 
-// Concatenates streamable values (trace messages).
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream s;
-  (s << ... << args);
-  return s.str();
-}
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
-
-std::vector<float> round_bf16(std::vector<float> v) {
-  for (float& x : v) x = bf16_to_float(float_to_bf16(x));
-  return v;
-}
+using testing::round_bf16;
+using testing::str;
 
 // A device tensor of the given dtype holding v (rounded when bf16), owning its memory.
 struct DeviceTensor {

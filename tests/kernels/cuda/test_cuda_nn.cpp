@@ -13,25 +13,13 @@
 #include "kernels/backend.h"
 #include "kernels/nn.h"
 #include "tests/common/test_util.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace precon::kernels {
 namespace {
 
-// Concatenates streamable values (trace messages).
-template <typename... Args>
-std::string str(const Args&... args) {
-  std::ostringstream s;
-  (s << ... << args);
-  return s.str();
-}
-
-#define SKIP_WITHOUT_CUDA() \
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device"
-
-std::vector<float> round_bf16(std::vector<float> v) {
-  for (float& x : v) x = bf16_to_float(float_to_bf16(x));
-  return v;
-}
+using testing::round_bf16;
+using testing::str;
 
 // Inputs for one comparison: the host values (rounded when the GPU side is bf16) and a device
 // copy in the dtype under test.
