@@ -74,7 +74,7 @@ export async function render(root, id, ctx) {
   function drawTable() {
     const cols = columns(exp.swept);
     head.replaceChildren(h('tr', {}, h('th', {}, ''), cols.map(c => h('th', {
-      class: 'sortable' + (sort.key === c.key ? (sort.dir > 0 ? ' asc' : ' desc') : ''), dataset: { key: c.key },
+      class: `sortable ${c.cls || ''}` + (sort.key === c.key ? (sort.dir > 0 ? ' asc' : ' desc') : ''), dataset: { key: c.key },
       onclick: () => { sort.dir = sort.key === c.key ? -sort.dir : 1; sort.key = c.key; drawTable(); },
     }, c.title)), h('th', {}, '')));
     const text = filterIn.value.trim().toLowerCase();

@@ -25,8 +25,8 @@ export async function render(root, ctx) {
   ctx.crumbs([{ text: 'experiments' }]);
   const body = h('tbody');
   const table = h('table', { id: 'experiments', class: 'grid' },
-    h('thead', {}, h('tr', {}, ['id', 'name', 'state', 'trials', 'by state', 'best objective', 'objective',
-                                 'started', 'duration'].map(t => h('th', {}, t)))),
+    h('thead', {}, h('tr', {}, [['id', 'num'], ['name'], ['state'], ['trials', 'num'], ['by state'], ['best objective', 'num'],
+                                 ['objective'], ['started'], ['duration', 'num']].map(([t, cls]) => h('th', { class: cls }, t)))),
     body);
   const empty = h('p', { class: 'muted', hidden: true },
     'No experiments yet. Submit one with `precon submit recipe.toml` or run `precon run recipe.toml`.');

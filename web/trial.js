@@ -18,9 +18,9 @@ export async function render(root, id, ctx) {
   const log = h('pre', { class: 'log', id: 'log' });
   root.replaceChildren(header,
     h('section', { class: 'card' }, h('h2', {}, 'Metrics'), metrics),
-    h('div', { class: 'two' },
-      h('section', { class: 'card' }, h('h2', {}, 'Attempts'), attempts, h('h2', {}, 'Checkpoints'), checkpoints),
-      h('section', { class: 'card' }, h('h2', {}, 'Resolved config'), config)),
+    h('section', { class: 'card' }, h('h2', {}, 'Attempts'), h('div', { class: 'scroll short' }, attempts)),
+    h('section', { class: 'card' }, h('h2', {}, 'Checkpoints'), h('div', { class: 'scroll short' }, checkpoints)),
+    h('section', { class: 'card' }, h('h2', {}, 'Resolved config'), config),
     h('section', { class: 'card' }, h('h2', {}, 'Events'), events),
     h('section', { class: 'card' }, h('h2', {}, 'Log tail ', streamSel), log));
   let t = null;
@@ -47,7 +47,7 @@ export async function render(root, id, ctx) {
     header.replaceChildren(
       h('h1', {}, `Trial ${t.index} `, stateBadge(t.state)),
       h('p', {}, params || 'no swept parameters'),
-      h('p', { class: 'muted' }, `step ${t.last_step} · attempts ${t.attempts} · started ${when(t.started_at)} · ` +
+      h('p', { class: 'muted' }, `step ${t.last_step} · attempts ${t.attempts.length} · started ${when(t.started_at)} · ` +
         `ran ${duration(t.started_at ? (t.ended_at || Date.now() / 1000) - t.started_at : null)}` +
         (t.reason ? ` · ${t.reason}` : '')),
       h('p', { class: 'muted' }, 'run directory ', h('code', {}, t.run_dir)),
