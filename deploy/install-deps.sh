@@ -19,6 +19,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference tests against PyTorch
   python3 python3-numpy python3-torch python3-optuna
+  # dashboard browser tests: headless Chromium driven by Selenium
+  chromium chromium-driver python3-selenium
   # /metrics and deploy/prometheus tests: a real Prometheus server and promtool
   prometheus
 )
