@@ -66,7 +66,7 @@ class Controller:
     def scratch():
         return tempfile.mkdtemp(prefix='precon_browser_')
 
-    def __init__(self, precon, db=None, cpus=2):
+    def __init__(self, precon, db=None, cpus=2, extra_args=()):
         self.dir = Controller.scratch()
         self.db = db or os.path.join(self.dir, 'precon.db')
         for f in (self.db + '.url', self.db + '.token'):
@@ -75,7 +75,7 @@ class Controller:
         self.log = open(os.path.join(self.dir, 'serve.log'), 'w')
         self.proc = subprocess.Popen(
             [precon, 'serve', '--db', self.db, '--port', '0', '--runs', os.path.join(self.dir, 'runs'),
-             '--cpus', str(cpus)],
+             '--cpus', str(cpus), *extra_args],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir)
         deadline = time.time() + 30
         while not (os.path.exists(self.db + '.token') and os.path.exists(self.db + '.url')):
