@@ -81,7 +81,8 @@ export function sweepPanel({ experimentId, objective, onError }) {
     };
     heat.replaceChildren(h('h3', {}, `Heatmap: best ${objective.metric}`),
       swept.length > 2 ? h('div', { class: 'controls' }, h('label', {}, 'rows ', pick(0)), h('label', {}, 'columns ', pick(1))) : '',
-      pair[0] === pair[1] ? h('p', { class: 'muted' }, 'pick two different parameters') : heatmap(pair[0], pair[1], rows, objective));
+      pair[0] === pair[1] ? h('p', { class: 'muted' }, 'pick two different parameters')
+        : h('div', { class: 'scroll' }, heatmap(pair[0], pair[1], rows, objective)));
   }
 
   async function loadPareto() {

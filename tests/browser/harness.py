@@ -148,3 +148,11 @@ def rendered(driver, view, seconds=20):
         'return document.body.dataset.view === arguments[0] && document.body.dataset.rendered', view),
         seconds, f'the {view} view')
     return float(driver.execute_script('return document.body.dataset.rendered'))
+
+
+def full_page_screenshot(driver, path, width=1400):
+    """The whole page: the window grows to the document's height (at most 6000 px) for the picture."""
+    height = driver.execute_script('return document.documentElement.scrollHeight')
+    driver.set_window_size(width, min(max(height, 1000), 6000))
+    driver.save_screenshot(path)
+    driver.set_window_size(width, 1000)

@@ -93,7 +93,7 @@ def main():
                 raise AssertionError(f'console errors on {what}: {errors}')
             if ARGS.out:
                 os.makedirs(ARGS.out, exist_ok=True)
-                driver.save_screenshot(os.path.join(ARGS.out, f'scale-{view}.png'))
+                harness.full_page_screenshot(driver, os.path.join(ARGS.out, f'scale-{view}.png'))
 
         def api(what, path):
             t0 = time.time()

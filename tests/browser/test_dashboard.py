@@ -58,11 +58,7 @@ class Dashboard(unittest.TestCase):
         return harness.rendered(self.driver, view)
 
     def shot(self, name):
-        # The whole page: the window grows to the document's height for the picture.
-        height = self.driver.execute_script('return document.documentElement.scrollHeight')
-        self.driver.set_window_size(1400, min(max(height, 1000), 6000))
-        self.driver.save_screenshot(os.path.join(ARGS.out, name + '.png'))
-        self.driver.set_window_size(1400, 1000)
+        harness.full_page_screenshot(self.driver, os.path.join(ARGS.out, name + '.png'))
 
     def assertNoConsoleErrors(self):
         self.assertEqual(harness.console_errors(self.driver), [])
