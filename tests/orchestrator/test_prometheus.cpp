@@ -213,7 +213,10 @@ TEST_F(Metrics, FinishedSweepCountsMatchTheStoreOverASocket) {
             reports);
   // SQLite: one experiment created, one insert per accepted report.
   EXPECT_EQ(e.value("precon_store_write_duration_seconds_count", {{"op", "create_experiment"}}), 1.0);
-  EXPECT_EQ(e.value("precon_store_write_duration_seconds_count", {{"op", "insert_metrics"}}), reports);
+  // (A report is counted by HTTP once its answer is written, after its insert.)
+  const double inserts = e.value("precon_store_write_duration_seconds_count", {{"op", "insert_metrics"}}).value_or(0);
+  EXPECT_GE(inserts, reports);
+  EXPECT_LE(inserts, reports + 1);
   EXPECT_GE(e.value("precon_store_write_duration_seconds_count", {{"op", "add_attempt"}}).value_or(0), 2.0);
   EXPECT_GT(e.value("precon_executor_poll_duration_seconds_count", {{"executor", "local"}}).value_or(0), 1.0);
   EXPECT_EQ(e.value("precon_executor_poll_errors_total", {{"executor", "local"}}), 0.0);

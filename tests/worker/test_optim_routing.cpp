@@ -170,8 +170,13 @@ TEST(OptimRouting, ShampooKeepsThePreviousRootAndStopsAfterTooManyFailures) {
     EXPECT_NE(warnings.back().find("step " + std::to_string(t)), std::string::npos) << warnings.back();
     EXPECT_EQ(root(), good_root) << "a failed refresh must keep the previous root";
     EXPECT_EQ(failures(), t - 1);
+    EXPECT_EQ(opt->inverse_root_failures(), t - 1);  // reported as inverse_root_failures
     EXPECT_EQ(opt->state_scalars()["consecutive_root_failures"]["h.0.mlp.c_fc.weight.block0"], 0);
   }
+  // The run's count survives a resume (trainer.json carries it).
+  auto resumed = make_optimizer(c, testing::optim_params(store), kernels::Device::cpu, hooks);
+  resumed->load_state_scalars(opt->state_scalars());
+  EXPECT_EQ(resumed->inverse_root_failures(), 2);
   testing::fill_random(store, 4, 0.1f, true);
   try {
     opt->step(StepContext{4, 1.0, 1.0f});
