@@ -12,6 +12,7 @@ const banner = document.getElementById('banner');
 let current = null;   // {tick(events), dispose()} of the shown view
 let cursor = 0;       // last event id seen
 let generation = 0;   // bumps on navigation so stale renders stop
+let pollFailed = false;  // the banner shows a polling error, cleared by the next good poll
 
 export function showError(err) {
   banner.hidden = false;
@@ -56,11 +57,14 @@ async function poll() {
       cursor = r.cursor;
       if (r.events.length < 1000) break;
     }
+    if (pollFailed) clearError();
+    pollFailed = false;
     document.getElementById('live').classList.add('on');
     document.getElementById('live').title = 'live: updated ' + new Date().toLocaleTimeString();
     if (current && current.tick) await current.tick(fresh);
   } catch (e) {
     document.getElementById('live').classList.remove('on');
+    pollFailed = true;
     showError(e);
   }
   setTimeout(poll, POLL_MS);

@@ -5,10 +5,12 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string>
+#include <vector>
 
-#include "orchestrator/service/queries.h"
 #include "orchestrator/service/views.h"
 
 namespace precon::orch {
