@@ -22,6 +22,9 @@ struct ServeOptions {
   std::string web_dir;
   std::string token;
   int cpu_slots = 0;
+  std::string slurm = "auto";
+  double slurm_poll_s = 2.0;
+  int slurm_signal_lead_s = 120;
 };
 }  // namespace
 
@@ -35,6 +38,16 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--admin-token", o->token, "admin token (default: a new random one, written next to --db)")
       ->envname("PRECON_TOKEN");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for local trials (0 = all cores)");
+  cmd->add_option("--slurm", o->slurm, "Slurm executor: auto (when sbatch is on PATH), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  cmd->add_option("--slurm-poll-interval", o->slurm_poll_s, "seconds between squeue calls")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--slurm-signal-lead", o->slurm_signal_lead_s,
+                  "seconds before a job's time limit when it is told to checkpoint and requeue")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
   add_db_option(cmd);
   cmd->callback([o] {
     guarded([&] {
@@ -46,6 +59,9 @@ void add_serve(CLI::App& app) {
       co.web_dir = o->web_dir;
       co.admin_token = o->token;
       co.cpu_slots = o->cpu_slots;
+      co.slurm = o->slurm;
+      co.slurm_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o->slurm_poll_s * 1000));
+      co.slurm_signal_lead_s = o->slurm_signal_lead_s;
       co.log = [](const std::string& line) { std::cerr << line << "\n"; };
       orch::Controller controller(co);
       std::signal(SIGINT, on_stop);

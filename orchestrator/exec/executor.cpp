@@ -10,6 +10,18 @@ namespace precon::orch {
 
 Executor::~Executor() = default;
 
+std::vector<Executor::BatchResult> Executor::launch_batch(const std::vector<LaunchSpec>& specs, int) {
+  std::vector<BatchResult> out(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    try {
+      out[i].handle = launch(specs[i]);
+    } catch (const std::exception& e) {
+      out[i].error = e.what();
+    }
+  }
+  return out;
+}
+
 const char* exit_kind_name(ExitKind k) {
   switch (k) {
     case ExitKind::succeeded: return "succeeded";

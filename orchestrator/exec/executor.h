@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "worker/config/config.h"
+
 namespace precon::orch {
 
 // A launch failed, or a request can never be met by this executor. The message says what
@@ -34,6 +36,7 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;  // added to the controller's environment
   int cpus = 1;                            // CPU slots (also OMP_NUM_THREADS)
   int gpus = 0;                            // GPU slots
+  worker::ResourcesConfig resources;       // the trial's [resources] (nodes, partition, ... for Slurm)
 };
 
 // How an attempt ended, in the terms the scheduler decides on.
@@ -52,6 +55,9 @@ struct ExitStatus {
   int code = -1;       // exit code, or -1 when it did not exit normally
   int signal = 0;      // terminating signal, or 0
   std::string detail;  // for people: "exit code 1", "killed by SIGKILL", ...
+  // With kind == requeue: the executor already restarts the same job (Slurm requeued it), so
+  // the next attempt is `attempt + 1` under the same external id; poll() reports its end.
+  bool continues = false;
 };
 
 // Maps a wait status (waitpid) of precon-train to an ExitStatus using its exit-code contract
@@ -101,6 +107,19 @@ class Executor {
 
   // Attempts launched or adopted and not yet reported by poll().
   virtual size_t running() const = 0;
+
+  // True when this executor prefers all ready trials of an experiment in one launch_batch()
+  // call (Slurm job arrays), throttled by the executor rather than by the scheduler.
+  virtual bool batches() const { return false; }
+
+  // Starts several attempts at once, at most `max_concurrent` of them running at a time when
+  // the executor can enforce that. One result per spec, in order: a handle, or the error that
+  // kept that spec from starting. The default launches one by one.
+  struct BatchResult {
+    std::optional<Handle> handle;
+    std::string error;
+  };
+  virtual std::vector<BatchResult> launch_batch(const std::vector<LaunchSpec>& specs, int max_concurrent);
 };
 
 }  // namespace precon::orch

@@ -232,6 +232,11 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
   }
 
   if (live->stop_requested) {
+    if (status.continues) {  // the executor restarted the job; it must not run again
+      Handle next = live->handle;
+      next.attempt += 1;
+      live->executor->kill(next);
+    }
     end_trial(trial, live->stop_state, live->stop_reason);
     return;
   }
@@ -242,6 +247,10 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
       return;
     case ExitKind::requeue:
       // Preempted or signalled: resumes from its checkpoint; does not count as a failure.
+      if (status.continues) {
+        continue_attempt(trial, std::move(live), status);
+        return;
+      }
       trial.state = TrialState::pending;
       store_.update_trial(trial);
       event(trial.experiment_id, trial.id, "attempt_requeued", "worker asked to be requeued: " + status.detail);
@@ -269,6 +278,32 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
       }
     }
   }
+}
+
+void Scheduler::continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, const ExitStatus& status) {
+  // The executor already requeued the same job (Slurm): its next run is the next attempt.
+  Handle next = live->handle;
+  next.attempt += 1;
+  AttemptRow a;
+  a.trial_id = trial.id;
+  a.number = next.attempt;
+  a.executor = next.executor;
+  a.external_id = next.external_id;
+  a.nodes = next.nodes;
+  a.started_at = now_seconds();
+  live->attempt_id = store_.add_attempt(a);
+  live->handle = next;
+  live_[trial.id] = std::move(live);
+  if (options_.metrics) {
+    auto exp = store_.experiment(trial.experiment_id);
+    options_.metrics->trial_active(trial.id, exp ? exp->name : "");
+  }
+  trial.state = TrialState::running;
+  trial.attempts = next.attempt;
+  store_.update_trial(trial);
+  event(trial.experiment_id, trial.id, "attempt_requeued",
+        "attempt " + std::to_string(next.attempt - 1) + " requeued (" + status.detail + "); attempt " +
+            std::to_string(next.attempt) + " continues in " + next.executor + " job " + next.external_id);
 }
 
 void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& reason) {
@@ -302,6 +337,7 @@ void Scheduler::launch_ready() {
   for (const ExperimentRow& exp : store_.experiments()) {
     if (exp.state != ExperimentState::running) continue;
     std::vector<TrialRow> trials = store_.trials(exp.id);
+    if (launch_batched(exp, trials)) continue;
     int64_t running = 0;
     for (const TrialRow& t : trials) running += t.state == TrialState::running;
     for (TrialRow& t : trials) {
@@ -317,27 +353,27 @@ void Scheduler::launch_ready() {
   if (options_.metrics) options_.metrics->set_queue_length(queued);
 }
 
-void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
+Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, LaunchSpec& spec) {
   worker::ParsedConfig parsed;
   try {
     parsed = worker::parse_config_text(trial.config_toml, "trial " + std::to_string(trial.id));
   } catch (const std::exception& e) {
     end_trial(trial, TrialState::failed, std::string("invalid stored config: ") + e.what());
-    return;
+    return nullptr;
   }
   const worker::TrialConfig& cfg = parsed.config;
   auto ex = executors_.find(cfg.resources.executor);
   if (ex == executors_.end()) {
     end_trial(trial, TrialState::failed, "executor \"" + cfg.resources.executor + "\" is not available in this controller");
-    return;
+    return nullptr;
   }
-  LaunchSpec spec;
   spec.trial_id = trial.id;
   spec.attempt = trial.attempts + 1;
   spec.label = exp.name + "/" + std::to_string(trial.index);
   spec.run_dir = trial.run_dir;
   spec.cpus = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : 1;
   spec.gpus = cfg.train.device == "cuda" ? std::max<int>(1, static_cast<int>(cfg.resources.gpus_per_node)) : 0;
+  spec.resources = cfg.resources;
   const fs::path config_path = fs::path(trial.run_dir) / "config.toml";
   spec.argv = {options_.trainer.string(), "--config", config_path.string(), "--run-dir", trial.run_dir,
                "--report-url", options_.report_url, "--trial-id", std::to_string(trial.id)};
@@ -347,23 +383,69 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
     ex->second->validate(spec);
   } catch (const std::exception& e) {
     end_trial(trial, TrialState::failed, std::string("cannot run on ") + cfg.resources.executor + ": " + e.what());
-    return;
+    return nullptr;
   }
-  if (!ex->second->has_capacity(spec)) return;
+  return ex->second;
+}
+
+void Scheduler::write_config(const TrialRow& trial) {
   fs::create_directories(trial.run_dir);
-  std::ofstream(config_path) << trial.config_toml;
+  std::ofstream(fs::path(trial.run_dir) / "config.toml") << trial.config_toml;
+}
+
+void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
+  LaunchSpec spec;
+  Executor* ex = prepare_launch(trial, exp, spec);
+  if (ex == nullptr) return;
+  if (!ex->has_capacity(spec)) return;
+  write_config(trial);
   Handle handle;
   // Active before the worker can report; a failed launch ends the trial, which removes it again.
   if (options_.metrics) options_.metrics->trial_active(trial.id, exp.name);
   try {
-    handle = ex->second->launch(spec);
+    handle = ex->launch(spec);
   } catch (const std::exception& e) {
     end_trial(trial, TrialState::failed, std::string("launch failed: ") + e.what());
     return;
   }
+  record_launch(trial, exp, ex, handle);
+}
+
+bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials) {
+  // Executors that queue and throttle themselves (Slurm job arrays) take every ready trial at once.
+  std::vector<TrialRow*> rows;
+  std::vector<LaunchSpec> specs;
+  Executor* batcher = nullptr;
+  for (TrialRow& t : trials) {
+    if (t.state != TrialState::pending) continue;
+    LaunchSpec spec;
+    Executor* ex = prepare_launch(t, exp, spec);
+    if (ex == nullptr) continue;
+    if (!ex->batches()) return batcher != nullptr;  // first pending trial decides; others wait for the next tick
+    if (batcher != nullptr && ex != batcher) continue;
+    batcher = ex;
+    write_config(t);
+    if (options_.metrics) options_.metrics->trial_active(t.id, exp.name);
+    rows.push_back(&t);
+    specs.push_back(std::move(spec));
+  }
+  if (batcher == nullptr) return false;
+  std::vector<Executor::BatchResult> results = batcher->launch_batch(specs, static_cast<int>(exp.max_concurrent));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i < results.size() && results[i].handle) {
+      record_launch(*rows[i], exp, batcher, *results[i].handle);
+    } else {
+      end_trial(*rows[i], TrialState::failed,
+                std::string("launch failed: ") + (i < results.size() ? results[i].error : "no result from the executor"));
+    }
+  }
+  return true;
+}
+
+void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle) {
   AttemptRow a;
   a.trial_id = trial.id;
-  a.number = spec.attempt;
+  a.number = handle.attempt;
   a.executor = handle.executor;
   a.external_id = handle.external_id;
   a.nodes = handle.nodes;
@@ -371,16 +453,16 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   auto live = std::make_unique<Live>();
   live->attempt_id = store_.add_attempt(a);
   live->handle = handle;
-  live->executor = ex->second;
+  live->executor = ex;
   live_[trial.id] = std::move(live);
   if (options_.metrics) options_.metrics->attempt_started(handle.executor);
   trial.state = TrialState::running;
-  trial.attempts = spec.attempt;
+  trial.attempts = handle.attempt;
   if (trial.started_at == 0) trial.started_at = now_seconds();
   store_.update_trial(trial);
   event(exp.id, trial.id, "attempt_started",
-        "attempt " + std::to_string(spec.attempt) + " started (" + handle.executor + " " + handle.external_id + ")");
-  log("trial " + std::to_string(trial.id) + " (" + trial.params_json + ") attempt " + std::to_string(spec.attempt) +
+        "attempt " + std::to_string(handle.attempt) + " started (" + handle.executor + " " + handle.external_id + ")");
+  log("trial " + std::to_string(trial.id) + " (" + trial.params_json + ") attempt " + std::to_string(handle.attempt) +
       " started");
 }
 

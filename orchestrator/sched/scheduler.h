@@ -94,6 +94,15 @@ class Scheduler {
   void finish_attempt(int64_t trial_id, const ExitStatus& status);
   void launch_ready();
   void launch(TrialRow& trial, const ExperimentRow& exp);
+  // The spec for the trial's next attempt and its executor (validated), or nullptr after ending
+  // the trial with the reason.
+  Executor* prepare_launch(TrialRow& trial, const ExperimentRow& exp, LaunchSpec& spec);
+  void write_config(const TrialRow& trial);
+  // All pending trials of the experiment in one launch_batch() when their executor batches;
+  // false when it does not (launch one by one).
+  bool launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials);
+  void record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle);
+  void continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, const ExitStatus& status);
   void escalate_stops();
   void scan_checkpoints();
   void record_checkpoints(const TrialRow& trial);

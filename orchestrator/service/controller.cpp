@@ -4,6 +4,7 @@
 
 
 #include "orchestrator/exec/local_executor.h"
+#include "orchestrator/exec/slurm_executor.h"
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
@@ -48,6 +49,15 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   lo.cpu_slots = options_.cpu_slots;
   lo.gpu_ids = options_.gpu_ids;
   local_ = std::make_unique<LocalExecutor>(lo);
+  if (options_.slurm != "auto" && options_.slurm != "on" && options_.slurm != "off") {
+    throw std::invalid_argument("slurm must be auto, on or off, got \"" + options_.slurm + "\"");
+  }
+  if (options_.slurm == "on" || (options_.slurm == "auto" && SlurmExecutor::available())) {
+    SlurmExecutorOptions so;
+    so.poll_interval = options_.slurm_poll_interval;
+    so.script.signal_lead_s = options_.slurm_signal_lead_s;
+    slurm_ = std::make_unique<SlurmExecutor>(so);
+  }
   RouterOptions ro;
   ro.admin_token = options_.admin_token;
   ro.log = options_.log;
@@ -75,7 +85,9 @@ void Controller::start() {
   so.stop_grace = options_.stop_grace;
   so.log = options_.log;
   so.metrics = metrics_.get();
-  scheduler_ = std::make_unique<Scheduler>(*store_, std::map<std::string, Executor*>{{"local", local_.get()}}, so);
+  std::map<std::string, Executor*> executors{{"local", local_.get()}};
+  if (slurm_) executors["slurm"] = slurm_.get();
+  scheduler_ = std::make_unique<Scheduler>(*store_, executors, so);
   scheduler_->start();
 }
 

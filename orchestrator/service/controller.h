@@ -18,6 +18,7 @@ namespace precon::orch {
 
 class ControllerMetrics;
 class LocalExecutor;
+class SlurmExecutor;
 
 struct ControllerOptions {
   std::filesystem::path db = "precon.db";      // SQLite file
@@ -32,6 +33,9 @@ struct ControllerOptions {
   std::vector<int> gpu_ids;                    // local executor GPUs
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds stop_grace{20000};
+  std::string slurm = "auto";                  // slurm executor: "auto" (when sbatch is on PATH), "on", "off"
+  std::chrono::milliseconds slurm_poll_interval{2000};  // at most one squeue per interval
+  int slurm_signal_lead_s = 120;               // --signal=B:USR1@N before a job's time limit
   std::function<void(const std::string&)> log;
 };
 
@@ -65,6 +69,7 @@ class Controller {
   std::unique_ptr<ControllerMetrics> metrics_;  // before the store and server, which report to it
   std::unique_ptr<Store> store_;
   std::unique_ptr<LocalExecutor> local_;
+  std::unique_ptr<SlurmExecutor> slurm_;  // null when Slurm is off or absent
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<HttpServer> server_;

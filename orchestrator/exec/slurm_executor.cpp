@@ -1,0 +1,348 @@
+#include "orchestrator/exec/slurm_executor.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "orchestrator/exec/slurm_state.h"
+#include "orchestrator/exec/wrapped_process.h"
+
+namespace precon::orch {
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path status_path(const Handle& h) { return h.run_dir / ("exit_status." + std::to_string(h.attempt)); }
+fs::path job_record_path(const fs::path& run_dir, const std::string& id) { return run_dir / ("slurm_job." + id); }
+
+void write_file(const fs::path& path, const std::string& text, fs::perms perms = fs::perms::owner_read |
+                                                                                   fs::perms::owner_write) {
+  const fs::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    if (!out) throw ExecError("cannot write " + tmp.string());
+  }
+  std::error_code ec;
+  fs::permissions(tmp, perms, ec);
+  fs::rename(tmp, path, ec);
+  if (ec) throw ExecError("cannot write " + path.string() + ": " + ec.message());
+}
+
+int64_t to_int(const std::string& s, int64_t fallback) {
+  try {
+    size_t used = 0;
+    long long v = std::stoll(s, &used);
+    return used == s.size() ? v : fallback;
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+// "123" or "123;cluster" from `sbatch --parsable`.
+std::string parsable_job_id(const std::string& out) {
+  std::string id = out.substr(0, out.find_first_of(";\n"));
+  if (id.empty() || id.find_first_not_of("0123456789") != std::string::npos) return "";
+  return id;
+}
+
+ExitStatus lost(std::string detail) {
+  ExitStatus s;
+  s.kind = ExitKind::lost;
+  s.detail = std::move(detail);
+  return s;
+}
+
+constexpr auto kScript = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
+
+}  // namespace
+
+SlurmExecutor::SlurmExecutor(SlurmExecutorOptions options) : options_(std::move(options)) {}
+
+SlurmExecutor::~SlurmExecutor() = default;
+
+bool SlurmExecutor::available() {
+  const char* path = std::getenv("PATH");
+  return resolve_program("sbatch", path ? path : "/usr/bin:/bin").has_value();
+}
+
+CommandResult SlurmExecutor::run(const std::vector<std::string>& argv) const {
+  return run_command(argv, options_.command_timeout);
+}
+
+void SlurmExecutor::validate(const LaunchSpec& spec) const {
+  validate_slurm_spec(spec);
+  if (!fs::path(spec.argv[0]).is_absolute()) {
+    throw ExecError("trial " + std::to_string(spec.trial_id) + ": the trainer must be an absolute path on the "
+                    "shared filesystem for Slurm, got " + spec.argv[0]);
+  }
+}
+
+std::string SlurmExecutor::submit(const fs::path& script) {
+  CommandResult r = run({options_.sbatch, "--parsable", script.string()});
+  const std::string id = parsable_job_id(r.out);
+  if (!r.ok() || id.empty()) {
+    throw ExecError("sbatch " + script.string() + " failed: " + r.message() +
+                    (r.ok() ? " (no job id in its output: " + r.out + ")" : ""));
+  }
+  return id;
+}
+
+void SlurmExecutor::track(const Handle& h, int64_t base_attempt) {
+  Job j;
+  j.handle = h;
+  j.base_attempt = base_attempt;
+  jobs_.push_back(std::move(j));
+}
+
+Handle SlurmExecutor::launch(const LaunchSpec& spec) {
+  auto results = launch_batch({spec}, 0);
+  if (!results[0].handle) throw ExecError(results[0].error);
+  return *results[0].handle;
+}
+
+std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector<LaunchSpec>& specs,
+                                                               int max_concurrent) {
+  std::vector<BatchResult> results(specs.size());
+  std::vector<size_t> ready;
+  std::vector<fs::path> scripts;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LaunchSpec& spec = specs[i];
+    try {
+      validate(spec);
+      std::error_code ec;
+      fs::create_directories(spec.run_dir, ec);
+      if (ec) throw ExecError("cannot create run directory " + spec.run_dir.string() + ": " + ec.message());
+      fs::remove(status_path(Handle{"slurm", "", "", spec.trial_id, spec.attempt, spec.run_dir}), ec);
+      const fs::path script = slurm_script_path(spec.run_dir, spec.attempt);
+      write_file(script, trial_script(spec, options_.script), kScript);
+      ready.push_back(i);
+      scripts.push_back(script);
+    } catch (const std::exception& e) {
+      results[i].error = e.what();
+    }
+  }
+  if (ready.empty()) return results;
+
+  bool shared = ready.size() > 1;
+  for (size_t k = 1; k < ready.size() && shared; ++k) shared = same_slurm_resources(specs[ready[0]], specs[ready[k]]);
+  std::vector<std::pair<size_t, std::string>> ids;  // spec index -> external id
+  if (shared) {
+    std::vector<LaunchSpec> group;
+    for (size_t i : ready) group.push_back(specs[i]);
+    const fs::path dir = specs[ready[0]].run_dir.parent_path();
+    const std::string stamp = std::to_string(::getpid()) + "-" +
+                              std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+    const fs::path script = dir / ("slurm-array-" + stamp + ".sh");
+    try {
+      write_file(script, array_script(group, scripts, max_concurrent, dir / "slurm-array-%A_%a.out", options_.script),
+                 kScript);
+      const std::string array_id = submit(script);
+      for (size_t k = 0; k < ready.size(); ++k) ids.emplace_back(ready[k], array_id + "_" + std::to_string(k));
+    } catch (const std::exception& e) {
+      for (size_t i : ready) results[i].error = e.what();
+      return results;
+    }
+  } else {
+    for (size_t k = 0; k < ready.size(); ++k) {
+      try {
+        ids.emplace_back(ready[k], submit(scripts[k]));
+      } catch (const std::exception& e) {
+        results[ready[k]].error = e.what();
+      }
+    }
+  }
+
+  std::lock_guard lock(mu_);
+  for (const auto& [i, id] : ids) {
+    const LaunchSpec& spec = specs[i];
+    Handle h;
+    h.executor = name();
+    h.external_id = id;
+    h.trial_id = spec.trial_id;
+    h.attempt = spec.attempt;
+    h.run_dir = spec.run_dir;
+    try {
+      write_file(job_record_path(spec.run_dir, id), "base_attempt=" + std::to_string(spec.attempt) + "\n");
+    } catch (const std::exception&) {
+      // Only adopt() after a restart needs it, and it falls back to the attempt it is given.
+    }
+    track(h, spec.attempt);
+    results[i].handle = h;
+  }
+  return results;
+}
+
+std::map<std::string, std::string> SlurmExecutor::job_record(const std::string& id) {
+  CommandResult r = run({options_.scontrol, "show", "job", "-o", id});
+  if (r.ok()) {
+    auto rec = parse_scontrol_record(r.out);
+    if (!rec.empty()) return rec;
+  }
+  // Forgotten by slurmctld (MinJobAge passed): accounting, then the job completion log.
+  for (std::vector<std::string> argv : {std::vector<std::string>{options_.sacct, "-P", "-n", "-X", "-j", id, "-o",
+                                                                  "JobID,State,ExitCode"},
+                                        std::vector<std::string>{options_.sacct, "-c", "-P", "-n", "-j", id, "-o",
+                                                                  "JobID,State,ExitCode"}}) {
+    CommandResult s = run(argv);
+    if (!s.ok()) continue;
+    if (auto row = parse_sacct(s.out, id)) return {{"JobState", row->state}, {"ExitCode", row->exit_code}};
+  }
+  return {};
+}
+
+SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
+  const std::string& id = j.handle.external_id;
+  std::map<std::string, std::string> rec;
+  bool have_rec = false;
+  auto record = [&]() -> std::map<std::string, std::string>& {
+    if (!have_rec) rec = job_record(id);
+    have_rec = true;
+    return rec;
+  };
+  auto restarts = [&]() -> int64_t {
+    auto& r = record();
+    auto it = r.find("Restarts");
+    return it == r.end() ? -1 : to_int(it->second, -1);
+  };
+  std::string state = row ? row->state : "";
+  std::string reason = row ? row->reason : "";
+  if (!row) {
+    auto& r = record();
+    state = base_state(r["JobState"]);
+    reason = r.count("Reason") ? r["Reason"] : "";
+  }
+  j.state = state;
+  j.reason = reason;
+  if (state == "RUNNING") j.seen_running = true;
+  const bool active = slurm_state_active(state);
+
+  if (auto file = read_exit_status_file(status_path(j.handle))) {
+    ExitStatus s = *file;
+    if (s.kind == ExitKind::requeue && active && !j.cancelled) {
+      const int64_t r = restarts();
+      if (r >= 0 && j.base_attempt + r > j.handle.attempt) {
+        s.continues = true;
+        s.detail += "; Slurm job " + id + " requeued";
+        return {true, s};
+      }
+      return {};  // the script is still requeueing the job: decide on a later poll
+    }
+    if (!state.empty() && state != "COMPLETED" && state != "FAILED" && !active) s.detail += " (Slurm " + state + ")";
+    // The job was requeued and ran again while nobody watched (a controller restart).
+    Handle next = j.handle;
+    next.attempt += 1;
+    if (s.kind == ExitKind::requeue && fs::exists(status_path(next))) s.continues = true;
+    return {true, s};
+  }
+  if (state.empty()) {
+    return {true, lost("Slurm job " + id + " is no longer known to Slurm and left no " + status_path(j.handle).string())};
+  }
+  if (!active) {
+    auto& r = record();
+    return {true, slurm_exit_status(state, r["ExitCode"], reason)};
+  }
+  // A run that Slurm itself requeued (node failure, preemption) without the script's status.
+  if (j.seen_running && slurm_state_waiting(state)) {
+    const int64_t r = restarts();
+    if (r >= 0 && j.base_attempt + r > j.handle.attempt) {
+      ExitStatus s;
+      s.kind = ExitKind::requeue;
+      s.continues = true;
+      s.detail = "Slurm requeued job " + id + " (" + (reason.empty() ? state : reason) + ")";
+      return {true, s};
+    }
+  }
+  return {};
+}
+
+std::vector<std::pair<Handle, ExitStatus>> SlurmExecutor::poll() {
+  std::lock_guard lock(mu_);
+  std::vector<std::pair<Handle, ExitStatus>> ended;
+  if (jobs_.empty()) return ended;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_poll_ < options_.poll_interval) return ended;
+  last_poll_ = now;
+
+  // One squeue for every job: array tasks are listed through their array's id.
+  std::set<std::string> ids;
+  for (const Job& j : jobs_) ids.insert(j.handle.external_id.substr(0, j.handle.external_id.find('_')));
+  std::string list;
+  for (const std::string& id : ids) list += (list.empty() ? "" : ",") + id;
+  CommandResult q = run({options_.squeue, "-h", "-r", "-t", "all", "-j", list, "-o", kSqueueFormat});
+  // squeue exits 1 ("Invalid job id specified") when it knows none of the ids; anything else
+  // means Slurm did not answer, and nothing can be concluded this time.
+  if (!q.ok() && q.err.find("Invalid job id") == std::string::npos) return ended;
+  const auto rows = parse_squeue(q.out);
+
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    auto row = rows.find(it->handle.external_id);
+    Decision d = judge(*it, row == rows.end() ? nullptr : &row->second);
+    if (!d.report) {
+      ++it;
+      continue;
+    }
+    ended.emplace_back(it->handle, d.status);
+    if (d.status.continues) {
+      it->handle.attempt += 1;
+      it->seen_running = it->state == "RUNNING";
+      ++it;
+    } else {
+      it = jobs_.erase(it);
+    }
+  }
+  return ended;
+}
+
+void SlurmExecutor::cancel(const Handle& h) {
+  std::lock_guard lock(mu_);
+  auto it = std::find_if(jobs_.begin(), jobs_.end(),
+                         [&](const Job& j) { return j.handle.external_id == h.external_id; });
+  if (it == jobs_.end()) return;
+  it->cancelled = true;
+  run({options_.scancel, it->handle.external_id});
+  last_poll_ = {};  // learn the outcome at the next poll
+}
+
+// Slurm sends SIGTERM to every process of the job, then SIGKILL after KillWait; the trainer
+// checkpoints on SIGTERM, and the script does not requeue after one.
+void SlurmExecutor::signal_stop(const Handle& h) { cancel(h); }
+
+void SlurmExecutor::kill(const Handle& h) { cancel(h); }
+
+std::optional<ExitStatus> SlurmExecutor::adopt(const Handle& h) {
+  if (h.executor != name()) {
+    throw ExecError("the slurm executor cannot adopt an attempt of executor '" + h.executor + "'");
+  }
+  std::lock_guard lock(mu_);
+  for (const Job& j : jobs_)
+    if (j.handle.external_id == h.external_id) return std::nullopt;
+  int64_t base = h.attempt;
+  std::ifstream in(job_record_path(h.run_dir, h.external_id));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("base_attempt=", 0) == 0) base = to_int(line.substr(13), h.attempt);
+  track(h, std::min(base, h.attempt));
+  last_poll_ = {};
+  return std::nullopt;  // the next poll() reports it if it already ended
+}
+
+size_t SlurmExecutor::running() const {
+  std::lock_guard lock(mu_);
+  return jobs_.size();
+}
+
+std::string SlurmExecutor::job_state(const std::string& external_id) const {
+  std::lock_guard lock(mu_);
+  for (const Job& j : jobs_) {
+    if (j.handle.external_id != external_id) continue;
+    if (j.state.empty()) return "";
+    return j.reason.empty() || j.reason == "None" ? j.state : j.state + " (" + j.reason + ")";
+  }
+  return "";
+}
+
+}  // namespace precon::orch

@@ -1,0 +1,239 @@
+#include "orchestrator/exec/slurm_script.h"
+
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "worker/train/exit_codes.h"
+
+namespace precon::orch {
+namespace fs = std::filesystem;
+
+namespace {
+
+// What sbatch reads from `#SBATCH` lines must never need quoting: no blanks, quotes, `#`, `$`,
+// backquotes, semicolons or control characters anywhere.
+const std::regex kPartition(R"([A-Za-z0-9_.,-]{1,200})");
+const std::regex kConstraint(R"([A-Za-z0-9_.,&|:*\[\]()!-]{1,500})");
+const std::regex kMem(R"([0-9]{1,9}[KMGT]?)");
+const std::regex kTime(R"((INFINITE|UNLIMITED|([0-9]{1,4}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}))");
+const std::regex kSbatchArg(R"(--[a-z][a-z0-9-]{0,40}(=[A-Za-z0-9_.,:/@%+=\[\]-]{1,300})?)");
+const std::regex kPath(R"(/[A-Za-z0-9_./+@,:=-]{0,4000})");
+const std::regex kEnvKey(R"([A-Za-z_][A-Za-z0-9_]{0,200})");
+
+// Options precon writes itself or that the resources keys cover.
+const std::set<std::string> kReserved = {
+    "array", "output", "error", "open-mode", "requeue", "no-requeue", "signal", "job-name", "parsable", "wrap",
+    "input", "export", "export-file", "nodes", "ntasks", "ntasks-per-node", "gpus-per-node", "cpus-per-task",
+    "mem", "time", "partition", "account", "qos", "constraint", "test-only", "hold", "dependency", "get-user-env"};
+// Keys of the resources table the reserved options belong to, for the error message.
+const std::map<std::string, std::string> kReservedKey = {
+    {"nodes", "resources.nodes"},         {"ntasks-per-node", "resources.ntasks_per_node"},
+    {"gpus-per-node", "resources.gpus_per_node"}, {"cpus-per-task", "resources.cpus_per_task"},
+    {"mem", "resources.mem"},             {"time", "resources.time_limit"},
+    {"partition", "resources.partition"}, {"account", "resources.account"},
+    {"qos", "resources.qos"},             {"constraint", "resources.constraint"}};
+
+std::string who(const LaunchSpec& spec) { return "trial " + std::to_string(spec.trial_id); }
+
+void check(const LaunchSpec& spec, const std::string& key, const std::string& value, const std::regex& re,
+           const std::string& allowed) {
+  if (value.empty() || std::regex_match(value, re)) return;
+  throw ExecError(who(spec) + ": resources." + key + " = \"" + value + "\" is not valid for Slurm: " + allowed);
+}
+
+std::string slurm_name_char_filter(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  return out;
+}
+
+int cpus_per_task(const LaunchSpec& spec) {
+  return spec.resources.cpus_per_task > 0 ? static_cast<int>(spec.resources.cpus_per_task) : std::max(1, spec.cpus);
+}
+
+}  // namespace
+
+std::string shell_quote(const std::string& s) {
+  if (s.find('\0') != std::string::npos) throw ExecError("a NUL byte cannot be passed through a shell script");
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'')
+      out += "'\\''";
+    else
+      out += c;
+  }
+  return out + "'";
+}
+
+std::string slurm_job_name(const std::string& label) { return "precon-" + slurm_name_char_filter(label).substr(0, 100); }
+
+void validate_slurm_spec(const LaunchSpec& spec) {
+  const worker::ResourcesConfig& r = spec.resources;
+  if (spec.argv.empty() || spec.argv[0].empty()) throw ExecError(who(spec) + ": nothing to run (argv is empty)");
+  if (!std::regex_match(spec.run_dir.string(), kPath)) {
+    throw ExecError(who(spec) + ": run directory \"" + spec.run_dir.string() +
+                    "\" must be an absolute path of letters, digits and _./+@,:=- for Slurm (it is written into "
+                    "#SBATCH lines); choose a plain --runs directory");
+  }
+  if (r.nodes < 1) throw ExecError(who(spec) + ": resources.nodes must be at least 1");
+  if (r.ntasks_per_node < 1) throw ExecError(who(spec) + ": resources.ntasks_per_node must be at least 1");
+  if (r.gpus_per_node < 0) throw ExecError(who(spec) + ": resources.gpus_per_node must be 0 or more");
+  if (r.cpus_per_task < 0) throw ExecError(who(spec) + ": resources.cpus_per_task must be 0 or more");
+  check(spec, "mem", r.mem, kMem, "a number with an optional K, M, G or T suffix, e.g. \"16G\"");
+  check(spec, "time_limit", r.time_limit, kTime,
+        "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. \"01:30:00\"");
+  check(spec, "partition", r.partition, kPartition, "letters, digits and _.,- only");
+  check(spec, "account", r.account, kPartition, "letters, digits and _.,- only");
+  check(spec, "qos", r.qos, kPartition, "letters, digits and _.,- only");
+  check(spec, "constraint", r.constraint, kConstraint, "feature names with & | , [ ] * ( ) ! : only");
+  for (const std::string& a : r.sbatch_args) {
+    if (!std::regex_match(a, kSbatchArg)) {
+      throw ExecError(who(spec) + ": resources.sbatch_args entry \"" + a +
+                      "\" is not valid: use one long option per entry, \"--name\" or \"--name=value\", with a "
+                      "value of letters, digits and _.,:/@%+=[]- only");
+    }
+    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
+    if (kReserved.count(name)) {
+      auto key = kReservedKey.find(name);
+      throw ExecError(who(spec) + ": resources.sbatch_args entry \"" + a + "\" is set by precon" +
+                      (key != kReservedKey.end() ? "; use " + key->second + " instead" : "; remove it"));
+    }
+  }
+  for (const std::string& line : r.setup) {
+    for (char c : line) {
+      if (c == '\n' || c == '\r' || c == '\0') {
+        throw ExecError(who(spec) + ": resources.setup entries must be single shell lines (one command each)");
+      }
+    }
+  }
+  for (const auto& [key, value] : spec.env) {
+    if (!std::regex_match(key, kEnvKey)) {
+      throw ExecError(who(spec) + ": environment variable name \"" + key + "\" is not a shell name");
+    }
+    if (value.find('\0') != std::string::npos) throw ExecError(who(spec) + ": environment value of " + key + " has a NUL");
+  }
+  for (const std::string& a : spec.argv) {
+    if (a.find('\0') != std::string::npos) throw ExecError(who(spec) + ": an argument contains a NUL byte");
+  }
+}
+
+std::vector<std::string> slurm_options(const LaunchSpec& spec, const SlurmScriptOptions& options) {
+  const worker::ResourcesConfig& r = spec.resources;
+  std::vector<std::string> o;
+  o.push_back("--job-name=" + slurm_job_name(spec.label));
+  o.push_back("--output=" + (spec.run_dir / "slurm.out").string());
+  o.push_back("--open-mode=append");
+  o.push_back("--requeue");
+  o.push_back("--signal=B:USR1@" + std::to_string(options.signal_lead_s));
+  o.push_back("--nodes=" + std::to_string(r.nodes));
+  o.push_back("--ntasks-per-node=" + std::to_string(r.ntasks_per_node));
+  o.push_back("--cpus-per-task=" + std::to_string(cpus_per_task(spec)));
+  if (r.gpus_per_node > 0) o.push_back("--gpus-per-node=" + std::to_string(r.gpus_per_node));
+  if (!r.mem.empty()) o.push_back("--mem=" + r.mem);
+  if (!r.time_limit.empty()) o.push_back("--time=" + r.time_limit);
+  if (!r.partition.empty()) o.push_back("--partition=" + r.partition);
+  if (!r.account.empty()) o.push_back("--account=" + r.account);
+  if (!r.qos.empty()) o.push_back("--qos=" + r.qos);
+  if (!r.constraint.empty()) o.push_back("--constraint=" + r.constraint);
+  for (const std::string& a : r.sbatch_args) o.push_back(a);
+  return o;
+}
+
+bool same_slurm_resources(const LaunchSpec& a, const LaunchSpec& b) {
+  const worker::ResourcesConfig& x = a.resources;
+  const worker::ResourcesConfig& y = b.resources;
+  return x.nodes == y.nodes && x.ntasks_per_node == y.ntasks_per_node && x.gpus_per_node == y.gpus_per_node &&
+         cpus_per_task(a) == cpus_per_task(b) && x.mem == y.mem && x.time_limit == y.time_limit &&
+         x.partition == y.partition && x.account == y.account && x.qos == y.qos && x.constraint == y.constraint &&
+         x.sbatch_args == y.sbatch_args;
+}
+
+fs::path slurm_script_path(const fs::path& run_dir, int64_t attempt) {
+  return run_dir / ("slurm-" + std::to_string(attempt) + ".sh");
+}
+
+std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& options) {
+  const worker::ResourcesConfig& r = spec.resources;
+  std::ostringstream s;
+  s << "#!/bin/bash\n";
+  for (const std::string& o : slurm_options(spec, options)) s << "#SBATCH " << o << "\n";
+  s << "#\n# precon trial " << spec.trial_id << ", attempt " << spec.attempt
+    << " (the attempt grows with each restart of the job).\n"
+    << "# Written by the precon controller's Slurm executor; `sbatch` this file to run the trial by hand.\n"
+    << "# Ranks: srun starts " << r.nodes * r.ntasks_per_node << " precon-train process(es) with SLURM_PROCID,\n"
+    << "# SLURM_NODEID and SLURM_NTASKS set. SIGUSR1 (time-limit warning, preemption notice) makes the\n"
+    << "# trainer checkpoint and exit " << worker::kExitRequeue << "; the job then requeues itself.\n\n";
+  s << "run_dir=" << shell_quote(spec.run_dir.string()) << "\n";
+  s << "attempt=$((" << spec.attempt << " + ${SLURM_RESTART_COUNT:-0}))\n";
+  s << "status_file=\"$run_dir/exit_status.$attempt\"\n";
+  for (const auto& [key, value] : spec.env) s << "export " << key << "=" << shell_quote(value) << "\n";
+  s << "export OMP_NUM_THREADS=" << cpus_per_task(spec) << "\n";
+  s << "export PRECON_ATTEMPT=\"$attempt\"\n";
+  s << "rm -f \"$status_file\" \"$status_file.tmp\"\n";
+  // The traps come first: a warning that arrives during slow setup lines is kept for the trainer.
+  s << "\nstop_signal=\ntrainer=\n"
+    << "forward() {\n"
+    << "  stop_signal=$1\n"
+    << "  if [ -n \"$trainer\" ]; then kill -s \"$1\" \"$trainer\" 2>/dev/null; fi\n"
+    << "}\n"
+    << "trap 'forward USR1' USR1\n"
+    << "trap 'forward TERM' TERM\n";
+  if (!r.setup.empty()) {
+    s << "\n# resources.setup from the recipe\n";
+    for (const std::string& line : r.setup) s << line << "\n";
+    s << "# end of resources.setup\n\n";
+  }
+  s << shell_quote(options.srun) << " --kill-on-bad-exit=1 --nodes=" << r.nodes
+    << " --ntasks-per-node=" << r.ntasks_per_node << " --cpus-per-task=" << cpus_per_task(spec) << " --";
+  for (const std::string& a : spec.argv) s << " " << shell_quote(a);
+  s << " >>\"$run_dir/stdout.log\" 2>>\"$run_dir/stderr.log\" &\n";
+  s << "trainer=$!\n"
+    << "if [ -n \"$stop_signal\" ]; then kill -s \"$stop_signal\" \"$trainer\" 2>/dev/null; fi\n"
+    << "while :; do\n"
+    << "  wait \"$trainer\"\n"
+    << "  rc=$?\n"
+    << "  kill -0 \"$trainer\" 2>/dev/null || break\n"
+    << "done\n"
+    << "wait \"$trainer\" 2>/dev/null\n"
+    << "last=$?\n"
+    << "if [ \"$last\" != 127 ]; then rc=$last; fi\n"
+    << "printf 'exit %d\\n' \"$rc\" >\"$status_file.tmp\" && mv -f \"$status_file.tmp\" \"$status_file\"\n"
+    << "if [ \"$rc\" = " << worker::kExitRequeue << " ] && [ \"$stop_signal\" = USR1 ] && [ \"${SLURM_RESTART_COUNT:-0}\" -lt "
+    << options.max_requeues << " ]; then\n"
+    << "  " << shell_quote(options.scontrol) << " requeue \"$SLURM_JOB_ID\" && exit 0\n"
+    << "fi\n"
+    << "exit \"$rc\"\n";
+  return s.str();
+}
+
+std::string array_script(const std::vector<LaunchSpec>& specs, const std::vector<fs::path>& scripts,
+                         int max_concurrent, const fs::path& output, const SlurmScriptOptions& options) {
+  if (specs.empty() || specs.size() != scripts.size()) throw ExecError("array_script: one script per spec is needed");
+  // The file name may hold Slurm's %A/%a patterns; the directory must be plain.
+  if (!std::regex_match(output.parent_path().string(), kPath)) {
+    throw ExecError("array output directory is not a plain absolute path: " + output.parent_path().string());
+  }
+  std::ostringstream s;
+  s << "#!/bin/bash\n";
+  std::string range = "0-" + std::to_string(specs.size() - 1);
+  if (max_concurrent > 0) range += "%" + std::to_string(max_concurrent);
+  s << "#SBATCH --array=" << range << "\n";
+  for (std::string o : slurm_options(specs[0], options)) {
+    if (o.rfind("--output=", 0) == 0) o = "--output=" + output.string();
+    s << "#SBATCH " << o << "\n";
+  }
+  s << "#\n# precon job array: task i runs the trial script of trial i below, its output appended to that\n"
+    << "# trial's run directory.\n\n";
+  s << "case \"$SLURM_ARRAY_TASK_ID\" in\n";
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::string out = shell_quote((specs[i].run_dir / "slurm.out").string());
+    s << "  " << i << ") exec /bin/bash " << shell_quote(scripts[i].string()) << " >>" << out << " 2>&1 ;;\n";
+  }
+  s << "  *) echo \"precon: no trial for array task $SLURM_ARRAY_TASK_ID\" >&2; exit 2 ;;\n"
+    << "esac\n";
+  return s.str();
+}
+
+}  // namespace precon::orch

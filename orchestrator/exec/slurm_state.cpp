@@ -1,0 +1,154 @@
+#include "orchestrator/exec/slurm_state.h"
+
+#include <signal.h>
+
+#include <set>
+#include <sstream>
+
+namespace precon::orch {
+
+namespace {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+bool parse_int(const std::string& s, int& v) {
+  if (s.empty() || s.size() > 9) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  v = std::stoi(s);
+  return true;
+}
+
+}  // namespace
+
+std::map<std::string, SqueueRow> parse_squeue(const std::string& text) {
+  std::map<std::string, SqueueRow> rows;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto f = split(line, '|');
+    if (f.size() != 4 || f[0].empty() || f[1].empty()) continue;
+    SqueueRow r;
+    r.state = base_state(f[1]);
+    r.reason = f[2];
+    r.nodes = f[3];
+    rows[f[0]] = r;
+  }
+  return rows;
+}
+
+std::map<std::string, std::string> parse_scontrol_record(const std::string& text) {
+  std::map<std::string, std::string> kv;
+  std::string line = text.substr(0, text.find('\n'));
+  std::istringstream in(line);
+  std::string token, last;
+  while (in >> token) {
+    size_t eq = token.find('=');
+    // A token without '=' (or starting with it) continues the previous value: "Reason=a b".
+    if (eq == std::string::npos || eq == 0) {
+      if (!last.empty()) kv[last] += " " + token;
+      continue;
+    }
+    last = token.substr(0, eq);
+    kv[last] = token.substr(eq + 1);
+  }
+  return kv;
+}
+
+std::optional<SacctRow> parse_sacct(const std::string& text, const std::string& job_id) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto f = split(line, '|');
+    if (f.size() < 3 || f[0] != job_id) continue;
+    SacctRow r;
+    r.state = base_state(f[1]);
+    r.exit_code = f[2];
+    int n = 0;
+    if (f.size() > 3 && parse_int(f[3], n)) r.restarts = n;
+    return r;
+  }
+  return std::nullopt;
+}
+
+std::string base_state(const std::string& state) {
+  std::string s = state.substr(0, state.find(' '));
+  if (!s.empty() && s.back() == '+') s.pop_back();  // sacct marks truncated names with '+'
+  return s;
+}
+
+bool slurm_state_active(const std::string& state) {
+  static const std::set<std::string> kActive = {
+      "PENDING",      "RUNNING",   "SUSPENDED", "COMPLETING", "CONFIGURING", "REQUEUED",     "REQUEUE_FED",
+      "REQUEUE_HOLD", "RESIZING",  "SIGNALING", "STAGE_OUT",  "STOPPED",     "SPECIAL_EXIT", "RESV_DEL_HOLD",
+      "POWER_UP_NODE", "UPDATE_DB"};
+  return kActive.count(base_state(state)) > 0;
+}
+
+bool slurm_state_waiting(const std::string& state) {
+  static const std::set<std::string> kWaiting = {"PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+                                                 "SPECIAL_EXIT", "RESV_DEL_HOLD"};
+  return kWaiting.count(base_state(state)) > 0;
+}
+
+ExitStatus slurm_exit_status(const std::string& state_in, const std::string& exit_code, const std::string& reason) {
+  const std::string state = base_state(state_in);
+  int rc = 0, sig = 0;
+  {
+    auto parts = split(exit_code, ':');
+    if (!parts.empty()) parse_int(parts[0], rc);
+    if (parts.size() > 1) parse_int(parts[1], sig);
+  }
+  const std::string why = reason.empty() || reason == "None" ? "" : " (" + reason + ")";
+  ExitStatus s;
+  if (state == "COMPLETED" || state == "FAILED") {
+    if (sig > 0 && sig < 0x7f) {
+      s = classify_exit(sig);
+    } else {
+      s = classify_exit((rc & 0xff) << 8);
+      if (state == "FAILED" && rc == 0) {  // failed before the script ran (bad output path, ...)
+        s.kind = ExitKind::failed;
+        s.code = -1;
+      }
+    }
+    s.detail = "Slurm " + state + ": " + s.detail + why;
+  } else if (state == "CANCELLED") {
+    s.kind = ExitKind::killed;
+    s.signal = SIGTERM;
+    s.detail = "cancelled in Slurm (scancel)" + why;
+  } else if (state == "TIMEOUT") {
+    s.kind = ExitKind::failed;
+    s.detail = "Slurm TIMEOUT: time limit reached before the trainer wrote a checkpoint on the way out";
+  } else if (state == "NODE_FAIL" || state == "BOOT_FAIL") {
+    s.kind = ExitKind::lost;
+    s.detail = "Slurm " + state + ": a node of the job failed" + why;
+  } else if (state == "OUT_OF_MEMORY") {
+    s.kind = ExitKind::failed;
+    s.detail = "Slurm OUT_OF_MEMORY: the job ran out of memory; raise resources.mem";
+  } else if (state == "PREEMPTED") {
+    s.kind = ExitKind::requeue;
+    s.detail = "Slurm PREEMPTED: resumes from its last checkpoint";
+  } else if (state == "DEADLINE") {
+    s.kind = ExitKind::failed;
+    s.detail = "Slurm DEADLINE: the job's deadline passed";
+  } else {
+    s.kind = ExitKind::lost;
+    s.detail = "Slurm state " + (state.empty() ? std::string("unknown") : state) + why;
+  }
+  return s;
+}
+
+}  // namespace precon::orch

@@ -1,0 +1,50 @@
+// Reading Slurm's answers: `squeue -h -r -o '%i|%T|%r|%N'` lines, `scontrol show job -o` records,
+// `sacct -P` tables, and mapping every Slurm job state to how an attempt ended.
+// Thread-safety: free functions without shared state.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "orchestrator/exec/executor.h"
+
+namespace precon::orch {
+
+// The squeue output format these parsers expect, and one parsed line.
+inline constexpr const char* kSqueueFormat = "%i|%T|%r|%N";
+struct SqueueRow {
+  std::string state;   // PENDING, RUNNING, ...
+  std::string reason;  // None, Priority, Resources, BeginTime, ...
+  std::string nodes;   // node list once running
+};
+// Job id ("123", or "123_4" for an array task) -> row. Malformed lines are skipped.
+std::map<std::string, SqueueRow> parse_squeue(const std::string& text);
+
+// `scontrol show job -o` (one job per line, `Key=Value` separated by blanks; a value may hold
+// blanks). Returns the first record's keys. Empty when the text holds no record.
+std::map<std::string, std::string> parse_scontrol_record(const std::string& text);
+
+// `sacct -P -n -o JobID,State,ExitCode[,...]` (the job's own line, not its steps). nullopt
+// when the job is not in the table.
+struct SacctRow {
+  std::string state, exit_code;
+  int restarts = 0;  // a fourth column when present
+};
+std::optional<SacctRow> parse_sacct(const std::string& text, const std::string& job_id);
+
+// "CANCELLED by 0" -> "CANCELLED"; "RUNNING" stays.
+std::string base_state(const std::string& state);
+
+// True while the job may still run (pending, running, completing, requeued, held, suspended ...).
+bool slurm_state_active(const std::string& state);
+// True for states in which a requeued job waits for its next run.
+bool slurm_state_waiting(const std::string& state);
+
+// How an attempt ended when Slurm reports the job in a final state with ExitCode "rc:signal":
+// COMPLETED/FAILED by exit code (75 = requeue), CANCELLED = killed, TIMEOUT = failed (no
+// checkpoint was written on the way out), NODE_FAIL/BOOT_FAIL = lost, OUT_OF_MEMORY = failed,
+// PREEMPTED = requeue (resumes, not a failure), DEADLINE = failed, anything else = lost.
+ExitStatus slurm_exit_status(const std::string& state, const std::string& exit_code, const std::string& reason);
+
+}  // namespace precon::orch

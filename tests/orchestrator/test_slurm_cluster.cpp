@@ -1,0 +1,381 @@
+// The Slurm executor against a real Slurm cluster (deploy/slurm/cluster.sh, started by a ctest
+// fixture): a sweep as one job array, cancel, preemption and time-limit warnings that checkpoint,
+// requeue and resume to the same loss curve as an uninterrupted run, sbatch errors, a controller
+// killed with SIGKILL mid-sweep, a two-node job's ranks, and the 100-trial submit time.
+// Without a reachable cluster these tests are skipped, except under CI=true, where they fail.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "orchestrator/exec/slurm_command.h"
+#include "orchestrator/exec/slurm_executor.h"
+#include "orchestrator/service/controller.h"
+#include "tests/orchestrator/controller_fixture.h"
+
+namespace precon::orch::testing {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+
+CommandResult slurm(const std::vector<std::string>& argv) { return run_command(argv, seconds(30)); }
+
+// The job's Slurm state, "" once Slurm no longer lists it as active.
+std::string active_state(const std::string& job) {
+  CommandResult r = slurm({"squeue", "-h", "-r", "-j", job, "-o", "%T"});
+  return r.ok() ? r.out.substr(0, r.out.find('\n')) : "";
+}
+
+class SlurmCluster : public ControllerFixture {
+ protected:
+  void SetUp() override {
+    ControllerFixture::SetUp();
+    if (std::getenv("SLURM_CONF") == nullptr && fs::exists("/tmp/precon-slurm/slurm.conf"))
+      ::setenv("SLURM_CONF", "/tmp/precon-slurm/slurm.conf", 1);
+    CommandResult r = slurm({"sinfo", "-h", "-o", "%t"});
+    if (!r.ok()) {
+      const std::string why = "no Slurm cluster answers (" + r.message() +
+                              "); start one with `deploy/slurm/cluster.sh up` and export SLURM_CONF";
+      const char* ci = std::getenv("CI");
+      if (ci != nullptr && std::string(ci) == "true") GTEST_FAIL() << why;
+      GTEST_SKIP() << why;
+    }
+  }
+
+  std::unique_ptr<orch::Controller> start(int signal_lead_s = 120) {
+    ControllerOptions o;
+    o.db = dir_ / "precon.db";
+    o.run_root = dir_ / "runs";
+    o.trainer = PRECON_TRAIN_BIN;
+    o.admin_token = "admin-secret";
+    o.poll_interval = std::chrono::milliseconds(100);
+    o.stop_grace = std::chrono::milliseconds(3000);
+    o.slurm = "on";
+    o.slurm_poll_interval = std::chrono::milliseconds(300);
+    o.slurm_signal_lead_s = signal_lead_s;
+    o.log = [](const std::string&) {};
+    auto c = std::make_unique<orch::Controller>(o);
+    c->start();
+    return c;
+  }
+  // A tiny trial on Slurm; `resources` goes into [resources], `rest` after it.
+  std::string slurm_recipe(int steps, const std::string& resources, const std::string& rest) const {
+    return recipe(steps, "[resources]\nexecutor = \"slurm\"\n" + resources + rest);
+  }
+  int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
+    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}}.dump(), "admin-secret");
+    EXPECT_EQ(r.status, expect) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
+  }
+  bool done(const std::string& url, int64_t id, seconds limit = seconds(120)) {
+    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; }, limit);
+  }
+  json trials(const std::string& url, int64_t id) {
+    return get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  }
+  json trial(const std::string& url, int64_t tid) { return get(url, "/api/v1/trials/" + std::to_string(tid)); }
+  json losses(const std::string& url, int64_t tid) {
+    return get(url, "/api/v1/trials/" + std::to_string(tid) + "/metrics?name=train_loss&max_points=0")["metrics"]
+        ["train_loss"];
+  }
+  // train_loss per step of an uninterrupted local run of the trial's own config.
+  std::map<int64_t, double> reference_losses(const fs::path& config) {
+    const fs::path run = dir_ / ("reference-" + std::to_string(++references_));
+    CommandResult r = run_command({PRECON_TRAIN_BIN, "--config", config.string(), "--run-dir", run.string()}, seconds(300));
+    EXPECT_TRUE(r.ok()) << r.message();
+    std::map<int64_t, double> out;
+    std::ifstream in(run / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line)) {
+      json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("train_loss") && j["train_loss"].is_number())
+        out[j["step"].get<int64_t>()] = j["train_loss"].get<double>();
+    }
+    return out;
+  }
+  // The stored curve is one continuous run identical to the uninterrupted one, bit for bit.
+  void expect_same_curve(const std::string& url, int64_t tid, int steps) {
+    const json t = trial(url, tid);
+    const std::map<int64_t, double> want = reference_losses(fs::path(t["run_dir"].get<std::string>()) / "config.toml");
+    ASSERT_EQ(want.size(), static_cast<size_t>(steps));
+    const json m = losses(url, tid);
+    ASSERT_EQ(m["steps"].size(), static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i) {
+      ASSERT_EQ(m["steps"][i], i + 1);
+      ASSERT_EQ(m["values"][i].get<double>(), want.at(i + 1)) << "step " << i + 1;
+    }
+  }
+  int references_ = 0;
+};
+
+TEST_F(SlurmCluster, FourTrialSweepRunsAsOneThrottledJobArray) {
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t id = submit(url, slurm_recipe(40, "", "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n"
+                                                      "\"optimizer.lr\" = [0.001, 0.002, 0.003, 0.004]\n"));
+  ASSERT_TRUE(done(url, id));
+  const json ts = trials(url, id);
+  ASSERT_EQ(ts.size(), 4u);
+  std::set<std::string> arrays, ids;
+  for (const json& x : ts) {
+    const json t = trial(url, x["id"]);
+    EXPECT_EQ(t["state"], "completed") << t.dump();
+    ASSERT_EQ(t["attempts"].size(), 1u) << t.dump();
+    EXPECT_EQ(t["attempts"][0]["executor"], "slurm");
+    EXPECT_EQ(t["attempts"][0]["state"], "succeeded");
+    const std::string ext = t["attempts"][0]["external_id"];
+    arrays.insert(ext.substr(0, ext.find('_')));
+    ids.insert(ext);
+    EXPECT_EQ(losses(url, x["id"])["steps"].size(), 40u);
+    EXPECT_TRUE(fs::exists(fs::path(t["run_dir"].get<std::string>()) / "slurm-1.sh"));
+  }
+  EXPECT_EQ(arrays.size(), 1u);  // one sbatch for the sweep
+  EXPECT_EQ(ids.size(), 4u);
+  // The array script keeps the throttle: at most max_concurrent tasks at once.
+  const fs::path root = fs::path(trial(url, ts[0]["id"])["run_dir"].get<std::string>()).parent_path();
+  int scripts = 0;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (e.path().filename().string().rfind("slurm-array-", 0) != 0 || e.path().extension() != ".sh") continue;
+    ++scripts;
+    std::ifstream in(e.path());
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("#SBATCH --array=0-3%2\n"), std::string::npos) << text;
+  }
+  EXPECT_EQ(scripts, 1);
+  c->stop();
+}
+
+TEST_F(SlurmCluster, CancelEndsARunningTrialAndItsJob) {
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t id = submit(url, slurm_recipe(400000, "", ""));
+  const int64_t tid = trials(url, id)[0]["id"];
+  ASSERT_TRUE(wait_for([&] { return trial(url, tid)["last_step"].get<int64_t>() > 20; }, seconds(60)));
+  const std::string job = trial(url, tid)["attempts"][0]["external_id"];
+  ASSERT_EQ(post(url, "/api/v1/trials/" + std::to_string(tid) + "/cancel", "{}", "admin-secret").status, 200);
+  ASSERT_TRUE(done(url, id, seconds(60)));
+  const json t = trial(url, tid);
+  EXPECT_EQ(t["state"], "cancelled");
+  EXPECT_EQ(t["attempts"].size(), 1u) << t.dump();
+  // Not requeued, not left behind.
+  EXPECT_TRUE(wait_for([&] { return active_state(job).empty(); }, seconds(30))) << active_state(job);
+  c->stop();
+}
+
+TEST_F(SlurmCluster, PreemptionSignalCheckpointsRequeuesAndResumesTheSameCurve) {
+  auto c = start();
+  const std::string url = c->url();
+  const int steps = 600;  // a checkpoint every step: a few seconds, so the signal lands mid-run
+  const int64_t id = submit(url, slurm_recipe(steps, "", "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"
+                                                         "\"train.checkpoint_every\" = [1]\n"
+                                                         "\"train.keep_checkpoints\" = [2]\n"));
+  const int64_t tid = trials(url, id)[0]["id"];
+  ASSERT_TRUE(wait_for([&] { return trial(url, tid)["last_step"].get<int64_t>() >= 50; }, seconds(60)));
+  const std::string job = trial(url, tid)["attempts"][0]["external_id"];
+  CommandResult r = slurm({"scancel", "--signal=USR1", "--batch", job});
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(done(url, id, seconds(120)));
+  const json t = trial(url, tid);
+  EXPECT_EQ(t["state"], "completed") << t.dump();
+  ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
+  EXPECT_EQ(t["attempts"][0]["state"], "requeue");
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
+  EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
+  EXPECT_EQ(t["attempts"][1]["external_id"], job);  // requeued inside Slurm: the same job ran again
+  expect_same_curve(url, tid, steps);
+  c->stop();
+}
+
+TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) {
+  // A one-minute limit and a 60 s lead: Slurm sends the warning at its first time-limit check
+  // (every 30 s). The first run waits in its setup line so that the warning lands in it; the
+  // trainer gets the warning as soon as it starts, checkpoints and asks to be requeued.
+  auto c = start(60);
+  const std::string url = c->url();
+  const int steps = 200;
+  const int64_t id = submit(url, slurm_recipe(steps,
+                                              "time_limit = \"1\"\nsetup = [\"if [ \\\"${SLURM_RESTART_COUNT:-0}\\\" = 0 ]; "
+                                              "then sleep 45 & wait $!; fi\"]\n",
+                                              "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"
+                                              "\"train.checkpoint_every\" = [1]\n\"train.keep_checkpoints\" = [2]\n"));
+  const int64_t tid = trials(url, id)[0]["id"];
+  ASSERT_TRUE(done(url, id, seconds(150)));
+  const json t = trial(url, tid);
+  EXPECT_EQ(t["state"], "completed") << t.dump();
+  ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
+  EXPECT_EQ(t["attempts"][0]["state"], "requeue");
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
+  EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
+  EXPECT_EQ(t["attempts"][1]["external_id"], t["attempts"][0]["external_id"]);
+  expect_same_curve(url, tid, steps);
+  c->stop();
+}
+
+TEST_F(SlurmCluster, SbatchErrorsFailTheTrialWithTheReason) {
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t bad_partition = submit(url, slurm_recipe(10, "partition = \"nosuch\"\n", ""));
+  const int64_t bad_option = submit(url, slurm_recipe(10, "sbatch_args = [\"--no-such-option\"]\n", ""));
+  ASSERT_TRUE(done(url, bad_partition, seconds(30)));
+  ASSERT_TRUE(done(url, bad_option, seconds(30)));
+  const json p = trials(url, bad_partition)[0];
+  EXPECT_EQ(p["state"], "failed");
+  EXPECT_NE(p["reason"].get<std::string>().find("sbatch"), std::string::npos) << p.dump();
+  EXPECT_NE(p["reason"].get<std::string>().find("nvalid partition"), std::string::npos) << p.dump();
+  const json o = trials(url, bad_option)[0];
+  EXPECT_EQ(o["state"], "failed");
+  EXPECT_NE(o["reason"].get<std::string>().find("no-such-option"), std::string::npos) << o.dump();
+  // Rejected before anything is submitted: a hostile partition never reaches sbatch.
+  const int64_t hostile = submit(url, slurm_recipe(10, "partition = \"debug\\n#SBATCH --uid=0\"\n", ""));
+  ASSERT_TRUE(done(url, hostile, seconds(30)));
+  const json h = trials(url, hostile)[0];
+  EXPECT_EQ(h["state"], "failed");
+  EXPECT_NE(h["reason"].get<std::string>().find("resources.partition"), std::string::npos) << h.dump();
+  EXPECT_EQ(trial(url, h["id"])["attempts"].size(), 0u);
+  c->stop();
+}
+
+TEST_F(SlurmCluster, TwoNodeJobStartsOneRankPerNode) {
+  SlurmExecutorOptions o;
+  o.poll_interval = std::chrono::milliseconds(200);
+  SlurmExecutor ex(o);
+  LaunchSpec s;
+  s.trial_id = 1;
+  s.attempt = 1;
+  s.label = "two-nodes";
+  s.run_dir = dir_ / "two-nodes";
+  s.argv = {"/bin/sh", "-c",
+            "echo \"$SLURM_PROCID $SLURM_NODEID $SLURM_NTASKS $SLURMD_NODENAME $(hostname)\" > rank.$SLURM_PROCID"};
+  s.resources.executor = "slurm";
+  s.resources.nodes = 2;
+  s.resources.ntasks_per_node = 1;
+  s.resources.sbatch_args = {"--chdir=" + s.run_dir.string()};
+  Handle h = ex.launch(s);
+  std::optional<ExitStatus> end;
+  ASSERT_TRUE(wait_for([&] {
+    for (auto& [handle, status] : ex.poll()) end = status;
+    return end.has_value();
+  }, seconds(60)));
+  EXPECT_EQ(end->kind, ExitKind::succeeded) << end->detail;
+  std::set<std::string> nodes;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::ifstream in(s.run_dir / ("rank." + std::to_string(rank)));
+    int procid = -1, nodeid = -1, ntasks = -1;
+    std::string node, host;
+    ASSERT_TRUE(in >> procid >> nodeid >> ntasks >> node >> host) << "rank " << rank;
+    EXPECT_EQ(procid, rank);
+    EXPECT_EQ(nodeid, rank);
+    EXPECT_EQ(ntasks, 2);
+    nodes.insert(node);
+  }
+  EXPECT_EQ(nodes, (std::set<std::string>{"n1", "n2"}));
+  EXPECT_EQ(ex.running(), 0u);
+}
+
+TEST_F(SlurmCluster, ControllerKilledMidSweepRestartsAndEveryTrialEndsOnce) {
+  const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() + 7) % 20000);
+  const std::string url = "http://127.0.0.1:" + std::to_string(port);
+  auto serve = [&] {
+    pid_t pid = fork();
+    if (pid == 0) {
+      const std::string db = (dir_ / "precon.db").string(), runs = (dir_ / "runs").string(), p = std::to_string(port);
+      ::setenv("PRECON_TOKEN", "admin-secret", 1);
+      std::freopen((dir_ / "serve.log").c_str(), "a", stderr);
+      execl(PRECON_BIN, PRECON_BIN, "serve", "--db", db.c_str(), "--runs", runs.c_str(), "--port", p.c_str(),
+            "--slurm", "on", "--slurm-poll-interval", "0.3", (char*)nullptr);
+      _exit(127);
+    }
+    wait_for([&] {
+      try {
+        return http_request(url, "GET", "/healthz").status == 200;
+      } catch (const std::exception&) {
+        return false;
+      }
+    }, seconds(20));
+    return pid;
+  };
+  pid_t controller = serve();
+  const int steps = 400;
+  const int64_t id = submit(url, slurm_recipe(steps, "", "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n"
+                                                         "\"optimizer.lr\" = [0.001, 0.002, 0.003]\n"
+                                                         "\"train.checkpoint_every\" = [1]\n"
+                                                         "\"train.keep_checkpoints\" = [2]\n"));
+  ASSERT_TRUE(wait_for([&] {
+    int running = 0;
+    for (const json& x : trials(url, id)) running += x["last_step"].get<int64_t>() > 20;
+    return running >= 1;
+  }, seconds(60)));
+  ::kill(controller, SIGKILL);
+  ::waitpid(controller, nullptr, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // jobs keep running in Slurm meanwhile
+  controller = serve();
+  ASSERT_TRUE(done(url, id, seconds(180)));
+  const json events = get(url, "/api/v1/events?limit=10000&experiment=" + std::to_string(id));
+  const json ts = trials(url, id);
+  ASSERT_EQ(ts.size(), 3u);
+  for (const json& x : ts) {
+    const int64_t tid = x["id"];
+    SCOPED_TRACE("trial " + std::to_string(tid));
+    EXPECT_EQ(x["state"], "completed");
+    int endings = 0, adoptions = 0;
+    for (const json& e : events["events"]) {
+      if (e["trial_id"] != tid) continue;
+      const std::string kind = e["kind"];
+      endings += kind == "trial_completed" || kind == "trial_failed" || kind == "trial_cancelled" || kind == "trial_pruned";
+      adoptions += kind == "attempt_adopted";
+    }
+    EXPECT_EQ(endings, 1);
+    // All three were in Slurm (one array) when the controller died: adopted, never submitted again.
+    EXPECT_EQ(adoptions, 1);
+    EXPECT_EQ(trial(url, tid)["attempts"].size(), 1u);
+    const json m = losses(url, tid);
+    ASSERT_EQ(m["steps"].size(), static_cast<size_t>(steps));
+  }
+  ::kill(controller, SIGTERM);
+  ::waitpid(controller, nullptr, 0);
+}
+
+// Not a timed assertion: prints how long submitting 100 trials takes (the target is < 5 s).
+TEST_F(SlurmCluster, PrintsTheTimeToSubmitHundredTrials) {
+  SlurmExecutor ex;
+  auto specs_for = [&](const std::string& tag, bool shared) {
+    std::vector<LaunchSpec> specs;
+    for (int i = 0; i < 100; ++i) {
+      LaunchSpec s;
+      s.trial_id = i + 1;
+      s.attempt = 1;
+      s.label = tag + "/" + std::to_string(i);
+      s.run_dir = dir_ / tag / ("trial-" + std::to_string(i));
+      s.argv = {"/bin/true"};
+      s.resources.executor = "slurm";
+      if (!shared) s.resources.sbatch_args = {"--comment=bench-" + std::to_string(i)};
+      specs.push_back(s);
+    }
+    return specs;
+  };
+  std::printf("\n%-36s %10s %8s\n", "submission", "seconds", "jobs");
+  for (bool shared : {true, false}) {
+    const auto specs = specs_for(shared ? "array" : "single", shared);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto results = ex.launch_batch(specs, 4);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::set<std::string> jobs;
+    for (const auto& r : results) {
+      ASSERT_TRUE(r.handle) << r.error;
+      jobs.insert(r.handle->external_id.substr(0, r.handle->external_id.find('_')));
+    }
+    std::printf("%-36s %10.3f %8zu\n", shared ? "100 trials, shared resources (array)" : "100 trials, one job each", s,
+                jobs.size());
+    std::vector<std::string> cancel = {"scancel"};
+    cancel.insert(cancel.end(), jobs.begin(), jobs.end());
+    slurm(cancel);
+  }
+}
+
+}  // namespace
+}  // namespace precon::orch::testing
