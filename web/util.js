@@ -88,19 +88,26 @@ export function paramText(v) { return typeof v === 'string' ? v : JSON.stringify
 
 export const ACTIVE = new Set(['pending', 'running']);
 
-// A button that asks for a second click before it POSTs `path` with the admin token.
+// Cancel buttons remember, by route, a pending confirmation and a request already sent, so a
+// live re-render of the table does not reset them.
+const armedUntil = new Map();  // path -> when the confirmation lapses (ms)
+const sent = new Set();        // paths POSTed already
+
+// A button that asks for a second click (within 5 s) before it POSTs `path` with the admin token.
 export function cancelButton(label, path, onDone, onError) {
-  let armed = false;
-  const b = h('button', { class: 'danger', type: 'button' }, label);
+  const armed = () => (armedUntil.get(path) || 0) > Date.now();
+  const b = h('button', { class: 'danger', type: 'button', disabled: sent.has(path) },
+    sent.has(path) ? 'cancel sent' : armed() ? 'confirm: ' + label : label);
   b.addEventListener('click', async () => {
     if (!token()) { onError(new Error('paste the admin token (top right) first: it is in <db>.token next to the database')); return; }
-    if (!armed) {
-      armed = true;
+    if (!armed()) {
+      armedUntil.set(path, Date.now() + 5000);
       b.textContent = 'confirm: ' + label;
-      setTimeout(() => { if (armed) { armed = false; b.textContent = label; } }, 5000);
+      setTimeout(() => { if (!armed() && !sent.has(path)) b.textContent = label; }, 5100);
       return;
     }
-    armed = false;
+    armedUntil.delete(path);
+    sent.add(path);
     b.disabled = true;
     b.textContent = 'cancelling…';
     try {
@@ -108,6 +115,7 @@ export function cancelButton(label, path, onDone, onError) {
       b.textContent = 'cancel sent';
       if (onDone) await onDone();
     } catch (e) {
+      sent.delete(path);
       b.disabled = false;
       b.textContent = label;
       onError(e);

@@ -13,6 +13,8 @@ import urllib.request
 
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.common.exceptions import StaleElementReferenceException
+from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 SHARD_MAGIC, SHARD_VERSION = 20240520, 1
@@ -109,8 +111,21 @@ class Controller:
             time.sleep(0.2)
         raise AssertionError(f'timed out after {seconds} s waiting for {what}')
 
+    def cancel_all(self):
+        """Cancels every running experiment and waits for it: a stopped controller leaves its
+        workers running (a restart adopts them), and a test must not leave trainers behind."""
+        running = [e['id'] for e in self.get('/api/v1/experiments')['experiments'] if e['state'] == 'running']
+        for exp in running:
+            self.post(f'/api/v1/experiments/{exp}/cancel', {})
+        self.wait(lambda: all(self.get(f'/api/v1/experiments/{e}')['state'] != 'running' for e in running), 30,
+                  'the running experiments to end')
+
     def stop(self):
         if self.proc.poll() is None:
+            try:
+                self.cancel_all()
+            except Exception as e:  # still stop the controller; the error is printed
+                print(f'harness: cancelling the running experiments failed: {e}')
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=20)
@@ -139,7 +154,22 @@ def console_errors(driver):
 
 
 def wait_for(driver, fn, seconds=20, what='the page'):
-    return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda d: fn(d), message=f'waiting for {what}')
+    """Polls fn(driver) until truthy; elements replaced by a live re-render meanwhile are looked up again."""
+    return WebDriverWait(driver, seconds, poll_frequency=0.05, ignored_exceptions=(StaleElementReferenceException,)).until(
+        lambda d: fn(d), message=f'waiting for {what}')
+
+
+def click(driver, css, seconds=10):
+    """Clicks the element matching css, finding it again when a live re-render replaced it."""
+    def attempt(d):
+        d.find_element(By.CSS_SELECTOR, css).click()
+        return True
+    wait_for(driver, attempt, seconds, f'a click on {css}')
+
+
+def text(driver, css, seconds=10):
+    """The text of the element matching css, read again when a live re-render replaced it."""
+    return wait_for(driver, lambda d: [d.find_element(By.CSS_SELECTOR, css).text], seconds, f'the text of {css}')[0]
 
 
 def rendered(driver, view, seconds=20):

@@ -69,21 +69,27 @@ class Dashboard(unittest.TestCase):
     def test_1_experiments_list_matches_the_api(self):
         self.open('/', 'experiments')
         api = {e['id']: e for e in self.ctl.get('/api/v1/experiments')['experiments']}
-        rows = self.driver.find_elements(By.CSS_SELECTOR, '#experiments tbody tr')
+        # One snapshot of the table: it re-renders every poll while an experiment runs.
+        rows = self.driver.execute_script("""
+            return [...document.querySelectorAll('#experiments tbody tr')].map(r => ({
+              id: Number(r.dataset.id), name: r.querySelector('a.name').textContent,
+              state: r.querySelector('.state-cell').textContent, trials: Number(r.querySelector('.trials').textContent),
+              best: r.querySelector('.best').textContent,
+              chips: [...r.querySelectorAll('.count')].map(c => [c.dataset.state, parseInt(c.textContent)])}));""")
         self.assertEqual(len(rows), len(api))
         for row in rows:
-            e = api[int(row.get_attribute('data-id'))]
-            self.assertEqual(row.find_element(By.CSS_SELECTOR, 'a.name').text, e['name'])
-            self.assertEqual(row.find_element(By.CSS_SELECTOR, '.state-cell').text, e['state'])
-            self.assertEqual(int(row.find_element(By.CSS_SELECTOR, '.trials').text), e['trials'])
-            for chip in row.find_elements(By.CSS_SELECTOR, '.count'):
-                self.assertEqual(int(chip.text.split()[0]), e['trial_states'][chip.get_attribute('data-state')])
+            e = api[row['id']]
+            self.assertEqual(row['name'], e['name'])
+            self.assertEqual(row['state'], e['state'])
+            self.assertEqual(row['trials'], e['trials'])
+            for state, n in row['chips']:
+                self.assertEqual(n, e['trial_states'][state])
         # The finished sweep's best objective: the smallest val_loss of all its trials.
         best = min(v for t in self.ctl.get(f'/api/v1/experiments/{self.done_id}/trials')['trials']
                    for v in self.ctl.get(f'/api/v1/trials/{t["id"]}/metrics?name=val_loss')['metrics']['val_loss']['values']
                    if v is not None)
-        row = self.driver.find_element(By.CSS_SELECTOR, f'#experiments tr[data-id="{self.done_id}"]')
-        self.assertEqual(float(row.find_element(By.CSS_SELECTOR, '.best').text), sig4(best))
+        done = next(r for r in rows if r['id'] == self.done_id)
+        self.assertEqual(float(done['best']), sig4(best))
         self.shot('experiments')
         self.assertNoConsoleErrors()
 
@@ -147,20 +153,24 @@ class Dashboard(unittest.TestCase):
         self.assertNoConsoleErrors()
 
     def test_4_live_view_updates_and_cancel_from_the_ui_cancels(self):
+        # The table re-renders every poll while the trial runs: cells are read through helpers
+        # that look them up again.
         self.open(f'/experiments/{self.run_id}', 'experiment', token=True)
         self.assertNotIn('token=', self.driver.current_url)
-        row = lambda: self.driver.find_element(By.CSS_SELECTOR, '#trials tbody tr')
-        first = int(self.cells(row(), 'last_step'))
-        harness.wait_for(self.driver, lambda d: int(self.cells(row(), 'last_step')) > first, 20, 'the step to grow')
+        step = 'td[data-key="last_step"]'
+        first = int(harness.text(self.driver, f'#trials tbody tr {step}'))
+        harness.wait_for(self.driver, lambda d: int(d.find_element(By.CSS_SELECTOR, f'#trials tbody tr {step}').text) > first,
+                         20, 'the step to grow')
         self.shot('experiment-live')
-        trial_id = int(row().get_attribute('data-id'))
-        button = row().find_element(By.CSS_SELECTOR, 'button.danger')
-        button.click()
-        self.assertIn('confirm', button.text)
-        button.click()
+        trial_id = int(self.driver.find_element(By.CSS_SELECTOR, '#trials tbody tr').get_attribute('data-id'))
+        button = '#trials tbody tr button.danger'
+        harness.click(self.driver, button)
+        self.assertIn('confirm', harness.text(self.driver, button))
+        harness.click(self.driver, button)
         self.ctl.wait(lambda: self.ctl.get(f'/api/v1/trials/{trial_id}')['state'] == 'cancelled', 30,
                       'the trial to be cancelled')
-        harness.wait_for(self.driver, lambda d: self.cells(row(), 'state') == 'cancelled', 15, 'the table to show it')
+        harness.wait_for(self.driver, lambda d: d.find_element(By.CSS_SELECTOR, '#trials tbody tr td[data-key="state"]').text
+                         == 'cancelled', 15, 'the table to show it')
         self.shot('experiment-cancelled')
         self.assertNoConsoleErrors()
 
