@@ -189,16 +189,19 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
     << " --ntasks-per-node=" << r.ntasks_per_node << " --cpus-per-task=" << cpus_per_task(spec) << " --";
   for (const std::string& a : spec.argv) s << " " << shell_quote(a);
   s << " >>\"$run_dir/stdout.log\" 2>>\"$run_dir/stderr.log\" &\n";
+  // srun forwards a signal only once its tasks run, so a stop that is under way is sent again
+  // every second until the trainer has exited (it checkpoints once and ignores the repeats).
   s << "trainer=$!\n"
-    << "if [ -n \"$stop_signal\" ]; then kill -s \"$stop_signal\" \"$trainer\" 2>/dev/null; fi\n"
-    << "while :; do\n"
-    << "  wait \"$trainer\"\n"
-    << "  rc=$?\n"
-    << "  kill -0 \"$trainer\" 2>/dev/null || break\n"
+    << "while kill -0 \"$trainer\" 2>/dev/null; do\n"
+    << "  if [ -n \"$stop_signal\" ]; then\n"
+    << "    sleep 1 & wait $!\n"
+    << "    kill -s \"$stop_signal\" \"$trainer\" 2>/dev/null\n"
+    << "  else\n"
+    << "    wait \"$trainer\"\n"
+    << "  fi\n"
     << "done\n"
-    << "wait \"$trainer\" 2>/dev/null\n"
-    << "last=$?\n"
-    << "if [ \"$last\" != 127 ]; then rc=$last; fi\n"
+    << "wait \"$trainer\"\n"
+    << "rc=$?\n"
     << "printf 'exit %d\\n' \"$rc\" >\"$status_file.tmp\" && mv -f \"$status_file.tmp\" \"$status_file\"\n"
     << "if [ \"$rc\" = " << worker::kExitRequeue << " ] && [ \"$stop_signal\" = USR1 ] && [ \"${SLURM_RESTART_COUNT:-0}\" -lt "
     << options.max_requeues << " ]; then\n"

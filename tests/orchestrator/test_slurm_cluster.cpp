@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <set>
 
 #include "orchestrator/exec/slurm_command.h"
@@ -85,7 +86,7 @@ class SlurmCluster : public ControllerFixture {
   }
   // train_loss per step of an uninterrupted local run of the trial's own config.
   std::map<int64_t, double> reference_losses(const fs::path& config) {
-    const fs::path run = dir_ / ("reference-" + std::to_string(++references_));
+    const fs::path run = config.parent_path().parent_path() / ("reference-" + config.parent_path().filename().string());
     CommandResult r = run_command({PRECON_TRAIN_BIN, "--config", config.string(), "--run-dir", run.string()}, seconds(300));
     EXPECT_TRUE(r.ok()) << r.message();
     std::map<int64_t, double> out;
@@ -98,10 +99,16 @@ class SlurmCluster : public ControllerFixture {
     }
     return out;
   }
+  // An uninterrupted local run of the trial's stored config, started at once (it runs while the
+  // Slurm job does).
+  std::future<std::map<int64_t, double>> start_reference(const std::string& url, int64_t tid) {
+    const fs::path config = fs::path(trial(url, tid)["run_dir"].get<std::string>()) / "config.toml";
+    EXPECT_TRUE(wait_for([&] { return fs::exists(config); }, seconds(30)));
+    return std::async(std::launch::async, [this, config] { return reference_losses(config); });
+  }
   // The stored curve is one continuous run identical to the uninterrupted one, bit for bit.
-  void expect_same_curve(const std::string& url, int64_t tid, int steps) {
-    const json t = trial(url, tid);
-    const std::map<int64_t, double> want = reference_losses(fs::path(t["run_dir"].get<std::string>()) / "config.toml");
+  void expect_same_curve(const std::string& url, int64_t tid, int steps, std::future<std::map<int64_t, double>> ref) {
+    const std::map<int64_t, double> want = ref.get();
     ASSERT_EQ(want.size(), static_cast<size_t>(steps));
     const json m = losses(url, tid);
     ASSERT_EQ(m["steps"].size(), static_cast<size_t>(steps));
@@ -110,7 +117,6 @@ class SlurmCluster : public ControllerFixture {
       ASSERT_EQ(m["values"][i].get<double>(), want.at(i + 1)) << "step " << i + 1;
     }
   }
-  int references_ = 0;
 };
 
 TEST_F(SlurmCluster, FourTrialSweepRunsAsOneThrottledJobArray) {
@@ -170,12 +176,13 @@ TEST_F(SlurmCluster, CancelEndsARunningTrialAndItsJob) {
 TEST_F(SlurmCluster, PreemptionSignalCheckpointsRequeuesAndResumesTheSameCurve) {
   auto c = start();
   const std::string url = c->url();
-  const int steps = 600;  // a checkpoint every step: a few seconds, so the signal lands mid-run
+  const int steps = 200;  // a checkpoint every step: a few seconds, so the signal lands mid-run
   const int64_t id = submit(url, slurm_recipe(steps, "", "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"
                                                          "\"train.checkpoint_every\" = [1]\n"
                                                          "\"train.keep_checkpoints\" = [2]\n"));
   const int64_t tid = trials(url, id)[0]["id"];
-  ASSERT_TRUE(wait_for([&] { return trial(url, tid)["last_step"].get<int64_t>() >= 50; }, seconds(60)));
+  auto reference = start_reference(url, tid);
+  ASSERT_TRUE(wait_for([&] { return trial(url, tid)["last_step"].get<int64_t>() >= 20; }, seconds(60)));
   const std::string job = trial(url, tid)["attempts"][0]["external_id"];
   CommandResult r = slurm({"scancel", "--signal=USR1", "--batch", job});
   ASSERT_TRUE(r.ok()) << r.message();
@@ -187,7 +194,7 @@ TEST_F(SlurmCluster, PreemptionSignalCheckpointsRequeuesAndResumesTheSameCurve) 
   EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
   EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
   EXPECT_EQ(t["attempts"][1]["external_id"], job);  // requeued inside Slurm: the same job ran again
-  expect_same_curve(url, tid, steps);
+  expect_same_curve(url, tid, steps, std::move(reference));
   c->stop();
 }
 
@@ -204,6 +211,7 @@ TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) 
                                               "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"
                                               "\"train.checkpoint_every\" = [1]\n\"train.keep_checkpoints\" = [2]\n"));
   const int64_t tid = trials(url, id)[0]["id"];
+  auto reference = start_reference(url, tid);
   ASSERT_TRUE(done(url, id, seconds(150)));
   const json t = trial(url, tid);
   EXPECT_EQ(t["state"], "completed") << t.dump();
@@ -212,7 +220,7 @@ TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) 
   EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
   EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
   EXPECT_EQ(t["attempts"][1]["external_id"], t["attempts"][0]["external_id"]);
-  expect_same_curve(url, tid, steps);
+  expect_same_curve(url, tid, steps, std::move(reference));
   c->stop();
 }
 
@@ -300,7 +308,7 @@ TEST_F(SlurmCluster, ControllerKilledMidSweepRestartsAndEveryTrialEndsOnce) {
     return pid;
   };
   pid_t controller = serve();
-  const int steps = 400;
+  const int steps = 200;
   const int64_t id = submit(url, slurm_recipe(steps, "", "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n"
                                                          "\"optimizer.lr\" = [0.001, 0.002, 0.003]\n"
                                                          "\"train.checkpoint_every\" = [1]\n"
