@@ -89,9 +89,23 @@ void Controller::start() {
   if (slurm_) executors["slurm"] = slurm_.get();
   scheduler_ = std::make_unique<Scheduler>(*store_, executors, so);
   scheduler_->start();
+  // After a restart, the dashboard's first look at a running trial should not wait for SQLite.
+  stopping_ = false;
+  warmer_ = std::thread([this] {
+    try {
+      for (const TrialRow& t : store_->trials_in_state(TrialState::running)) {
+        if (stopping_) return;
+        store_->warm_series(t.id, &stopping_);
+      }
+    } catch (const std::exception& e) {
+      if (options_.log) options_.log(std::string("warming the metric cache failed: ") + e.what());
+    }
+  });
 }
 
 void Controller::stop() {
+  stopping_ = true;
+  if (warmer_.joinable()) warmer_.join();
   if (server_) server_->stop();
   if (scheduler_) scheduler_->stop();
 }

@@ -2,11 +2,13 @@
 // `precon run` embeds it. Thread-safety: public methods may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "orchestrator/http/router.h"
@@ -73,6 +75,8 @@ class Controller {
   std::unique_ptr<Scheduler> scheduler_;
   std::unique_ptr<Router> router_;
   std::unique_ptr<HttpServer> server_;
+  std::thread warmer_;  // loads running trials' series into the query cache after a start
+  std::atomic<bool> stopping_{false};
 };
 
 }  // namespace precon::orch

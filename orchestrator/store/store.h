@@ -4,6 +4,7 @@
 // them run beside the writer).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -151,6 +152,9 @@ class Store {
   // into buckets of consecutive steps keeping each bucket's first, last, min and max points
   // (so spikes survive), at most max_points in all.
   std::vector<MetricPoint> metrics(int64_t trial_id, const std::string& name, size_t max_points = 0) const;
+  // Loads every series of the trial into the query cache (a restarted controller warms its
+  // running trials so that their first query does not read SQLite). Stops early once *cancel.
+  void warm_series(int64_t trial_id, const std::atomic<bool>* cancel = nullptr) const;
   // Value at exactly `step`, or the last one at or before it.
   std::optional<MetricPoint> metric_at_or_before(int64_t trial_id, const std::string& name, int64_t step) const;
   std::optional<MetricPoint> last_metric(int64_t trial_id, const std::string& name) const;

@@ -127,6 +127,13 @@ std::vector<MetricPoint> Store::metrics(int64_t trial_id, const std::string& nam
   return out;
 }
 
+void Store::warm_series(int64_t trial_id, const std::atomic<bool>* cancel) const {
+  for (const std::string& name : metric_names(trial_id)) {
+    if (cancel && cancel->load()) return;
+    metrics(trial_id, name, 1);
+  }
+}
+
 namespace {
 
 std::optional<MetricPoint> one_point(StoreState& impl, const std::string& sql, const std::string& name,

@@ -365,6 +365,25 @@ TEST_F(StoreMetrics, NewSeriesAreCachedFromTheirFirstPointOldOnesAreLoaded) {
   EXPECT_EQ(acc[0].value, 0.25);
 }
 
+TEST_F(StoreMetrics, WarmSeriesLoadsEveryNameOfTheTrial) {
+  int64_t trial = 0;
+  {
+    Store s(path_);
+    trial = one_trial(s);
+    s.insert_metrics(trial, {{"loss", 1, 2.0, 0.0}, {"loss", 2, 1.5, 0.0}, {"lr", 1, 0.1, 0.0}});
+  }
+  Store s(path_);
+  std::atomic<bool> cancel{true};
+  s.warm_series(trial, &cancel);  // cancelled before the first series: loads nothing
+  s.warm_series(trial);
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DELETE FROM metrics", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_EQ(s.metrics(trial, "loss").size(), 2u);  // served from the cache the warm-up filled
+  EXPECT_EQ(s.metrics(trial, "lr").size(), 1u);
+}
+
 TEST(SeriesBlocks, DownsampleMatchesReferenceAfterAppendsReplacementsAndInserts) {
   // Points arrive in chunks, some resent with new values, some filling gaps out of order; a run
   // of NaN covers whole blocks. The block summaries must give the reference's selection.
