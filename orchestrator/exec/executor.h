@@ -108,6 +108,10 @@ class Executor {
   // Attempts launched or adopted and not yet reported by poll().
   virtual size_t running() const = 0;
 
+  // What changed about running attempts since the last call, for people ("Slurm PENDING
+  // (Resources)", "Slurm RUNNING on n1"); a handle's `nodes` is filled in once known.
+  virtual std::vector<std::pair<Handle, std::string>> state_changes() { return {}; }
+
   // True when this executor prefers all ready trials of an experiment in one launch_batch()
   // call (Slurm job arrays), throttled by the executor rather than by the scheduler.
   virtual bool batches() const { return false; }

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <utility>
 
 #include "orchestrator/exec/slurm_state.h"
 #include "orchestrator/exec/wrapped_process.h"
@@ -215,6 +216,15 @@ SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
     state = base_state(r["JobState"]);
     reason = r.count("Reason") ? r["Reason"] : "";
   }
+  if (state != j.state || reason != j.reason) {
+    // squeue lists the nodes of running and of recently ended jobs; a short run may never be
+    // seen RUNNING between two polls.
+    if (row != nullptr && !row->nodes.empty()) j.handle.nodes = row->nodes;
+    std::string note = "Slurm job " + id + " " + (state.empty() ? std::string("unknown") : state);
+    if (!reason.empty() && reason != "None") note += " (" + reason + ")";
+    if (state != "PENDING" && row != nullptr && !row->nodes.empty()) note += " on " + row->nodes;
+    changes_.emplace_back(j.handle, note);
+  }
   j.state = state;
   j.reason = reason;
   if (state == "RUNNING") j.seen_running = true;
@@ -333,6 +343,11 @@ std::optional<ExitStatus> SlurmExecutor::adopt(const Handle& h) {
 size_t SlurmExecutor::running() const {
   std::lock_guard lock(mu_);
   return jobs_.size();
+}
+
+std::vector<std::pair<Handle, std::string>> SlurmExecutor::state_changes() {
+  std::lock_guard lock(mu_);
+  return std::exchange(changes_, {});
 }
 
 std::string SlurmExecutor::job_state(const std::string& external_id) const {

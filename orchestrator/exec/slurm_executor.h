@@ -62,6 +62,7 @@ class SlurmExecutor : public Executor {
   size_t running() const override;
   bool batches() const override { return true; }
   std::vector<BatchResult> launch_batch(const std::vector<LaunchSpec>& specs, int max_concurrent) override;
+  std::vector<std::pair<Handle, std::string>> state_changes() override;
 
   // The last Slurm state and reason seen for a job ("PENDING (Resources)"), "" if unknown.
   std::string job_state(const std::string& external_id) const;
@@ -90,6 +91,7 @@ class SlurmExecutor : public Executor {
   SlurmExecutorOptions options_;
   mutable std::mutex mu_;
   std::vector<Job> jobs_;
+  std::vector<std::pair<Handle, std::string>> changes_;  // since the last state_changes()
   std::chrono::steady_clock::time_point last_poll_{};
 };
 

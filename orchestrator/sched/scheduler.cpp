@@ -184,6 +184,7 @@ void Scheduler::collect_finished() {
     if (options_.metrics)
       options_.metrics->executor_polled(
           name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failed);
+    for (auto& [handle, note] : ex->state_changes()) note_attempt_state(ex, handle, note);
     for (auto& [handle, status] : ended) {
       for (auto& [trial_id, live] : live_) {
         if (live->handle.external_id == handle.external_id && live->executor == ex) {
@@ -192,6 +193,22 @@ void Scheduler::collect_finished() {
         }
       }
     }
+  }
+}
+
+void Scheduler::note_attempt_state(Executor* ex, const Handle& h, const std::string& note) {
+  for (auto& [trial_id, live] : live_) {
+    if (live->executor != ex || live->handle.external_id != h.external_id || live->handle.attempt != h.attempt) continue;
+    if (!h.nodes.empty() && h.nodes != live->handle.nodes) {
+      live->handle.nodes = h.nodes;
+      for (AttemptRow a : store_.attempts(trial_id)) {
+        if (a.id != live->attempt_id) continue;
+        a.nodes = h.nodes;
+        store_.update_attempt(a);
+      }
+    }
+    if (auto trial = store_.trial(trial_id)) event(trial->experiment_id, trial_id, "attempt_state", note);
+    return;
   }
 }
 

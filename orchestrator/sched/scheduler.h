@@ -92,6 +92,8 @@ class Scheduler {
   void reconcile();
   void collect_finished();
   void finish_attempt(int64_t trial_id, const ExitStatus& status);
+  // An executor's note on a running attempt: an event, and the attempt's nodes once known.
+  void note_attempt_state(Executor* ex, const Handle& h, const std::string& note);
   void launch_ready();
   void launch(TrialRow& trial, const ExperimentRow& exp);
   // The spec for the trial's next attempt and its executor (validated), or nullptr after ending

@@ -142,6 +142,21 @@ TEST_F(SlurmCluster, FourTrialSweepRunsAsOneThrottledJobArray) {
   }
   EXPECT_EQ(arrays.size(), 1u);  // one sbatch for the sweep
   EXPECT_EQ(ids.size(), 4u);
+  // Slurm's states reach the events (a pending task with its reason), and the nodes each attempt ran on.
+  int pending = 0, on_node = 0;
+  const json events = get(url, "/api/v1/events?limit=10000&experiment=" + std::to_string(id));
+  for (const json& e : events["events"]) {
+    if (e["kind"] != "attempt_state") continue;
+    const std::string m = e["message"];
+    pending += m.find(" PENDING (") != std::string::npos;
+    on_node += m.find(" on n") != std::string::npos;
+  }
+  EXPECT_GE(pending, 2);  // at least the two tasks held back by the throttle
+  EXPECT_GE(on_node, 4);
+  for (const json& x : ts) {
+    const std::string nodes = trial(url, x["id"])["attempts"][0]["nodes"];
+    EXPECT_TRUE(nodes == "n1" || nodes == "n2") << nodes;
+  }
   // The array script keeps the throttle: at most max_concurrent tasks at once.
   const fs::path root = fs::path(trial(url, ts[0]["id"])["run_dir"].get<std::string>()).parent_path();
   int scripts = 0;
