@@ -23,6 +23,8 @@ packages=(
   chromium chromium-driver python3-selenium
   # /metrics and deploy/prometheus tests: a real Prometheus server and promtool
   prometheus
+  # Slurm executor tests: a real two-node cluster on this machine (deploy/slurm/cluster.sh)
+  slurm-wlm slurmctld slurmd slurm-client munge
 )
 
 missing=()

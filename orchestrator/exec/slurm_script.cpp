@@ -223,8 +223,12 @@ std::string array_script(const std::vector<LaunchSpec>& specs, const std::vector
   std::string range = "0-" + std::to_string(specs.size() - 1);
   if (max_concurrent > 0) range += "%" + std::to_string(max_concurrent);
   s << "#SBATCH --array=" << range << "\n";
+  // The array is named after the experiment: the labels' common part before "/<index>".
+  const std::string& label = specs[0].label;
+  const std::string array_name = slurm_job_name(label.substr(0, label.rfind('/')));
   for (std::string o : slurm_options(specs[0], options)) {
     if (o.rfind("--output=", 0) == 0) o = "--output=" + output.string();
+    if (o.rfind("--job-name=", 0) == 0) o = "--job-name=" + array_name;
     s << "#SBATCH " << o << "\n";
   }
   s << "#\n# precon job array: task i runs the trial script of trial i below, its output appended to that\n"

@@ -191,6 +191,7 @@ TEST_F(SlurmScript, ArrayDispatchesEachTaskToItsTrial) {
   }
   const std::string text = array_script(specs, scripts, 2, dir_ / "slurm-array-%A_%a.out", {});
   EXPECT_NE(text.find("#SBATCH --array=0-2%2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("#SBATCH --job-name=precon-tiny\n"), std::string::npos) << text;
   EXPECT_NE(text.find("#SBATCH --output=" + (dir_ / "slurm-array-%A_%a.out").string() + "\n"), std::string::npos);
   EXPECT_NE(text.find("  1) exec /bin/bash '" + scripts[1].string() + "' >>'" + (dir_ / "trial-1" / "slurm.out").string()),
             std::string::npos)
