@@ -350,14 +350,4 @@ std::vector<std::pair<Handle, std::string>> SlurmExecutor::state_changes() {
   return std::exchange(changes_, {});
 }
 
-std::string SlurmExecutor::job_state(const std::string& external_id) const {
-  std::lock_guard lock(mu_);
-  for (const Job& j : jobs_) {
-    if (j.handle.external_id != external_id) continue;
-    if (j.state.empty()) return "";
-    return j.reason.empty() || j.reason == "None" ? j.state : j.state + " (" + j.reason + ")";
-  }
-  return "";
-}
-
 }  // namespace precon::orch

@@ -64,9 +64,6 @@ class SlurmExecutor : public Executor {
   std::vector<BatchResult> launch_batch(const std::vector<LaunchSpec>& specs, int max_concurrent) override;
   std::vector<std::pair<Handle, std::string>> state_changes() override;
 
-  // The last Slurm state and reason seen for a job ("PENDING (Resources)"), "" if unknown.
-  std::string job_state(const std::string& external_id) const;
-
  private:
   struct Job {
     Handle handle;             // the current attempt
