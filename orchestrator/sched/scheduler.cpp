@@ -301,14 +301,7 @@ void Scheduler::continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, co
   // The executor already requeued the same job (Slurm): its next run is the next attempt.
   Handle next = live->handle;
   next.attempt += 1;
-  AttemptRow a;
-  a.trial_id = trial.id;
-  a.number = next.attempt;
-  a.executor = next.executor;
-  a.external_id = next.external_id;
-  a.nodes = next.nodes;
-  a.started_at = now_seconds();
-  live->attempt_id = store_.add_attempt(a);
+  live->attempt_id = add_attempt(trial.id, next);
   live->handle = next;
   live_[trial.id] = std::move(live);
   if (options_.metrics) {
@@ -459,16 +452,20 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
   return true;
 }
 
-void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle) {
+int64_t Scheduler::add_attempt(int64_t trial_id, const Handle& handle) {
   AttemptRow a;
-  a.trial_id = trial.id;
+  a.trial_id = trial_id;
   a.number = handle.attempt;
   a.executor = handle.executor;
   a.external_id = handle.external_id;
   a.nodes = handle.nodes;
   a.started_at = now_seconds();
+  return store_.add_attempt(a);
+}
+
+void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle) {
   auto live = std::make_unique<Live>();
-  live->attempt_id = store_.add_attempt(a);
+  live->attempt_id = add_attempt(trial.id, handle);
   live->handle = handle;
   live->executor = ex;
   live_[trial.id] = std::move(live);

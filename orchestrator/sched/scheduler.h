@@ -103,6 +103,7 @@ class Scheduler {
   // All pending trials of the experiment in one launch_batch() when their executor batches;
   // false when it does not (launch one by one).
   bool launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials);
+  int64_t add_attempt(int64_t trial_id, const Handle& handle);  // an open attempts row
   void record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle);
   void continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, const ExitStatus& status);
   void escalate_stops();

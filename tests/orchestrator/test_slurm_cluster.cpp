@@ -106,6 +106,19 @@ class SlurmCluster : public ControllerFixture {
     EXPECT_TRUE(wait_for([&] { return fs::exists(config); }, seconds(30)));
     return std::async(std::launch::async, [this, config] { return reference_losses(config); });
   }
+  // Two attempts, both runs of the same Slurm job (requeued inside Slurm): the first asked to be
+  // requeued, the second finished; the curve is the uninterrupted one.
+  void expect_requeued_once(const std::string& url, int64_t tid, int steps,
+                            std::future<std::map<int64_t, double>> reference) {
+    const json t = trial(url, tid);
+    EXPECT_EQ(t["state"], "completed") << t.dump();
+    ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
+    EXPECT_EQ(t["attempts"][0]["state"], "requeue");
+    EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
+    EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
+    EXPECT_EQ(t["attempts"][1]["external_id"], t["attempts"][0]["external_id"]);
+    expect_same_curve(url, tid, steps, std::move(reference));
+  }
   // The stored curve is one continuous run identical to the uninterrupted one, bit for bit.
   void expect_same_curve(const std::string& url, int64_t tid, int steps, std::future<std::map<int64_t, double>> ref) {
     const std::map<int64_t, double> want = ref.get();
@@ -202,14 +215,8 @@ TEST_F(SlurmCluster, PreemptionSignalCheckpointsRequeuesAndResumesTheSameCurve) 
   CommandResult r = slurm({"scancel", "--signal=USR1", "--batch", job});
   ASSERT_TRUE(r.ok()) << r.message();
   ASSERT_TRUE(done(url, id, seconds(120)));
-  const json t = trial(url, tid);
-  EXPECT_EQ(t["state"], "completed") << t.dump();
-  ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
-  EXPECT_EQ(t["attempts"][0]["state"], "requeue");
-  EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
-  EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
-  EXPECT_EQ(t["attempts"][1]["external_id"], job);  // requeued inside Slurm: the same job ran again
-  expect_same_curve(url, tid, steps, std::move(reference));
+  expect_requeued_once(url, tid, steps, std::move(reference));
+  EXPECT_EQ(trial(url, tid)["attempts"][0]["external_id"], job);
   c->stop();
 }
 
@@ -228,14 +235,7 @@ TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) 
   const int64_t tid = trials(url, id)[0]["id"];
   auto reference = start_reference(url, tid);
   ASSERT_TRUE(done(url, id, seconds(150)));
-  const json t = trial(url, tid);
-  EXPECT_EQ(t["state"], "completed") << t.dump();
-  ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
-  EXPECT_EQ(t["attempts"][0]["state"], "requeue");
-  EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
-  EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
-  EXPECT_EQ(t["attempts"][1]["external_id"], t["attempts"][0]["external_id"]);
-  expect_same_curve(url, tid, steps, std::move(reference));
+  expect_requeued_once(url, tid, steps, std::move(reference));
   c->stop();
 }
 
