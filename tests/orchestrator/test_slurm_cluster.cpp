@@ -300,6 +300,47 @@ TEST_F(SlurmCluster, TwoNodeJobStartsOneRankPerNode) {
   EXPECT_EQ(ex.running(), 0u);
 }
 
+TEST_F(SlurmCluster, AdoptedJobThatRequeuedWhileNobodyWatchedReportsEachRunOnce) {
+  // The executor that launched the job is gone (a controller crash) while the job is warned,
+  // requeues itself and runs again; a new executor adopts the open first attempt.
+  SlurmExecutorOptions o;
+  o.poll_interval = std::chrono::milliseconds(200);
+  LaunchSpec s;
+  s.trial_id = 1;
+  s.attempt = 1;
+  s.label = "adopt";
+  s.run_dir = dir_ / "adopt";
+  s.argv = {"/bin/sh", "-c",
+            "trap 'exit 75' USR1; if [ \"$PRECON_ATTEMPT\" = 1 ]; then sleep 60 & wait; fi; exit 0"};
+  s.resources.executor = "slurm";
+  Handle h;
+  {
+    SlurmExecutor first(o);
+    h = first.launch(s);
+  }
+  ASSERT_TRUE(wait_for([&] { return active_state(h.external_id) == "RUNNING"; }, seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // srun has started the task
+  ASSERT_TRUE(slurm({"scancel", "--signal=USR1", "--batch", h.external_id}).ok());
+  ASSERT_TRUE(wait_for([&] { return fs::exists(s.run_dir / "exit_status.2"); }, seconds(60)));
+  SlurmExecutor second(o);
+  EXPECT_FALSE(second.adopt(h).has_value());
+  std::vector<std::pair<Handle, ExitStatus>> reports;
+  ASSERT_TRUE(wait_for([&] {
+    for (auto& r : second.poll()) reports.push_back(r);
+    return reports.size() >= 2;
+  }, seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  for (auto& r : second.poll()) reports.push_back(r);
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].first.attempt, 1);
+  EXPECT_EQ(reports[0].second.kind, ExitKind::requeue) << reports[0].second.detail;
+  EXPECT_TRUE(reports[0].second.continues);
+  EXPECT_EQ(reports[1].first.attempt, 2);
+  EXPECT_EQ(reports[1].first.external_id, h.external_id);
+  EXPECT_EQ(reports[1].second.kind, ExitKind::succeeded) << reports[1].second.detail;
+  EXPECT_EQ(second.running(), 0u);
+}
+
 TEST_F(SlurmCluster, ControllerKilledMidSweepRestartsAndEveryTrialEndsOnce) {
   const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() + 7) % 20000);
   const std::string url = "http://127.0.0.1:" + std::to_string(port);
