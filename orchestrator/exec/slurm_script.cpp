@@ -190,11 +190,11 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
   for (const std::string& a : spec.argv) s << " " << shell_quote(a);
   s << " >>\"$run_dir/stdout.log\" 2>>\"$run_dir/stderr.log\" &\n";
   // srun forwards a signal only once its tasks run, so a stop that is under way is sent again
-  // every second until the trainer has exited (it checkpoints once and ignores the repeats).
+  // every 0.2 s until the trainer has exited (it checkpoints once and ignores the repeats).
   s << "trainer=$!\n"
     << "while kill -0 \"$trainer\" 2>/dev/null; do\n"
     << "  if [ -n \"$stop_signal\" ]; then\n"
-    << "    sleep 1 & wait $!\n"
+    << "    sleep 0.2 & wait $!\n"
     << "    kill -s \"$stop_signal\" \"$trainer\" 2>/dev/null\n"
     << "  else\n"
     << "    wait \"$trainer\"\n"

@@ -226,7 +226,9 @@ TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) 
   // trainer gets the warning as soon as it starts, checkpoints and asks to be requeued.
   auto c = start(60);
   const std::string url = c->url();
-  const int steps = 120;  // with a checkpoint every step: seconds, so the second run ends before its own warning
+  // With a checkpoint every step: long enough that the first run's trainer is still training when
+  // the pending warning reaches it, short enough that the second run ends before its own warning.
+  const int steps = 250;
   const int64_t id = submit(url, slurm_recipe(steps,
                                               "time_limit = \"1\"\nsetup = [\"if [ \\\"${SLURM_RESTART_COUNT:-0}\\\" = 0 ]; "
                                               "then sleep 45 & wait $!; fi\"]\n",
