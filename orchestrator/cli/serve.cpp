@@ -22,6 +22,7 @@ struct ServeOptions {
   std::string web_dir;
   std::string token;
   int cpu_slots = 0;
+  std::string advertise;
   std::string slurm = "auto";
   double slurm_poll_s = 2.0;
   int slurm_signal_lead_s = 120;
@@ -37,6 +38,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   cmd->add_option("--admin-token", o->token, "admin token (default: a new random one, written next to --db)")
       ->envname("PRECON_TOKEN");
+  cmd->add_option("--advertise-url", o->advertise,
+                  "the controller's URL as workers (Slurm compute nodes) reach it, e.g. http://login01:8080; "
+                  "default: http://<bind>:<port>, this host's name when bound to 0.0.0.0");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for local trials (0 = all cores)");
   cmd->add_option("--slurm", o->slurm, "Slurm executor: auto (when sbatch is on PATH), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
@@ -59,6 +63,7 @@ void add_serve(CLI::App& app) {
       co.web_dir = o->web_dir;
       co.admin_token = o->token;
       co.cpu_slots = o->cpu_slots;
+      co.advertise_url = o->advertise;
       co.slurm = o->slurm;
       co.slurm_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o->slurm_poll_s * 1000));
       co.slurm_signal_lead_s = o->slurm_signal_lead_s;

@@ -38,7 +38,29 @@ fs::path default_web_dir() {
 }
 }  // namespace
 
+std::string worker_facing_url(const std::string& bind, uint16_t port, const std::string& advertise) {
+  if (!advertise.empty()) {
+    std::string url = advertise;
+    while (!url.empty() && url.back() == '/') url.pop_back();
+    const bool ok = url.starts_with("http://") && url.size() > 7 &&
+                    url.find_first_of(" \t\n\"'\\`$;") == std::string::npos;
+    if (!ok) {
+      throw std::invalid_argument("advertise URL \"" + advertise +
+                                  "\" is not an http:// URL (e.g. http://login01.cluster:8080)");
+    }
+    return url;
+  }
+  std::string host = bind;
+  if (bind == "0.0.0.0" || bind == "::" || bind.empty()) {
+    char name[256] = {};
+    host = ::gethostname(name, sizeof name - 1) == 0 && name[0] ? name : "127.0.0.1";
+  }
+  const bool v6 = host.find(':') != std::string::npos;
+  return "http://" + (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
 Controller::Controller(ControllerOptions options) : options_(std::move(options)) {
+  worker_facing_url(options_.bind, 0, options_.advertise_url);  // a bad advertise URL fails here, not at launch
   if (options_.trainer.empty()) options_.trainer = default_trainer();
   if (options_.web_dir.empty()) options_.web_dir = default_web_dir();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
@@ -79,7 +101,7 @@ Controller::~Controller() { stop(); }
 void Controller::start() {
   server_->start();  // first, so the report URL handed to workers has the real port
   SchedulerOptions so;
-  so.report_url = server_->url() + "/api/v1/report";
+  so.report_url = worker_facing_url(options_.bind, server_->port(), options_.advertise_url) + "/api/v1/report";
   so.trainer = options_.trainer;
   so.poll_interval = options_.poll_interval;
   so.stop_grace = options_.stop_grace;

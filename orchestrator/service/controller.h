@@ -35,11 +35,18 @@ struct ControllerOptions {
   std::vector<int> gpu_ids;                    // local executor GPUs
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds stop_grace{20000};
+  std::string advertise_url;                   // how workers reach this controller (Slurm compute
+                                               // nodes); empty = see worker_facing_url()
   std::string slurm = "auto";                  // slurm executor: "auto" (when sbatch is on PATH), "on", "off"
   std::chrono::milliseconds slurm_poll_interval{2000};  // at most one squeue per interval
   int slurm_signal_lead_s = 120;               // --signal=B:USR1@N before a job's time limit
   std::function<void(const std::string&)> log;
 };
+
+// The base URL handed to workers for their reports: `advertise` when given (an http:// URL,
+// trailing slash dropped; std::invalid_argument otherwise), else http://<bind>:<port>, with this
+// host's name in place of a wildcard bind (0.0.0.0 or ::), which no worker can connect to.
+std::string worker_facing_url(const std::string& bind, uint16_t port, const std::string& advertise);
 
 class Controller {
  public:

@@ -265,3 +265,32 @@ TEST_F(Controller, RequeuedWorkerResumesAndCompletes) {
 
 }  // namespace
 }  // namespace precon::orch::testing
+
+namespace precon::orch::testing {
+namespace {
+
+TEST(WorkerFacingUrl, AdvertisedBoundOrThisHost) {
+  EXPECT_EQ(worker_facing_url("127.0.0.1", 8080, ""), "http://127.0.0.1:8080");
+  EXPECT_EQ(worker_facing_url("::1", 8080, ""), "http://[::1]:8080");
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof name - 1), 0);
+  EXPECT_EQ(worker_facing_url("0.0.0.0", 9000, ""), "http://" + std::string(name) + ":9000");
+  EXPECT_EQ(worker_facing_url("0.0.0.0", 9000, "http://login01.cluster:8080/"), "http://login01.cluster:8080");
+  for (const char* bad : {"login01:8080", "https://", "http://x; rm -rf /", "ftp://x"}) {
+    SCOPED_TRACE(bad);
+    try {
+      worker_facing_url("127.0.0.1", 1, bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("advertise URL"), std::string::npos) << e.what();
+    }
+  }
+  ControllerOptions o;
+  o.db = std::filesystem::temp_directory_path() / ("precon_adv_" + std::to_string(::getpid()) + ".db");
+  o.advertise_url = "login01";
+  EXPECT_THROW(orch::Controller c(o), std::invalid_argument);  // refused before anything starts
+  std::filesystem::remove(o.db);
+}
+
+}  // namespace
+}  // namespace precon::orch::testing
