@@ -50,6 +50,7 @@ struct Scheduler::Live {
   bool sigterm_sent = false;
   bool sigkill_sent = false;
   std::chrono::steady_clock::time_point checkpoints_scanned{};  // last record_checkpoints()
+  int64_t start_step = -1;  // the trial's last_step when this attempt was launched; -1 = adopted
 };
 
 Scheduler::Scheduler(Store& store, std::map<std::string, Executor*> executors, SchedulerOptions options)
@@ -468,6 +469,7 @@ void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executo
   live->attempt_id = add_attempt(trial.id, handle);
   live->handle = handle;
   live->executor = ex;
+  live->start_step = trial.last_step;
   live_[trial.id] = std::move(live);
   if (options_.metrics) options_.metrics->attempt_started(handle.executor);
   trial.state = TrialState::running;
@@ -494,8 +496,16 @@ void Scheduler::request_stop(int64_t trial_id, TrialState final_state, const std
   live.stop_state = final_state;
   live.stop_reason = reason;
   live.stop_at = std::chrono::steady_clock::now();
-  std::lock_guard lock(shared_mu_);
-  stop_answers_[trial_id] = reason;
+  {
+    std::lock_guard lock(shared_mu_);
+    stop_answers_[trial_id] = reason;
+  }
+  // An attempt that has not reported yet (a Slurm job still pending, a worker still starting)
+  // cannot hear the stop answer: signal it now instead of after the grace period.
+  if (live.start_step >= 0 && trial->last_step == live.start_step) {
+    live.executor->signal_stop(live.handle);
+    live.sigterm_sent = true;
+  }
 }
 
 void Scheduler::escalate_stops() {

@@ -131,6 +131,32 @@ TEST_F(Controller, KeepBestCheckpointSurvivesAndDeletionsAreRecorded) {
   EXPECT_EQ(alive, (std::set<int64_t>{best, 40}));
 }
 
+TEST_F(Controller, CancelOfAnAttemptThatNeverReportedSignalsAtOnce) {
+  // A worker that has not reported (here: one that never will) cannot hear the stop answer, so
+  // the cancel must signal it at once rather than after the 30 s grace period.
+  const fs::path fake = dir_ / "silent-trainer.sh";
+  std::ofstream(fake) << "#!/bin/sh\nexec sleep 120\n";
+  fs::permissions(fake, fs::perms::owner_all);
+  ControllerOptions o;
+  o.db = dir_ / "precon.db";
+  o.run_root = dir_ / "runs";
+  o.trainer = fake;
+  o.admin_token = "admin-secret";
+  o.poll_interval = std::chrono::milliseconds(50);
+  o.stop_grace = std::chrono::seconds(30);
+  o.log = [](const std::string&) {};
+  orch::Controller c(o);
+  c.start();
+  const std::string url = c.url();
+  const int64_t id = submit(url, recipe(10, ""));
+  ASSERT_GT(id, 0);
+  const std::string trials = "/api/v1/experiments/" + std::to_string(id) + "/trials";
+  ASSERT_TRUE(wait_for([&] { return get(url, trials)["trials"][0]["state"] == "running"; }, std::chrono::seconds(20)));
+  ASSERT_EQ(post(url, "/api/v1/experiments/" + std::to_string(id) + "/cancel", "{}", "admin-secret").status, 200);
+  EXPECT_TRUE(wait_for([&] { return get(url, trials)["trials"][0]["state"] == "cancelled"; }, std::chrono::seconds(10)));
+  c.stop();
+}
+
 TEST_F(Controller, BadInputGetsTheErrorShapeAndChangesNothing) {
   auto c = start();
   const std::string url = c->url();
