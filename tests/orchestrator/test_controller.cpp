@@ -126,7 +126,9 @@ TEST_F(Controller, KeepBestCheckpointSurvivesAndDeletionsAreRecorded) {
     const bool deleted = !ck["deleted_at"].is_null();
     EXPECT_EQ(fs::exists(ck["path"].get<std::string>()), !deleted) << ck.dump();
     if (!deleted) alive.insert(ck["step"].get<int64_t>());
-    if (ck["step"] == best) EXPECT_NEAR(ck["objective"].get<double>(), at.at(best), 1e-6) << ck.dump();
+    if (ck["step"] == best) {
+      EXPECT_NEAR(ck["objective"].get<double>(), at.at(best), 1e-6) << ck.dump();
+    }
   }
   EXPECT_EQ(alive, (std::set<int64_t>{best, 40}));
 }
