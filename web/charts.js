@@ -16,10 +16,19 @@ function place(container, opts, data) {
   return u;
 }
 
-// Axis tick labels: short, also for tiny values such as seconds per step.
+// Axis tick labels: short, also for tiny values such as seconds per step, with just enough
+// significant digits that neighbouring ticks read differently.
 function ticks(u, splits) {
-  return splits.map(v => (v === null ? '' : Math.abs(v) >= 1e5 || (v !== 0 && Math.abs(v) < 1e-3)
-    ? v.toExponential(1) : String(Number(v.toPrecision(4)))));
+  const known = splits.filter(v => v !== null);
+  const step = known.length > 1 ? Math.abs(known[1] - known[0]) : 0;
+  return splits.map(v => {
+    if (v === null) return '';
+    if (v === 0) return '0';
+    const a = Math.abs(v);
+    const digits = step > 0 ? Math.min(7, Math.max(2, Math.ceil(Math.log10(a / step)) + 1)) : 3;
+    if (a >= 1e5 || a < 1e-3) return v.toExponential(digits - 1).replace(/\.?0+e/, 'e');
+    return String(Number(v.toPrecision(Math.max(4, digits))));
+  });
 }
 
 // Linear scales padded by 6% of the data range, so points at the extremes stay inside the frame.
