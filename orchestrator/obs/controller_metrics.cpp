@@ -109,8 +109,13 @@ struct ControllerMetrics::Impl {
       pm::BuildCounter(), "precon_trial_inverse_root_failures_total",
       "Shampoo inverse-root computations that failed and kept the previous root, over the trial's run.");
 
+  pm::Family<pm::Gauge>& trial_failed = family(
+      pm::BuildGauge(), "precon_trial_failed_attempts",
+      "Failed attempts of a trial that is still being retried (removed when the trial ends).");
+
   mutable std::mutex mu;  // guards active, and makes creating/removing a trial's series atomic for a scrape
   std::unordered_map<int64_t, Trial> active;
+  std::unordered_map<int64_t, pm::Gauge*> failing;  // trial -> its precon_trial_failed_attempts
 
   template <class T>
   pm::Family<T>& family(pm::detail::Builder<T> builder, const char* name, const char* help) {
@@ -212,6 +217,21 @@ void ControllerMetrics::trial_active(int64_t trial_id, const std::string& experi
   if (!added) return;
   it->second.experiment = experiment;
   it->second.last_step.fill(std::numeric_limits<int64_t>::min());
+}
+
+void ControllerMetrics::trial_failed_attempts(int64_t trial_id, const std::string& experiment, int64_t failures) {
+  std::lock_guard lock(impl_->mu);
+  pm::Gauge*& g = impl_->failing[trial_id];
+  if (!g) g = &impl_->trial_failed.Add({{"experiment", experiment}, {"trial", std::to_string(trial_id)}});
+  g->Set(static_cast<double>(failures));
+}
+
+void ControllerMetrics::trial_ended(int64_t trial_id) {
+  std::lock_guard lock(impl_->mu);
+  auto it = impl_->failing.find(trial_id);
+  if (it == impl_->failing.end()) return;
+  impl_->trial_failed.Remove(it->second);
+  impl_->failing.erase(it);
 }
 
 void ControllerMetrics::trial_inactive(int64_t trial_id) {

@@ -60,6 +60,12 @@ class ControllerMetrics {
   void report(int64_t trial_id, const std::vector<MetricPoint>& points);
   size_t active_trials() const;
 
+  // Failed attempts of a trial that is being retried (labels experiment, trial), kept between its
+  // attempts so that "one trial failing repeatedly" can be told from many trials failing once;
+  // removed by trial_ended().
+  void trial_failed_attempts(int64_t trial_id, const std::string& experiment, int64_t failures);
+  void trial_ended(int64_t trial_id);
+
   // Every family in the text exposition format 0.0.4.
   std::string serialize() const;
   prometheus::Registry& registry();

@@ -284,6 +284,7 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
       if (failures < max_attempts) {
         trial.state = TrialState::pending;
         store_.update_trial(trial);
+        if (options_.metrics) options_.metrics->trial_failed_attempts(trial.id, exp ? exp->name : "", failures);
         event(trial.experiment_id, trial.id, "attempt_failed",
               "attempt " + std::to_string(trial.attempts) + " failed (" + std::to_string(failures) + " of " +
                   std::to_string(max_attempts) + " allowed failures; " +
@@ -319,7 +320,10 @@ void Scheduler::continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, co
 
 void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& reason) {
   if (is_terminal(trial.state)) return;  // a trial ends exactly once
-  if (options_.metrics) options_.metrics->trial_inactive(trial.id);
+  if (options_.metrics) {
+    options_.metrics->trial_inactive(trial.id);
+    options_.metrics->trial_ended(trial.id);
+  }
   trial.state = state;
   trial.reason = reason;
   trial.ended_at = now_seconds();

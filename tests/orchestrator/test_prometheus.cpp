@@ -79,6 +79,20 @@ TEST(ControllerMetrics, TrialSeriesExistOnlyWhileTheTrialIsActive) {
   EXPECT_EQ(e.value("precon_trial_step", t7), 2.0);
 }
 
+TEST(ControllerMetrics, FailedAttemptsOfATrialLastBetweenAttemptsAndGoWhenItEnds) {
+  ControllerMetrics m;
+  const std::map<std::string, std::string> t4{{"experiment", "tiny"}, {"trial", "4"}};
+  m.trial_failed_attempts(4, "tiny", 1);
+  m.trial_active(4, "tiny");
+  m.trial_inactive(4);  // an attempt ended: training series go, the failure count stays
+  m.trial_failed_attempts(4, "tiny", 2);
+  Exposition e = scrape(m);
+  EXPECT_EQ(e.value("precon_trial_failed_attempts", t4), 2.0);
+  m.trial_ended(4);
+  m.trial_ended(4);  // idempotent
+  EXPECT_EQ(scrape(m).count_with_label("trial", "4"), 0u);
+}
+
 TEST(ControllerMetrics, ControllerFamiliesCountWhatTheyAreTold) {
   ControllerMetrics m;
   m.add_executor("local");

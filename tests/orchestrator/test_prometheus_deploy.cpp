@@ -41,6 +41,7 @@ std::set<std::string> exported_names() {
   m.trial_active(1, "e");
   m.report(1, {{"train_loss", 1, 1, 0}, {"val_loss", 1, 1, 0}, {"tokens_per_second", 1, 1, 0}, {"step_seconds", 1, 1, 0},
                {"optim_grafting_seconds", 1, 1, 0}, {"inverse_root_failures", 1, 1, 0}});
+  m.trial_failed_attempts(2, "e", 1);
   m.http_request("metrics", 200, 0.001);
   m.store_write("update_trial", 0.001);
   std::set<std::string> names{"up"};
@@ -83,7 +84,7 @@ TEST(PrometheusDeploy, ScrapeConfigAndAlertRulesPassPromtool) {
   EXPECT_NE(r.output.find("1 rule files found"), std::string::npos) << r.output;
   r = run_command("promtool check rules '" + (kSource / "deploy/prometheus/precon-alerts.yml").string() + "'");
   EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("5 rules found"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("6 rules found"), std::string::npos) << r.output;
   // The alerts fire on the synthetic series they are meant for, and only then.
   r = run_command("cd '" + (kSource / "tests/prometheus").string() + "' && promtool test rules alerts_test.yml");
   EXPECT_EQ(r.status, 0) << r.output;
@@ -103,9 +104,9 @@ TEST(PrometheusDeploy, AlertRulesUseOnlyExportedMetrics) {
     ++exprs;
     for (const std::string& n : metric_names_in(line.substr(e + 6))) EXPECT_TRUE(names.count(n)) << n << " in: " << line;
   }
-  EXPECT_EQ(exprs, 5);
-  for (const char* want : {"PreconControllerDown", "PreconAttemptsFailingRepeatedly", "PreconTrialNoProgress",
-                           "PreconInverseRootFailures"})
+  EXPECT_EQ(exprs, 6);
+  for (const char* want : {"PreconControllerDown", "PreconAttemptsFailingRepeatedly", "PreconTrialFailingRepeatedly",
+                           "PreconTrialNoProgress", "PreconInverseRootFailures"})
     EXPECT_TRUE(alerts.count(want)) << want;
 }
 
