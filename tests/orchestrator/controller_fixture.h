@@ -70,6 +70,21 @@ class ControllerFixture : public ::testing::Test {
     return pred();
   }
 
+  // How often a trial ended and how often an attempt of it was adopted, from an events answer.
+  struct EndingsAndAdoptions {
+    int endings = 0, adoptions = 0;
+  };
+  static EndingsAndAdoptions endings_and_adoptions(const nlohmann::json& events, int64_t trial_id) {
+    EndingsAndAdoptions n;
+    for (const nlohmann::json& e : events["events"]) {
+      if (e["trial_id"] != trial_id) continue;
+      const std::string kind = e["kind"];
+      n.endings += kind == "trial_completed" || kind == "trial_failed" || kind == "trial_cancelled" || kind == "trial_pruned";
+      n.adoptions += kind == "attempt_adopted";
+    }
+    return n;
+  }
+
   fs::path dir_;
 };
 

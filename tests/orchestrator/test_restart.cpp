@@ -69,13 +69,7 @@ TEST_F(Restart, KillNineMidSweepThenRestartEndsEveryTrialExactlyOnce) {
     const int64_t tid = t["id"];
     SCOPED_TRACE("trial " + std::to_string(tid));
     EXPECT_EQ(t["state"], "completed");
-    int endings = 0, adoptions = 0;
-    for (const json& e : events["events"]) {
-      if (e["trial_id"] != tid) continue;
-      const std::string kind = e["kind"];
-      endings += kind == "trial_completed" || kind == "trial_failed" || kind == "trial_cancelled" || kind == "trial_pruned";
-      adoptions += kind == "attempt_adopted";
-    }
+    const auto [endings, adoptions] = endings_and_adoptions(events, tid);
     EXPECT_EQ(endings, 1);
     // The two trials running at the kill were adopted, not launched again.
     json detail = get(url, "/api/v1/trials/" + std::to_string(tid));

@@ -390,13 +390,7 @@ TEST_F(SlurmCluster, ControllerKilledMidSweepRestartsAndEveryTrialEndsOnce) {
     const int64_t tid = x["id"];
     SCOPED_TRACE("trial " + std::to_string(tid));
     EXPECT_EQ(x["state"], "completed");
-    int endings = 0, adoptions = 0;
-    for (const json& e : events["events"]) {
-      if (e["trial_id"] != tid) continue;
-      const std::string kind = e["kind"];
-      endings += kind == "trial_completed" || kind == "trial_failed" || kind == "trial_cancelled" || kind == "trial_pruned";
-      adoptions += kind == "attempt_adopted";
-    }
+    const auto [endings, adoptions] = endings_and_adoptions(events, tid);
     EXPECT_EQ(endings, 1);
     // All three were in Slurm (one array) when the controller died: adopted, never submitted again.
     EXPECT_EQ(adoptions, 1);
