@@ -17,22 +17,33 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 }  // namespace
 
-std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const ModelConfig& config) {
-  // Gather visible parameters to the host (they may live on a GPU).
-  std::vector<std::vector<float>> host(params.size());
+void write_model_safetensors(ByteSink& out, const ParamStore& params, const ModelConfig& config) {
+  // Contiguous fp32 parameters in host memory are written from where they are; others (on a
+  // GPU, strided) are gathered to the host first.
+  std::vector<std::vector<float>> host;
   std::vector<SafetensorsEntry> entries;
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = params.spec(i);
-    host[i].resize(spec.numel());
     k::Tensor visible = params.visible_param(i);
-    k::Tensor dst = visible;
-    dst.data = host[i].data();
-    dst.device = k::Device::cpu;
-    k::copy(dst, visible);
-    entries.push_back({spec.name, SafetensorsDType::F32, spec.shape, host[i].data()});
+    const void* data = visible.data;
+    if (visible.device != k::Device::cpu || visible.dtype != k::DType::f32 || !visible.contiguous()) {
+      std::vector<float>& copy = host.emplace_back(spec.numel());
+      k::Tensor dst = visible;
+      dst.data = copy.data();
+      dst.device = k::Device::cpu;
+      k::copy(dst, visible);
+      data = copy.data();
+    }
+    entries.push_back({spec.name, SafetensorsDType::F32, spec.shape, data});
   }
   SafetensorsMetadata meta{{"format", "pt"}, {"producer", "precon"}, {"config", hf_config_json(config).dump()}};
-  return safetensors_bytes(entries, meta);
+  write_safetensors(out, entries, meta);
+}
+
+std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const ModelConfig& config) {
+  VectorSink sink;
+  write_model_safetensors(sink, params, config);
+  return std::move(sink.bytes());
 }
 
 void load_model_safetensors(ParamStore& params, const std::filesystem::path& path) {

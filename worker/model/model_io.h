@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/ckpt/file_io.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
 
@@ -18,7 +19,9 @@ class ModelIoError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Safetensors bytes of the visible parameters (real vocabulary) in table order, F32.
+// Safetensors of the visible parameters (real vocabulary) in table order, F32, streamed to `out`
+// (host-resident parameters are not copied), or as bytes.
+void write_model_safetensors(ByteSink& out, const ParamStore& params, const ModelConfig& config);
 std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const ModelConfig& config);
 
 // Loads every parameter from a safetensors file. Missing or extra tensors, other shapes (a

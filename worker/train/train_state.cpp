@@ -35,21 +35,26 @@ std::string config_hash(const TrialConfig& config) {
 
 namespace {
 
-std::vector<uint8_t> optimizer_bytes(Optimizer& optimizer) {
+// Streams the optimizer's state tensors; host-resident contiguous fp32 ones without a copy.
+void write_optimizer_safetensors(ByteSink& out, Optimizer& optimizer) {
   std::vector<NamedState> states = optimizer.state_tensors();
-  std::vector<std::vector<float>> host(states.size());
+  std::vector<std::vector<float>> host;
   std::vector<SafetensorsEntry> entries;
   for (size_t i = 0; i < states.size(); ++i) {
     const k::Tensor& t = states[i].tensor;
-    host[i].resize(t.numel());
-    k::Tensor dst = t;
-    dst.data = host[i].data();
-    dst.device = k::Device::cpu;
-    k::copy(dst, t);
+    const void* data = t.data;
+    if (t.device != k::Device::cpu || t.dtype != k::DType::f32 || !t.contiguous()) {
+      std::vector<float>& copy = host.emplace_back(t.numel());
+      k::Tensor dst = t;
+      dst.data = copy.data();
+      dst.device = k::Device::cpu;
+      k::copy(dst, t);
+      data = copy.data();
+    }
     std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim);
-    entries.push_back({states[i].name, SafetensorsDType::F32, shape, host[i].data()});
+    entries.push_back({states[i].name, SafetensorsDType::F32, shape, data});
   }
-  return safetensors_bytes(entries, {{"producer", "precon"}});
+  write_safetensors(out, entries, {{"producer", "precon"}});
 }
 
 void load_optimizer(const std::filesystem::path& path, Optimizer& optimizer) {
@@ -88,9 +93,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                             {"value", *state.objective}};
   }
   std::vector<CheckpointFile> files;
-  files.push_back(CheckpointFile::from_bytes("model.safetensors",
-                                             model_safetensors_bytes(state.model->params(), state.config->model)));
-  files.push_back(CheckpointFile::from_bytes("optimizer.safetensors", optimizer_bytes(*state.optimizer)));
+  // Streamed into the checkpoint: no in-memory copy of the weights or the optimizer state.
+  files.push_back({"model.safetensors", [&state](ByteSink& out) {
+                     write_model_safetensors(out, state.model->params(), state.config->model);
+                   }});
+  files.push_back({"optimizer.safetensors", [&state](ByteSink& out) { write_optimizer_safetensors(out, *state.optimizer); }});
   files.push_back(CheckpointFile::from_string("trainer.json", trainer.dump(2) + "\n"));
   files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
   files.push_back(CheckpointFile::from_string("trial.toml", config_to_toml(*state.config)));
