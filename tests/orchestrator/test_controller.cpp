@@ -2,6 +2,7 @@
 // running real precon-train workers, bad input answered with the one error shape, early
 // stopping, cancellation, retries and requeues.
 #include <csignal>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -15,7 +16,8 @@ using nlohmann::json;
 
 class Controller : public ControllerFixture {
  protected:
-  std::unique_ptr<orch::Controller> start(int cpu_slots = 2) {
+  std::unique_ptr<orch::Controller> start(int cpu_slots = 2,
+                                          const std::function<void(ControllerOptions&)>& adjust = nullptr) {
     ControllerOptions o;
     o.db = dir_ / "precon.db";
     o.run_root = dir_ / "runs";
@@ -25,6 +27,7 @@ class Controller : public ControllerFixture {
     o.poll_interval = std::chrono::milliseconds(50);
     o.stop_grace = std::chrono::milliseconds(2000);
     o.log = [](const std::string&) {};
+    if (adjust) adjust(o);
     auto c = std::make_unique<orch::Controller>(o);
     c->start();
     return c;
@@ -139,24 +142,18 @@ TEST_F(Controller, CancelOfAnAttemptThatNeverReportedSignalsAtOnce) {
   const fs::path fake = dir_ / "silent-trainer.sh";
   std::ofstream(fake) << "#!/bin/sh\nexec sleep 120\n";
   fs::permissions(fake, fs::perms::owner_all);
-  ControllerOptions o;
-  o.db = dir_ / "precon.db";
-  o.run_root = dir_ / "runs";
-  o.trainer = fake;
-  o.admin_token = "admin-secret";
-  o.poll_interval = std::chrono::milliseconds(50);
-  o.stop_grace = std::chrono::seconds(30);
-  o.log = [](const std::string&) {};
-  orch::Controller c(o);
-  c.start();
-  const std::string url = c.url();
+  auto c = start(2, [&](ControllerOptions& o) {
+    o.trainer = fake;
+    o.stop_grace = std::chrono::seconds(30);
+  });
+  const std::string url = c->url();
   const int64_t id = submit(url, recipe(10, ""));
   ASSERT_GT(id, 0);
   const std::string trials = "/api/v1/experiments/" + std::to_string(id) + "/trials";
   ASSERT_TRUE(wait_for([&] { return get(url, trials)["trials"][0]["state"] == "running"; }, std::chrono::seconds(20)));
   ASSERT_EQ(post(url, "/api/v1/experiments/" + std::to_string(id) + "/cancel", "{}", "admin-secret").status, 200);
   EXPECT_TRUE(wait_for([&] { return get(url, trials)["trials"][0]["state"] == "cancelled"; }, std::chrono::seconds(10)));
-  c.stop();
+  c->stop();
 }
 
 TEST_F(Controller, BadInputGetsTheErrorShapeAndChangesNothing) {
