@@ -34,6 +34,13 @@ const char* exit_kind_name(ExitKind k) {
   return "unknown";
 }
 
+ExitStatus lost(std::string detail) {
+  ExitStatus s;
+  s.kind = ExitKind::lost;
+  s.detail = std::move(detail);
+  return s;
+}
+
 ExitStatus classify_exit(int wait_status) {
   ExitStatus s;
   if (WIFSIGNALED(wait_status)) {

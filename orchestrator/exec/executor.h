@@ -64,6 +64,9 @@ struct ExitStatus {
 // (worker/train/exit_codes.h).
 ExitStatus classify_exit(int wait_status);
 
+// An attempt whose end cannot be known, with the reason for people.
+ExitStatus lost(std::string detail);
+
 // Names one launched attempt. Everything in it is persisted by the scheduler (attempts row and
 // the trial's run_dir), so that after a restart it can rebuild the Handle and adopt() it.
 struct Handle {

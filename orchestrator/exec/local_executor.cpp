@@ -40,13 +40,6 @@ bool parse_external_id(const std::string& id, pid_t& pid, unsigned long long& ti
   }
 }
 
-ExitStatus lost(std::string detail) {
-  ExitStatus s;
-  s.kind = ExitKind::lost;
-  s.detail = std::move(detail);
-  return s;
-}
-
 fs::path launch_record_path(const fs::path& run_dir, int64_t attempt) {
   return run_dir / ("launch." + std::to_string(attempt));
 }

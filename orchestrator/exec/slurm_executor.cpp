@@ -50,13 +50,6 @@ std::string parsable_job_id(const std::string& out) {
   return id;
 }
 
-ExitStatus lost(std::string detail) {
-  ExitStatus s;
-  s.kind = ExitKind::lost;
-  s.detail = std::move(detail);
-  return s;
-}
-
 constexpr auto kScript = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
 
 }  // namespace
