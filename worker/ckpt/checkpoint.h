@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 
 namespace precon::worker {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 
 namespace precon::worker {
 

@@ -19,7 +19,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 
 namespace precon::worker {
 

@@ -10,7 +10,7 @@
 #include <span>
 #include <vector>
 
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 
 namespace precon::worker {
 

@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
 

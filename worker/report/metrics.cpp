@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 
 namespace precon::worker {
 

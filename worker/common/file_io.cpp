@@ -1,4 +1,4 @@
-#include "worker/ckpt/file_io.h"
+#include "worker/common/file_io.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
