@@ -12,6 +12,11 @@
 
 namespace precon::kernels {
 
+const std::vector<std::string>& ns_coefficient_set_names() {
+  static const std::vector<std::string> names = {"keller", "polar-express"};
+  return names;
+}
+
 std::vector<NsCoefficients> ns_coefficient_set(std::string_view name) {
   if (name == "keller") return {{3.4445f, -4.7750f, 2.0315f}};
   if (name == "polar-express") {
@@ -20,9 +25,11 @@ std::vector<NsCoefficients> ns_coefficient_set(std::string_view name) {
             {3.2856f, -2.4153f, 0.4853f},   {2.2779f, -1.6198f, 0.3985f}, {1.8726f, -1.2307f, 0.3585f},
             {1.8564f, -1.2132f, 0.3568f},   {1.8750f, -1.2500f, 0.3750f}};
   }
+  std::string known;
+  for (const std::string& n : ns_coefficient_set_names()) known += n + ", ";
   PRECON_THROW(UnsupportedError, "ns_coefficient_set",
-               "unknown coefficient set '" + std::string(name) +
-                   "' (known: keller, polar-express, or an explicit list of [a, b, c] tuples)");
+               "unknown coefficient set '" + std::string(name) + "' (known: " + known +
+                   "or an explicit list of [a, b, c] tuples)");
 }
 
 std::vector<NsCoefficients> ns_schedule(const std::vector<NsCoefficients>& set, int steps) {

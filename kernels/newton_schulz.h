@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string_view>
+#include <string>
 #include <vector>
 
 #include "kernels/tensor.h"
@@ -17,6 +18,8 @@ struct NsCoefficients {
 // A named coefficient set: "keller" (one tuple, repeated) or "polar-express" (per-step
 // minimax tuples). Throws UnsupportedError naming the known sets for anything else.
 std::vector<NsCoefficients> ns_coefficient_set(std::string_view name);
+// The names ns_coefficient_set knows, in the order documented.
+const std::vector<std::string>& ns_coefficient_set_names();
 
 // The per-step schedule for `steps` steps: the set's tuples in order, the last one repeated.
 std::vector<NsCoefficients> ns_schedule(const std::vector<NsCoefficients>& set, int steps);

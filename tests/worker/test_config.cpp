@@ -111,13 +111,67 @@ TEST(Config, OverridesUseTomlValuesAndBareWords) {
   EXPECT_NE(e.find("key=value"), std::string::npos) << e;
 }
 
-TEST(Config, SkippedTablesAreLeftToTheCaller) {
-  ParseOptions opt;
-  opt.skip_tables = {"sweep"};
-  auto parsed = parse_config_text("[sweep]\nmethod = \"grid\"\n[sweep.parameters]\n\"train.steps\" = [1, 2]\n",
-                                  "r.toml", {}, opt);
-  EXPECT_EQ(parsed.config.train.steps, TrialConfig{}.train.steps);
-  EXPECT_NE(error_of("[sweep]\nmethod = \"grid\"\n").find("unknown key"), std::string::npos);
+TEST(Config, SweepSettingsBelongToARecipe) {
+  // precon-train takes one trial's config: a [sweep] table is a recipe's, and says so.
+  std::string e = error_of("[sweep]\nmethod = \"grid\"\n");
+  EXPECT_NE(e.find("recipe.toml:2: sweep.method: a [sweep] setting belongs to a recipe"), std::string::npos) << e;
+  SweepSettings sweep;
+  set_sweep_key(sweep, "sweep.max_attempts", toml::value<int64_t>(4), "r.toml", 3);
+  EXPECT_EQ(sweep.max_attempts, 4);
+  EXPECT_THROW(set_sweep_key(sweep, "train.steps", toml::value<int64_t>(4), "r.toml", 3), ConfigError);
+}
+
+TEST(Config, EveryProblemIsReportedInLineOrder) {
+  // Three mistakes of three kinds (a typo, a range, a cross-key rule), one pass.
+  ConfigError error("", 0, "", "");
+  try {
+    parse_config_text("[model]\nd_model = 100\nn_head = 3\n[optimizer.muon]\nns_steps = 0\n[train]\nstesp = 5\n",
+                      "r.toml");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    error = e;
+  }
+  const auto& issues = error.issues();
+  ASSERT_EQ(issues.size(), 3u) << error.what();
+  EXPECT_EQ(issues[0].line, 3);
+  EXPECT_EQ(issues[0].key, "model.n_head");
+  EXPECT_NE(issues[0].message.find("must divide d_model = 100"), std::string::npos);
+  EXPECT_EQ(issues[1].line, 5);
+  EXPECT_EQ(issues[1].key, "optimizer.muon.ns_steps");
+  EXPECT_NE(issues[1].message.find("expected between 1 and 100"), std::string::npos);
+  EXPECT_EQ(issues[2].line, 7);
+  EXPECT_NE(issues[2].message.find("did you mean train.steps?"), std::string::npos);
+  EXPECT_EQ(std::string(error.what()),
+            issues[0].text() + "\n" + issues[1].text() + "\n" + issues[2].text());
+}
+
+TEST(Config, ReportsAreCappedAtTwenty) {
+  std::string text = "[train]\n";
+  for (int i = 0; i < 25; ++i) text += "unknown_" + std::to_string(i) + " = 1\n";
+  try {
+    parse_config_text(text, "r.toml");
+    FAIL() << "accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.issues().size(), kMaxConfigIssues);
+    EXPECT_EQ(e.issues().front().line, 2);
+    EXPECT_NE(std::string(e.what()).find("... and 5 more"), std::string::npos);
+  }
+}
+
+TEST(Config, ValuesTheTrainerWouldRefuseFailAtParse) {
+  // Each of these once passed the parser and failed only when the trial launched.
+  EXPECT_NE(error_of("[optimizer.muon]\nns_steps = 0\n").find("ns_steps: value 0 is out of range"), std::string::npos);
+  EXPECT_NE(error_of("[optimizer.shampoo]\nbeta1 = 1.0\n").find("must be below 1"), std::string::npos);
+  EXPECT_NE(error_of("[experiment]\nname = \"a\\u001bb\"\n").find("no control characters"), std::string::npos);
+  EXPECT_NE(error_of("[experiment]\nname = \"" + std::string(101, 'x') + "\"\n").find("1 to 100 characters"),
+            std::string::npos);
+  EXPECT_NE(error_of("[resources]\npartition = \"gpu;rm\"\n").find("resources.partition"), std::string::npos);
+  EXPECT_NE(error_of("[resources]\nsbatch_args = [\"--nodes=4\"]\n").find("use resources.nodes instead"),
+            std::string::npos);
+  EXPECT_NE(error_of("[resources]\nsbatch_args = [\"--output=/tmp/x\"]\n").find("set by precon; remove it"),
+            std::string::npos);
+  // A short run with the default warm-up is fine: it warms up throughout.
+  EXPECT_EQ(error_of("[train]\nsteps = 2\n"), "");
 }
 
 TEST(Config, TomlRoundTripKeepsEveryValue) {
@@ -140,11 +194,14 @@ TEST(Config, DefaultConfigRoundTrips) {
 
 TEST(Config, KeyTableDocumentsEveryKey) {
   std::string table = format_key_table();
-  for (const KeySpec& k : trial_keys()) {
-    EXPECT_FALSE(k.description.empty()) << k.name;
-    EXPECT_NE(table.find(k.name), std::string::npos) << k.name;
+  for (const KeySpec* k : trial_keys()) {
+    EXPECT_FALSE(k->description.empty()) << k->name;
+    EXPECT_NE(table.find(k->name), std::string::npos) << k->name;
   }
   EXPECT_GE(trial_keys().size(), 70u);
+  // The [sweep] rows are the recipe's: in `precon recipe keys`, not in `precon-train keys`.
+  EXPECT_EQ(table.find("sweep.max_attempts"), std::string::npos);
+  EXPECT_NE(format_key_table(true).find("sweep.max_attempts"), std::string::npos);
   EXPECT_EQ(find_key("optimizer.muon.ns_steps")->default_text(), "5");
   EXPECT_EQ(find_key("optimizer.muon.coefficients")->default_text(), "\"keller\"");
 }

@@ -1,5 +1,7 @@
-// The trial configuration: the recipe schema (DESIGN.md §5) without [sweep]. One field per line
-// with meaning, unit and default; the key table in keys.cpp documents and parses every field.
+// The recipe schema (DESIGN.md §5) as typed structs: TrialConfig is one trial's configuration
+// (what precon-train reads), SweepSettings the scalar keys of a recipe's [sweep] table (what the
+// controller reads). One field per line with meaning, unit and default; the key table in keys.cpp
+// documents, range-checks and parses every field of both.
 #pragma once
 
 #include <array>
@@ -116,6 +118,28 @@ struct ResourcesConfig {
 struct ObjectiveConfig {
   std::string metric = "val_loss";
   std::string mode = "min";  // "min" | "max"
+};
+
+struct EarlyStopSettings {
+  std::string method = "none";          // "asha" | "median" | "none"
+  std::string metric;                   // metric to judge; "" in the recipe = objective.metric
+  std::string mode;                     // "min" | "max"; "" in the recipe = objective.mode
+  int64_t min_step = 100;               // steps: first rung (ASHA) / no stopping before (median)
+  int64_t reduction_factor = 3;         // ASHA: rung k at min_step·factor^(k+rate), keeps 1/factor
+  int64_t min_early_stopping_rate = 0;  // ASHA: rung offset s (as Optuna's pruner)
+  int64_t n_startup_trials = 5;         // median: trials that must report before anyone stops
+  int64_t interval = 0;                 // median: steps between checks; 0 = every reported step
+};
+
+// The scalar keys of [sweep]; the swept values themselves ([sweep.parameters], [[sweep.grid]])
+// are parsed by the controller's recipe layer against this same key table.
+struct SweepSettings {
+  std::string method = "grid";  // "grid" | "random"
+  int64_t samples = 10;         // random: trials drawn
+  int64_t seed = 0;             // random: seed of the draws
+  int64_t max_concurrent = 2;   // trials running at once
+  int64_t max_attempts = 3;     // launches per trial (first + retries)
+  EarlyStopSettings early_stop; // [sweep.early_stop]
 };
 
 struct TrialConfig {

@@ -1,8 +1,11 @@
 #include "worker/config/keys.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <sstream>
+
+#include "kernels/newton_schulz.h"
 
 namespace precon::worker {
 
@@ -10,134 +13,299 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-KeySpec key(std::string name, std::string unit, std::string description, std::function<FieldRef(TrialConfig&)> field,
-            double min = -kInf, double max = kInf, std::vector<std::string> choices = {}) {
-  return KeySpec{std::move(name), std::move(unit), std::move(description), min, max, std::move(choices),
-                 std::move(field)};
+// One row under construction: the fluent setters keep each row on a few readable lines.
+struct Row {
+  KeySpec k;
+  Row& range(double lo, double hi) {
+    k.min = lo;
+    k.max = hi;
+    return *this;
+  }
+  Row& choices(std::vector<std::string> c) {
+    k.choices = std::move(c);
+    return *this;
+  }
+  Row& pattern(std::string re, std::string text) {
+    k.pattern = std::move(re);
+    k.pattern_text = std::move(text);
+    return *this;
+  }
+  Row& hashed() {
+    k.in_config_hash = true;
+    return *this;
+  }
+  Row& sbatch(std::string option) {
+    k.sbatch = std::move(option);
+    return *this;
+  }
+  Row& rule(std::function<std::string(const TrialConfig&)> r) {
+    k.rule = std::move(r);
+    return *this;
+  }
+};
+
+Row trial(std::string name, std::string unit, std::string description, std::function<FieldRef(TrialConfig&)> field) {
+  Row r;
+  r.k.name = std::move(name);
+  r.k.unit = std::move(unit);
+  r.k.description = std::move(description);
+  r.k.field = std::move(field);
+  return r;
+}
+
+Row sweep(std::string name, std::string unit, std::string description,
+          std::function<FieldRef(SweepSettings&)> field) {
+  Row r;
+  r.k.name = std::move(name);
+  r.k.unit = std::move(unit);
+  r.k.description = std::move(description);
+  r.k.sweep_field = std::move(field);
+  return r;
+}
+
+#define T(path) [](TrialConfig& c) { return FieldRef{&c.path}; }
+#define S(path) [](SweepSettings& s) { return FieldRef{&s.path}; }
+
+// Printable text of bounded length: names end up in logs, tables, paths and job names.
+const std::string kPrintable = R"([^\x00-\x1f\x7f]{1,100})";
+const std::string kPrintableText = "1 to 100 characters, no control characters";
+// What sbatch reads from `#SBATCH` lines must never need quoting.
+const std::string kSlurmName = R"([A-Za-z0-9_.,-]{1,200})";
+const std::string kSlurmNameText = "letters, digits and _.,- only";
+// Options the Slurm script writes itself; the resources keys' own options are added to these.
+const std::vector<std::string> kSbatchWrittenByPrecon = {
+    "array", "output", "error", "open-mode", "requeue", "no-requeue", "signal", "job-name", "parsable", "wrap",
+    "input", "export", "export-file", "ntasks", "test-only", "hold", "dependency", "get-user-env"};
+
+std::string sbatch_args_rule(const TrialConfig& c);
+
+std::string ratio(int64_t a, const char* what, int64_t b) {
+  return std::to_string(a) + " must divide " + what + " = " + std::to_string(b);
 }
 
 std::vector<KeySpec> build_table() {
-  using C = TrialConfig&;
-  std::vector<KeySpec> k;
+  std::vector<Row> k;
   // [experiment]
-  k.push_back(key("experiment.name", "", "experiment name", [](C c) { return FieldRef{&c.experiment.name}; }));
-  k.push_back(key("experiment.description", "", "free-text description",
-                  [](C c) { return FieldRef{&c.experiment.description}; }));
+  k.push_back(trial("experiment.name", "", "experiment name", T(experiment.name)).pattern(kPrintable, kPrintableText));
+  k.push_back(trial("experiment.description", "", "free-text description", T(experiment.description)));
   // [model]
-  k.push_back(key("model.n_layer", "", "transformer blocks", [](C c) { return FieldRef{&c.model.n_layer}; }, 1, 256));
-  k.push_back(key("model.n_head", "", "attention heads (must divide d_model)", [](C c) { return FieldRef{&c.model.n_head}; }, 1, 256));
-  k.push_back(key("model.d_model", "", "embedding width C", [](C c) { return FieldRef{&c.model.d_model}; }, 1, 65536));
-  k.push_back(key("model.seq_len", "tokens", "context length T", [](C c) { return FieldRef{&c.model.seq_len}; }, 1, 1 << 20));
-  k.push_back(key("model.vocab_size", "tokens", "vocabulary size V (padded internally)",
-                  [](C c) { return FieldRef{&c.model.vocab_size}; }, 1, 1 << 24));
+  k.push_back(trial("model.n_layer", "", "transformer blocks", T(model.n_layer)).range(1, 256).hashed());
+  k.push_back(trial("model.n_head", "", "attention heads (must divide d_model)", T(model.n_head))
+                  .range(1, 256).hashed()
+                  .rule([](const TrialConfig& c) {
+                    return c.model.d_model % c.model.n_head ? "n_head = " + ratio(c.model.n_head, "d_model", c.model.d_model)
+                                                            : std::string();
+                  }));
+  k.push_back(trial("model.d_model", "", "embedding width C", T(model.d_model)).range(1, 65536).hashed());
+  k.push_back(trial("model.seq_len", "tokens", "context length T", T(model.seq_len)).range(1, 1 << 20).hashed());
+  k.push_back(trial("model.vocab_size", "tokens", "vocabulary size V (padded internally)", T(model.vocab_size))
+                  .range(1, 1 << 24).hashed());
   // [data]
-  k.push_back(key("data.train", "path", "training token shard(s), comma-separated", [](C c) { return FieldRef{&c.data.train}; }));
-  k.push_back(key("data.val", "path", "validation token shard", [](C c) { return FieldRef{&c.data.val}; }));
+  k.push_back(trial("data.train", "path", "training token shard(s), comma-separated", T(data.train)));
+  k.push_back(trial("data.val", "path", "validation token shard", T(data.val)));
   // [train]
-  k.push_back(key("train.steps", "steps", "optimizer steps", [](C c) { return FieldRef{&c.train.steps}; }, 1, 1e12));
-  k.push_back(key("train.batch_size", "sequences", "sequences per step (B)", [](C c) { return FieldRef{&c.train.batch_size}; }, 1, 1 << 20));
-  k.push_back(key("train.seed", "", "RNG seed for init and data order", [](C c) { return FieldRef{&c.train.seed}; }, 0, 9.2e18));
-  k.push_back(key("train.eval_every", "steps", "steps between validation losses; 0 = only at the end",
-                  [](C c) { return FieldRef{&c.train.eval_every}; }, 0, 1e12));
-  k.push_back(key("train.eval_batches", "batches", "validation batches per evaluation",
-                  [](C c) { return FieldRef{&c.train.eval_batches}; }, 1, 1e6));
-  k.push_back(key("train.log_every", "steps", "steps between train-loss records", [](C c) { return FieldRef{&c.train.log_every}; }, 1, 1e12));
-  k.push_back(key("train.checkpoint_every", "steps", "steps between checkpoints; 0 = only at the end",
-                  [](C c) { return FieldRef{&c.train.checkpoint_every}; }, 0, 1e12));
-  k.push_back(key("train.keep_checkpoints", "", "checkpoints kept (the newest good one always is)",
-                  [](C c) { return FieldRef{&c.train.keep_checkpoints}; }, 1, 1e6));
-  k.push_back(key("train.keep_best", "", "also kept: checkpoints with the best objective (objective.metric/mode)",
-                  [](C c) { return FieldRef{&c.train.keep_best}; }, 0, 1e6));
-  k.push_back(key("train.init_from", "path", "safetensors file to initialise from; empty = random init",
-                  [](C c) { return FieldRef{&c.train.init_from}; }));
-  k.push_back(key("train.grad_clip", "", "global-norm clip of raw gradients; 0 = off", [](C c) { return FieldRef{&c.train.grad_clip}; }, 0, kInf));
-  k.push_back(key("train.device", "", "compute device", [](C c) { return FieldRef{&c.train.device}; }, -kInf, kInf, {"cpu", "cuda"}));
-  k.push_back(key("train.precision", "", "compute precision (bf16: CUDA, fp32 masters)",
-                  [](C c) { return FieldRef{&c.train.precision}; }, -kInf, kInf, {"fp32", "bf16"}));
-  k.push_back(key("train.threads", "threads", "CPU threads; 0 = all cores", [](C c) { return FieldRef{&c.train.threads}; }, 0, 4096));
+  k.push_back(trial("train.steps", "steps", "optimizer steps", T(train.steps)).range(1, 1e12));
+  k.push_back(trial("train.batch_size", "sequences", "sequences per step (B)", T(train.batch_size)).range(1, 1 << 20));
+  k.push_back(trial("train.seed", "", "RNG seed for init and data order", T(train.seed)).range(0, 9.2e18));
+  k.push_back(trial("train.eval_every", "steps", "steps between validation losses; 0 = only at the end",
+                    T(train.eval_every)).range(0, 1e12));
+  k.push_back(trial("train.eval_batches", "batches", "validation batches per evaluation", T(train.eval_batches))
+                  .range(1, 1e6));
+  k.push_back(trial("train.log_every", "steps", "steps between train-loss records", T(train.log_every)).range(1, 1e12));
+  k.push_back(trial("train.checkpoint_every", "steps", "steps between checkpoints; 0 = only at the end",
+                    T(train.checkpoint_every)).range(0, 1e12));
+  k.push_back(trial("train.keep_checkpoints", "", "checkpoints kept (the newest good one always is)",
+                    T(train.keep_checkpoints)).range(1, 1e6));
+  k.push_back(trial("train.keep_best", "", "also kept: checkpoints with the best objective (objective.metric/mode)",
+                    T(train.keep_best)).range(0, 1e6));
+  k.push_back(trial("train.init_from", "path", "safetensors file to initialise from; empty = random init",
+                    T(train.init_from)));
+  k.push_back(trial("train.grad_clip", "", "global-norm clip of raw gradients; 0 = off", T(train.grad_clip))
+                  .range(0, kInf));
+  k.push_back(trial("train.device", "", "compute device", T(train.device)).choices({"cpu", "cuda"}));
+  k.push_back(trial("train.precision", "", "compute precision (bf16: CUDA, fp32 masters)", T(train.precision))
+                  .choices({"fp32", "bf16"})
+                  .rule([](const TrialConfig& c) {
+                    return c.train.precision == "bf16" && c.train.device != "cuda"
+                               ? std::string("bf16 compute needs train.device = \"cuda\"; the CPU path is fp32")
+                               : std::string();
+                  }));
+  k.push_back(trial("train.threads", "threads", "CPU threads; 0 = all cores", T(train.threads)).range(0, 4096));
   // [optimizer]
-  k.push_back(key("optimizer.name", "", "optimizer of the 2-D hidden matrices (the rest use AdamW)",
-                  [](C c) { return FieldRef{&c.optimizer.name}; }, -kInf, kInf, {"adamw", "muon", "shampoo"}));
-  k.push_back(key("optimizer.lr", "", "peak learning rate", [](C c) { return FieldRef{&c.optimizer.lr}; }, 0, 1e3));
-  k.push_back(key("optimizer.weight_decay", "", "decoupled weight decay", [](C c) { return FieldRef{&c.optimizer.weight_decay}; }, 0, 1e3));
-  k.push_back(key("optimizer.schedule", "", "learning-rate schedule after warm-up", [](C c) { return FieldRef{&c.optimizer.schedule}; },
-                  -kInf, kInf, {"constant", "cosine", "linear", "wsd"}));
-  k.push_back(key("optimizer.warmup_steps", "steps", "linear warm-up steps", [](C c) { return FieldRef{&c.optimizer.warmup_steps}; }, 0, 1e12));
-  k.push_back(key("optimizer.min_lr_ratio", "", "final lr as a fraction of the peak", [](C c) { return FieldRef{&c.optimizer.min_lr_ratio}; }, 0, 1));
-  k.push_back(key("optimizer.decay_fraction", "", "wsd: fraction of the steps spent decaying",
-                  [](C c) { return FieldRef{&c.optimizer.decay_fraction}; }, 0, 1));
+  k.push_back(trial("optimizer.name", "", "optimizer of the 2-D hidden matrices (the rest use AdamW)", T(optimizer.name))
+                  .choices({"adamw", "muon", "shampoo"}).hashed());
+  k.push_back(trial("optimizer.lr", "", "peak learning rate", T(optimizer.lr)).range(0, 1e3));
+  k.push_back(trial("optimizer.weight_decay", "", "decoupled weight decay", T(optimizer.weight_decay)).range(0, 1e3));
+  k.push_back(trial("optimizer.schedule", "", "learning-rate schedule after warm-up", T(optimizer.schedule))
+                  .choices({"constant", "cosine", "linear", "wsd"}));
+  k.push_back(trial("optimizer.warmup_steps", "steps", "linear warm-up steps (at most train.steps)",
+                    T(optimizer.warmup_steps)).range(0, 1e12));
+  k.push_back(trial("optimizer.min_lr_ratio", "", "final lr as a fraction of the peak", T(optimizer.min_lr_ratio))
+                  .range(0, 1));
+  k.push_back(trial("optimizer.decay_fraction", "", "wsd: fraction of the steps spent decaying",
+                    T(optimizer.decay_fraction)).range(0, 1));
   // [optimizer.adamw]
-  k.push_back(key("optimizer.adamw.lr", "", "lr of AdamW-routed params in muon/shampoo runs; 0 = optimizer.lr",
-                  [](C c) { return FieldRef{&c.optimizer.adamw.lr}; }, 0, 1e3));
-  k.push_back(key("optimizer.adamw.beta1", "", "first-moment decay", [](C c) { return FieldRef{&c.optimizer.adamw.beta1}; }, 0, 1));
-  k.push_back(key("optimizer.adamw.beta2", "", "second-moment decay", [](C c) { return FieldRef{&c.optimizer.adamw.beta2}; }, 0, 1));
-  k.push_back(key("optimizer.adamw.eps", "", "denominator epsilon", [](C c) { return FieldRef{&c.optimizer.adamw.eps}; }, 0, 1));
-  k.push_back(key("optimizer.adamw.weight_decay", "", "weight decay of AdamW-routed params; -1 = optimizer.weight_decay",
-                  [](C c) { return FieldRef{&c.optimizer.adamw.weight_decay}; }, -1, 1e3));
+  k.push_back(trial("optimizer.adamw.lr", "", "lr of AdamW-routed params in muon/shampoo runs; 0 = optimizer.lr",
+                    T(optimizer.adamw.lr)).range(0, 1e3));
+  k.push_back(trial("optimizer.adamw.beta1", "", "first-moment decay", T(optimizer.adamw.beta1)).range(0, 1));
+  k.push_back(trial("optimizer.adamw.beta2", "", "second-moment decay", T(optimizer.adamw.beta2)).range(0, 1));
+  k.push_back(trial("optimizer.adamw.eps", "", "denominator epsilon", T(optimizer.adamw.eps)).range(0, 1));
+  k.push_back(trial("optimizer.adamw.weight_decay", "", "weight decay of AdamW-routed params; -1 = optimizer.weight_decay",
+                    T(optimizer.adamw.weight_decay)).range(-1, 1e3));
   // [optimizer.muon]
-  k.push_back(key("optimizer.muon.momentum", "", "momentum μ", [](C c) { return FieldRef{&c.optimizer.muon.momentum}; }, 0, 1));
-  k.push_back(key("optimizer.muon.nesterov", "", "Nesterov momentum", [](C c) { return FieldRef{&c.optimizer.muon.nesterov}; }));
-  k.push_back(key("optimizer.muon.momentum_form", "", "ema: M = μM + (1-μ)G; sgd: M = μM + G",
-                  [](C c) { return FieldRef{&c.optimizer.muon.momentum_form}; }, -kInf, kInf, {"ema", "sgd"}));
-  k.push_back(key("optimizer.muon.ns_steps", "", "Newton–Schulz iterations", [](C c) { return FieldRef{&c.optimizer.muon.ns_steps}; }, 0, 100));
-  k.push_back(key("optimizer.muon.coefficients", "", "Newton–Schulz coefficient set, or explicit when coefficient_list is given",
-                  [](C c) { return FieldRef{&c.optimizer.muon.coefficients}; }, -kInf, kInf, {"keller", "polar-express", "explicit"}));
-  k.push_back(key("optimizer.muon.coefficient_list", "", "explicit [[a, b, c], ...] per step, last repeated",
-                  [](C c) { return FieldRef{&c.optimizer.muon.coefficient_list}; }));
-  k.push_back(key("optimizer.muon.scale", "", "update scale: shape √max(1,out/in), rms-match 0.2√max(out,in), spectral √(out/in)",
-                  [](C c) { return FieldRef{&c.optimizer.muon.scale}; }, -kInf, kInf, {"shape", "rms-match", "spectral"}));
-  k.push_back(key("optimizer.muon.split_qkv", "", "orthogonalise Q, K and V separately", [](C c) { return FieldRef{&c.optimizer.muon.split_qkv}; }));
-  k.push_back(key("optimizer.muon.ns_precision", "", "Newton–Schulz precision; auto = bf16 on CUDA, fp32 on CPU",
-                  [](C c) { return FieldRef{&c.optimizer.muon.ns_precision}; }, -kInf, kInf, {"auto", "fp32", "bf16"}));
-  k.push_back(key("optimizer.muon.ns_eps", "", "added to the Frobenius norm before Newton–Schulz",
-                  [](C c) { return FieldRef{&c.optimizer.muon.ns_eps}; }, 0, 1));
+  std::vector<std::string> coefficient_sets = kernels::ns_coefficient_set_names();
+  coefficient_sets.push_back("explicit");
+  k.push_back(trial("optimizer.muon.momentum", "", "momentum μ", T(optimizer.muon.momentum)).range(0, 1));
+  k.push_back(trial("optimizer.muon.nesterov", "", "Nesterov momentum", T(optimizer.muon.nesterov)));
+  k.push_back(trial("optimizer.muon.momentum_form", "", "ema: M = μM + (1-μ)G; sgd: M = μM + G",
+                    T(optimizer.muon.momentum_form)).choices({"ema", "sgd"}));
+  k.push_back(trial("optimizer.muon.ns_steps", "", "Newton–Schulz iterations", T(optimizer.muon.ns_steps)).range(1, 100));
+  k.push_back(trial("optimizer.muon.coefficients", "", "Newton–Schulz coefficient set, or explicit when coefficient_list is given",
+                    T(optimizer.muon.coefficients))
+                  .choices(coefficient_sets)
+                  .rule([](const TrialConfig& c) {
+                    return c.optimizer.muon.coefficients == "explicit" && c.optimizer.muon.coefficient_list.empty()
+                               ? std::string("\"explicit\" needs optimizer.muon.coefficient_list = [[a, b, c], ...]")
+                               : std::string();
+                  }));
+  k.push_back(trial("optimizer.muon.coefficient_list", "", "explicit [[a, b, c], ...] per step, last repeated",
+                    T(optimizer.muon.coefficient_list)));
+  k.push_back(trial("optimizer.muon.scale", "", "update scale: shape √max(1,out/in), rms-match 0.2√max(out,in), spectral √(out/in)",
+                    T(optimizer.muon.scale)).choices({"shape", "rms-match", "spectral"}));
+  k.push_back(trial("optimizer.muon.split_qkv", "", "orthogonalise Q, K and V separately", T(optimizer.muon.split_qkv)));
+  k.push_back(trial("optimizer.muon.ns_precision", "", "Newton–Schulz precision; auto = bf16 on CUDA, fp32 on CPU",
+                    T(optimizer.muon.ns_precision)).choices({"auto", "fp32", "bf16"}));
+  k.push_back(trial("optimizer.muon.ns_eps", "", "added to the Frobenius norm before Newton–Schulz", T(optimizer.muon.ns_eps))
+                  .range(0, 1));
   // [optimizer.shampoo]
-  k.push_back(key("optimizer.shampoo.beta1", "", "gradient filtering (momentum); 0 = off", [](C c) { return FieldRef{&c.optimizer.shampoo.beta1}; }, 0, 1));
-  k.push_back(key("optimizer.shampoo.beta2", "", "statistics EMA; 1 = running sum", [](C c) { return FieldRef{&c.optimizer.shampoo.beta2}; }, 0, 1));
-  k.push_back(key("optimizer.shampoo.epsilon", "", "inverse-root regulariser", [](C c) { return FieldRef{&c.optimizer.shampoo.epsilon}; }, 0, 1));
-  k.push_back(key("optimizer.shampoo.precondition_frequency", "steps", "steps between inverse-root refreshes",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.precondition_frequency}; }, 1, 1e9));
-  k.push_back(key("optimizer.shampoo.start_preconditioning_step", "steps", "first preconditioned step; 0 = precondition_frequency",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.start_preconditioning_step}; }, 0, 1e12));
-  k.push_back(key("optimizer.shampoo.exponent", "", "inverse-root exponent override (0.25 = 4th root); 0 = 1/(2·order)",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.exponent}; }, 0, 1));
-  k.push_back(key("optimizer.shampoo.max_preconditioner_dim", "", "dims above this are split into blocks",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.max_preconditioner_dim}; }, 1, 1 << 20));
-  k.push_back(key("optimizer.shampoo.grafting", "", "grafting method for the step size",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.grafting}; }, -kInf, kInf, {"adam", "adagrad", "rmsprop", "sgd", "none"}));
-  k.push_back(key("optimizer.shampoo.grafting_beta2", "", "grafting second-moment decay",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.grafting_beta2}; }, 0, 1));
-  k.push_back(key("optimizer.shampoo.grafting_epsilon", "", "grafting denominator epsilon",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.grafting_epsilon}; }, 0, 1));
-  k.push_back(key("optimizer.shampoo.root_method", "", "inverse-root method", [](C c) { return FieldRef{&c.optimizer.shampoo.root_method}; },
-                  -kInf, kInf, {"eigh", "newton"}));
-  k.push_back(key("optimizer.shampoo.bias_correction", "", "bias-correct statistics and momentum",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.bias_correction}; }));
-  k.push_back(key("optimizer.shampoo.max_root_failures", "", "consecutive failed roots before the run stops",
-                  [](C c) { return FieldRef{&c.optimizer.shampoo.max_root_failures}; }, 1, 1e6));
-  k.push_back(key("optimizer.shampoo.params", "", "which matrices get Shampoo", [](C c) { return FieldRef{&c.optimizer.shampoo.params}; },
-                  -kInf, kInf, {"hidden", "all-matrices"}));
+  k.push_back(trial("optimizer.shampoo.beta1", "", "gradient filtering (momentum); 0 = off, below 1",
+                    T(optimizer.shampoo.beta1))
+                  .range(0, 1)
+                  .rule([](const TrialConfig& c) {
+                    return c.optimizer.shampoo.beta1 >= 1 ? std::string("must be below 1 (0 = no filtering)") : std::string();
+                  }));
+  k.push_back(trial("optimizer.shampoo.beta2", "", "statistics EMA; 1 = running sum", T(optimizer.shampoo.beta2)).range(0, 1));
+  k.push_back(trial("optimizer.shampoo.epsilon", "", "inverse-root regulariser", T(optimizer.shampoo.epsilon)).range(0, 1));
+  k.push_back(trial("optimizer.shampoo.precondition_frequency", "steps", "steps between inverse-root refreshes",
+                    T(optimizer.shampoo.precondition_frequency)).range(1, 1e9));
+  k.push_back(trial("optimizer.shampoo.start_preconditioning_step", "steps", "first preconditioned step; 0 = precondition_frequency",
+                    T(optimizer.shampoo.start_preconditioning_step)).range(0, 1e12));
+  k.push_back(trial("optimizer.shampoo.exponent", "", "inverse-root exponent override (0.25 = 4th root); 0 = 1/(2·order)",
+                    T(optimizer.shampoo.exponent)).range(0, 1));
+  k.push_back(trial("optimizer.shampoo.max_preconditioner_dim", "", "dims above this are split into blocks",
+                    T(optimizer.shampoo.max_preconditioner_dim)).range(1, 1 << 20).hashed());
+  k.push_back(trial("optimizer.shampoo.grafting", "", "grafting method for the step size", T(optimizer.shampoo.grafting))
+                  .choices({"adam", "adagrad", "rmsprop", "sgd", "none"}));
+  k.push_back(trial("optimizer.shampoo.grafting_beta2", "", "grafting second-moment decay (below 1 for adam, rmsprop)",
+                    T(optimizer.shampoo.grafting_beta2))
+                  .range(0, 1)
+                  .rule([](const TrialConfig& c) {
+                    const auto& s = c.optimizer.shampoo;
+                    return (s.grafting == "adam" || s.grafting == "rmsprop") && s.grafting_beta2 >= 1
+                               ? "must be below 1 for " + s.grafting + " grafting"
+                               : std::string();
+                  }));
+  k.push_back(trial("optimizer.shampoo.grafting_epsilon", "", "grafting denominator epsilon", T(optimizer.shampoo.grafting_epsilon))
+                  .range(0, 1));
+  k.push_back(trial("optimizer.shampoo.root_method", "", "inverse-root method", T(optimizer.shampoo.root_method))
+                  .choices({"eigh", "newton"})
+                  .rule([](const TrialConfig& c) {
+                    const auto& s = c.optimizer.shampoo;
+                    const double root = 1.0 / (s.exponent > 0 ? s.exponent : 0.25);
+                    return s.root_method == "newton" && std::abs(root - std::round(root)) > 1e-9
+                               ? "the Newton iteration computes integer roots only (exponent 1/p); optimizer.shampoo.exponent "
+                                 "= " + std::to_string(s.exponent) + " needs root_method = \"eigh\""
+                               : std::string();
+                  }));
+  k.push_back(trial("optimizer.shampoo.bias_correction", "", "bias-correct statistics and momentum",
+                    T(optimizer.shampoo.bias_correction)));
+  k.push_back(trial("optimizer.shampoo.max_root_failures", "", "consecutive failed roots before the run stops",
+                    T(optimizer.shampoo.max_root_failures)).range(1, 1e6));
+  k.push_back(trial("optimizer.shampoo.params", "", "which matrices get Shampoo", T(optimizer.shampoo.params))
+                  .choices({"hidden", "all-matrices"}).hashed());
   // [parallel]
-  k.push_back(key("parallel.tensor", "ranks", "tensor-parallel ranks", [](C c) { return FieldRef{&c.parallel.tensor}; }, 1, 1024));
-  k.push_back(key("parallel.data", "ranks", "data-parallel ranks", [](C c) { return FieldRef{&c.parallel.data}; }, 1, 1 << 20));
+  k.push_back(trial("parallel.tensor", "ranks", "tensor-parallel ranks (must divide model.n_head)", T(parallel.tensor))
+                  .range(1, 1024).hashed()
+                  .rule([](const TrialConfig& c) {
+                    return c.model.n_head % c.parallel.tensor ? "tensor = " + ratio(c.parallel.tensor, "n_head", c.model.n_head)
+                                                              : std::string();
+                  }));
+  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks", T(parallel.data)).range(1, 1 << 20).hashed());
   // [resources]
-  k.push_back(key("resources.executor", "", "where trials run", [](C c) { return FieldRef{&c.resources.executor}; }, -kInf, kInf, {"local", "slurm"}));
-  k.push_back(key("resources.nodes", "nodes", "nodes per trial", [](C c) { return FieldRef{&c.resources.nodes}; }, 1, 1e5));
-  k.push_back(key("resources.ntasks_per_node", "tasks", "ranks per node", [](C c) { return FieldRef{&c.resources.ntasks_per_node}; }, 1, 1024));
-  k.push_back(key("resources.gpus_per_node", "GPUs", "GPUs per node", [](C c) { return FieldRef{&c.resources.gpus_per_node}; }, 0, 64));
-  k.push_back(key("resources.cpus_per_task", "CPUs", "CPUs per rank; 0 = executor default", [](C c) { return FieldRef{&c.resources.cpus_per_task}; }, 0, 4096));
-  k.push_back(key("resources.mem", "", "memory per node, e.g. \"16G\"", [](C c) { return FieldRef{&c.resources.mem}; }));
-  k.push_back(key("resources.time_limit", "", "Slurm time limit, e.g. \"01:30:00\"", [](C c) { return FieldRef{&c.resources.time_limit}; }));
-  k.push_back(key("resources.partition", "", "Slurm partition", [](C c) { return FieldRef{&c.resources.partition}; }));
-  k.push_back(key("resources.account", "", "Slurm account", [](C c) { return FieldRef{&c.resources.account}; }));
-  k.push_back(key("resources.qos", "", "Slurm QOS", [](C c) { return FieldRef{&c.resources.qos}; }));
-  k.push_back(key("resources.constraint", "", "Slurm node constraint", [](C c) { return FieldRef{&c.resources.constraint}; }));
-  k.push_back(key("resources.sbatch_args", "", "extra sbatch options", [](C c) { return FieldRef{&c.resources.sbatch_args}; }));
-  k.push_back(key("resources.setup", "", "shell lines run before the trainer (module loads)", [](C c) { return FieldRef{&c.resources.setup}; }));
+  k.push_back(trial("resources.executor", "", "where trials run", T(resources.executor)).choices({"local", "slurm"}));
+  k.push_back(trial("resources.nodes", "nodes", "nodes per trial", T(resources.nodes)).range(1, 1e5).sbatch("nodes"));
+  k.push_back(trial("resources.ntasks_per_node", "tasks", "ranks per node", T(resources.ntasks_per_node))
+                  .range(1, 1024).sbatch("ntasks-per-node"));
+  k.push_back(trial("resources.gpus_per_node", "GPUs", "GPUs per node", T(resources.gpus_per_node))
+                  .range(0, 64).sbatch("gpus-per-node"));
+  k.push_back(trial("resources.cpus_per_task", "CPUs", "CPUs per rank; 0 = executor default", T(resources.cpus_per_task))
+                  .range(0, 4096).sbatch("cpus-per-task"));
+  k.push_back(trial("resources.mem", "", "memory per node, e.g. \"16G\"", T(resources.mem))
+                  .pattern("[0-9]{1,9}[KMGT]?", "a number with an optional K, M, G or T suffix, e.g. \"16G\"").sbatch("mem"));
+  k.push_back(trial("resources.time_limit", "", "Slurm time limit, e.g. \"01:30:00\"", T(resources.time_limit))
+                  .pattern(R"((INFINITE|UNLIMITED|([0-9]{1,4}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}))",
+                           "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. \"01:30:00\"")
+                  .sbatch("time"));
+  k.push_back(trial("resources.partition", "", "Slurm partition", T(resources.partition))
+                  .pattern(kSlurmName, kSlurmNameText).sbatch("partition"));
+  k.push_back(trial("resources.account", "", "Slurm account", T(resources.account))
+                  .pattern(kSlurmName, kSlurmNameText).sbatch("account"));
+  k.push_back(trial("resources.qos", "", "Slurm QOS", T(resources.qos)).pattern(kSlurmName, kSlurmNameText).sbatch("qos"));
+  k.push_back(trial("resources.constraint", "", "Slurm node constraint", T(resources.constraint))
+                  .pattern(R"([A-Za-z0-9_.,&|:*\[\]()!-]{1,500})", "feature names with & | , [ ] * ( ) ! : only")
+                  .sbatch("constraint"));
+  k.push_back(trial("resources.sbatch_args", "", "extra sbatch options, one \"--name[=value]\" each", T(resources.sbatch_args))
+                  .pattern(R"(--[a-z][a-z0-9-]{0,40}(=[A-Za-z0-9_.,:/@%+=\[\]-]{1,300})?)",
+                           "one long option per entry, \"--name\" or \"--name=value\", with a value of letters, "
+                           "digits and _.,:/@%+=[]- only")
+                  .rule(sbatch_args_rule));
+  k.push_back(trial("resources.setup", "", "shell lines run before the trainer (module loads)", T(resources.setup))
+                  .pattern(R"([^\x00\n\r]*)", "single shell lines (one command each)"));
   // [objective]
-  k.push_back(key("objective.metric", "", "metric that ranks trials", [](C c) { return FieldRef{&c.objective.metric}; }));
-  k.push_back(key("objective.mode", "", "better is min or max", [](C c) { return FieldRef{&c.objective.mode}; }, -kInf, kInf, {"min", "max"}));
-  return k;
+  k.push_back(trial("objective.metric", "", "metric that ranks trials", T(objective.metric))
+                  .pattern(R"([A-Za-z_][A-Za-z0-9_./-]{0,99})", "a metric name: letters, digits and _./-"));
+  k.push_back(trial("objective.mode", "", "better is min or max", T(objective.mode)).choices({"min", "max"}));
+  // [sweep]: read by the controller; the swept values are [sweep.parameters] and [[sweep.grid]].
+  k.push_back(sweep("sweep.method", "", "grid: every combination; random: `samples` draws", S(method)).choices({"grid", "random"}));
+  k.push_back(sweep("sweep.samples", "trials", "random search: trials drawn", S(samples)).range(1, 100000));
+  k.push_back(sweep("sweep.seed", "", "random search: seed of the draws (same seed, same trials)", S(seed)).range(0, 9.2e18));
+  k.push_back(sweep("sweep.max_concurrent", "trials", "trials running at once", S(max_concurrent)).range(1, 1e6));
+  k.push_back(sweep("sweep.max_attempts", "launches", "launches per trial; a retry resumes from the last checkpoint",
+                    S(max_attempts)).range(1, 1000));
+  k.push_back(sweep("sweep.early_stop.method", "", "early stopping of trials behind the others", S(early_stop.method))
+                  .choices({"asha", "median", "none"}));
+  k.push_back(sweep("sweep.early_stop.metric", "", "metric judged; \"\" = objective.metric", S(early_stop.metric)));
+  k.push_back(sweep("sweep.early_stop.mode", "", "better is min or max; \"\" = objective.mode", S(early_stop.mode))
+                  .choices({"min", "max"}));
+  k.push_back(sweep("sweep.early_stop.min_step", "steps", "asha: first rung; median: no stopping before this step",
+                    S(early_stop.min_step)).range(1, 1e12));
+  k.push_back(sweep("sweep.early_stop.reduction_factor", "", "asha: rungs at min_step·factor^k, 1/factor promoted",
+                    S(early_stop.reduction_factor)).range(2, 1000));
+  k.push_back(sweep("sweep.early_stop.min_early_stopping_rate", "", "asha: rung offset s (first rung at min_step·factor^s)",
+                    S(early_stop.min_early_stopping_rate)).range(0, 100));
+  k.push_back(sweep("sweep.early_stop.n_startup_trials", "trials", "median: trials that report before any is stopped",
+                    S(early_stop.n_startup_trials)).range(0, 1e6));
+  k.push_back(sweep("sweep.early_stop.interval", "steps", "median: steps between checks; 0 = every reported step",
+                    S(early_stop.interval)).range(0, 1e12));
+  std::vector<KeySpec> out;
+  for (Row& r : k) out.push_back(std::move(r.k));
+  return out;
+}
+
+#undef T
+#undef S
+
+// sbatch_args may not set what precon writes itself or what a resources key covers.
+std::string sbatch_args_rule(const TrialConfig& c) {
+  for (const std::string& a : c.resources.sbatch_args) {
+    const size_t eq = a.find('=');
+    const std::string name = a.size() > 2 ? a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2) : "";
+    for (const KeySpec& k : recipe_keys())
+      if (!k.sbatch.empty() && k.sbatch == name) return "entry \"" + a + "\" is set by precon; use " + k.name + " instead";
+    for (const std::string& own : kSbatchWrittenByPrecon)
+      if (own == name) return "entry \"" + a + "\" is set by precon; remove it";
+  }
+  return "";
 }
 
 size_t edit_distance(std::string_view a, std::string_view b) {
@@ -168,17 +336,23 @@ std::string number_text(double v) {
   return s;
 }
 
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out += '\\';
-    if (ch == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += ch;
+std::string ref_text(const FieldRef& ref) {
+  if (auto p = std::get_if<int64_t*>(&ref)) return std::to_string(**p);
+  if (auto p = std::get_if<double*>(&ref)) return number_text(**p);
+  if (auto p = std::get_if<bool*>(&ref)) return **p ? "true" : "false";
+  if (auto p = std::get_if<std::string*>(&ref)) return toml_quoted(**p);
+  if (auto p = std::get_if<std::vector<std::string>*>(&ref)) {
+    std::string s = "[";
+    for (size_t i = 0; i < (*p)->size(); ++i) s += (i ? ", " : "") + toml_quoted((**p)[i]);
+    return s + "]";
   }
-  return out + "\"";
+  auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
+  std::string s = "[";
+  for (size_t i = 0; i < list.size(); ++i) {
+    if (i) s += ", ";
+    s += "[" + number_text(list[i][0]) + ", " + number_text(list[i][1]) + ", " + number_text(list[i][2]) + "]";
+  }
+  return s + "]";
 }
 
 }  // namespace
@@ -195,41 +369,81 @@ const char* key_type_name(KeyType type) {
   return "?";
 }
 
+std::string toml_quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '"' || ch == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (ch == '\n') {
+      out += "\\n";
+    } else if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
+
 KeyType KeySpec::type() const {
-  TrialConfig probe;
-  return static_cast<KeyType>(field(probe).index());
+  if (field) {
+    TrialConfig probe;
+    return static_cast<KeyType>(field(probe).index());
+  }
+  SweepSettings probe;
+  return static_cast<KeyType>(sweep_field(probe).index());
+}
+
+std::string KeySpec::expected_text() const {
+  if (choices.empty()) return key_type_name(type());
+  std::string s = "one of";
+  for (size_t i = 0; i < choices.size(); ++i) s += (i ? ", \"" : " \"") + choices[i] + "\"";
+  return s;
+}
+
+std::string KeySpec::range_text() const {
+  std::ostringstream s;
+  if (std::isfinite(min) && std::isfinite(max)) s << "between " << min << " and " << max;
+  else if (std::isfinite(min)) s << ">= " << min;
+  else s << "<= " << max;
+  return s.str();
 }
 
 std::string value_text(const TrialConfig& config, const KeySpec& key) {
   TrialConfig copy = config;
-  FieldRef ref = key.field(copy);
-  if (auto p = std::get_if<int64_t*>(&ref)) return std::to_string(**p);
-  if (auto p = std::get_if<double*>(&ref)) return number_text(**p);
-  if (auto p = std::get_if<bool*>(&ref)) return **p ? "true" : "false";
-  if (auto p = std::get_if<std::string*>(&ref)) return quoted(**p);
-  if (auto p = std::get_if<std::vector<std::string>*>(&ref)) {
-    std::string s = "[";
-    for (size_t i = 0; i < (*p)->size(); ++i) s += (i ? ", " : "") + quoted((**p)[i]);
-    return s + "]";
-  }
-  auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
-  std::string s = "[";
-  for (size_t i = 0; i < list.size(); ++i) {
-    if (i) s += ", ";
-    s += "[" + number_text(list[i][0]) + ", " + number_text(list[i][1]) + ", " + number_text(list[i][2]) + "]";
-  }
-  return s + "]";
+  return ref_text(key.field(copy));
 }
 
-std::string KeySpec::default_text() const { return value_text(TrialConfig{}, *this); }
+std::string value_text(const SweepSettings& sweep, const KeySpec& key) {
+  SweepSettings copy = sweep;
+  return ref_text(key.sweep_field(copy));
+}
 
-const std::vector<KeySpec>& trial_keys() {
+std::string KeySpec::default_text() const {
+  return field ? value_text(TrialConfig{}, *this) : value_text(SweepSettings{}, *this);
+}
+
+const std::vector<KeySpec>& recipe_keys() {
   static const std::vector<KeySpec> table = build_table();
   return table;
 }
 
+const std::vector<const KeySpec*>& trial_keys() {
+  static const std::vector<const KeySpec*> rows = [] {
+    std::vector<const KeySpec*> out;
+    for (const KeySpec& k : recipe_keys())
+      if (k.scope() == KeyScope::trial) out.push_back(&k);
+    return out;
+  }();
+  return rows;
+}
+
 const KeySpec* find_key(std::string_view name) {
-  for (const KeySpec& k : trial_keys())
+  for (const KeySpec& k : recipe_keys())
     if (k.name == name) return &k;
   return nullptr;
 }
@@ -248,26 +462,31 @@ std::string closest_key(std::string_view name, const std::vector<std::string>& e
       best = candidate;
     }
   };
-  for (const KeySpec& k : trial_keys()) consider(k.name);
+  for (const KeySpec& k : recipe_keys()) consider(k.name);
   for (const std::string& e : extra) consider(e);
   return best_d <= std::max<size_t>(2, name.size() / 4) ? best : "";
 }
 
-std::string format_key_table(const std::vector<std::string>& extra_rows) {
+std::string format_key_row(const std::string& name, const std::string& type, const std::string& def,
+                           const std::string& unit, const std::string& description) {
+  char line[1024];
+  std::snprintf(line, sizeof line, "%-44s %-14s %-18s %-10s %s", name.c_str(), type.c_str(), def.c_str(),
+                unit.c_str(), description.c_str());
+  return line;
+}
+
+std::string format_key_table(bool with_recipe_keys, const std::vector<std::string>& extra_rows) {
   std::ostringstream out;
-  char line[512];
-  std::snprintf(line, sizeof line, "%-44s %-14s %-18s %-10s %s\n", "key", "type", "default", "unit", "description");
-  out << line;
-  for (const KeySpec& k : trial_keys()) {
+  out << format_key_row("key", "type", "default", "unit", "description") << "\n";
+  for (const KeySpec& k : recipe_keys()) {
+    if (k.scope() == KeyScope::recipe && !with_recipe_keys) continue;
     std::string desc = k.description;
     if (!k.choices.empty()) {
       desc += " (";
       for (size_t i = 0; i < k.choices.size(); ++i) desc += (i ? " | " : "") + k.choices[i];
       desc += ")";
     }
-    std::snprintf(line, sizeof line, "%-44s %-14s %-18s %-10s %s\n", k.name.c_str(), key_type_name(k.type()),
-                  k.default_text().c_str(), k.unit.c_str(), desc.c_str());
-    out << line;
+    out << format_key_row(k.name, key_type_name(k.type()), k.default_text(), k.unit, desc) << "\n";
   }
   for (const std::string& row : extra_rows) out << row << "\n";
   return out.str();

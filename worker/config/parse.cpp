@@ -2,108 +2,90 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
-
-#include "worker/config/keys.h"
 
 namespace precon::worker {
 
 namespace {
 
+// Recipes and trial configs are a few kilobytes; anything far larger is not one.
+constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+
 std::string location(const std::string& source, int line) {
   return line > 0 ? source + ":" + std::to_string(line) : source;
 }
 
-std::string expected_text(const KeySpec& k) {
-  std::string s = key_type_name(k.type());
-  if (!k.choices.empty()) {
-    s = "one of";
-    for (size_t i = 0; i < k.choices.size(); ++i) s += (i ? ", \"" : " \"") + k.choices[i] + "\"";
-  }
-  return s;
+// "file:12" -> ("file", 12); "--set" -> ("--set", 0).
+std::pair<std::string, int> split_location(const std::string& where) {
+  const size_t colon = where.rfind(':');
+  if (colon != std::string::npos && colon + 1 < where.size() &&
+      std::all_of(where.begin() + colon + 1, where.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return {where.substr(0, colon), std::stoi(where.substr(colon + 1))};
+  return {where, 0};
 }
 
-std::string range_text(const KeySpec& k) {
-  std::ostringstream s;
-  if (std::isfinite(k.min) && std::isfinite(k.max)) s << "between " << k.min << " and " << k.max;
-  else if (std::isfinite(k.min)) s << ">= " << k.min;
-  else s << "<= " << k.max;
-  return s.str();
+std::string type_of(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
+
+std::string unknown_key_message(const std::string& key) {
+  const std::string hint = closest_key(key, {"sweep.parameters", "sweep.grid"});
+  return "unknown key" + (hint.empty() ? std::string(" (`precon recipe keys` lists them)") : " (did you mean " + hint + "?)");
 }
 
 void check_range(const KeySpec& k, double v, const std::string& source, int line) {
   if (v < k.min || v > k.max || std::isnan(v)) {
     std::ostringstream msg;
-    msg << "value " << v << " is out of range: expected " << range_text(k);
+    msg << "value " << v << " is out of range: expected " << k.range_text();
     throw ConfigError(source, line, k.name, msg.str());
   }
 }
 
-// Walks a table, setting every leaf key; nested tables extend the dotted prefix.
-void walk(ParsedConfig& parsed, const toml::table& table, const std::string& prefix, const std::string& source,
-          const ParseOptions& options) {
-  for (const auto& [name, node] : table) {
-    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
-    const int line = static_cast<int>(node.source().begin.line);
-    if (prefix.empty()) {
-      bool skipped = false;
-      for (const std::string& t : options.skip_tables) skipped |= (t == name.str());
-      if (skipped) continue;
-    }
-    if (const toml::table* sub = node.as_table()) {
-      walk(parsed, *sub, key, source, options);
-      continue;
-    }
-    set_key(parsed, key, node, source, line);
-  }
+// A string value (or list entry) against the key's choices and pattern. "" means "unset" for the
+// keys whose default is "" (partition, mem, ...), so it passes there.
+void check_string(const KeySpec& k, const std::string& v, const std::string& source, int line, bool empty_ok) {
+  if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
+    throw ConfigError(source, line, k.name, "\"" + v + "\" is not " + k.expected_text());
+  if (k.pattern.empty() || (v.empty() && empty_ok)) return;
+  if (!std::regex_match(v, std::regex(k.pattern)))
+    throw ConfigError(source, line, k.name, toml_quoted(v) + " is not valid: expected " + k.pattern_text);
 }
 
-}  // namespace
-
-ConfigError::ConfigError(const std::string& source, int line, const std::string& key, const std::string& message)
-    : std::runtime_error(location(source, line) + ": " + (key.empty() ? "" : key + ": ") + message),
-      source_(source), line_(line), key_(key) {}
-
-void set_key(ParsedConfig& parsed, const std::string& key, const toml::node& value, const std::string& source,
-             int line) {
-  const KeySpec* k = find_key(key);
-  if (!k) {
-    std::string hint = closest_key(key);
-    throw ConfigError(source, line, key,
-                      "unknown key" + (hint.empty() ? std::string(" (`precon-train keys` lists them)")
-                                                    : " (did you mean " + hint + "?)"));
-  }
-  FieldRef ref = k->field(parsed.config);
+// Type-checks `value` against key `k` and stores it through `ref`; the one place values enter a
+// config, for trial and [sweep] keys alike.
+void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::string& source, int line) {
   auto wrong_type = [&](const std::string& got) {
-    throw ConfigError(source, line, key, "expected " + expected_text(*k) + ", got " + got);
+    throw ConfigError(source, line, k.name, "expected " + k.expected_text() + ", got " + got);
   };
-  auto type_of = [](const toml::node& n) -> std::string {
-    switch (n.type()) {
-      case toml::node_type::string: return "a string";
-      case toml::node_type::integer: return "an integer";
-      case toml::node_type::floating_point: return "a number";
-      case toml::node_type::boolean: return "a boolean";
-      case toml::node_type::array: return "an array";
-      case toml::node_type::table: return "a table";
-      default: return "a date/time";
-    }
+  auto number = [](const toml::node& n) -> std::optional<double> {
+    if (n.is_integer()) return static_cast<double>(*n.value_exact<int64_t>());
+    return n.value_exact<double>();
   };
   if (auto p = std::get_if<int64_t*>(&ref)) {
     if (auto v = value.value_exact<int64_t>()) {
-      check_range(*k, static_cast<double>(*v), source, line);
+      check_range(k, static_cast<double>(*v), source, line);
       **p = *v;
     } else if (auto d = value.value_exact<double>(); d && std::floor(*d) == *d && std::fabs(*d) < 9e15) {
-      check_range(*k, *d, source, line);
+      check_range(k, *d, source, line);
       **p = static_cast<int64_t>(*d);
     } else {
       wrong_type(type_of(value));
     }
   } else if (auto p = std::get_if<double*>(&ref)) {
-    std::optional<double> v = value.is_integer() ? std::optional<double>(double(*value.value_exact<int64_t>()))
-                                                 : value.value_exact<double>();
+    std::optional<double> v = number(value);
     if (!v) wrong_type(type_of(value));
-    check_range(*k, *v, source, line);
+    check_range(k, *v, source, line);
     **p = *v;
   } else if (auto p = std::get_if<bool*>(&ref)) {
     auto v = value.value_exact<bool>();
@@ -112,8 +94,7 @@ void set_key(ParsedConfig& parsed, const std::string& key, const toml::node& val
   } else if (auto p = std::get_if<std::string*>(&ref)) {
     auto v = value.value_exact<std::string>();
     if (!v) wrong_type(type_of(value));
-    if (!k->choices.empty() && std::find(k->choices.begin(), k->choices.end(), *v) == k->choices.end())
-      throw ConfigError(source, line, key, "\"" + *v + "\" is not " + expected_text(*k));
+    check_string(k, *v, source, line, k.default_text() == "\"\"");
     **p = *v;
   } else if (auto p = std::get_if<std::vector<std::string>*>(&ref)) {
     const toml::array* arr = value.as_array();
@@ -121,44 +102,128 @@ void set_key(ParsedConfig& parsed, const std::string& key, const toml::node& val
     std::vector<std::string> out;
     for (const toml::node& e : *arr) {
       auto s = e.value_exact<std::string>();
-      if (!s) throw ConfigError(source, line, key, "expected an array of strings, found " + type_of(e));
+      if (!s) throw ConfigError(source, line, k.name, "expected an array of strings, found " + type_of(e));
+      check_string(k, *s, source, line, false);
       out.push_back(*s);
     }
     **p = out;
   } else {
     auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
     const toml::array* arr = value.as_array();
-    if (!arr) throw ConfigError(source, line, key, "expected an array of [a, b, c] tuples");
-    if (arr->empty()) {  // no explicit list: what config_to_toml writes for the named sets
-      list.clear();
-      parsed.origin[key] = location(source, line);
-      return;
-    }
+    if (!arr) throw ConfigError(source, line, k.name, "expected an array of [a, b, c] tuples");
     std::vector<std::array<double, 3>> out;
     for (const toml::node& e : *arr) {
       const toml::array* t = e.as_array();
-      if (!t || t->size() != 3) throw ConfigError(source, line, key, "each entry must be a tuple [a, b, c]");
+      if (!t || t->size() != 3) throw ConfigError(source, line, k.name, "each entry must be a tuple [a, b, c]");
       std::array<double, 3> abc{};
       for (size_t i = 0; i < 3; ++i) {
-        const toml::node& x = *t->get(i);
-        std::optional<double> v = x.is_integer() ? std::optional<double>(double(*x.value_exact<int64_t>()))
-                                                 : x.value_exact<double>();
-        if (!v || !std::isfinite(*v)) throw ConfigError(source, line, key, "coefficients must be finite numbers");
+        std::optional<double> v = number(*t->get(i));
+        if (!v || !std::isfinite(*v)) throw ConfigError(source, line, k.name, "coefficients must be finite numbers");
         abc[i] = *v;
       }
       out.push_back(abc);
     }
     list = out;
-    if (!out.empty()) parsed.config.optimizer.muon.coefficients = "explicit";
   }
+}
+
+const KeySpec& known_key(const std::string& key, KeyScope scope, const std::string& source, int line) {
+  const KeySpec* k = find_key(key);
+  if (!k) throw ConfigError(source, line, key, unknown_key_message(key));
+  if (k->scope() != scope) {
+    throw ConfigError(source, line, key,
+                      scope == KeyScope::trial
+                          ? "a [sweep] setting belongs to a recipe (precon run / submit), not to one trial's config"
+                          : "a trial key, not a [sweep] setting");
+  }
+  return *k;
+}
+
+void walk(ParsedConfig& parsed, const toml::table& table, const std::string& prefix, const std::string& source,
+          ConfigIssues& issues, const std::vector<std::string>& skip) {
+  for (const auto& [name, node] : table) {
+    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
+    const int line = static_cast<int>(node.source().begin.line);
+    if (prefix.empty() && std::find(skip.begin(), skip.end(), key) != skip.end()) continue;
+    if (const toml::table* sub = node.as_table(); sub && !find_key(key)) {
+      walk(parsed, *sub, key, source, issues, skip);
+      continue;
+    }
+    issues.attempt([&] { set_key(parsed, key, node, source, line); });
+  }
+}
+
+}  // namespace
+
+std::string ConfigIssue::text() const {
+  return location(source, line) + ": " + (key.empty() ? "" : key + ": ") + message;
+}
+
+namespace {
+std::string join_issues(const std::vector<ConfigIssue>& issues, size_t more) {
+  std::string s;
+  for (size_t i = 0; i < issues.size(); ++i) s += (i ? "\n" : "") + issues[i].text();
+  if (more > 0) s += "\n... and " + std::to_string(more) + " more";
+  return s;
+}
+}  // namespace
+
+ConfigError::ConfigError(const std::string& source, int line, const std::string& key, const std::string& message)
+    : ConfigError(std::vector<ConfigIssue>{{source, line, key, message}}) {}
+
+ConfigError::ConfigError(std::vector<ConfigIssue> issues, size_t more)
+    : WorkerError(join_issues(issues, more)), issues_(std::move(issues)) {
+  if (issues_.empty()) issues_.push_back({"config", 0, "", "invalid configuration"});
+}
+
+void ConfigIssues::add_all(const ConfigError& e) {
+  for (const ConfigIssue& i : e.issues()) add(i);
+}
+
+void ConfigIssues::add(ConfigIssue issue) { issues_.push_back(std::move(issue)); }
+
+bool ConfigIssues::has_key(const std::string& key) const {
+  return std::any_of(issues_.begin(), issues_.end(), [&](const ConfigIssue& i) { return i.key == key; });
+}
+
+void ConfigIssues::throw_if_any() {
+  if (issues_.empty()) return;
+  // Files first (in line order), then --set overrides in the order given.
+  std::stable_sort(issues_.begin(), issues_.end(), [](const ConfigIssue& a, const ConfigIssue& b) {
+    const bool a_set = a.source == "--set", b_set = b.source == "--set";
+    if (a_set != b_set) return b_set;
+    if (a_set) return false;
+    if (a.source != b.source) return a.source < b.source;
+    return a.line < b.line;
+  });
+  const size_t more = issues_.size() > kMaxConfigIssues ? issues_.size() - kMaxConfigIssues : 0;
+  std::vector<ConfigIssue> shown(issues_.begin(), issues_.begin() + static_cast<long>(issues_.size() - more));
+  throw ConfigError(std::move(shown), more);
+}
+
+void set_key(ParsedConfig& parsed, const std::string& key, const toml::node& value, const std::string& source,
+             int line) {
+  const KeySpec& k = known_key(key, KeyScope::trial, source, line);
+  assign(k, k.field(parsed.config), value, source, line);
+  // A non-empty explicit list is what "explicit" means; an empty one is what config_to_toml
+  // writes for the named sets.
+  if (key == "optimizer.muon.coefficient_list" && !parsed.config.optimizer.muon.coefficient_list.empty())
+    parsed.config.optimizer.muon.coefficients = "explicit";
   parsed.origin[key] = location(source, line);
 }
 
-void apply_override(ParsedConfig& parsed, const std::string& assignment) {
+void set_sweep_key(SweepSettings& sweep, const std::string& key, const toml::node& value, const std::string& source,
+                   int line) {
+  const KeySpec& k = known_key(key, KeyScope::recipe, source, line);
+  assign(k, k.sweep_field(sweep), value, source, line);
+}
+
+std::pair<std::string, toml::table> split_override(const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
     throw ConfigError("--set", 0, "", "expected key=value, got \"" + assignment + "\"");
   std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
+  key.erase(0, key.find_first_not_of(' '));
   while (!key.empty() && key.back() == ' ') key.pop_back();
   toml::table doc;
   try {
@@ -166,71 +231,121 @@ void apply_override(ParsedConfig& parsed, const std::string& assignment) {
   } catch (const toml::parse_error&) {
     doc = toml::table{{"v", text}};  // a bare word: take it as a string
   }
+  return {key, std::move(doc)};
+}
+
+void apply_override(ParsedConfig& parsed, const std::string& assignment) {
+  auto [key, doc] = split_override(assignment);
   set_key(parsed, key, *doc.get("v"), "--set", 0);
 }
 
-ParsedConfig parse_config_text(const std::string& text, const std::string& source,
-                               const std::vector<std::string>& overrides, const ParseOptions& options) {
-  ParsedConfig parsed;
-  toml::table doc;
+void read_trial_tables(ParsedConfig& parsed, const toml::table& doc, const std::string& source, ConfigIssues& issues,
+                       const std::vector<std::string>& skip) {
+  walk(parsed, doc, "", source, issues, skip);
+}
+
+void check_rules(const ParsedConfig& parsed, ConfigIssues& issues) {
+  const TrialConfig& c = parsed.config;
+  for (const KeySpec* k : trial_keys()) {
+    if (!k->rule || issues.has_key(k->name)) continue;
+    const std::string problem = k->rule(c);
+    if (problem.empty()) continue;
+    auto it = parsed.origin.find(k->name);
+    auto [source, line] = split_location(it == parsed.origin.end() ? "config" : it->second);
+    issues.add({source, line, k->name, problem});
+  }
+  // A default warm-up longer than a short run just means the run warms up throughout; one the
+  // user wrote is a mistake.
+  if (c.optimizer.warmup_steps > c.train.steps && parsed.origin.count("optimizer.warmup_steps") &&
+      !issues.has_key("optimizer.warmup_steps")) {
+    auto [source, line] = split_location(parsed.origin.at("optimizer.warmup_steps"));
+    issues.add({source, line, "optimizer.warmup_steps",
+                "warm-up of " + std::to_string(c.optimizer.warmup_steps) + " steps is longer than train.steps = " +
+                    std::to_string(c.train.steps)});
+  }
+}
+
+void check_values(const TrialConfig& config, const std::string& prefix, const std::string& source,
+                  ConfigIssues& issues) {
+  TrialConfig copy = config;
+  for (const KeySpec* k : trial_keys()) {
+    if (k->name.rfind(prefix, 0) != 0) continue;
+    issues.attempt([&] {
+      FieldRef ref = k->field(copy);
+      if (auto p = std::get_if<int64_t*>(&ref)) check_range(*k, static_cast<double>(**p), source, 0);
+      else if (auto p = std::get_if<double*>(&ref)) check_range(*k, **p, source, 0);
+      else if (auto p = std::get_if<std::string*>(&ref)) check_string(*k, **p, source, 0, k->default_text() == "\"\"");
+      else if (auto p = std::get_if<std::vector<std::string>*>(&ref))
+        for (const std::string& s : **p) check_string(*k, s, source, 0, false);
+    });
+    if (k->rule && !issues.has_key(k->name))
+      if (std::string problem = k->rule(config); !problem.empty()) issues.add({source, 0, k->name, problem});
+  }
+}
+
+void validate_config(const ParsedConfig& parsed) {
+  ConfigIssues issues;
+  check_rules(parsed, issues);
+  issues.throw_if_any();
+}
+
+toml::table parse_toml_text(const std::string& text, const std::string& source) {
   try {
-    doc = toml::parse(text, source);
+    return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
     throw ConfigError(source, static_cast<int>(e.source().begin.line), "",
                       "TOML syntax error: " + std::string(e.description()));
   }
-  walk(parsed, doc, "", source, options);
-  for (const std::string& o : overrides) apply_override(parsed, o);
-  validate_config(parsed);
+}
+
+toml::table read_toml_file(const std::string& path, std::string* text) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(status)) throw ConfigError(path, 0, "", "cannot open the file: it does not exist");
+  if (std::filesystem::is_directory(status)) throw ConfigError(path, 0, "", "is a directory, not a TOML file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError(path, 0, "", "cannot open the file");
+  std::string body;
+  char buf[65536];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    body.append(buf, static_cast<size_t>(in.gcount()));
+    if (body.size() > kMaxConfigBytes)
+      throw ConfigError(path, 0, "", "is larger than " + std::to_string(kMaxConfigBytes >> 20) + " MiB: not a recipe");
+  }
+  toml::table doc = parse_toml_text(body, path);
+  if (text) *text = std::move(body);
+  return doc;
+}
+
+ParsedConfig parse_config_text(const std::string& text, const std::string& source,
+                               const std::vector<std::string>& overrides) {
+  toml::table doc = parse_toml_text(text, source);
+  ParsedConfig parsed;
+  ConfigIssues issues;
+  read_trial_tables(parsed, doc, source, issues);
+  for (const std::string& o : overrides) issues.attempt([&] { apply_override(parsed, o); });
+  check_rules(parsed, issues);
+  issues.throw_if_any();
   return parsed;
 }
 
-ParsedConfig parse_config_file(const std::string& path, const std::vector<std::string>& overrides,
-                               const ParseOptions& options) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, 0, "", "cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config_text(ss.str(), path, overrides, options);
-}
-
-void validate_config(const ParsedConfig& parsed) {
-  const TrialConfig& c = parsed.config;
-  auto fail = [&](const std::string& key, const std::string& message) {
-    auto it = parsed.origin.find(key);
-    std::string where = it == parsed.origin.end() ? "config" : it->second;
-    throw ConfigError(where, 0, key, message);
-  };
-  if (c.model.d_model % c.model.n_head != 0)
-    fail("model.n_head", "n_head = " + std::to_string(c.model.n_head) + " must divide d_model = " +
-                             std::to_string(c.model.d_model));
-  if (c.optimizer.muon.coefficients == "explicit" && c.optimizer.muon.coefficient_list.empty())
-    fail("optimizer.muon.coefficients", "\"explicit\" needs optimizer.muon.coefficient_list = [[a, b, c], ...]");
-  if (c.train.precision == "bf16" && c.train.device != "cuda")
-    fail("train.precision", "bf16 compute needs train.device = \"cuda\"; the CPU path is fp32");
-  if (c.model.n_head % c.parallel.tensor != 0)
-    fail("parallel.tensor", "tensor = " + std::to_string(c.parallel.tensor) + " must divide n_head = " +
-                                std::to_string(c.model.n_head));
-  if (c.optimizer.shampoo.start_preconditioning_step != 0 &&
-      c.optimizer.shampoo.start_preconditioning_step < 1)
-    fail("optimizer.shampoo.start_preconditioning_step", "must be >= 1 (or 0 for precondition_frequency)");
-  // A default warm-up longer than a short run just means the run warms up throughout.
-  if (c.optimizer.warmup_steps > c.train.steps && parsed.origin.count("optimizer.warmup_steps"))
-    fail("optimizer.warmup_steps", "warm-up of " + std::to_string(c.optimizer.warmup_steps) +
-                                       " steps is longer than train.steps = " + std::to_string(c.train.steps));
+ParsedConfig parse_config_file(const std::string& path, const std::vector<std::string>& overrides) {
+  std::string text;
+  read_toml_file(path, &text);
+  return parse_config_text(text, path, overrides);
 }
 
 std::string config_to_toml(const TrialConfig& config) {
   std::ostringstream out;
   std::string table;
-  for (const KeySpec& k : trial_keys()) {
-    const size_t dot = k.name.rfind('.');
-    const std::string t = k.name.substr(0, dot);
+  for (const KeySpec* k : trial_keys()) {
+    const size_t dot = k->name.rfind('.');
+    const std::string t = k->name.substr(0, dot);
     if (t != table) {
       out << (table.empty() ? "" : "\n") << "[" << t << "]\n";
       table = t;
     }
-    out << k.name.substr(dot + 1) << " = " << value_text(config, k) << "\n";
+    out << k->name.substr(dot + 1) << " = " << value_text(config, *k) << "\n";
   }
   return out.str();
 }

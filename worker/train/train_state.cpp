@@ -19,13 +19,11 @@ namespace k = kernels;
 using nlohmann::json;
 
 std::string config_hash(const TrialConfig& config) {
-  // FNV-1a over the keys that fix the shapes of everything a checkpoint holds.
+  // FNV-1a over the keys that fix the shapes of everything a checkpoint holds (the key table's
+  // in_config_hash rows).
   std::string text;
-  for (const KeySpec& key : trial_keys()) {
-    if (key.name.starts_with("model.") || key.name == "optimizer.name" || key.name.starts_with("parallel.") ||
-        key.name == "optimizer.shampoo.max_preconditioner_dim" || key.name == "optimizer.shampoo.params")
-      text += key.name + "=" + value_text(config, key) + ";";
-  }
+  for (const KeySpec* key : trial_keys())
+    if (key->in_config_hash) text += key->name + "=" + value_text(config, *key) + ";";
   uint64_t h = 1469598103934665603ull;
   for (unsigned char ch : text) h = (h ^ ch) * 1099511628211ull;
   char buf[17];
@@ -100,7 +98,7 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
   files.push_back({"optimizer.safetensors", [&state](ByteSink& out) { write_optimizer_safetensors(out, *state.optimizer); }});
   files.push_back(CheckpointFile::from_string("trainer.json", trainer.dump(2) + "\n"));
   files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
-  files.push_back(CheckpointFile::from_string("trial.toml", config_to_toml(*state.config)));
+  files.push_back(CheckpointFile::from_string("config.toml", config_to_toml(*state.config)));
   std::filesystem::path dir = write_checkpoint(run_dir, step, files);
   RetentionPolicy policy;
   policy.keep_last = static_cast<int>(state.config->train.keep_checkpoints);
