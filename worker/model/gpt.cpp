@@ -12,23 +12,23 @@ namespace k = kernels;
 using k::DType;
 using k::Tensor;
 
-namespace {
-// Row offsets of one layer's parameters in the table (see gpt2_param_table).
-constexpr size_t kLn1W = 0, kLn1B = 1, kAttnW = 2, kAttnB = 3, kProjW = 4, kProjB = 5, kLn2W = 6, kLn2B = 7,
-                 kFcW = 8, kFcB = 9, kFcProjW = 10, kFcProjB = 11, kPerLayer = 12;
-size_t layer_param(int64_t l, size_t which) { return 2 + kPerLayer * static_cast<size_t>(l) + which; }
-}  // namespace
-
-// Every activation the backward needs, plus backward scratch, carved out of one buffer.
+// Every activation the backward needs, plus scratch, carved out of one buffer.
 struct Gpt::Acts {
   k::Buffer buf;
   Tensor tokens, targets;  // (B, T) i32
   Tensor encoded;          // (B, T, C)
   std::vector<Tensor> ln1, ln1_mean, ln1_rstd, qkv, atty, att, residual2, ln2, ln2_mean, ln2_rstd, fch, fch_gelu,
       residual3;
-  Tensor lnf, lnf_mean, lnf_rstd, logits, losses, proj;
-  // backward scratch
-  Tensor dresidual, dc_a, dc_b, d4a, d4b, dqkv, datt;
+  Tensor lnf, lnf_mean, lnf_rstd, logits, losses;
+  Tensor branch_out;  // (B, T, C) a residual branch's c_proj output before it joins the stream
+  // Backward scratch, each zeroed before the kernel that accumulates into it.
+  Tensor dresidual;   // (B, T, C) d loss / d residual stream, carried down through the layers
+  Tensor dln;         // (B, T, C) d loss / d a layernorm's output (ln_f, ln_2, ln_1)
+  Tensor datty;       // (B, T, C) d loss / d attention output (c_proj input)
+  Tensor dfch_gelu;   // (B, T, 4C)
+  Tensor dfch;        // (B, T, 4C)
+  Tensor dqkv;        // (B, T, 3C)
+  Tensor datt;        // (B, NH, T, T) attention probabilities
   int64_t bytes = 0;
 };
 
@@ -37,6 +37,19 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
       L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), device_(device),
       act_(precision == "bf16" ? DType::bf16 : DType::f32) {
   params_ = std::make_unique<ParamStore>(gpt2_param_table(config), device);
+  const ParamStore& p = *params_;
+  wte_ = p.index("wte.weight");
+  wpe_ = p.index("wpe.weight");
+  ln_f_w_ = p.index("ln_f.weight");
+  ln_f_b_ = p.index("ln_f.bias");
+  for (int64_t l = 0; l < L_; ++l) {
+    const std::string h = "h." + std::to_string(l) + ".";
+    auto row = [&](const char* name) { return p.index(h + name); };
+    layers_.push_back({row("ln_1.weight"), row("ln_1.bias"), row("attn.c_attn.weight"), row("attn.c_attn.bias"),
+                       row("attn.c_proj.weight"), row("attn.c_proj.bias"), row("ln_2.weight"), row("ln_2.bias"),
+                       row("mlp.c_fc.weight"), row("mlp.c_fc.bias"), row("mlp.c_proj.weight"),
+                       row("mlp.c_proj.bias")});
+  }
   if (act_ == DType::bf16) {
     shadow_buf_ = k::Buffer(device, params_->total_numel() * sizeof(k::bf16));
     int64_t offset = 0;
@@ -85,12 +98,12 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
   want(&a.lnf_rstd, {BT}, DType::f32);
   want(&a.logits, {B_, T_, Vp_}, act_);
   want(&a.losses, {BT}, DType::f32);
-  want(&a.proj, {B_, T_, C_}, act_);
+  want(&a.branch_out, {B_, T_, C_}, act_);
   want(&a.dresidual, {B_, T_, C_}, act_);
-  want(&a.dc_a, {B_, T_, C_}, act_);
-  want(&a.dc_b, {B_, T_, C_}, act_);
-  want(&a.d4a, {B_, T_, 4 * C_}, act_);
-  want(&a.d4b, {B_, T_, 4 * C_}, act_);
+  want(&a.dln, {B_, T_, C_}, act_);
+  want(&a.datty, {B_, T_, C_}, act_);
+  want(&a.dfch_gelu, {B_, T_, 4 * C_}, act_);
+  want(&a.dfch, {B_, T_, 4 * C_}, act_);
   want(&a.dqkv, {B_, T_, 3 * C_}, act_);
   want(&a.datt, {B_, NH_, T_, T_}, act_);
   std::vector<int64_t> offsets;
@@ -119,7 +132,7 @@ Gpt::~Gpt() = default;
 
 int64_t Gpt::activation_bytes() const { return acts_->bytes; }
 
-Tensor Gpt::weight(size_t i) const { return act_ == DType::bf16 ? shadow_[i] : params_->param(i); }
+Tensor Gpt::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : params_->param(row); }
 
 void Gpt::cast_weights() {
   if (act_ != DType::bf16) return;
@@ -163,25 +176,25 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   k::copy(a.targets, Tensor::view(tgt.data(), {B_, T_}, DType::i32));
   cast_weights();
 
-  k::encoder_forward(a.encoded, a.tokens, weight(0), weight(1).narrow(0, 0, T_));
+  k::encoder_forward(a.encoded, a.tokens, weight(wte_), weight(wpe_).narrow(0, 0, T_));
   Tensor residual = a.encoded;
   for (int64_t l = 0; l < L_; ++l) {
-    auto w = [&](size_t which) { return weight(layer_param(l, which)); };
-    k::layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, w(kLn1W), w(kLn1B));
-    k::matmul_forward(a.qkv[l], a.ln1[l], w(kAttnW), w(kAttnB), k::WeightLayout::in_out);
+    const LayerRows& r = layers_[l];
+    k::layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, weight(r.ln_1_w), weight(r.ln_1_b));
+    k::matmul_forward(a.qkv[l], a.ln1[l], weight(r.c_attn_w), weight(r.c_attn_b), k::WeightLayout::in_out);
     k::attention_forward(a.atty[l], a.att[l], a.qkv[l], static_cast<int>(NH_));
-    k::matmul_forward(a.proj, a.atty[l], w(kProjW), w(kProjB), k::WeightLayout::in_out);
-    k::add(a.residual2[l], residual, a.proj);
-    k::layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], w(kLn2W), w(kLn2B));
-    k::matmul_forward(a.fch[l], a.ln2[l], w(kFcW), w(kFcB), k::WeightLayout::in_out);
+    k::matmul_forward(a.branch_out, a.atty[l], weight(r.attn_proj_w), weight(r.attn_proj_b), k::WeightLayout::in_out);
+    k::add(a.residual2[l], residual, a.branch_out);
+    k::layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], weight(r.ln_2_w), weight(r.ln_2_b));
+    k::matmul_forward(a.fch[l], a.ln2[l], weight(r.c_fc_w), weight(r.c_fc_b), k::WeightLayout::in_out);
     k::gelu_forward(a.fch_gelu[l], a.fch[l]);
-    k::matmul_forward(a.proj, a.fch_gelu[l], w(kFcProjW), w(kFcProjB), k::WeightLayout::in_out);
-    k::add(a.residual3[l], a.residual2[l], a.proj);
+    k::matmul_forward(a.branch_out, a.fch_gelu[l], weight(r.mlp_proj_w), weight(r.mlp_proj_b),
+                      k::WeightLayout::in_out);
+    k::add(a.residual3[l], a.residual2[l], a.branch_out);
     residual = a.residual3[l];
   }
-  const size_t lnf = params_->size() - 2;
-  k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, weight(lnf), weight(lnf + 1));
-  k::matmul_forward(a.logits, a.lnf, weight(0), Tensor{}, k::WeightLayout::out_in);
+  k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, weight(ln_f_w_), weight(ln_f_b_));
+  k::matmul_forward(a.logits, a.lnf, weight(wte_), Tensor{}, k::WeightLayout::out_in);
 
   int64_t counted = 0;
   for (int32_t t : targets) counted += t >= 0;
@@ -204,39 +217,43 @@ void Gpt::backward() {
   grads_ready_ = false;
   Acts& a = *acts_;
   ParamStore& p = *params_;
-  const size_t lnf = p.size() - 2;
   const int nh = static_cast<int>(NH_);
 
   k::fill_zero(a.dresidual);
-  k::fill_zero(a.dc_a);
+  k::fill_zero(a.dln);
   // logits = lnf · wteᵀ (tied head): a.logits now holds dlogits.
-  k::matmul_backward(a.dc_a, p.grad(0), Tensor{}, a.logits, a.lnf, weight(0), k::WeightLayout::out_in);
+  k::matmul_backward(a.dln, p.grad(wte_), Tensor{}, a.logits, a.lnf, weight(wte_), k::WeightLayout::out_in);
   const Tensor last = L_ > 0 ? a.residual3[L_ - 1] : a.encoded;
-  k::layernorm_backward(a.dresidual, p.grad(lnf), p.grad(lnf + 1), a.dc_a, last, weight(lnf), a.lnf_mean, a.lnf_rstd);
+  k::layernorm_backward(a.dresidual, p.grad(ln_f_w_), p.grad(ln_f_b_), a.dln, last, weight(ln_f_w_), a.lnf_mean,
+                        a.lnf_rstd);
 
   for (int64_t l = L_ - 1; l >= 0; --l) {
-    auto w = [&](size_t which) { return weight(layer_param(l, which)); };
-    auto g = [&](size_t which) { return p.grad(layer_param(l, which)); };
+    const LayerRows& r = layers_[l];
     const Tensor residual = l == 0 ? a.encoded : a.residual3[l - 1];
     // residual3 = residual2 + mlp(ln2(residual2)); dresidual holds d residual3.
-    k::fill_zero(a.d4a);
-    k::matmul_backward(a.d4a, g(kFcProjW), g(kFcProjB), a.dresidual, a.fch_gelu[l], w(kFcProjW), k::WeightLayout::in_out);
-    k::fill_zero(a.d4b);
-    k::gelu_backward(a.d4b, a.fch[l], a.d4a);
-    k::fill_zero(a.dc_a);
-    k::matmul_backward(a.dc_a, g(kFcW), g(kFcB), a.d4b, a.ln2[l], w(kFcW), k::WeightLayout::in_out);
-    k::layernorm_backward(a.dresidual, g(kLn2W), g(kLn2B), a.dc_a, a.residual2[l], w(kLn2W), a.ln2_mean[l],
-                          a.ln2_rstd[l]);
+    k::fill_zero(a.dfch_gelu);
+    k::matmul_backward(a.dfch_gelu, p.grad(r.mlp_proj_w), p.grad(r.mlp_proj_b), a.dresidual, a.fch_gelu[l],
+                       weight(r.mlp_proj_w), k::WeightLayout::in_out);
+    k::fill_zero(a.dfch);
+    k::gelu_backward(a.dfch, a.fch[l], a.dfch_gelu);
+    k::fill_zero(a.dln);
+    k::matmul_backward(a.dln, p.grad(r.c_fc_w), p.grad(r.c_fc_b), a.dfch, a.ln2[l], weight(r.c_fc_w),
+                       k::WeightLayout::in_out);
+    k::layernorm_backward(a.dresidual, p.grad(r.ln_2_w), p.grad(r.ln_2_b), a.dln, a.residual2[l], weight(r.ln_2_w),
+                          a.ln2_mean[l], a.ln2_rstd[l]);
     // residual2 = residual + attn(ln1(residual)); dresidual now holds d residual2.
-    k::fill_zero(a.dc_a);
-    k::matmul_backward(a.dc_a, g(kProjW), g(kProjB), a.dresidual, a.atty[l], w(kProjW), k::WeightLayout::in_out);
+    k::fill_zero(a.datty);
+    k::matmul_backward(a.datty, p.grad(r.attn_proj_w), p.grad(r.attn_proj_b), a.dresidual, a.atty[l],
+                       weight(r.attn_proj_w), k::WeightLayout::in_out);
     k::fill_zero(a.dqkv);
-    k::attention_backward(a.dqkv, a.datt, a.dc_a, a.qkv[l], a.att[l], nh);
-    k::fill_zero(a.dc_b);
-    k::matmul_backward(a.dc_b, g(kAttnW), g(kAttnB), a.dqkv, a.ln1[l], w(kAttnW), k::WeightLayout::in_out);
-    k::layernorm_backward(a.dresidual, g(kLn1W), g(kLn1B), a.dc_b, residual, w(kLn1W), a.ln1_mean[l], a.ln1_rstd[l]);
+    k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[l], a.att[l], nh);
+    k::fill_zero(a.dln);
+    k::matmul_backward(a.dln, p.grad(r.c_attn_w), p.grad(r.c_attn_b), a.dqkv, a.ln1[l], weight(r.c_attn_w),
+                       k::WeightLayout::in_out);
+    k::layernorm_backward(a.dresidual, p.grad(r.ln_1_w), p.grad(r.ln_1_b), a.dln, residual, weight(r.ln_1_w),
+                          a.ln1_mean[l], a.ln1_rstd[l]);
   }
-  k::encoder_backward(p.grad(0), p.grad(1).narrow(0, 0, T_), a.dresidual, a.tokens);
+  k::encoder_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, a.tokens);
 }
 
 std::vector<float> Gpt::logits_host() const {

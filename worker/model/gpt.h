@@ -1,6 +1,7 @@
 // GPT-2 (pre-LN, learned positions, GELU-tanh, tied embeddings, biases) with explicit forward and
-// backward passes over the kernels. Parameters follow the table in params.h (HF names/layouts);
-// activations live in one allocation carved into named views.
+// backward passes over the kernels. Parameters follow the table in params.h (HF names/layouts) and
+// the passes reach them by name: each layer's table rows are looked up once, at construction.
+// Activations and backward scratch live in one allocation carved into named views.
 // Shape letters: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded V.
 #pragma once
 
@@ -47,14 +48,26 @@ class Gpt {
 
  private:
   struct Acts;
+  // Table rows of one transformer block's parameters, found by their HF names ("h.{l}.ln_1.weight", ...).
+  struct LayerRows {
+    size_t ln_1_w, ln_1_b;
+    size_t c_attn_w, c_attn_b;        // attn.c_attn: fused q, k, v
+    size_t attn_proj_w, attn_proj_b;  // attn.c_proj
+    size_t ln_2_w, ln_2_b;
+    size_t c_fc_w, c_fc_b;            // mlp.c_fc
+    size_t mlp_proj_w, mlp_proj_b;    // mlp.c_proj
+  };
   void cast_weights();
-  kernels::Tensor weight(size_t i) const;
+  // What the passes read: the bf16 copy under bf16 precision, else the fp32 parameter.
+  kernels::Tensor weight(size_t row) const;
 
   ModelConfig config_;
   int64_t B_, T_, C_, NH_, L_, V_, Vp_;
   kernels::Device device_;
   kernels::DType act_;
   std::unique_ptr<ParamStore> params_;
+  size_t wte_, wpe_, ln_f_w_, ln_f_b_;  // table rows of the non-layer parameters
+  std::vector<LayerRows> layers_;
   kernels::Buffer shadow_buf_;  // bf16 copies of the weights (bf16 precision only)
   std::vector<kernels::Tensor> shadow_;
   std::unique_ptr<Acts> acts_;
