@@ -1,8 +1,11 @@
-// Optimizer state round trip (what checkpoint resume relies on) and the learning-rate schedules.
+// Optimizer state round trip (what checkpoint resume relies on), its layout (one allocation per
+// state kind in parameter-table order) and the learning-rate schedules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "tests/worker/test_optim_util.h"
 
@@ -93,6 +96,94 @@ TEST(OptimState, ShampooRoundTripIsBitwise) {
   c.shampoo.grafting = "adagrad";
   c.shampoo.params = "all-matrices";
   round_trip(c);
+}
+
+// Each state kind is one allocation tiled by its tensors, one contiguous range each, parameters in
+// table order (blocks in order within one): a data-parallel shard of the state is an offset range
+// and (name, shape, offset) locate every checkpoint entry.
+void expect_table_order_layout(const OptimizerConfig& config, const std::set<std::string>& want_kinds) {
+  SCOPED_TRACE(config.name + " " + config.shampoo.grafting);
+  ParamStore store(gpt2_param_table(testing::tiny_model()), kernels::Device::cpu);
+  auto opt = make_optimizer(config, testing::optim_params(store), kernels::Device::cpu);
+  const std::vector<StateKind> kinds = opt->state_kinds();
+  const std::vector<NamedState> states = opt->state_tensors();
+  std::set<std::string> seen;
+  for (const StateKind& kind : kinds) EXPECT_TRUE(seen.insert(kind.kind).second) << "kind " << kind.kind << " twice";
+  EXPECT_EQ(seen, want_kinds);
+  for (size_t i = 1; i < states.size(); ++i) {
+    if (states[i].kind == states[i - 1].kind) continue;
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(states[j].kind, states[i].kind) << states[i].name << ": kinds interleave";
+  }
+  for (const StateKind& kind : kinds) {
+    int64_t next = 0;
+    size_t prev_row = 0;
+    int prev_block = -1;
+    for (const NamedState& s : states) {
+      if (s.kind != kind.kind) continue;
+      const size_t row = store.index(s.param);
+      if (next > 0) {
+        EXPECT_TRUE(row > prev_row || (row == prev_row && s.block > prev_block)) << s.name << ": not in table order";
+      }
+      EXPECT_EQ(s.name, s.param + (s.block >= 0 ? ".block" + std::to_string(s.block) : "") + "." + s.kind);
+      EXPECT_EQ(s.offset, next) << s.name << ": offset is not the sum of the previous sizes";
+      EXPECT_EQ(s.tensor.f32(), kind.flat.f32() + s.offset) << s.name << ": not its range of " << kind.kind;
+      EXPECT_TRUE(s.tensor.contiguous()) << s.name;
+      next += s.tensor.numel();
+      prev_row = row;
+      prev_block = s.block;
+    }
+    EXPECT_EQ(next, kind.flat.numel()) << kind.kind << ": the allocation is not exactly its tensors";
+  }
+  for (const NamedState& s : states) EXPECT_EQ(seen.count(s.kind), 1u) << s.name << ": kind without an allocation";
+}
+
+TEST(OptimState, EveryStateKindIsOneAllocationInTableOrder) {
+  OptimizerConfig c;
+  c.name = "adamw";
+  expect_table_order_layout(c, {"exp_avg", "exp_avg_sq"});
+  c.name = "muon";
+  expect_table_order_layout(c, {"momentum", "exp_avg", "exp_avg_sq"});
+  c.name = "shampoo";
+  c.shampoo.max_preconditioner_dim = 10;  // row and column blocks
+  expect_table_order_layout(c, {"momentum", "grafting_adam", "L", "R", "L_inv_root", "R_inv_root", "exp_avg",
+                                "exp_avg_sq"});
+  c.shampoo.grafting = "adagrad";
+  c.shampoo.params = "all-matrices";
+  expect_table_order_layout(c, {"momentum", "grafting_adagrad", "L", "R", "L_inv_root", "R_inv_root", "exp_avg",
+                                "exp_avg_sq"});
+  c.shampoo.grafting = "none";
+  expect_table_order_layout(c, {"momentum", "L", "R", "L_inv_root", "R_inv_root", "exp_avg", "exp_avg_sq"});
+}
+
+// A shard cut from the flat exp_avg by an entry's offset range is that parameter's first moment:
+// after one step from zero, (1 − β1)·g of that parameter's gradient.
+TEST(OptimState, AdamWMomentShardByOffsetRangeIsThePerNameTensor) {
+  ParamStore store(gpt2_param_table(testing::tiny_model()), kernels::Device::cpu);
+  testing::fill_random(store, 3, 0.02f, false);
+  testing::fill_random(store, 5, 0.1f, true);
+  OptimizerConfig c;
+  c.name = "adamw";
+  auto opt = make_optimizer(c, testing::optim_params(store), kernels::Device::cpu);
+  opt->step(StepContext{1, 1.0, 1.0f});
+  const std::vector<StateKind> kinds = opt->state_kinds();
+  auto m = std::find_if(kinds.begin(), kinds.end(), [](const StateKind& k) { return k.kind == "exp_avg"; });
+  ASSERT_NE(m, kinds.end());
+  // What a data-parallel rank would hold: a host copy of the whole allocation, cut by offsets.
+  const std::vector<float> flat(m->flat.f32(), m->flat.f32() + m->flat.numel());
+  size_t entries = 0;
+  for (const NamedState& s : opt->state_tensors()) {
+    if (s.kind != "exp_avg") continue;
+    ++entries;
+    const std::vector<float> shard(flat.begin() + s.offset, flat.begin() + s.offset + s.tensor.numel());
+    const std::vector<float> named(s.tensor.f32(), s.tensor.f32() + s.tensor.numel());
+    EXPECT_EQ(shard, named) << s.name;
+    const std::vector<float> g = testing::host_visible(store, store.index(s.param), true);
+    ASSERT_EQ(g.size(), shard.size()) << s.name;
+    for (size_t j = 0; j < g.size(); ++j) {
+      ASSERT_NEAR(shard[j], (1.0f - static_cast<float>(c.adamw.beta1)) * g[j], 1e-7f) << s.name << "[" << j << "]";
+    }
+  }
+  EXPECT_EQ(entries, store.size());
 }
 
 // Hand-computed values with warmup 10, 100 steps, min_lr_ratio 0.1, decay_fraction 0.2.

@@ -29,16 +29,16 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run) {
 
 AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device)
     : hyper_(hyper) {
-  std::vector<std::pair<size_t, size_t>> handles;
   for (const OptimParam& p : params) {
-    const ParamSpec& spec = *p.spec;
-    handles.emplace_back(arena_.reserve(spec.shape), arena_.reserve(spec.shape));
+    exp_avg_.add(p.spec->name, -1, p.spec->shape);
+    exp_avg_sq_.add(p.spec->name, -1, p.spec->shape);
   }
-  arena_.allocate(device);
+  exp_avg_.allocate(device);
+  exp_avg_sq_.allocate(device);
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = *params[i].spec;
-    params_.push_back({spec.name, visible(params[i].param, spec), visible(params[i].grad, spec),
-                       arena_.get(handles[i].first), arena_.get(handles[i].second)});
+    params_.push_back({spec.name, visible(params[i].param, spec), visible(params[i].grad, spec), exp_avg_.get(i),
+                       exp_avg_sq_.get(i)});
   }
 }
 
@@ -55,10 +55,13 @@ void AdamWGroup::step(const StepContext& ctx) {
 }
 
 void AdamWGroup::append_state(std::vector<NamedState>& out) const {
-  for (const Entry& e : params_) {
-    out.push_back({e.name + ".exp_avg", e.exp_avg});
-    out.push_back({e.name + ".exp_avg_sq", e.exp_avg_sq});
-  }
+  exp_avg_.append_tensors(out);
+  exp_avg_sq_.append_tensors(out);
+}
+
+void AdamWGroup::append_kinds(std::vector<StateKind>& out) const {
+  exp_avg_.append_kind(out);
+  exp_avg_sq_.append_kind(out);
 }
 
 int64_t AdamWGroup::numel() const {
@@ -81,6 +84,11 @@ class AdamW final : public Optimizer {
   std::vector<NamedState> state_tensors() override {
     std::vector<NamedState> out;
     group_.append_state(out);
+    return out;
+  }
+  std::vector<StateKind> state_kinds() const override {
+    std::vector<StateKind> out;
+    group_.append_kinds(out);
     return out;
   }
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }

@@ -1,4 +1,5 @@
-// Helpers shared by the optimizers: visible views, the state arena, phase timing, routing text.
+// Helpers shared by the optimizers: visible views, state buffers, phase timing, routing text.
+#include <algorithm>
 #include <cstdio>
 
 #include "worker/optim/optim_internal.h"
@@ -17,22 +18,35 @@ Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device 
   throw OptimizerError("optimizer state must be 1-D or 2-D, got " + std::to_string(shape.size()) + " dims");
 }
 
-size_t StateArena::reserve(std::vector<int64_t> shape) {
+size_t StateBuffer::add(const std::string& param, int block, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
-  shapes_.push_back(std::move(shape));
-  offsets_.push_back(total_);
+  ranges_.push_back({param, block, std::move(shape), total_});
   total_ += n;
-  return shapes_.size() - 1;
+  return ranges_.size() - 1;
 }
 
-void StateArena::allocate(kernels::Device device) {
-  buffer_ = kernels::Buffer(device, static_cast<size_t>(std::max<int64_t>(total_, 1)) * sizeof(float));
-  kernels::fill_zero(buffer_.view({std::max<int64_t>(total_, 1)}));
+void StateBuffer::allocate(kernels::Device device) {
+  const int64_t n = std::max<int64_t>(total_, 1);  // a Buffer of zero bytes has no storage to view
+  buffer_ = kernels::Buffer(device, static_cast<size_t>(n) * sizeof(float));
+  kernels::fill_zero(buffer_.view({n}));
 }
 
-Tensor StateArena::get(size_t handle) const {
-  return make_view(static_cast<float*>(buffer_.data()) + offsets_[handle], shapes_[handle], buffer_.device());
+Tensor StateBuffer::get(size_t handle) const {
+  const Range& r = ranges_[handle];
+  return make_view(static_cast<float*>(buffer_.data()) + r.offset, r.shape, buffer_.device());
+}
+
+void StateBuffer::append_tensors(std::vector<NamedState>& out) const {
+  for (size_t i = 0; i < ranges_.size(); ++i) {
+    const Range& r = ranges_[i];
+    const std::string block = r.block >= 0 ? ".block" + std::to_string(r.block) : "";
+    out.push_back({r.param + block + "." + kind_, get(i), r.param, r.block, kind_, r.offset});
+  }
+}
+
+void StateBuffer::append_kind(std::vector<StateKind>& out) const {
+  if (!ranges_.empty()) out.push_back({kind_, buffer_.view({total_})});
 }
 
 PhaseTimer::PhaseTimer(double& sink, kernels::Device device) : sink_(sink), device_(device) {

@@ -84,7 +84,6 @@ class Muon final : public Optimizer {
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {
       throw OptimizerError("optimizer.muon.momentum must lie in [0, 1)");
     }
-    std::vector<size_t> handles;
     int64_t work = 1;
     for (const OptimParam& p : select(params, true)) {
       const ParamSpec& s = *p.spec;
@@ -104,12 +103,12 @@ class Muon final : public Optimizer {
                              std::to_string(m.blocks) + " q/k/v blocks");
       }
       m.scale = muon_scale(config_.scale, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
-      handles.push_back(arena_.reserve(s.shape));
+      momentum_.add(s.name, -1, s.shape);
       work = std::max(work, s.numel());
       matrices_.push_back(std::move(m));
     }
-    arena_.allocate(device);
-    for (size_t i = 0; i < matrices_.size(); ++i) matrices_[i].momentum = arena_.get(handles[i]);
+    momentum_.allocate(device);
+    for (size_t i = 0; i < matrices_.size(); ++i) matrices_[i].momentum = momentum_.get(i);
     work_ = kernels::Buffer(device, static_cast<size_t>(2 * work) * sizeof(float));
   }
 
@@ -124,8 +123,14 @@ class Muon final : public Optimizer {
 
   std::vector<NamedState> state_tensors() override {
     std::vector<NamedState> out;
-    for (const Matrix& m : matrices_) out.push_back({m.name + ".momentum", m.momentum});
+    momentum_.append_tensors(out);
     adamw_.append_state(out);
+    return out;
+  }
+  std::vector<StateKind> state_kinds() const override {
+    std::vector<StateKind> out;
+    momentum_.append_kind(out);
+    adamw_.append_kinds(out);
     return out;
   }
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
@@ -196,7 +201,7 @@ class Muon final : public Optimizer {
   kernels::NsOptions ns_;
   AdamWGroup adamw_;
   std::vector<Matrix> matrices_;
-  StateArena arena_;
+  StateBuffer momentum_{"momentum"};
   kernels::Buffer work_;
   PhaseSeconds phases_;
 };

@@ -1,5 +1,5 @@
 // Parts shared by the optimizers in worker/optim (not part of the public interface): the AdamW
-// group every run has, state allocation in one buffer, phase timing and routing text.
+// group every run has, one allocation per state kind, phase timing and routing text.
 #pragma once
 
 #include <chrono>
@@ -19,17 +19,29 @@ kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
 // A 1-D or 2-D contiguous view at `ptr` with a runtime shape.
 kernels::Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device);
 
-// Optimizer state lives in one zero-initialised allocation carved into named views: reserve every
-// tensor first, then allocate once.
-class StateArena {
+// One kind of optimizer state (AdamW's exp_avg, Muon's momentum, Shampoo's L, ...) in one
+// zero-initialised allocation: add() every tensor in parameter-table order, then allocate() once.
+// Each tensor is one contiguous range at the running offset (see StateKind in optimizer.h).
+class StateBuffer {
  public:
-  size_t reserve(std::vector<int64_t> shape);  // returns a handle for get()
+  explicit StateBuffer(std::string kind) : kind_(std::move(kind)) {}
+  // Reserves the next range; block = -1 for whole-parameter state. Returns a handle for get().
+  size_t add(const std::string& param, int block, std::vector<int64_t> shape);
   void allocate(kernels::Device device);
   kernels::Tensor get(size_t handle) const;
+  // Adds every tensor (in offset order), or this kind's allocation; nothing when no tensor was added.
+  void append_tensors(std::vector<NamedState>& out) const;
+  void append_kind(std::vector<StateKind>& out) const;
 
  private:
-  std::vector<std::vector<int64_t>> shapes_;
-  std::vector<int64_t> offsets_;
+  struct Range {
+    std::string param;
+    int block;
+    std::vector<int64_t> shape;
+    int64_t offset;
+  };
+  std::string kind_;
+  std::vector<Range> ranges_;
   int64_t total_ = 0;
   kernels::Buffer buffer_;
 };
@@ -62,12 +74,13 @@ struct AdamWHyper {
 AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run);
 
 // AdamW (PyTorch semantics, kernels::adamw_update) over a set of parameters. State per parameter:
-// "<param>.exp_avg", "<param>.exp_avg_sq".
+// "<param>.exp_avg", "<param>.exp_avg_sq", one allocation each.
 class AdamWGroup {
  public:
   AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device);
   void step(const StepContext& ctx);
   void append_state(std::vector<NamedState>& out) const;
+  void append_kinds(std::vector<StateKind>& out) const;
   size_t tensors() const { return params_.size(); }
   int64_t numel() const;
 
@@ -78,7 +91,7 @@ class AdamWGroup {
   };
   std::vector<Entry> params_;
   AdamWHyper hyper_;
-  StateArena arena_;
+  StateBuffer exp_avg_{"exp_avg"}, exp_avg_sq_{"exp_avg_sq"};
 };
 
 // "muon: 24 tensors, 7.1M params"

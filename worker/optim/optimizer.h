@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/tensor.h"
+#include "worker/common/error.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
 
@@ -42,17 +43,31 @@ struct StepContext {
 };
 
 // A named view of one optimizer state tensor (fp32). A checkpoint saves these; a resume copies
-// saved values into them. Names: "<param name>.<state>", e.g. "h.0.mlp.c_fc.weight.momentum".
+// saved values into them. Names: "<param>.<kind>", or "<param>.block<i>.<kind>" for Shampoo's
+// per-block state, e.g. "h.0.mlp.c_fc.weight.momentum", "h.0.attn.c_attn.weight.block2.L".
 struct NamedState {
   std::string name;
-  kernels::Tensor tensor;
+  kernels::Tensor tensor;  // global shape (no sharding yet)
+  std::string param;       // the parameter table row it belongs to
+  int block = -1;          // Shampoo block index (row-major over the parameter); -1 = the whole parameter
+  std::string kind;        // the allocation it lives in: "exp_avg", "exp_avg_sq", "momentum", "L", ...
+  int64_t offset = 0;      // its first element within that allocation (elements, not bytes)
+};
+
+// One kind of state in one allocation, holding every tensor of that kind back to back as one
+// contiguous range each, parameters in table order (and blocks in order within a parameter): a
+// data-parallel shard of a kind is an offset range, and (name, shape, offset) locate a tensor.
+struct StateKind {
+  std::string kind;
+  kernels::Tensor flat;  // 1-D f32 over the whole allocation
 };
 
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void step(const StepContext& ctx) = 0;
-  virtual std::vector<NamedState> state_tensors() = 0;
+  virtual std::vector<NamedState> state_tensors() = 0;  // grouped by kind, each kind in offset order
+  virtual std::vector<StateKind> state_kinds() const = 0;
   // Non-tensor state (counters such as consecutive root failures), for trainer.json.
   virtual nlohmann::json state_scalars() const = 0;
   virtual void load_state_scalars(const nlohmann::json& scalars) = 0;
@@ -65,8 +80,9 @@ class Optimizer {
 };
 
 // Thrown when the optimizer cannot continue (e.g. too many consecutive inverse-root failures).
-class OptimizerError : public std::runtime_error {
-  using std::runtime_error::runtime_error;
+class OptimizerError : public WorkerError {
+ public:
+  using WorkerError::WorkerError;
 };
 
 struct OptimizerHooks {

@@ -14,7 +14,8 @@
 //   P = t < start ? P_graft : L⁻ Ĝ R⁻ · ‖P_graft‖_F / (‖L⁻ Ĝ R⁻‖_F + 1e-16)
 //   W ← W·(1 − lr·wd) − lr·P
 // Blocks: each dim is cut into chunks of max_preconditioner_dim (the last one shorter); every
-// block has its own M, V, L, R, L⁻, R⁻ and failure count, and its own grafting norm.
+// block has its own M, V, L, R, L⁻, R⁻ and failure count, and its own grafting norm. Each of these
+// state kinds is one allocation holding every block's tensor, blocks in parameter-table order.
 #include <algorithm>
 #include <cmath>
 
@@ -116,10 +117,6 @@ class Shampoo final : public Optimizer {
     root_.root = 1.0 / (config_.exponent > 0 ? config_.exponent : 0.25);
     root_.epsilon = static_cast<float>(config_.epsilon);
     root_.method = config_.root_method == "newton" ? kernels::RootMethod::newton : kernels::RootMethod::eigh;
-    struct Handles {
-      size_t m, v, l, r, li, ri;
-    };
-    std::vector<Handles> handles;
     int64_t max_block = 1, max_side = 1;
     for (const OptimParam& p : params) {
       const ParamSpec& s = *p.spec;
@@ -132,40 +129,40 @@ class Shampoo final : public Optimizer {
         for (auto [c0, cn] : chunks(w.shape[1], config_.max_preconditioner_dim)) {
           Block b;
           b.matrix = matrices_.size() - 1;
-          b.name = s.name + ".block" + std::to_string(index++);
+          b.name = s.name + ".block" + std::to_string(index);
           b.r0 = r0, b.rn = rn, b.c0 = c0, b.cn = cn;
-          Handles h{};
-          h.m = arena_.reserve({rn, cn});
-          if (has_grafting_state(grafting_)) h.v = arena_.reserve({rn, cn});
-          h.l = arena_.reserve({rn, rn});
-          h.r = arena_.reserve({cn, cn});
-          h.li = arena_.reserve({rn, rn});
-          h.ri = arena_.reserve({cn, cn});
-          handles.push_back(h);
+          momentum_.add(s.name, index, {rn, cn});
+          if (has_grafting_state(grafting_)) grafting_state_.add(s.name, index, {rn, cn});
+          L_.add(s.name, index, {rn, rn});
+          R_.add(s.name, index, {cn, cn});
+          L_inv_.add(s.name, index, {rn, rn});
+          R_inv_.add(s.name, index, {cn, cn});
           blocks_.push_back(std::move(b));
+          ++index;
           max_block = std::max(max_block, rn * cn);
           max_side = std::max({max_side, rn, cn});
         }
       }
     }
-    arena_.allocate(device);
+    for (StateBuffer* state : state_buffers()) state->allocate(device);
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Block& b = blocks_[i];
-      b.momentum = arena_.get(handles[i].m);
-      if (has_grafting_state(grafting_)) b.grafting = arena_.get(handles[i].v);
-      b.L = arena_.get(handles[i].l);
-      b.R = arena_.get(handles[i].r);
-      b.L_inv = arena_.get(handles[i].li);
-      b.R_inv = arena_.get(handles[i].ri);
+      b.momentum = momentum_.get(i);
+      if (has_grafting_state(grafting_)) b.grafting = grafting_state_.get(i);
+      b.L = L_.get(i);
+      b.R = R_.get(i);
+      b.L_inv = L_inv_.get(i);
+      b.R_inv = R_inv_.get(i);
       set_identity(b.L_inv);
       set_identity(b.R_inv);
     }
-    max_side_ = max_side;
+    // Scratch: five block-sized views, then the factor copy and the identity (max_side² each).
     work_ = kernels::Buffer(device, static_cast<size_t>(5 * max_block + 2 * max_side * max_side) * sizeof(float));
-    eye_ = Tensor::view(static_cast<float*>(work_.data()) + 5 * max_block + max_side * max_side,
-                        {max_side, max_side}, kernels::DType::f32, device);
+    float* base = static_cast<float*>(work_.data());
+    scratch_ = {base, base + max_block, base + 2 * max_block, base + 3 * max_block, base + 4 * max_block,
+                base + 5 * max_block};
+    eye_ = Tensor::view(base + 5 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
     set_identity(eye_);
-    max_block_ = max_block;
   }
 
   void step(const StepContext& ctx) override {
@@ -178,15 +175,14 @@ class Shampoo final : public Optimizer {
 
   std::vector<NamedState> state_tensors() override {
     std::vector<NamedState> out;
-    for (const Block& b : blocks_) {
-      out.push_back({b.name + ".momentum", b.momentum});
-      if (b.grafting.data) out.push_back({b.name + ".grafting_" + config_.grafting, b.grafting});
-      out.push_back({b.name + ".L", b.L});
-      out.push_back({b.name + ".R", b.R});
-      out.push_back({b.name + ".L_inv_root", b.L_inv});
-      out.push_back({b.name + ".R_inv_root", b.R_inv});
-    }
+    for (const StateBuffer* state : state_buffers()) state->append_tensors(out);
     adamw_.append_state(out);
+    return out;
+  }
+  std::vector<StateKind> state_kinds() const override {
+    std::vector<StateKind> out;
+    for (const StateBuffer* state : state_buffers()) state->append_kind(out);
+    adamw_.append_kinds(out);
     return out;
   }
 
@@ -250,15 +246,20 @@ class Shampoo final : public Optimizer {
     kernels::copy(t, Tensor::view(host.data(), {n, n}));
   }
 
-  Tensor work(int slot, int64_t rows, int64_t cols) const {
-    return Tensor::view(static_cast<float*>(work_.data()) + slot * max_block_, {rows, cols}, kernels::DType::f32,
-                        device_);
+  // The per-block state kinds, in the order they are checkpointed.
+  std::vector<StateBuffer*> state_buffers() { return {&momentum_, &grafting_state_, &L_, &R_, &L_inv_, &R_inv_}; }
+  std::vector<const StateBuffer*> state_buffers() const {
+    return {&momentum_, &grafting_state_, &L_, &R_, &L_inv_, &R_inv_};
+  }
+
+  Tensor scratch(float* base, int64_t rows, int64_t cols) const {
+    return Tensor::view(base, {rows, cols}, kernels::DType::f32, device_);
   }
 
   // Refreshes one factor's inverse root; returns an empty string or why it failed.
   std::string refresh_root(Tensor inv, const Tensor& factor, double bc2) {
     const int64_t n = factor.shape[0];
-    Tensor a = Tensor::view(static_cast<float*>(work_.data()) + 5 * max_block_, {n, n}, kernels::DType::f32, device_);
+    Tensor a = scratch(scratch_.factor, n, n);
     kernels::copy(a, factor);
     if (bc2 != 1.0) kernels::scale(a, static_cast<float>(1.0 / bc2));
     try {
@@ -309,15 +310,16 @@ class Shampoo final : public Optimizer {
     const double bc2 = config_.bias_correction && beta2 < 1.0 ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
     const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
 
-    Tensor g = work(0, b.rn, b.cn), ghat = work(1, b.rn, b.cn), pg = work(2, b.rn, b.cn), p = work(3, b.rn, b.cn);
-    Tensor tmp = work(4, b.rn, b.cn);
+    Tensor g = scratch(scratch_.block_grad, b.rn, b.cn), ghat = scratch(scratch_.momentum_hat, b.rn, b.cn);
+    Tensor pg = scratch(scratch_.graft_dir, b.rn, b.cn), p = scratch(scratch_.precond_dir, b.rn, b.cn);
+    Tensor tmp = scratch(scratch_.product, b.rn, b.cn);
     {
       PhaseTimer timer(phases_.statistics, device_);
       Tensor gv = mat.grad.narrow(0, b.r0, b.rn);
       if (whole_rows) {
         g = gv;
       } else {
-        Tensor gt = work(4, b.cn, b.rn);
+        Tensor gt = scratch(scratch_.product, b.cn, b.rn);
         kernels::transpose(gt, gv.narrow(1, b.c0, b.cn));
         kernels::transpose(g, gt);
       }
@@ -396,10 +398,21 @@ class Shampoo final : public Optimizer {
   kernels::InverseRootOptions root_;
   std::vector<Matrix> matrices_;
   std::vector<Block> blocks_;
-  StateArena arena_;
+  // One allocation per state kind, blocks in parameter-table order (see StateKind).
+  StateBuffer momentum_{"momentum"}, grafting_state_{"grafting_" + config_.grafting};
+  StateBuffer L_{"L"}, R_{"R"}, L_inv_{"L_inv_root"}, R_inv_{"R_inv_root"};
+  // Scratch views of one block's update, carved out of work_ (rn x cn unless noted).
+  struct Scratch {
+    float* block_grad;    // the block's gradient, copied when it is a column range of the storage
+    float* momentum_hat;  // Ĝ = M / bc1
+    float* graft_dir;     // P_graft
+    float* precond_dir;   // L⁻ Ĝ R⁻
+    float* product;       // L⁻ Ĝ; before that, the transposed column block (cn x rn)
+    float* factor;        // L or R scaled by 1/bc2 for its inverse root (n x n)
+  };
   kernels::Buffer work_;
+  Scratch scratch_{};
   Tensor eye_;
-  int64_t max_block_ = 1, max_side_ = 1;
   PhaseSeconds phases_;
   int64_t root_failures_ = 0;  // every failed refresh over the run (checkpointed)
 };
