@@ -228,6 +228,29 @@ TEST_F(Trainer, NaNWeightsGiveANonFiniteLossNotAHang) {
   }
 }
 
+TEST_F(Trainer, RunDirectoryHoldsOneConfigFile) {
+  fs::path cfg = config(kOptimizers[0], 10);
+  // Standalone: the resolved config (overrides applied) is written as RUN_DIR/config.toml.
+  TrainOptions o = options(cfg, "standalone");
+  o.overrides = {"train.steps=12"};
+  ASSERT_EQ(train(o), TrainOutcome::completed);
+  const fs::path run = dir_ / "standalone";
+  ASSERT_TRUE(fs::exists(run / "config.toml"));
+  EXPECT_EQ(parse_config_file((run / "config.toml").string()).config.train.steps, 12);
+  EXPECT_FALSE(fs::exists(run / "trial.toml"));
+  EXPECT_TRUE(fs::exists(run / "checkpoints/step_00000012/config.toml"));
+  EXPECT_FALSE(fs::exists(run / "checkpoints/step_00000012/trial.toml"));
+  // The controller's layout: --config is RUN_DIR/config.toml, which the trainer leaves as it is.
+  fs::create_directories(dir_ / "controlled");
+  const fs::path own = dir_ / "controlled/config.toml";
+  fs::copy_file(cfg, own);
+  std::ofstream(own, std::ios::app) << "# written by the controller\n";
+  const std::string before = read(own);
+  ASSERT_EQ(train(options(own, "controlled")), TrainOutcome::completed);
+  EXPECT_EQ(read(own), before);
+  EXPECT_FALSE(fs::exists(dir_ / "controlled/trial.toml"));
+}
+
 TEST_F(Trainer, MissingDataAndBadConfigAreClearErrors) {
   fs::path cfg = config(kOptimizers[0]);
   TrainOptions o = options(cfg, "run");

@@ -29,7 +29,8 @@ struct RunState {
 std::optional<double> checkpoint_objective(const std::filesystem::path& dir);
 
 // Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, optimizer.safetensors,
-// trainer.json, config.json, trial.toml, manifest.json) and applies keep_checkpoints/keep_best.
+// trainer.json, config.json (HF's), config.toml (the run's), manifest.json) and applies
+// keep_checkpoints/keep_best.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state);
 
 // Restores a checkpoint directory into the state; returns its step. Throws CheckpointError (with

@@ -9,7 +9,9 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "kernels/backend.h"
 #include "kernels/nn.h"
@@ -56,10 +58,13 @@ void default_log(const std::string& line) {
   std::fprintf(stderr, "[%s] %s\n", stamp, line.c_str());
 }
 
-// Everything one run owns, built from the config.
+// Everything one run owns, built from the config, and the loop's bookkeeping.
 struct Run {
+  const TrainOptions* options = nullptr;
+  std::function<void(const std::string&)> log;
   ParsedConfig parsed;
   TrialConfig& cfg() { return parsed.config; }
+  k::Device device = k::Device::cpu;
   std::unique_ptr<Gpt> model;
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Optimizer> optimizer;
@@ -67,7 +72,16 @@ struct Run {
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<Reporter> reporter;
   std::optional<double> objective;  // latest value of objective.metric emitted
+  int64_t start = 0;                // the step the run resumed from (0 = a fresh run)
+  int64_t last_checkpoint = 0;
+  PhaseSeconds prev_phases;         // optimizer phase totals at the last metrics record
+  int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
   RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective}; }
+};
+
+// What one step measured, for the metrics record.
+struct StepStats {
+  double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
 };
 
 double evaluate(Run& run) {
@@ -83,39 +97,47 @@ void emit(Run& run, const MetricRecord& record) {
   if (run.reporter) run.reporter->push(record);
 }
 
-}  // namespace
-
-void install_requeue_signal_handlers() {
-  std::signal(SIGUSR1, on_requeue_signal);
-  std::signal(SIGTERM, on_requeue_signal);
+std::string last_good(const Run& run) {
+  return run.last_checkpoint > 0 ? "the last good checkpoint is " + checkpoint_dir_name(run.last_checkpoint)
+                                 : std::string("no checkpoint was written yet");
 }
-bool requeue_signal_received() { return g_requeue.load(); }
-void reset_requeue_signal() { g_requeue.store(false); }
 
-TrainOutcome train(const TrainOptions& options) {
-  auto log = options.log ? options.log : default_log;
-  Run run;
+// A run directory holds one config file, config.toml. The controller writes it and passes it as
+// --config; a standalone run gets its resolved config (overrides applied) written there.
+void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
+  const fs::path target = options.run_dir / "config.toml";
+  std::error_code ec;
+  if (fs::equivalent(target, options.config_path, ec)) return;
+  std::ofstream(target) << config_to_toml(cfg);
+}
+
+void load_config(Run& run) {
+  const TrainOptions& options = *run.options;
   run.parsed = parse_config_file(options.config_path.string(), options.overrides);
   TrialConfig& cfg = run.cfg();
   fs::create_directories(options.run_dir);
-  {
-    std::ofstream(options.run_dir / "trial.toml") << config_to_toml(cfg);
-  }
+  write_run_config(options, cfg);
   if (cfg.train.threads > 0) k::set_cpu_threads(static_cast<int>(cfg.train.threads));
-  const k::Device device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
-  k::set_default_device(device);
+  run.device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
+  k::set_default_device(run.device);
   if (cfg.parallel.tensor != 1 || cfg.parallel.data != 1)
     throw ConfigError(run.parsed.origin.count("parallel.tensor") ? run.parsed.origin["parallel.tensor"] : "config", 0,
                       "parallel", "this precon-train runs one process; tensor/data parallelism needs the MPI launcher");
+}
 
-  run.model = std::make_unique<Gpt>(cfg.model, cfg.train.batch_size, device, cfg.train.precision);
+void build_model(Run& run) {
+  const TrialConfig& cfg = run.cfg();
+  run.model = std::make_unique<Gpt>(cfg.model, cfg.train.batch_size, run.device, cfg.train.precision);
   if (!cfg.train.init_from.empty()) {
     load_model_safetensors(run.model->params(), cfg.train.init_from);
-    log("initialised the model from " + cfg.train.init_from);
+    run.log("initialised the model from " + cfg.train.init_from);
   } else {
     run.model->init_random(static_cast<uint64_t>(cfg.train.seed));
   }
+}
 
+void build_data(Run& run) {
+  const TrialConfig& cfg = run.cfg();
   LoaderOptions lo;
   lo.train = split_paths(cfg.data.train);
   lo.val = split_paths(cfg.data.val);
@@ -126,137 +148,204 @@ TrainOutcome train(const TrainOptions& options) {
   run.loader = std::make_unique<DataLoader>(lo);
   if (!lo.val.empty()) {
     const int64_t n = std::min<int64_t>(cfg.train.eval_batches, run.loader->max_val_batches());
-    if (n < 1) log("warning: the validation shard holds fewer than one batch; no val_loss will be recorded");
+    if (n < 1) run.log("warning: the validation shard holds fewer than one batch; no val_loss will be recorded");
     else run.val = run.loader->val_batches(n);
   }
+}
 
+void build_optimizer(Run& run) {
   std::vector<OptimParam> oparams;
-  ParamStore& store = run.model->params();
+  const ParamStore& store = run.model->params();
   for (size_t i = 0; i < store.size(); ++i) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
-  OptimizerHooks hooks{[&](const std::string& m) { log("warning: " + m); }};
-  run.optimizer = make_optimizer(cfg.optimizer, oparams, device, hooks);
-  log("routing: " + run.optimizer->routing_summary());
+  OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
+  run.optimizer = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
+  run.log("routing: " + run.optimizer->routing_summary());
+}
 
-  // Resume.
-  int64_t start = 0;
-  if (options.resume != "never") {
-    std::optional<fs::path> dir;
-    if (options.resume == "auto") {
-      CheckpointChoice choice = latest_good_checkpoint(options.run_dir);
-      for (const std::string& w : choice.warnings) log("warning: " + w);
-      if (choice.checkpoint) dir = choice.checkpoint->dir;
-    } else {
-      dir = fs::path(options.resume);
-      if (auto bad = verify_checkpoint(*dir)) throw CheckpointError(dir->string() + " does not verify: " + *bad);
-    }
-    if (dir) {
-      start = load_checkpoint(*dir, run.state());
-      run.objective = checkpoint_objective(*dir);
-      log("resumed from " + dir->string() + " at step " + std::to_string(start));
-    }
+// --resume auto: the newest checkpoint that verifies; a directory: that one, which must verify.
+void resume(Run& run) {
+  const TrainOptions& options = *run.options;
+  if (options.resume == "never") return;
+  std::optional<fs::path> dir;
+  if (options.resume == "auto") {
+    CheckpointChoice choice = latest_good_checkpoint(options.run_dir);
+    for (const std::string& w : choice.warnings) run.log("warning: " + w);
+    if (choice.checkpoint) dir = choice.checkpoint->dir;
+  } else {
+    dir = fs::path(options.resume);
+    if (auto bad = verify_checkpoint(*dir)) throw CheckpointError(dir->string() + " does not verify: " + *bad);
   }
-  run.metrics = std::make_unique<MetricsWriter>(options.run_dir / "metrics.jsonl", start);
+  if (!dir) return;
+  run.start = load_checkpoint(*dir, run.state());
+  run.objective = checkpoint_objective(*dir);
+  run.log("resumed from " + dir->string() + " at step " + std::to_string(run.start));
+}
+
+void open_outputs(Run& run) {
+  const TrainOptions& options = *run.options;
+  run.metrics = std::make_unique<MetricsWriter>(options.run_dir / "metrics.jsonl", run.start);
   if (!options.report_url.empty()) {
     ReporterOptions ro;
     ro.url = options.report_url;
     ro.token = options.token;
     ro.trial = options.trial_id;
-    ro.log = [&](const std::string& m) { log("report: " + m); };
+    ro.log = [log = run.log](const std::string& m) { log("report: " + m); };
     run.reporter = std::make_unique<Reporter>(ro);
   }
-
-  const int64_t steps = cfg.train.steps;
-  const double tokens_per_step = static_cast<double>(cfg.train.batch_size * cfg.model.seq_len);
-  int64_t last_checkpoint = start;
-  auto checkpoint = [&](int64_t step) {
-    if (step == last_checkpoint && step != 0) return;
-    auto t0 = std::chrono::steady_clock::now();
-    fs::path dir = save_checkpoint(options.run_dir, step, run.state());
-    run.metrics->sync();
-    last_checkpoint = step;
-    log("checkpoint " + dir.filename().string() + " (" + std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
-  };
-  auto last_good = [&]() {
-    return last_checkpoint > 0 ? "the last good checkpoint is " + checkpoint_dir_name(last_checkpoint)
-                               : std::string("no checkpoint was written yet");
-  };
-
-  // Test-only fault hook: PRECON_FAULT_NAN_LOSS_AT_STEP=N makes step N's loss NaN.
+  run.last_checkpoint = run.start;
+  run.prev_phases = run.optimizer->phase_seconds();
   const char* nan_fault = std::getenv("PRECON_FAULT_NAN_LOSS_AT_STEP");
-  const int64_t nan_fault_step = nan_fault ? std::atoll(nan_fault) : -1;
-  PhaseSeconds prev_phases = run.optimizer->phase_seconds();
+  run.nan_fault_step = nan_fault ? std::atoll(nan_fault) : -1;
+}
+
+// Zeroes the gradients, runs the forward and backward passes; returns the training loss.
+double forward_backward(Run& run, const Batch& batch, int64_t step) {
+  run.model->params().zero_grads();
+  double loss = run.model->forward(batch.inputs, batch.targets, true);
+  if (step == run.nan_fault_step) loss = NAN;
+  if (!std::isfinite(loss)) {
+    throw TrainingError("non-finite training loss (" + std::to_string(loss) + ") at step " + std::to_string(step) +
+                        "; " + last_good(run) + " (lower optimizer.lr or raise train.grad_clip's strictness)");
+  }
+  run.model->backward();
+  return loss;
+}
+
+// The global gradient norm, and the scale that clips it to train.grad_clip (1 when it fits).
+std::pair<double, float> clip_gradients(Run& run) {
+  const ParamStore& store = run.model->params();
+  std::vector<k::Tensor> grads;
+  for (size_t i = 0; i < store.size(); ++i) grads.push_back(store.grad(i));
+  const double grad_norm = k::global_norm(grads);
+  const double clip = run.cfg().train.grad_clip;
+  return {grad_norm, (clip > 0 && grad_norm > clip) ? static_cast<float>(clip / grad_norm) : 1.0f};
+}
+
+void optimizer_step(Run& run, int64_t step, double lr_scale, float grad_scale) {
+  try {
+    run.optimizer->step({step, lr_scale, grad_scale});
+  } catch (const OptimizerError& e) {
+    throw TrainingError(std::string(e.what()) + " at step " + std::to_string(step) + "; " + last_good(run));
+  }
+}
+
+// Every train.log_every steps and at the last: loss, lr, throughput and optimizer time per phase
+// since the previous record.
+void log_step(Run& run, int64_t step, const StepStats& stats) {
+  const TrialConfig& cfg = run.cfg();
+  if (step % cfg.train.log_every != 0 && step != cfg.train.steps) return;
+  const double tokens_per_step = static_cast<double>(cfg.train.batch_size * cfg.model.seq_len);
+  const PhaseSeconds ph = run.optimizer->phase_seconds();
+  const PhaseSeconds& prev = run.prev_phases;
+  MetricRecord r{step, unix_seconds_now(),
+                 {{"train_loss", stats.loss},
+                  {"lr", cfg.optimizer.lr * stats.lr_scale},
+                  {"grad_norm", stats.grad_norm},
+                  {"tokens_per_second", tokens_per_step / stats.seconds},
+                  {"step_seconds", stats.seconds},
+                  {"optim_seconds", ph.total() - prev.total()},
+                  {"optim_newton_schulz_seconds", ph.newton_schulz - prev.newton_schulz},
+                  {"optim_statistics_seconds", ph.statistics - prev.statistics},
+                  {"optim_inverse_root_seconds", ph.inverse_root - prev.inverse_root},
+                  {"optim_grafting_seconds", ph.grafting - prev.grafting}}};
+  if (cfg.optimizer.name == "shampoo")
+    r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
+  run.prev_phases = ph;
+  emit(run, r);
+}
+
+// Every train.eval_every steps (0: only at the last) when there is validation data.
+void maybe_evaluate(Run& run, int64_t step, double loss) {
+  const TrialConfig& cfg = run.cfg();
+  const int64_t steps = cfg.train.steps;
+  const bool eval_now = cfg.train.eval_every > 0 ? (step % cfg.train.eval_every == 0 || step == steps) : step == steps;
+  if (!eval_now || run.val.empty()) return;
+  const double val_loss = evaluate(run);
+  emit(run, {step, unix_seconds_now(), {{"val_loss", val_loss}}});
+  run.log("step " + std::to_string(step) + "/" + std::to_string(steps) + " train_loss " + std::to_string(loss) +
+          " val_loss " + std::to_string(val_loss));
+}
+
+void checkpoint(Run& run, int64_t step) {
+  if (step == run.last_checkpoint && step != 0) return;
+  auto t0 = std::chrono::steady_clock::now();
+  fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
+  run.metrics->sync();
+  run.last_checkpoint = step;
+  run.log("checkpoint " + dir.filename().string() + " (" + std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
+}
+
+// After a step: checkpoint when due, or before stopping (the controller's request, a requeue
+// signal, --stop-at-step). Returns the outcome when the run must end here.
+std::optional<TrainOutcome> checkpoint_or_stop(Run& run, int64_t step) {
+  const TrialConfig& cfg = run.cfg();
+  const bool stop = run.reporter && run.reporter->stop_requested();
+  const bool requeue =
+      requeue_signal_received() || (run.options->stop_at_step > 0 && step >= run.options->stop_at_step);
+  if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == cfg.train.steps ||
+      stop || requeue) {
+    checkpoint(run, step);
+  }
+  if (stop) {
+    run.log("the controller asked to stop: " + run.reporter->stop_reason());
+    return TrainOutcome::stopped;
+  }
+  if (requeue) {
+    run.log("signal received: checkpointed at step " + std::to_string(step) + "; exiting to be requeued");
+    return TrainOutcome::requeue;
+  }
+  return std::nullopt;
+}
+
+TrainOutcome step_loop(Run& run) {
+  const int64_t steps = run.cfg().train.steps;
   Batch batch;
-  TrainOutcome outcome = TrainOutcome::completed;
-  for (int64_t step = start + 1; step <= steps; ++step) {
+  for (int64_t step = run.start + 1; step <= steps; ++step) {
     auto t0 = std::chrono::steady_clock::now();
     run.loader->next(batch);
-    store.zero_grads();
-    double loss = run.model->forward(batch.inputs, batch.targets, true);
-    if (step == nan_fault_step) loss = NAN;
-    if (!std::isfinite(loss)) {
-      throw TrainingError("non-finite training loss (" + std::to_string(loss) + ") at step " + std::to_string(step) +
-                          "; " + last_good() + " (lower optimizer.lr or raise train.grad_clip's strictness)");
-    }
-    run.model->backward();
-    std::vector<k::Tensor> grads;
-    for (size_t i = 0; i < store.size(); ++i) grads.push_back(store.grad(i));
-    const double grad_norm = k::global_norm(grads);
-    const double clip = cfg.train.grad_clip;
-    const float grad_scale = (clip > 0 && grad_norm > clip) ? static_cast<float>(clip / grad_norm) : 1.0f;
-    const double lr_scale = lr_multiplier(cfg.optimizer, step, steps);
-    try {
-      run.optimizer->step({step, lr_scale, grad_scale});
-    } catch (const OptimizerError& e) {
-      throw TrainingError(std::string(e.what()) + " at step " + std::to_string(step) + "; " + last_good());
-    }
-    const double step_seconds = seconds_since(t0);
-
-    if (step % cfg.train.log_every == 0 || step == steps) {
-      PhaseSeconds ph = run.optimizer->phase_seconds();
-      MetricRecord r{step, unix_seconds_now(),
-                     {{"train_loss", loss},
-                      {"lr", cfg.optimizer.lr * lr_scale},
-                      {"grad_norm", grad_norm},
-                      {"tokens_per_second", tokens_per_step / step_seconds},
-                      {"step_seconds", step_seconds},
-                      {"optim_seconds", ph.total() - prev_phases.total()},
-                      {"optim_newton_schulz_seconds", ph.newton_schulz - prev_phases.newton_schulz},
-                      {"optim_statistics_seconds", ph.statistics - prev_phases.statistics},
-                      {"optim_inverse_root_seconds", ph.inverse_root - prev_phases.inverse_root},
-                      {"optim_grafting_seconds", ph.grafting - prev_phases.grafting}}};
-      if (cfg.optimizer.name == "shampoo")
-        r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
-      prev_phases = ph;
-      emit(run, r);
-    }
-    const bool eval_now = cfg.train.eval_every > 0 ? (step % cfg.train.eval_every == 0 || step == steps) : step == steps;
-    if (eval_now && !run.val.empty()) {
-      const double val_loss = evaluate(run);
-      emit(run, {step, unix_seconds_now(), {{"val_loss", val_loss}}});
-      log("step " + std::to_string(step) + "/" + std::to_string(steps) + " train_loss " + std::to_string(loss) +
-          " val_loss " + std::to_string(val_loss));
-    }
-    const bool stop = run.reporter && run.reporter->stop_requested();
-    const bool requeue = requeue_signal_received() || (options.stop_at_step > 0 && step >= options.stop_at_step);
-    if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == steps || stop ||
-        requeue) {
-      checkpoint(step);
-    }
-    if (stop) {
-      log("the controller asked to stop: " + run.reporter->stop_reason());
-      outcome = TrainOutcome::stopped;
-      break;
-    }
-    if (requeue) {
-      log("signal received: checkpointed at step " + std::to_string(step) + "; exiting to be requeued");
-      outcome = TrainOutcome::requeue;
-      break;
-    }
+    StepStats stats;
+    stats.loss = forward_backward(run, batch, step);
+    float grad_scale = 1.0f;
+    std::tie(stats.grad_norm, grad_scale) = clip_gradients(run);
+    stats.lr_scale = lr_multiplier(run.cfg().optimizer, step, steps);
+    optimizer_step(run, step, stats.lr_scale, grad_scale);
+    stats.seconds = seconds_since(t0);
+    log_step(run, step, stats);
+    maybe_evaluate(run, step, stats.loss);
+    if (auto outcome = checkpoint_or_stop(run, step)) return *outcome;
   }
-  if (start >= steps) log("nothing to do: the run already reached step " + std::to_string(start));
+  return TrainOutcome::completed;
+}
+
+void finish(Run& run) {
+  if (run.start >= run.cfg().train.steps)
+    run.log("nothing to do: the run already reached step " + std::to_string(run.start));
   run.metrics->sync();
   if (run.reporter && !run.reporter->flush(std::chrono::seconds(10)))
-    log("warning: some metric reports were not delivered; metrics.jsonl has them all");
+    run.log("warning: some metric reports were not delivered; metrics.jsonl has them all");
+}
+
+}  // namespace
+
+void install_requeue_signal_handlers() {
+  std::signal(SIGUSR1, on_requeue_signal);
+  std::signal(SIGTERM, on_requeue_signal);
+}
+bool requeue_signal_received() { return g_requeue.load(); }
+void reset_requeue_signal() { g_requeue.store(false); }
+
+TrainOutcome train(const TrainOptions& options) {
+  Run run;
+  run.options = &options;
+  run.log = options.log ? options.log : default_log;
+  load_config(run);
+  build_model(run);
+  build_data(run);
+  build_optimizer(run);
+  resume(run);
+  open_outputs(run);
+  const TrainOutcome outcome = step_loop(run);
+  finish(run);
   return outcome;
 }
 
