@@ -111,7 +111,8 @@ void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
   std::ofstream(target) << config_to_toml(cfg);
 }
 
-void load_config(Run& run) {
+// Parses the config, prepares the run directory, and selects the CPU threads and the device.
+void configure(Run& run) {
   const TrainOptions& options = *run.options;
   run.parsed = parse_config_file(options.config_path.string(), options.overrides);
   TrialConfig& cfg = run.cfg();
@@ -338,7 +339,7 @@ TrainOutcome train(const TrainOptions& options) {
   Run run;
   run.options = &options;
   run.log = options.log ? options.log : default_log;
-  load_config(run);
+  configure(run);
   build_model(run);
   build_data(run);
   build_optimizer(run);
