@@ -16,7 +16,7 @@ namespace precon::worker {
 struct TrainOptions {
   std::filesystem::path config_path;   // trial TOML (recipe schema without [sweep])
   std::vector<std::string> overrides;  // --set key=value
-  std::filesystem::path run_dir;       // checkpoints/, metrics.jsonl, trial.toml
+  std::filesystem::path run_dir;       // checkpoints/, metrics.jsonl, config.toml
   std::string report_url;              // controller report endpoint; empty = no reporting
   std::string token;                   // bearer token for report_url
   std::string trial_id;                // trial id sent with reports
