@@ -43,7 +43,9 @@ void guarded(const std::function<void()>& body) {
   try {
     body();
   } catch (const worker::ConfigError& e) {
-    std::cerr << "precon: " << e.what() << "\n";
+    // One line per problem, so every one of them is seen at once.
+    std::istringstream lines(e.what());
+    for (std::string line; std::getline(lines, line);) std::cerr << "precon: " << line << "\n";
     exit_code() = 2;
   } catch (const std::invalid_argument& e) {
     std::cerr << "precon: " << e.what() << "\n";

@@ -1,27 +1,19 @@
 // precon compare TRIAL...: trials side by side: params, results and the config keys that differ.
 #include <iostream>
 #include <map>
-#include <sstream>
 
 #include "orchestrator/cli/common.h"
+#include "orchestrator/recipe/recipe.h"
 #include "orchestrator/service/queries.h"
 
 namespace precon::cli {
 
 namespace {
-std::map<std::string, std::string> config_lines(const std::string& toml) {
+// Every trial key's value as TOML text, from the trial's typed config.
+std::map<std::string, std::string> config_values(const orch::TrialRow& t) {
+  const worker::TrialConfig config = orch::stored_trial_config(t.config_toml, "trial " + std::to_string(t.id));
   std::map<std::string, std::string> out;
-  std::istringstream in(toml);
-  std::string table, line;
-  while (std::getline(in, line)) {
-    if (line.empty()) continue;
-    if (line.front() == '[') {
-      table = line.substr(1, line.size() - 2);
-      continue;
-    }
-    const size_t eq = line.find(" = ");
-    if (eq != std::string::npos) out[table + "." + line.substr(0, eq)] = line.substr(eq + 3);
-  }
+  for (const worker::KeySpec* k : worker::trial_keys()) out[k->name] = worker::value_text(config, *k);
   return out;
 }
 }  // namespace
@@ -45,7 +37,7 @@ void add_compare(CLI::App& app) {
         summaries.push_back(orch::trial_summary_json(store, *t, *e));
       }
       std::vector<std::map<std::string, std::string>> configs;
-      for (const auto& t : trials) configs.push_back(config_lines(t.config_toml));
+      for (const auto& t : trials) configs.push_back(config_values(t));
       std::map<std::string, std::vector<std::string>> differing;
       for (const auto& [key, value] : configs[0]) {
         bool differs = false;

@@ -22,6 +22,9 @@ void add_recipe(CLI::App& app) {
   check->callback([file, overrides] {
     guarded([&] {
       orch::Recipe recipe = orch::parse_recipe_file(*file, *overrides);
+      if (recipe.base.origin.empty() && recipe.sweep.parameters.empty() && recipe.sweep.grids.empty())
+        std::cerr << "precon: warning: " << *file << " sets no keys: one trial with every default "
+                  << "(`precon recipe keys` lists them)\n";
       std::vector<orch::TrialSpec> trials = orch::expand_sweep(recipe);
       std::vector<std::string> missing = orch::check_recipe_data(trials);
       if (global().json) {

@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 
+#include "worker/config/keys.h"
+#include "worker/config/parse.h"
 #include "worker/train/exit_codes.h"
 
 namespace precon::orch {
@@ -12,36 +14,22 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// What sbatch reads from `#SBATCH` lines must never need quoting: no blanks, quotes, `#`, `$`,
-// backquotes, semicolons or control characters anywhere.
-const std::regex kPartition(R"([A-Za-z0-9_.,-]{1,200})");
-const std::regex kConstraint(R"([A-Za-z0-9_.,&|:*\[\]()!-]{1,500})");
-const std::regex kMem(R"([0-9]{1,9}[KMGT]?)");
-const std::regex kTime(R"((INFINITE|UNLIMITED|([0-9]{1,4}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}))");
-const std::regex kSbatchArg(R"(--[a-z][a-z0-9-]{0,40}(=[A-Za-z0-9_.,:/@%+=\[\]-]{1,300})?)");
+// Paths and environment names are written into the script and #SBATCH lines unquoted.
 const std::regex kPath(R"(/[A-Za-z0-9_./+@,:=-]{0,4000})");
 const std::regex kEnvKey(R"([A-Za-z_][A-Za-z0-9_]{0,200})");
 
-// Options precon writes itself or that the resources keys cover.
-const std::set<std::string> kReserved = {
-    "array", "output", "error", "open-mode", "requeue", "no-requeue", "signal", "job-name", "parsable", "wrap",
-    "input", "export", "export-file", "nodes", "ntasks", "ntasks-per-node", "gpus-per-node", "cpus-per-task",
-    "mem", "time", "partition", "account", "qos", "constraint", "test-only", "hold", "dependency", "get-user-env"};
-// Keys of the resources table the reserved options belong to, for the error message.
-const std::map<std::string, std::string> kReservedKey = {
-    {"nodes", "resources.nodes"},         {"ntasks-per-node", "resources.ntasks_per_node"},
-    {"gpus-per-node", "resources.gpus_per_node"}, {"cpus-per-task", "resources.cpus_per_task"},
-    {"mem", "resources.mem"},             {"time", "resources.time_limit"},
-    {"partition", "resources.partition"}, {"account", "resources.account"},
-    {"qos", "resources.qos"},             {"constraint", "resources.constraint"}};
+// The resources keys that become sbatch options, from the one key table.
+const std::vector<const worker::KeySpec*>& sbatch_keys() {
+  static const std::vector<const worker::KeySpec*> keys = [] {
+    std::vector<const worker::KeySpec*> out;
+    for (const worker::KeySpec* k : worker::trial_keys())
+      if (!k->sbatch.empty()) out.push_back(k);
+    return out;
+  }();
+  return keys;
+}
 
 std::string who(const LaunchSpec& spec) { return "trial " + std::to_string(spec.trial_id); }
-
-void check(const LaunchSpec& spec, const std::string& key, const std::string& value, const std::regex& re,
-           const std::string& allowed) {
-  if (value.empty() || std::regex_match(value, re)) return;
-  throw ExecError(who(spec) + ": resources." + key + " = \"" + value + "\" is not valid for Slurm: " + allowed);
-}
 
 std::string slurm_name_char_filter(const std::string& s) {
   std::string out;
@@ -51,6 +39,18 @@ std::string slurm_name_char_filter(const std::string& s) {
 
 int cpus_per_task(const LaunchSpec& spec) {
   return spec.resources.cpus_per_task > 0 ? static_cast<int>(spec.resources.cpus_per_task) : std::max(1, spec.cpus);
+}
+
+// The value an sbatch option gets from its key; "" = leave the option out (an unset string, a
+// zero count).
+std::string sbatch_value(const LaunchSpec& spec, const worker::KeySpec& key) {
+  if (key.name == "resources.cpus_per_task") return std::to_string(cpus_per_task(spec));
+  worker::TrialConfig config;
+  config.resources = spec.resources;
+  worker::FieldRef ref = key.field(config);
+  if (auto p = std::get_if<std::string*>(&ref)) return **p;
+  const int64_t n = *std::get<int64_t*>(ref);
+  return n == 0 ? "" : std::to_string(n);
 }
 
 }  // namespace
@@ -77,36 +77,17 @@ void validate_slurm_spec(const LaunchSpec& spec) {
                     "\" must be an absolute path of letters, digits and _./+@,:=- for Slurm (it is written into "
                     "#SBATCH lines); choose a plain --runs directory");
   }
-  if (r.nodes < 1) throw ExecError(who(spec) + ": resources.nodes must be at least 1");
-  if (r.ntasks_per_node < 1) throw ExecError(who(spec) + ": resources.ntasks_per_node must be at least 1");
-  if (r.gpus_per_node < 0) throw ExecError(who(spec) + ": resources.gpus_per_node must be 0 or more");
-  if (r.cpus_per_task < 0) throw ExecError(who(spec) + ": resources.cpus_per_task must be 0 or more");
-  check(spec, "mem", r.mem, kMem, "a number with an optional K, M, G or T suffix, e.g. \"16G\"");
-  check(spec, "time_limit", r.time_limit, kTime,
-        "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. \"01:30:00\"");
-  check(spec, "partition", r.partition, kPartition, "letters, digits and _.,- only");
-  check(spec, "account", r.account, kPartition, "letters, digits and _.,- only");
-  check(spec, "qos", r.qos, kPartition, "letters, digits and _.,- only");
-  check(spec, "constraint", r.constraint, kConstraint, "feature names with & | , [ ] * ( ) ! : only");
-  for (const std::string& a : r.sbatch_args) {
-    if (!std::regex_match(a, kSbatchArg)) {
-      throw ExecError(who(spec) + ": resources.sbatch_args entry \"" + a +
-                      "\" is not valid: use one long option per entry, \"--name\" or \"--name=value\", with a "
-                      "value of letters, digits and _.,:/@%+=[]- only");
-    }
-    const std::string name = a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
-    if (kReserved.count(name)) {
-      auto key = kReservedKey.find(name);
-      throw ExecError(who(spec) + ": resources.sbatch_args entry \"" + a + "\" is set by precon" +
-                      (key != kReservedKey.end() ? "; use " + key->second + " instead" : "; remove it"));
-    }
-  }
-  for (const std::string& line : r.setup) {
-    for (char c : line) {
-      if (c == '\n' || c == '\r' || c == '\0') {
-        throw ExecError(who(spec) + ": resources.setup entries must be single shell lines (one command each)");
-      }
-    }
+  // The key table's ranges, patterns and rules: recipes were checked with them, a spec built in
+  // code is checked here again before anything reaches a script.
+  worker::TrialConfig config;
+  config.resources = r;
+  worker::ConfigIssues issues;
+  worker::check_values(config, "resources.", who(spec), issues);
+  try {
+    issues.throw_if_any();
+  } catch (const worker::ConfigError& e) {
+    const worker::ConfigIssue& first = e.issues().front();
+    throw ExecError(who(spec) + ": " + first.key + ": " + first.message + " (not valid for Slurm)");
   }
   for (const auto& [key, value] : spec.env) {
     if (!std::regex_match(key, kEnvKey)) {
@@ -127,27 +108,16 @@ std::vector<std::string> slurm_options(const LaunchSpec& spec, const SlurmScript
   o.push_back("--open-mode=append");
   o.push_back("--requeue");
   o.push_back("--signal=B:USR1@" + std::to_string(options.signal_lead_s));
-  o.push_back("--nodes=" + std::to_string(r.nodes));
-  o.push_back("--ntasks-per-node=" + std::to_string(r.ntasks_per_node));
-  o.push_back("--cpus-per-task=" + std::to_string(cpus_per_task(spec)));
-  if (r.gpus_per_node > 0) o.push_back("--gpus-per-node=" + std::to_string(r.gpus_per_node));
-  if (!r.mem.empty()) o.push_back("--mem=" + r.mem);
-  if (!r.time_limit.empty()) o.push_back("--time=" + r.time_limit);
-  if (!r.partition.empty()) o.push_back("--partition=" + r.partition);
-  if (!r.account.empty()) o.push_back("--account=" + r.account);
-  if (!r.qos.empty()) o.push_back("--qos=" + r.qos);
-  if (!r.constraint.empty()) o.push_back("--constraint=" + r.constraint);
+  for (const worker::KeySpec* k : sbatch_keys())
+    if (std::string v = sbatch_value(spec, *k); !v.empty()) o.push_back("--" + k->sbatch + "=" + v);
   for (const std::string& a : r.sbatch_args) o.push_back(a);
   return o;
 }
 
 bool same_slurm_resources(const LaunchSpec& a, const LaunchSpec& b) {
-  const worker::ResourcesConfig& x = a.resources;
-  const worker::ResourcesConfig& y = b.resources;
-  return x.nodes == y.nodes && x.ntasks_per_node == y.ntasks_per_node && x.gpus_per_node == y.gpus_per_node &&
-         cpus_per_task(a) == cpus_per_task(b) && x.mem == y.mem && x.time_limit == y.time_limit &&
-         x.partition == y.partition && x.account == y.account && x.qos == y.qos && x.constraint == y.constraint &&
-         x.sbatch_args == y.sbatch_args;
+  for (const worker::KeySpec* k : sbatch_keys())
+    if (sbatch_value(a, *k) != sbatch_value(b, *k)) return false;
+  return a.resources.sbatch_args == b.resources.sbatch_args;
 }
 
 fs::path slurm_script_path(const fs::path& run_dir, int64_t attempt) {
@@ -223,7 +193,7 @@ std::string array_script(const std::vector<LaunchSpec>& specs, const std::vector
   std::string range = "0-" + std::to_string(specs.size() - 1);
   if (max_concurrent > 0) range += "%" + std::to_string(max_concurrent);
   s << "#SBATCH --array=" << range << "\n";
-  // The array is named after the experiment: the labels' common part before "/<index>".
+  // The array is named after the experiment: the labels' common part before "/trial-<id>".
   const std::string& label = specs[0].label;
   const std::string array_name = slurm_job_name(label.substr(0, label.rfind('/')));
   for (std::string o : slurm_options(specs[0], options)) {

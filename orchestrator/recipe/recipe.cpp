@@ -15,59 +15,6 @@ namespace {
 
 using worker::ConfigError;
 
-// The recipe's own scalar keys, documented and parsed like the worker's key table.
-using SweepField = std::variant<int64_t*, std::string*>;
-
-struct SweepKeySpec {
-  std::string name;
-  std::string unit;
-  std::string description;
-  double min;
-  double max;
-  std::vector<std::string> choices;
-  SweepField (*field)(SweepConfig&);
-};
-
-constexpr double kInf = std::numeric_limits<double>::infinity();
-
-const std::vector<SweepKeySpec>& sweep_keys() {
-  using S = SweepConfig&;
-  static const std::vector<SweepKeySpec> table = {
-      {"sweep.method", "", "grid: every combination; random: `samples` draws", -kInf, kInf, {"grid", "random"},
-       [](S s) { return SweepField{&s.method}; }},
-      {"sweep.samples", "trials", "random search: trials drawn", 1, 1e7, {}, [](S s) { return SweepField{&s.samples}; }},
-      {"sweep.seed", "", "random search: seed of the draws (same seed, same trials)", 0, 9.2e18, {},
-       [](S s) { return SweepField{&s.seed}; }},
-      {"sweep.max_concurrent", "trials", "trials running at once", 1, 1e6, {},
-       [](S s) { return SweepField{&s.max_concurrent}; }},
-      {"sweep.max_attempts", "launches", "launches per trial; a retry resumes from the last checkpoint", 1, 1000, {},
-       [](S s) { return SweepField{&s.max_attempts}; }},
-      {"sweep.early_stop.method", "", "early stopping of trials behind the others", -kInf, kInf,
-       {"asha", "median", "none"}, [](S s) { return SweepField{&s.early_stop.method}; }},
-      {"sweep.early_stop.metric", "", "metric judged; \"\" = objective.metric", -kInf, kInf, {},
-       [](S s) { return SweepField{&s.early_stop.metric}; }},
-      {"sweep.early_stop.mode", "", "better is min or max; \"\" = objective.mode", -kInf, kInf, {"min", "max"},
-       [](S s) { return SweepField{&s.early_stop.mode}; }},
-      {"sweep.early_stop.min_step", "steps", "asha: first rung; median: no stopping before this step", 1, 1e12, {},
-       [](S s) { return SweepField{&s.early_stop.min_step}; }},
-      {"sweep.early_stop.reduction_factor", "", "asha: rungs at min_step·factor^k, 1/factor promoted", 2, 1000, {},
-       [](S s) { return SweepField{&s.early_stop.reduction_factor}; }},
-      {"sweep.early_stop.min_early_stopping_rate", "", "asha: rung offset s (first rung at min_step·factor^s)", 0,
-       100, {}, [](S s) { return SweepField{&s.early_stop.min_early_stopping_rate}; }},
-      {"sweep.early_stop.n_startup_trials", "trials", "median: trials that report before any is stopped", 0, 1e6,
-       {}, [](S s) { return SweepField{&s.early_stop.n_startup_trials}; }},
-      {"sweep.early_stop.interval", "steps", "median: steps between checks; 0 = every reported step", 0, 1e12, {},
-       [](S s) { return SweepField{&s.early_stop.interval}; }},
-  };
-  return table;
-}
-
-const SweepKeySpec* find_sweep_key(const std::string& name) {
-  for (const SweepKeySpec& k : sweep_keys())
-    if (k.name == name) return &k;
-  return nullptr;
-}
-
 const std::vector<std::string> kDistributions = {"uniform", "log_uniform", "int_uniform", "choice"};
 
 int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
@@ -84,40 +31,9 @@ std::string type_of(const toml::node& n) {
   }
 }
 
-std::string hint(const std::string& key, bool trial_keys_only) {
-  std::string h = trial_keys_only ? worker::closest_key(key) : worker::closest_key(key, sweep_key_names());
+std::string hint(const std::string& key) {
+  const std::string h = worker::closest_key(key, sweep_key_names());
   return h.empty() ? " (`precon recipe keys` lists them)" : " (did you mean " + h + "?)";
-}
-
-[[noreturn]] void unknown_key(const std::string& source, int line, const std::string& key) {
-  throw ConfigError(source, line, key, "unknown key" + hint(key, false));
-}
-
-void set_sweep_key(SweepConfig& sweep, const SweepKeySpec& k, const toml::node& value, const std::string& source,
-                   int line) {
-  SweepField ref = k.field(sweep);
-  if (auto p = std::get_if<int64_t*>(&ref)) {
-    auto v = value.value_exact<int64_t>();
-    if (!v) throw ConfigError(source, line, k.name, "expected integer, got " + type_of(value));
-    if (*v < k.min || *v > k.max) {
-      std::ostringstream msg;
-      msg << "value " << *v << " is out of range: expected " << (k.max < 1e12 ? "between " : ">= ") << k.min;
-      if (k.max < 1e12) msg << " and " << k.max;
-      throw ConfigError(source, line, k.name, msg.str());
-    }
-    **p = *v;
-    return;
-  }
-  auto v = value.value_exact<std::string>();
-  std::string expected = "string";
-  if (!k.choices.empty()) {
-    expected = "one of";
-    for (size_t i = 0; i < k.choices.size(); ++i) expected += (i ? ", \"" : " \"") + k.choices[i] + "\"";
-  }
-  if (!v) throw ConfigError(source, line, k.name, "expected " + expected + ", got " + type_of(value));
-  if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), *v) == k.choices.end())
-    throw ConfigError(source, line, k.name, "\"" + *v + "\" is not " + expected);
-  *std::get<std::string*>(ref) = *v;
 }
 
 // Type- and range-checks one value of a swept key through the worker's parser.
@@ -128,7 +44,9 @@ void check_value(const std::string& key, const toml::node& value, const std::str
 
 const worker::KeySpec& swept_key(const std::string& key, const std::string& source, int line) {
   const worker::KeySpec* k = worker::find_key(key);
-  if (!k) throw ConfigError(source, line, key, "cannot sweep an unknown key" + hint(key, true));
+  if (!k) throw ConfigError(source, line, key, "cannot sweep an unknown key" + hint(key));
+  if (k->scope() != worker::KeyScope::trial)
+    throw ConfigError(source, line, key, "cannot sweep a [sweep] setting; sweep trial keys");
   return *k;
 }
 
@@ -206,41 +124,48 @@ struct Located {
   int column;
 };
 
+// One leaf of a [sweep.parameters] or [[sweep.grid]] table: a list of values or a distribution.
+SweepParam leaf_param(const std::string& key, const toml::node& node, const std::string& source, bool allow_distributions) {
+  const int line = line_of(node);
+  if (const toml::table* sub = node.as_table()) {
+    if (!allow_distributions) {
+      swept_key(key, source, line);
+      throw ConfigError(source, line, key, "a [[sweep.grid]] table takes lists of values [v, ...], not distributions");
+    }
+    return distribution_param(key, *sub, source, line);
+  }
+  if (const toml::array* values = node.as_array()) return values_param(key, *values, source, line);
+  swept_key(key, source, line);
+  throw ConfigError(source, line, key,
+                    "expected a list of values [v, ...] or a distribution table, got " + type_of(node) +
+                        " (a value for every trial belongs in the key's own table)");
+}
+
 // Flattens a [sweep.parameters] or [[sweep.grid]] table: quoted ("optimizer.lr") and dotted
-// (optimizer.lr) keys both name a trial key; a table under a trial key is a distribution.
+// (optimizer.lr) keys both name a trial key; a table under a trial key is a distribution. Each
+// bad entry is recorded and the others still read.
 void collect(const toml::table& table, const std::string& prefix, const std::string& source, bool allow_distributions,
-             std::vector<Located>& out) {
+             std::vector<Located>& out, worker::ConfigIssues& issues) {
   for (auto&& [name, node] : table) {
     const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
-    const int line = line_of(node);
-    const int column = static_cast<int>(node.source().begin.column);
     if (const toml::table* sub = node.as_table()) {
       const bool one_distribution =
           sub->size() == 1 &&
           std::find(kDistributions.begin(), kDistributions.end(), sub->begin()->first.str()) != kDistributions.end();
       if (!worker::find_key(key) && !one_distribution) {
-        collect(*sub, key, source, allow_distributions, out);
+        collect(*sub, key, source, allow_distributions, out, issues);
         continue;
       }
-      if (!allow_distributions) {
-        swept_key(key, source, line);
-        throw ConfigError(source, line, key, "a [[sweep.grid]] table takes lists of values [v, ...], not distributions");
-      }
-      out.push_back({distribution_param(key, *sub, source, line), column});
-    } else if (const toml::array* values = node.as_array()) {
-      out.push_back({values_param(key, *values, source, line), column});
-    } else {
-      swept_key(key, source, line);
-      throw ConfigError(source, line, key,
-                        "expected a list of values [v, ...] or a distribution table, got " + type_of(node) +
-                            " (a value for every trial belongs in the key's own table)");
     }
+    const int column = static_cast<int>(node.source().begin.column);
+    issues.attempt([&] { out.push_back({leaf_param(key, node, source, allow_distributions), column}); });
   }
 }
 
-std::vector<SweepParam> collect_sorted(const toml::table& table, const std::string& source, bool allow_distributions) {
+std::vector<SweepParam> collect_params(const toml::table& table, const std::string& source, bool allow_distributions,
+                                       worker::ConfigIssues& issues) {
   std::vector<Located> located;
-  collect(table, "", source, allow_distributions, located);
+  collect(table, "", source, allow_distributions, located, issues);
   // toml++ orders a table by key; the sweep keeps the order of the file.
   std::stable_sort(located.begin(), located.end(), [](const Located& a, const Located& b) {
     return a.param.line != b.param.line ? a.param.line < b.param.line : a.column < b.column;
@@ -250,63 +175,38 @@ std::vector<SweepParam> collect_sorted(const toml::table& table, const std::stri
   return out;
 }
 
-void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfig& out) {
+void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfig& out, worker::ConfigIssues& issues) {
   for (auto&& [name, node] : sweep) {
     const std::string n(name.str());
     const int line = line_of(node);
     if (n == "parameters") {
       const toml::table* t = node.as_table();
-      if (!t) throw ConfigError(source, line, "sweep.parameters", "expected a table, got " + type_of(node));
-      out.parameters = collect_sorted(*t, source, true);
+      if (!t) {
+        issues.add({source, line, "sweep.parameters", "expected a table, got " + type_of(node)});
+        continue;
+      }
+      out.parameters = collect_params(*t, source, true, issues);
     } else if (n == "grid") {
       const toml::array* arr = node.as_array();
-      if (!arr || arr->empty() || !arr->is_array_of_tables())
-        throw ConfigError(source, line, "sweep.grid", "expected [[sweep.grid]] tables, got " + type_of(node));
-      for (const toml::node& g : *arr) {
-        const toml::table& t = *g.as_table();
-        std::vector<SweepParam> grid = collect_sorted(t, source, false);
-        if (grid.empty())
-          throw ConfigError(source, line_of(g), "sweep.grid", "this [[sweep.grid]] table is empty: give each one keys");
-        out.grids.push_back(std::move(grid));
+      if (!arr || arr->empty() || !arr->is_array_of_tables()) {
+        issues.add({source, line, "sweep.grid", "expected [[sweep.grid]] tables, got " + type_of(node)});
+        continue;
       }
-    } else if (n == "early_stop") {
-      const toml::table* t = node.as_table();
-      if (!t) throw ConfigError(source, line, "sweep.early_stop", "expected a table, got " + type_of(node));
-      for (auto&& [ename, enode] : *t) {
+      for (const toml::node& g : *arr) {
+        const size_t before = issues.size();
+        std::vector<SweepParam> grid = collect_params(*g.as_table(), source, false, issues);
+        if (grid.empty() && issues.size() == before)
+          issues.add({source, line_of(g), "sweep.grid", "this [[sweep.grid]] table is empty: give each one keys"});
+        if (!grid.empty()) out.grids.push_back(std::move(grid));
+      }
+    } else if (n == "early_stop" && node.is_table()) {
+      for (auto&& [ename, enode] : *node.as_table()) {
         const std::string key = "sweep.early_stop." + std::string(ename.str());
-        const SweepKeySpec* k = find_sweep_key(key);
-        if (!k || enode.is_table()) unknown_key(source, line_of(enode), key);
-        set_sweep_key(out, *k, enode, source, line_of(enode));
+        issues.attempt([&] { worker::set_sweep_key(out, key, enode, source, line_of(enode)); });
       }
     } else {
-      const std::string key = "sweep." + n;
-      const SweepKeySpec* k = find_sweep_key(key);
-      if (!k || node.is_table()) unknown_key(source, line, key);
-      set_sweep_key(out, *k, node, source, line);
+      issues.attempt([&] { worker::set_sweep_key(out, "sweep." + n, node, source, line); });
     }
-  }
-}
-
-void walk_trial(worker::ParsedConfig& parsed, const toml::table& table, const std::string& prefix,
-                const std::string& source) {
-  for (auto&& [name, node] : table) {
-    const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
-    if (key == "sweep") continue;
-    if (const toml::table* sub = node.as_table()) {
-      walk_trial(parsed, *sub, key, source);
-      continue;
-    }
-    if (!worker::find_key(key)) unknown_key(source, line_of(node), key);
-    worker::set_key(parsed, key, node, source, line_of(node));
-  }
-}
-
-// --set value text as TOML; a bare word is a string (the worker's apply_override does the same).
-toml::table override_value(const std::string& text) {
-  try {
-    return toml::parse("v = " + text);
-  } catch (const toml::parse_error&) {
-    return toml::table{{"v", text}};
   }
 }
 
@@ -326,9 +226,7 @@ void apply_sweep_override(SweepConfig& sweep, const std::string& key, const toml
   }
   if (key.rfind("sweep.grid", 0) == 0)
     throw ConfigError("--set", 0, key, "[[sweep.grid]] tables cannot be set with --set; edit the recipe");
-  const SweepKeySpec* k = find_sweep_key(key);
-  if (!k) unknown_key("--set", 0, key);
-  set_sweep_key(sweep, *k, value, "--set", 0);
+  worker::set_sweep_key(sweep, key, value, "--set", 0);
 }
 
 std::string where(const std::string& source, int line) {
@@ -336,13 +234,15 @@ std::string where(const std::string& source, int line) {
 }
 
 // One key per sweep dimension: not twice in a table, not in both [sweep.parameters] and a sub-grid.
-void check_sweep_keys(const SweepConfig& sweep, const std::string& source) {
+void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worker::ConfigIssues& issues) {
+  auto report = [&](const SweepParam& p, const std::string& message) {
+    issues.add({p.line ? source : "--set", p.line, p.key, message});
+  };
   auto check_unique = [&](const std::vector<SweepParam>& params) {
     for (size_t i = 0; i < params.size(); ++i)
       for (size_t j = 0; j < i; ++j)
         if (params[i].key == params[j].key)
-          throw ConfigError(params[i].line ? source : "--set", params[i].line, params[i].key,
-                            "duplicate key: swept twice (also at " + where(source, params[j].line) + ")");
+          report(params[i], "duplicate key: swept twice (also at " + where(source, params[j].line) + ")");
   };
   check_unique(sweep.parameters);
   for (const auto& grid : sweep.grids) {
@@ -350,20 +250,17 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source) {
     for (const SweepParam& g : grid)
       for (const SweepParam& p : sweep.parameters)
         if (p.key == g.key)
-          throw ConfigError(g.line ? source : "--set", g.line, g.key,
-                            "swept both in a [[sweep.grid]] table and in [sweep.parameters] (" + where(source, p.line) +
-                                "); a key belongs to one of them");
+          report(g, "swept both in a [[sweep.grid]] table and in [sweep.parameters] (" + where(source, p.line) +
+                        "); a key belongs to one of them");
   }
   if (sweep.method == "grid") {
     for (const SweepParam& p : sweep.parameters)
       if (p.kind != SweepKind::values)
-        throw ConfigError(p.line ? source : "--set", p.line, p.key,
-                          std::string("a distribution (") + sweep_kind_name(p.kind) +
-                              ") needs sweep.method = \"random\"; a grid takes a list of values [v, ...]");
+        report(p, std::string("a distribution (") + sweep_kind_name(p.kind) +
+                      ") needs sweep.method = \"random\"; a grid takes a list of values [v, ...]");
   } else if (!sweep.grids.empty()) {
-    const SweepParam& g = sweep.grids.front().front();
-    throw ConfigError(g.line ? source : "--set", g.line, g.key,
-                      "[[sweep.grid]] tables need sweep.method = \"grid\"; random search draws from [sweep.parameters]");
+    report(sweep.grids.front().front(),
+           "[[sweep.grid]] tables need sweep.method = \"grid\"; random search draws from [sweep.parameters]");
   }
 }
 
@@ -383,7 +280,8 @@ const char* sweep_kind_name(SweepKind kind) {
 const std::vector<std::string>& sweep_key_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const SweepKeySpec& k : sweep_keys()) n.push_back(k.name);
+    for (const worker::KeySpec& k : worker::recipe_keys())
+      if (k.scope() == worker::KeyScope::recipe) n.push_back(k.name);
     n.push_back("sweep.parameters");
     n.push_back("sweep.grid");
     return n;
@@ -396,97 +294,74 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   r.source = source;
   r.text = text;
   r.overrides = overrides;
-  toml::table doc;
-  try {
-    doc = toml::parse(text, source);
-  } catch (const toml::parse_error& e) {
-    throw ConfigError(source, static_cast<int>(e.source().begin.line), "",
-                      "TOML syntax error: " + std::string(e.description()));
-  }
-  walk_trial(r.base, doc, "", source);
+  const toml::table doc = worker::parse_toml_text(text, source);
+  worker::ConfigIssues issues;
+  worker::read_trial_tables(r.base, doc, source, issues, {"sweep"});
   const toml::node* sweep_node = doc.get("sweep");
   if (sweep_node) {
-    const toml::table* t = sweep_node->as_table();
-    if (!t) throw ConfigError(source, line_of(*sweep_node), "sweep", "expected a table, got " + type_of(*sweep_node));
-    parse_sweep(*t, source, r.sweep);
+    if (const toml::table* t = sweep_node->as_table()) parse_sweep(*t, source, r.sweep, issues);
+    else issues.add({source, line_of(*sweep_node), "sweep", "expected a table, got " + type_of(*sweep_node)});
   }
 
   std::vector<std::string> trial_overrides;
   for (const std::string& o : overrides) {
-    const size_t eq = o.find('=');
-    if (eq == std::string::npos || eq == 0) throw ConfigError("--set", 0, "", "expected key=value, got \"" + o + "\"");
-    std::string key = o.substr(0, eq);
-    key.erase(0, key.find_first_not_of(' '));
-    while (!key.empty() && key.back() == ' ') key.pop_back();
-    if (key.rfind("sweep.", 0) == 0) {
-      toml::table v = override_value(o.substr(eq + 1));
-      apply_sweep_override(r.sweep, key, *v.get("v"));
-      continue;
-    }
-    if (!worker::find_key(key)) unknown_key("--set", 0, key);
-    worker::apply_override(r.base, key + "=" + o.substr(eq + 1));
-    trial_overrides.push_back(key);
+    issues.attempt([&] {
+      auto [key, doc] = worker::split_override(o);
+      const toml::node& value = *doc.get("v");
+      if (key.rfind("sweep.", 0) == 0) {
+        apply_sweep_override(r.sweep, key, value);
+        return;
+      }
+      worker::set_key(r.base, key, value, "--set", 0);
+      trial_overrides.push_back(key);
+    });
   }
 
   SweepConfig& s = r.sweep;
   if (s.early_stop.metric.empty()) s.early_stop.metric = r.base.config.objective.metric;
   if (s.early_stop.mode.empty()) s.early_stop.mode = r.base.config.objective.mode;
   const bool swept = !s.parameters.empty() || !s.grids.empty();
-  if (sweep_node && !swept)
-    throw ConfigError(source, line_of(*sweep_node), "sweep",
-                      "the sweep is empty: add [sweep.parameters] or [[sweep.grid]] with values, or remove [sweep] "
-                      "to run one trial");
-  check_sweep_keys(s, source);
+  if (sweep_node && sweep_node->is_table() && !swept && issues.empty())
+    issues.add({source, line_of(*sweep_node), "sweep",
+                "the sweep is empty: add [sweep.parameters] or [[sweep.grid]] with values, or remove [sweep] "
+                "to run one trial"});
+  check_sweep_keys(s, source, issues);
   for (const std::string& key : trial_overrides) {
     auto check = [&](const std::vector<SweepParam>& params) {
       for (const SweepParam& p : params)
         if (p.key == key)
-          throw ConfigError("--set", 0, key,
-                            "this key is swept (" + where(source, p.line) + "); set its values with --set "
-                            "sweep.parameters." + key + "=[...] or edit the sweep");
+          issues.add({"--set", 0, key,
+                      "this key is swept (" + where(source, p.line) + "); set its values with --set "
+                      "sweep.parameters." + key + "=[...] or edit the sweep"});
     };
     check(s.parameters);
     for (const auto& g : s.grids) check(g);
   }
-  if (!swept) worker::validate_config(r.base);
+  // A sweep's trials are checked one by one when it is expanded (their values change the rules).
+  if (!swept) worker::check_rules(r.base, issues);
+  issues.throw_if_any();
   return r;
 }
 
 Recipe parse_recipe_file(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError(path, 0, "", "cannot open the file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_recipe_text(ss.str(), path, overrides);
+  std::string text;
+  worker::read_toml_file(path, &text);
+  return parse_recipe_text(text, path, overrides);
+}
+
+worker::TrialConfig stored_trial_config(const std::string& config_toml, const std::string& who) {
+  return worker::parse_config_text(config_toml, who).config;
 }
 
 std::string recipe_key_table() {
-  std::vector<std::string> rows;
-  char line[512];
-  auto row = [&](const std::string& name, const std::string& type, const std::string& def, const std::string& unit,
-                 const std::string& desc) {
-    std::snprintf(line, sizeof line, "%-44s %-14s %-18s %-10s %s", name.c_str(), type.c_str(), def.c_str(),
-                  unit.c_str(), desc.c_str());
-    rows.push_back(line);
-  };
-  SweepConfig defaults;
-  for (const SweepKeySpec& k : sweep_keys()) {
-    SweepField f = k.field(defaults);
-    std::string desc = k.description;
-    if (!k.choices.empty()) {
-      desc += " (";
-      for (size_t i = 0; i < k.choices.size(); ++i) desc += (i ? " | " : "") + k.choices[i];
-      desc += ")";
-    }
-    if (auto p = std::get_if<int64_t*>(&f)) row(k.name, "integer", std::to_string(**p), k.unit, desc);
-    else row(k.name, "string", "\"" + *std::get<std::string*>(f) + "\"", k.unit, desc);
-  }
-  row("sweep.parameters.<key>", "values | dist", "", "",
-      "[v, ...] (grid: each value; random: a choice) or, random only, { uniform | log_uniform | int_uniform = "
-      "[lo, hi] } or { choice = [v, ...] }");
-  row("sweep.grid.<key>", "values", "", "",
-      "[[sweep.grid]] tables: each a sub-grid of lists [v, ...]; the sweep is their union (× [sweep.parameters])");
-  return worker::format_key_table(rows);
+  const std::vector<std::string> rows = {
+      worker::format_key_row("sweep.parameters.<key>", "values | dist", "", "",
+                             "[v, ...] (grid: each value; random: a choice) or, random only, { uniform | log_uniform | "
+                             "int_uniform = [lo, hi] } or { choice = [v, ...] }"),
+      worker::format_key_row("sweep.grid.<key>", "values", "", "",
+                             "[[sweep.grid]] tables: each a sub-grid of lists [v, ...]; the sweep is their union (× "
+                             "[sweep.parameters])")};
+  return worker::format_key_table(true, rows);
 }
 
 }  // namespace precon::orch

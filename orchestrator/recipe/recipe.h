@@ -1,6 +1,7 @@
-// A recipe (DESIGN.md §5): the trial tables, parsed by the worker's key table into a base
-// TrialConfig, and the [sweep] table, parsed here. Errors are worker::ConfigError naming the file,
-// the line, the key, what was expected and the closest known key. Pure functions; thread-safe.
+// A recipe (DESIGN.md §5): the trial tables and the [sweep] settings, parsed by the worker's one
+// key table, and the swept values ([sweep.parameters], [[sweep.grid]]), parsed here against the
+// same table. Errors are one worker::ConfigError listing every problem found (file, line, key,
+// what was expected, the closest known key), in line order. Pure functions; thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -33,26 +34,13 @@ struct SweepParam {
   double hi = 0.0;
 };
 
-struct EarlyStopConfig {
-  std::string method = "none";          // "asha" | "median" | "none"
-  std::string metric;                   // metric to judge; "" in the recipe = objective.metric
-  std::string mode;                     // "min" | "max"; "" in the recipe = objective.mode
-  int64_t min_step = 100;               // steps: first rung (ASHA) / no stopping before (median)
-  int64_t reduction_factor = 3;         // ASHA: rung k at min_step·factor^(k+rate), keeps 1/factor
-  int64_t min_early_stopping_rate = 0;  // ASHA: rung offset s (as Optuna's pruner)
-  int64_t n_startup_trials = 5;         // median: trials that must report before anyone stops
-  int64_t interval = 0;                 // median: steps between checks; 0 = every reported step
-};
+using EarlyStopConfig = worker::EarlyStopSettings;
 
-struct SweepConfig {
-  std::string method = "grid";                  // "grid" | "random"
-  int64_t samples = 10;                         // random: trials drawn
-  int64_t seed = 0;                             // random: seed of the draws
-  int64_t max_concurrent = 2;                   // trials running at once
-  int64_t max_attempts = 3;                     // launches per trial (first + retries)
+// The [sweep] table: its scalar settings (documented and parsed by the worker's key table) and
+// the swept values.
+struct SweepConfig : worker::SweepSettings {
   std::vector<SweepParam> parameters;           // [sweep.parameters], in order of appearance
   std::vector<std::vector<SweepParam>> grids;   // [[sweep.grid]]: sub-grids; the sweep is their union
-  EarlyStopConfig early_stop;                   // [sweep.early_stop]
 };
 
 struct Recipe {
@@ -73,8 +61,12 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source,
                          const std::vector<std::string>& overrides = {});
 Recipe parse_recipe_file(const std::string& path, const std::vector<std::string>& overrides = {});
 
-// The dotted names of the recipe's own keys (sweep.method, sweep.early_stop.min_step, ...).
+// The dotted names of the [sweep] keys (sweep.method, sweep.early_stop.min_step, ...) and tables.
 const std::vector<std::string>& sweep_key_names();
+
+// The typed config a trial stores (its resolved TOML, written by expand_sweep), read back through
+// the key table; `who` names the trial in errors.
+worker::TrialConfig stored_trial_config(const std::string& config_toml, const std::string& who);
 
 // The worker's key table plus the [sweep] rows, in the same layout (`precon recipe keys`).
 std::string recipe_key_table();

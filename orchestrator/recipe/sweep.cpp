@@ -130,8 +130,11 @@ TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick
   try {
     worker::validate_config(parsed);
   } catch (const ConfigError& e) {
-    const std::string which = trial.label.empty() ? "the base config" : "trial " + std::to_string(index) + " (" + trial.label + ")";
-    throw ConfigError(recipe.source, 0, e.key(), "invalid combination in " + which + ": " + e.what());
+    // Each broken rule at the line of its key, naming the trial's values.
+    const std::string which = trial.label.empty() ? "the base config" : "sweep trial " + std::to_string(index) + " (" + trial.label + ")";
+    std::vector<worker::ConfigIssue> issues = e.issues();
+    for (worker::ConfigIssue& i : issues) i.message = "invalid combination in " + which + ": " + i.message;
+    throw ConfigError(std::move(issues));
   }
   trial.config = std::move(parsed.config);
   trial.config_toml = worker::config_to_toml(trial.config);
@@ -208,8 +211,14 @@ int64_t sweep_size(const Recipe& recipe) {
 std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
   const SweepConfig& sweep = recipe.sweep;
   std::vector<TrialSpec> trials;
+  worker::ConfigIssues issues;
+  // Every trial is made; the ones that break a rule are reported together at the end.
+  auto add_trial = [&](int64_t index, const std::vector<Pick>& picks) {
+    issues.attempt([&] { trials.push_back(make_trial(recipe, index, picks)); });
+  };
   if (sweep.parameters.empty() && sweep.grids.empty()) {
-    trials.push_back(make_trial(recipe, 0, {}));
+    add_trial(0, {});
+    issues.throw_if_any();
     return trials;
   }
   if (sweep.method == "random") {
@@ -219,8 +228,9 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
     for (int64_t i = 0; i < sweep.samples; ++i) {
       picks.clear();
       for (const SweepParam& p : sweep.parameters) picks.push_back(draw(p, rng));
-      trials.push_back(make_trial(recipe, i, picks));
+      add_trial(i, picks);
     }
+    issues.throw_if_any();
     return trials;
   }
   const int64_t total = sweep_size(recipe);
@@ -233,12 +243,13 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
                           "; use sweep.method = \"random\" with sweep.samples, or fewer values");
   }
   trials.reserve(static_cast<size_t>(total));
+  int64_t index = 0;
   for (const auto& dims : sub_grids(sweep)) {
     std::vector<size_t> at(dims.size(), 0);
     std::vector<Pick> picks(dims.size());
     for (bool more = true; more;) {
       for (size_t d = 0; d < dims.size(); ++d) picks[d] = Pick{dims[d], dims[d]->values.get(at[d]), 0.0, 0};
-      trials.push_back(make_trial(recipe, static_cast<int64_t>(trials.size()), picks));
+      add_trial(index++, picks);
       // Odometer: the last key turns fastest.
       more = false;
       for (size_t d = dims.size(); d-- > 0;) {
@@ -250,6 +261,7 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
       }
     }
   }
+  issues.throw_if_any();
   return trials;
 }
 

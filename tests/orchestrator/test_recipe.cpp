@@ -333,13 +333,52 @@ TEST(RecipeErrors, DuplicateKeys) {
 TEST(RecipeErrors, InvalidCombinationsNameTheTrial) {
   Failure f = failure_of("[model]\nd_model = 64\n[sweep.parameters]\n\"model.n_head\" = [4, 3]\n\"train.seed\" = [1]\n");
   EXPECT_EQ(f.key, "model.n_head");
-  EXPECT_TRUE(contains(f.message, "invalid combination in trial 1 (model.n_head=3 train.seed=1)")) << f.message;
-  EXPECT_TRUE(contains(f.message, "r.toml:4: model.n_head: n_head = 3 must divide d_model = 64")) << f.message;
+  EXPECT_EQ(f.line, 4);
+  EXPECT_TRUE(contains(f.message, "r.toml:4: model.n_head: invalid combination in sweep trial 1 "
+                                  "(model.n_head=3 train.seed=1): n_head = 3 must divide d_model = 64"))
+      << f.message;
   // Without a sweep the base config is checked at parse time.
   f = failure_of("[model]\nd_model = 64\nn_head = 3\n");
   EXPECT_TRUE(contains(f.message, "r.toml:3: model.n_head")) << f.message;
   f = failure_of("[optimizer.muon]\ncoefficients = \"explicit\"\n");
   EXPECT_TRUE(contains(f.message, "coefficient_list")) << f.message;
+}
+
+TEST(RecipeErrors, EveryMistakeIsReportedInLineOrder) {
+  // Three mistakes in a trial table, the sweep settings and the swept values, and one in --set:
+  // all four come back from one parse, the file's in line order, then --set.
+  const std::string text =
+      "[optimizer.muon]\nns_steps = 0\n"                    // 2: out of range
+      "[sweep]\nmax_atempts = 2\n"                          // 4: typo
+      "[sweep.parameters]\n\"optimizer.lr\" = [0.1, -1]\n"; // 6: a swept value out of range
+  try {
+    parse_recipe_text(text, "r.toml", {"train.stpes=3"});
+    FAIL() << "accepted";
+  } catch (const worker::ConfigError& e) {
+    const auto& issues = e.issues();
+    ASSERT_EQ(issues.size(), 4u) << e.what();
+    EXPECT_EQ(issues[0].line, 2);
+    EXPECT_EQ(issues[0].key, "optimizer.muon.ns_steps");
+    EXPECT_EQ(issues[1].line, 4);
+    EXPECT_TRUE(contains(issues[1].message, "did you mean sweep.max_attempts?")) << issues[1].message;
+    EXPECT_EQ(issues[2].line, 6);
+    EXPECT_EQ(issues[2].key, "optimizer.lr");
+    EXPECT_EQ(issues[3].source, "--set");
+    EXPECT_TRUE(contains(issues[3].message, "did you mean train.steps?")) << issues[3].message;
+  }
+}
+
+TEST(RecipeErrors, EveryTrialThatBreaksARuleIsReported) {
+  Failure f = failure_of("[model]\nd_model = 64\n[sweep.parameters]\n\"model.n_head\" = [3, 4, 5]\n");
+  EXPECT_TRUE(contains(f.message, "sweep trial 0 (model.n_head=3)")) << f.message;
+  EXPECT_TRUE(contains(f.message, "sweep trial 2 (model.n_head=5)")) << f.message;
+  EXPECT_FALSE(contains(f.message, "sweep trial 1")) << f.message;
+}
+
+TEST(RecipeErrors, SweepSizeHasOneCap) {
+  Failure f = failure_of("[sweep]\nmethod = \"random\"\nsamples = 2000000\n[sweep.parameters]\n\"train.seed\" = [1]\n");
+  EXPECT_EQ(f.key, "sweep.samples");
+  EXPECT_TRUE(contains(f.message, "between 1 and 100000")) << f.message;
 }
 
 TEST(RecipeErrors, MissingFileIsAnError) {

@@ -61,6 +61,7 @@ class ConfigIssues {
     }
   }
   bool empty() const { return issues_.empty(); }
+  size_t size() const { return issues_.size(); }
   bool has_key(const std::string& key) const;
   void throw_if_any();
 
