@@ -9,14 +9,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/common/error.h"
 #include "worker/common/file_io.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
 
 namespace precon::worker {
 
-class ModelIoError : public std::runtime_error {
-  using std::runtime_error::runtime_error;
+class ModelIoError : public WorkerError {
+ public:
+  using WorkerError::WorkerError;
 };
 
 // Safetensors of the visible parameters (real vocabulary) in table order, F32, streamed to `out`

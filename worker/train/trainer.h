@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/common/error.h"
 #include "worker/config/config.h"
 
 namespace precon::worker {
@@ -33,8 +34,9 @@ enum class TrainOutcome {
 
 // The run cannot continue: non-finite loss, too many failed inverse roots, ... The message says
 // what happened, at which step, and which checkpoint is the last good one.
-class TrainingError : public std::runtime_error {
-  using std::runtime_error::runtime_error;
+class TrainingError : public WorkerError {
+ public:
+  using WorkerError::WorkerError;
 };
 
 TrainOutcome train(const TrainOptions& options);
