@@ -172,6 +172,13 @@ TEST(Config, ValuesTheTrainerWouldRefuseFailAtParse) {
             std::string::npos);
   // A short run with the default warm-up is fine: it warms up throughout.
   EXPECT_EQ(error_of("[train]\nsteps = 2\n"), "");
+  // ... also once resolved: the stored config spells the default warm-up out, and the controller
+  // reads it back at launch.
+  TrialConfig short_run;
+  short_run.train.steps = 2;
+  EXPECT_EQ(error_of(config_to_toml(short_run)), "");
+  EXPECT_NE(error_of("[train]\nsteps = 2\n[optimizer]\nwarmup_steps = 50\n").find("longer than train.steps = 2"),
+            std::string::npos);
 }
 
 TEST(Config, TomlRoundTripKeepsEveryValue) {

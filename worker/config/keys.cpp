@@ -139,7 +139,17 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("optimizer.schedule", "", "learning-rate schedule after warm-up", T(optimizer.schedule))
                   .choices({"constant", "cosine", "linear", "wsd"}));
   k.push_back(trial("optimizer.warmup_steps", "steps", "linear warm-up steps (at most train.steps)",
-                    T(optimizer.warmup_steps)).range(0, 1e12));
+                    T(optimizer.warmup_steps))
+                  .range(0, 1e12)
+                  .rule([](const TrialConfig& c) {
+                    // The default warm-up on a run shorter than it just warms up throughout (a
+                    // resolved config spells the default out, so the value is what is judged).
+                    const int64_t w = c.optimizer.warmup_steps;
+                    return w > c.train.steps && w != OptimizerConfig{}.warmup_steps
+                               ? "warm-up of " + std::to_string(w) + " steps is longer than train.steps = " +
+                                     std::to_string(c.train.steps)
+                               : std::string();
+                  }));
   k.push_back(trial("optimizer.min_lr_ratio", "", "final lr as a fraction of the peak", T(optimizer.min_lr_ratio))
                   .range(0, 1));
   k.push_back(trial("optimizer.decay_fraction", "", "wsd: fraction of the steps spent decaying",

@@ -254,15 +254,6 @@ void check_rules(const ParsedConfig& parsed, ConfigIssues& issues) {
     auto [source, line] = split_location(it == parsed.origin.end() ? "config" : it->second);
     issues.add({source, line, k->name, problem});
   }
-  // A default warm-up longer than a short run just means the run warms up throughout; one the
-  // user wrote is a mistake.
-  if (c.optimizer.warmup_steps > c.train.steps && parsed.origin.count("optimizer.warmup_steps") &&
-      !issues.has_key("optimizer.warmup_steps")) {
-    auto [source, line] = split_location(parsed.origin.at("optimizer.warmup_steps"));
-    issues.add({source, line, "optimizer.warmup_steps",
-                "warm-up of " + std::to_string(c.optimizer.warmup_steps) + " steps is longer than train.steps = " +
-                    std::to_string(c.train.steps)});
-  }
 }
 
 void check_values(const TrialConfig& config, const std::string& prefix, const std::string& source,
