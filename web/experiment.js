@@ -6,7 +6,7 @@ import { sweepPanel } from './sweep.js';
 
 function columns(swept) {
   return [
-    { key: 'index', title: '#', get: r => r.index, cls: 'num' },
+    { key: 'id', title: 'trial', get: r => r.id, cls: 'num' },
     { key: 'state', title: 'state', get: r => r.state, cell: r => stateBadge(r.state) },
     ...swept.map(p => ({ key: 'p:' + p, title: p, get: r => (r.params && p in r.params ? r.params[p] : null),
                          cell: r => (r.params && p in r.params ? paramText(r.params[p]) : '—'), cls: 'param' })),
@@ -18,6 +18,7 @@ function columns(swept) {
     { key: 'step_seconds', title: 's/step', get: r => r.step_seconds, cell: r => num(r.step_seconds, 3), cls: 'num' },
     { key: 'last_step', title: 'step', get: r => r.last_step, cls: 'num' },
     { key: 'seconds', title: 'time', get: r => r.seconds, cell: r => duration(r.seconds), cls: 'num' },
+    { key: 'reason', title: 'reason', get: r => (r.state === 'failed' ? r.reason : null), cls: 'reason' },
   ];
 }
 
@@ -30,7 +31,7 @@ function compare(a, b) {
 }
 
 function label(r, swept) {
-  return swept.length ? swept.map(p => `${p.replace(/^optimizer\./, '')}=${paramText(r.params[p])}`).join(' ') : 'trial ' + r.index;
+  return swept.length ? swept.map(p => `${p.replace(/^optimizer\./, '')}=${paramText(r.params[p])}`).join(' ') : '(base config)';
 }
 
 export async function render(root, id, ctx) {
@@ -39,7 +40,7 @@ export async function render(root, id, ctx) {
   if (!ctx.isCurrent()) return { dispose() {} };
   ctx.crumbs([{ text: 'experiments', href: '#/' }, { text: `${exp.name} (#${id})` }]);
 
-  const sort = { key: 'index', dir: 1 };
+  const sort = { key: 'id', dir: 1 };
   const selected = new Set();
   const filterIn = h('input', { type: 'search', id: 'trial-filter', placeholder: 'filter: text in any column' });
   const stateSel = h('select', { id: 'state-filter' }, h('option', { value: '' }, 'any state'),
@@ -82,7 +83,7 @@ export async function render(root, id, ctx) {
     const rows = exp.trial_rows
       .filter(r => !stateSel.value || r.state === stateSel.value)
       .filter(r => !text || cols.some(c => { const v = c.get(r); return v !== null && paramText(v).toLowerCase().includes(text); }))
-      .sort((a, b) => sort.dir * compare(col.get(a), col.get(b)) || a.index - b.index);
+      .sort((a, b) => sort.dir * compare(col.get(a), col.get(b)) || a.id - b.id);
     body.replaceChildren(...rows.map(r => {
       const box = h('input', { type: 'checkbox', checked: selected.has(r.id), title: 'show in the curves (trials: selected)' });
       box.addEventListener('change', () => {
@@ -91,7 +92,7 @@ export async function render(root, id, ctx) {
       });
       return h('tr', { dataset: { id: r.id, state: r.state } }, h('td', {}, box),
         cols.map(c => h('td', { class: c.cls || '', dataset: { key: c.key } },
-          c.key === 'index' ? h('a', { href: `#/trials/${r.id}` }, r.index) : (c.cell ? c.cell(r) : c.get(r)))),
+          c.key === 'id' ? h('a', { href: `#/trials/${r.id}` }, r.id) : (c.cell ? c.cell(r) : c.get(r)))),
         h('td', {}, ACTIVE.has(r.state) ? cancelButton('cancel', `/api/v1/trials/${r.id}/cancel`, refresh, onError) : ''));
     }));
     shown.textContent = `${rows.length} of ${exp.trial_rows.length} trials`;
@@ -99,7 +100,7 @@ export async function render(root, id, ctx) {
   filterIn.addEventListener('input', drawTable);
   stateSel.addEventListener('change', drawTable);
 
-  const labels = () => new Map(exp.trial_rows.map(r => [r.id, `${r.index}: ${label(r, exp.swept)}`]));
+  const labels = () => new Map(exp.trial_rows.map(r => [r.id, `trial ${r.id}: ${label(r, exp.swept)}`]));
   drawHeader();
   drawTable();
   await curves.update(exp.trial_rows, selected, labels());

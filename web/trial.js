@@ -42,14 +42,16 @@ export async function render(root, id, ctx) {
     ]);
     if (!ctx.isCurrent()) return;
     ctx.crumbs([{ text: 'experiments', href: '#/' }, { text: `${exp.name} (#${exp.id})`, href: `#/experiments/${exp.id}` },
-                { text: `trial ${t.index} (#${id})` }]);
+                { text: `trial ${id}` }]);
     const params = Object.entries(t.params || {}).map(([k, v]) => `${k}=${paramText(v)}`).join(' ');
     header.replaceChildren(
-      h('h1', {}, `Trial ${t.index} `, stateBadge(t.state)),
+      h('h1', {}, `Trial ${id} `, stateBadge(t.state)),
       h('p', {}, params || 'no swept parameters'),
       h('p', { class: 'muted' }, `step ${t.last_step} · attempts ${t.attempts.length} · started ${when(t.started_at)} · ` +
         `ran ${duration(t.started_at ? (t.ended_at || Date.now() / 1000) - t.started_at : null)}` +
-        (t.reason ? ` · ${t.reason}` : '')),
+        (t.reason && t.state !== 'failed' ? ` · ${t.reason}` : '')),
+      // A failure's reason is the trainer's own error line: shown on its own, not in the small print.
+      t.state === 'failed' && t.reason ? h('p', { class: 'failure', id: 'trial-reason' }, t.reason) : '',
       h('p', { class: 'muted' }, 'run directory ', h('code', {}, t.run_dir)),
       ACTIVE.has(t.state) ? cancelButton('cancel trial', `/api/v1/trials/${id}/cancel`, load, onError) : '');
     config.textContent = t.config;

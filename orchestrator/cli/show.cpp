@@ -29,11 +29,10 @@ void add_show(CLI::App& app) {
       std::cout << "experiment " << e.id << " " << e.name << " (" << orch::experiment_state_name(e.state) << ")\n"
                 << "objective " << e.objective_metric << " (" << e.objective_mode << "), runs in " << e.run_root << "\n\n";
       std::vector<std::vector<std::string>> rows{
-          {"TRIAL", "ID", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "ATTEMPTS", "REASON"}};
+          {"TRIAL", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "ATTEMPTS", "REASON"}};
       for (const nlohmann::json& t : list)
-        rows.push_back({std::to_string(t["index"].get<int64_t>()), std::to_string(t["id"].get<int64_t>()),
-                        t["label"].get<std::string>(), t["state"].get<std::string>(), fmt_number(t["last_step"]),
-                        fmt_number(t["objective"]), fmt_number(t["train_loss"]), fmt_number(t["step_seconds"], 3),
+        rows.push_back({std::to_string(t["id"].get<int64_t>()), t["label"].get<std::string>(),
+                        t["state"].get<std::string>(), fmt_number(t["last_step"]), fmt_number(t["objective"]), fmt_number(t["train_loss"]), fmt_number(t["step_seconds"], 3),
                         fmt_number(t["attempts"]), t["reason"].get<std::string>()});
       print_table(rows);
     });

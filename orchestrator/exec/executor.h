@@ -67,6 +67,15 @@ ExitStatus classify_exit(int wait_status);
 // An attempt whose end cannot be known, with the reason for people.
 ExitStatus lost(std::string detail);
 
+// Where every executor sends the trainer's stderr: one file in the run directory that each
+// attempt of the trial appends to.
+std::filesystem::path trainer_stderr_path(const std::filesystem::path& run_dir);
+
+// The trainer's own account of a failure: the message of the last "precon-train: config error:
+// MSG" or "precon-train: error: MSG" line (worker/main.cpp writes one before exiting nonzero) at
+// or after byte `from` of the run directory's trainer stderr, or "" when there is none.
+std::string trainer_error_message(const std::filesystem::path& run_dir, uintmax_t from = 0);
+
 // Names one launched attempt. Everything in it is persisted by the scheduler (attempts row and
 // the trial's run_dir), so that after a restart it can rebuild the Handle and adopt() it.
 struct Handle {

@@ -197,7 +197,7 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   cmd.argv = spec.argv;
   for (const auto& [key, value] : env) cmd.env.push_back(key + "=" + value);
   cmd.stdout_path = spec.run_dir / "stdout.log";
-  cmd.stderr_path = spec.run_dir / "stderr.log";
+  cmd.stderr_path = trainer_stderr_path(spec.run_dir);
   cmd.status_path = status_path;
   {
     std::ofstream record(launch_record_path(spec.run_dir, spec.attempt), std::ios::trunc);

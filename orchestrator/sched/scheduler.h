@@ -2,6 +2,12 @@
 // scheduler's own thread (its strand); HTTP handlers and the CLI post work to it and wait. Metric
 // ingestion writes to the store directly (the store serialises writes) and only hands the
 // objective's points to the strand for early stopping.
+//
+// The class is one owner split by concern: scheduler.cpp (thread, submit, reports),
+// scheduler_launch.cpp (launching, batches), scheduler_outcome.cpp (ended attempts: retry, requeue,
+// fail; ending trials), scheduler_checkpoints.cpp, scheduler_stops.cpp (cancel, early stopping,
+// stop escalation) and scheduler_reconcile.cpp (adoption after a restart); scheduler_live.h holds
+// the per-trial runtime state they share.
 #pragma once
 
 #include <chrono>
@@ -104,7 +110,9 @@ class Scheduler {
   // false when it does not (launch one by one).
   bool launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials);
   int64_t add_attempt(int64_t trial_id, const Handle& handle);  // an open attempts row
-  void record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle);
+  // stderr_offset: the size of the trainer's stderr log before the launch (this attempt's lines follow).
+  void record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle,
+                     uintmax_t stderr_offset);
   void continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, const ExitStatus& status);
   void escalate_stops();
   void scan_checkpoints();

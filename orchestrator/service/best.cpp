@@ -32,9 +32,10 @@ std::string num(double v, const char* fmt = "%.5g") {
 // Where a trial that is not a completed one stands, for the notes.
 std::string state_note(const BestTrial& t) {
   const std::string state = trial_state_name(t.state);
-  if (t.objective.empty()) return state;
+  if (t.objective.empty()) return t.state == TrialState::failed && !t.reason.empty() ? state + ": " + t.reason : state;
   const std::string at = std::to_string(t.objective.rbegin()->first);
   if (t.state == TrialState::running || t.state == TrialState::pending) return state + ", at step " + at;
+  if (t.state == TrialState::failed && !t.reason.empty()) return state + " at step " + at + ": " + t.reason;
   return state + " at step " + at;
 }
 
@@ -185,7 +186,9 @@ std::vector<ParetoEntry> pareto(const std::vector<BestTrial>& trials,
     if (!t.objective.empty()) std::tie(p.final_step, p.final_value) = *t.objective.rbegin();
     p.seconds_per_step = mean_seconds_per_step(t);
     if (!reference[i])
-      p.note = t.objective.empty() ? "no " + metric + " reported" : "not compared: " + state_note(t);
+      p.note = t.objective.empty()
+                   ? join_note(t.state == TrialState::failed ? state_note(t) : "", "no " + metric + " reported")
+                   : "not compared: " + state_note(t);
     else if (!std::isfinite(p.final_value))
       p.note = "not compared: final value is " + num(p.final_value);
     else if (!(p.seconds_per_step > 0) || !std::isfinite(p.seconds_per_step))

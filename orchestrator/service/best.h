@@ -44,6 +44,7 @@ struct BestTrial {
   int64_t id = 0;
   std::string label;                       // the swept params, e.g. "optimizer.name=muon"
   TrialState state = TrialState::completed;
+  std::string reason;                      // why a failed trial ended (the trainer's error), for its note
   std::map<int64_t, double> objective;     // step -> objective value
   std::map<int64_t, double> elapsed;       // step -> wall-clock seconds since the trial started
   std::map<int64_t, double> step_seconds;  // step -> seconds per step as measured; may be empty

@@ -22,7 +22,7 @@ namespace {
 
 std::string label_of(const TrialRow& t) {
   json p = json::parse(t.params_json, nullptr, false);
-  if (p.is_discarded() || !p.is_object() || p.empty()) return "trial " + std::to_string(t.index);
+  if (p.is_discarded() || !p.is_object() || p.empty()) return "(base config)";
   std::string s;
   for (auto& [k, v] : p.items()) {
     std::string key = k == "optimizer.name" ? "optimizer" : k;
@@ -41,6 +41,7 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
     b.id = t.id;
     b.label = label_of(t);
     b.state = t.state;
+    b.reason = t.reason;
     for (const MetricPoint& p : store.metrics(t.id, exp.objective_metric)) b.objective[p.step] = p.value;
     // Training seconds up to each step: the sum of recorded step times, scaled up when only every
     // log_every-th step was recorded.

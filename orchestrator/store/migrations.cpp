@@ -113,6 +113,28 @@ INSERT INTO metrics_v2(trial_id, name_id, step, value, time)
 DROP TABLE metrics;
 ALTER TABLE metrics_v2 RENAME TO metrics;
 )sql",
+    // 3: a trial is named by its id everywhere. Before, text and tables showed its sweep index;
+    // the stored rows already refer to trials by id (events.trial_id, attempts, metrics), and no
+    // stored message names a trial by its index. What carries the old names is the run
+    // directories (trial-<index>), which stay where they are: workers, checkpoints and Slurm
+    // scripts use those paths. One event per experiment says which trial each old number was,
+    // for the notes and leaderboards people kept.
+    R"sql(
+INSERT INTO events (time, experiment_id, trial_id, kind, message, data_json)
+SELECT (julianday('now') - 2440587.5) * 86400.0, experiment_id, 0, 'trial_names',
+       'trials are named by their id from now on: ' ||
+       CASE WHEN count(*) = 1
+              THEN 'trial ' || min(id) || ' was numbered ' || min(idx) || ' before, and its run directory keeps that ' ||
+                   'number (trial-' || min(idx) || ')'
+            WHEN max(id - idx) = min(id - idx)
+              THEN 'trials ' || min(id) || '..' || max(id) || ' were numbered ' || min(idx) || '..' || max(idx) ||
+                   ' before, and their run directories keep those numbers (trial-' || min(idx) || '..trial-' ||
+                   max(idx) || ')'
+            ELSE 'this event''s data gives the old number of each trial; run directories keep the old numbers'
+       END,
+       json_object('trial_by_old_number', json_group_object(CAST(idx AS TEXT), id))
+FROM (SELECT experiment_id, id, idx FROM trials ORDER BY experiment_id, idx) GROUP BY experiment_id ORDER BY experiment_id;
+)sql",
 };
 
 constexpr int kVersion = static_cast<int>(std::size(kMigrations));

@@ -151,6 +151,8 @@ std::optional<TrialState> parse_trial_state(const std::string& s) {
   return std::nullopt;
 }
 
+std::string trial_dir_name(int64_t trial_id) { return "trial-" + std::to_string(trial_id); }
+
 bool is_terminal(TrialState s) { return s != TrialState::pending && s != TrialState::running; }
 
 StoreState::StoreState(const std::filesystem::path& p) : path(p) {
@@ -207,6 +209,12 @@ int64_t Store::create_experiment(ExperimentRow e, std::vector<TrialRow> trials) 
     s->bind_all(id, t.index, t.params_json, t.config_toml, trial_state_name(t.state), t.reason, t.run_dir,
                 t.token, t.attempts, t.last_step, t.created_at, t.started_at, t.ended_at);
     s->run();
+    if (t.run_dir.empty() && !e.run_root.empty()) {
+      // Named after the trial's id, known only now: the directory carries the one identifier.
+      const int64_t trial_id = db.last_insert_rowid();
+      auto u = db.cached("UPDATE trials SET run_dir = ? WHERE id = ?");
+      u->bind_all((std::filesystem::path(e.run_root) / trial_dir_name(trial_id)).string(), trial_id).run();
+    }
   }
   tx.commit();
   return id;

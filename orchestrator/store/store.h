@@ -27,6 +27,11 @@ const char* trial_state_name(TrialState s);
 std::optional<TrialState> parse_trial_state(const std::string& s);
 bool is_terminal(TrialState s);
 
+// A trial is known everywhere by its id (trials.id): "trial <id>" in text, this as the name of
+// its run directory, "<experiment>/trial-<id>" as its Slurm job name. Its sweep index is only the
+// order of the sweep, never shown as a name.
+std::string trial_dir_name(int64_t trial_id);
+
 enum class ExperimentState { running, completed, cancelled };
 const char* experiment_state_name(ExperimentState s);
 
@@ -55,12 +60,12 @@ struct ExperimentRow {
 struct TrialRow {
   int64_t id = 0;
   int64_t experiment_id = 0;
-  int64_t index = 0;            // position in the expanded sweep, 0-based
+  int64_t index = 0;            // position in the expanded sweep, 0-based: an order, not a name
   std::string params_json;      // the swept keys and values, e.g. {"optimizer.name": "muon"}
   std::string config_toml;      // the resolved trial config (every key)
   TrialState state = TrialState::pending;
   std::string reason;           // why it ended (exit code meaning, early-stop rule, cancel)
-  std::string run_dir;
+  std::string run_dir;          // "" at creation: <run_root>/trial-<id> (see create_experiment)
   std::string token;            // bearer token for its reports
   int64_t attempts = 0;         // launches so far
   int64_t last_step = 0;        // highest step reported
@@ -124,7 +129,8 @@ class Store {
   int schema_version() const;
   const std::filesystem::path& path() const;
 
-  // Experiments and their trials are created in one transaction.
+  // Experiments and their trials are created in one transaction. A trial given no run_dir gets
+  // <run_root>/trial-<id>.
   int64_t create_experiment(ExperimentRow experiment, std::vector<TrialRow> trials);
   std::optional<ExperimentRow> experiment(int64_t id) const;
   std::optional<ExperimentRow> experiment_by_name(const std::string& name) const;  // newest with that name

@@ -76,6 +76,20 @@ TEST(Best, RanksAtEqualSteps) {
   EXPECT_NE(r.at_step.entries[5].note.find("no val_loss reported"), std::string::npos);
 }
 
+TEST(Best, AFailedTrialsNoteGivesItsReason) {
+  auto trials = sweep();
+  BestTrial failed = trial(7, TrialState::failed, {});
+  failed.reason = "optimizer.muon.ns_steps must be >= 1 (exit code 2: configuration error, not retried)";
+  trials.push_back(failed);
+  const auto r = rank_trials(trials, {});
+  const std::string want = "failed: " + failed.reason + "; no val_loss reported";
+  ASSERT_EQ(r.at_step.entries.back().trial, 7);
+  EXPECT_EQ(r.at_step.entries.back().note, want);
+  for (const auto& p : r.pareto)
+    if (p.trial == 7) EXPECT_EQ(p.note, want);
+  EXPECT_NE(format_best_table(r).find(want), std::string::npos);
+}
+
 TEST(Best, RanksAtEqualWallClock) {
   const auto r = rank_trials(sweep(), {});
   ASSERT_TRUE(r.at_time.defined);

@@ -2,9 +2,11 @@
 // running real precon-train workers, bad input answered with the one error shape, early
 // stopping, cancellation, retries and requeues.
 #include <csignal>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "orchestrator/service/controller.h"
 #include "tests/orchestrator/controller_fixture.h"
@@ -40,6 +42,17 @@ class Controller : public ControllerFixture {
   }
   bool done(const std::string& url, int64_t id, std::chrono::seconds limit = std::chrono::seconds(120)) {
     return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; }, limit);
+  }
+  // `precon ARGS` with this test's database; its stdout.
+  std::string cli(const std::string& args) const {
+    const std::string cmd = std::string(PRECON_BIN) + " " + args + " --db " + (dir_ / "precon.db").string() + " 2>&1";
+    std::string out;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+      ::pclose(p);
+    }
+    return out;
   }
 };
 
@@ -258,10 +271,121 @@ TEST_F(Controller, FailedAttemptsAreRetriedThenTheTrialFails) {
   json trial = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
   EXPECT_EQ(trial["state"], "failed");
   EXPECT_NE(trial["reason"].get<std::string>().find("after 2 failed attempt(s)"), std::string::npos) << trial.dump();
+  EXPECT_EQ(trial["reason"].get<std::string>().rfind("non-finite training loss", 0), 0u) << trial.dump();
   json t = get(url, "/api/v1/trials/" + std::to_string(trial["id"].get<int64_t>()));
   ASSERT_EQ(t["attempts"].size(), 2u);
   EXPECT_EQ(t["attempts"][1]["exit_code"], 1);
   c->stop();
+}
+
+TEST_F(Controller, ConfigErrorIsNotRetriedAndTheReasonIsTheTrainersLine) {
+  // The real trainer handed a configuration it rejects: it exits 2 with its own error line.
+  const fs::path wrapper = dir_ / "bad-config-trainer.sh";
+  std::ofstream(wrapper) << "#!/bin/sh\nexec " << PRECON_TRAIN_BIN << " \"$@\" --set optimizer.muon.ns_steps=0\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  auto c = start(2, [&](ControllerOptions& o) { o.trainer = wrapper; });
+  const std::string url = c->url();
+  const int64_t id = submit(url, recipe(10, "[sweep]\nmax_attempts = 3\n[sweep.parameters]\n\"train.seed\" = [7]\n"));
+  ASSERT_TRUE(done(url, id));
+  const json row = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  const int64_t trial = row["id"];
+  json t = get(url, "/api/v1/trials/" + std::to_string(trial));
+  EXPECT_EQ(t["state"], "failed");
+  ASSERT_EQ(t["attempts"].size(), 1u) << t.dump();  // never retried, whatever max_attempts says
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 2);
+  // The reason starts with the trainer's line as it wrote it to stderr.log, then the context.
+  std::ifstream log(fs::path(t["run_dir"].get<std::string>()) / "stderr.log");
+  std::string line, said;
+  while (std::getline(log, line))
+    if (size_t at = line.find("precon-train: config error: "); at != std::string::npos) said = line.substr(at + 28);
+  ASSERT_NE(said.find("optimizer.muon.ns_steps"), std::string::npos) << said;
+  const std::string reason = t["reason"];
+  EXPECT_EQ(reason, said + " (exit code 2: configuration error, not retried)");
+  EXPECT_EQ(row["reason"], reason);
+  for (const json& e : get(url, "/api/v1/events?limit=1000")["events"]) EXPECT_NE(e["kind"], "attempt_failed") << e.dump();
+  c->stop();
+  // `precon show` gives the same reason in the trial's row, which starts with the trial's id.
+  const std::string shown = cli("show " + std::to_string(id));
+  const size_t at = shown.find(reason);
+  ASSERT_NE(at, std::string::npos) << shown;
+  EXPECT_EQ(shown.substr(shown.rfind('\n', at) + 1, std::to_string(trial).size() + 2), std::to_string(trial) + "  ")
+      << shown;
+}
+
+TEST_F(Controller, OneTrialIdentifierInRunDirsApiAndCli) {
+  // A second experiment's trials are trials 4..6: every place names them so, never 0..2.
+  auto c = start(3);
+  const std::string url = c->url();
+  const std::string sweep = "[sweep]\nmax_concurrent = 3\n[sweep.parameters]\n\"optimizer.lr\" = [0.001, 0.002, 0.003]\n";
+  const int64_t first = submit(url, recipe(5, sweep));
+  ASSERT_TRUE(done(url, first));
+  const int64_t second = submit(url, recipe(5, sweep));
+  ASSERT_TRUE(done(url, second));
+  const json trials = get(url, "/api/v1/experiments/" + std::to_string(second) + "/trials")["trials"];
+  ASSERT_EQ(trials.size(), 3u);
+  std::vector<int64_t> ids;
+  for (const json& t : trials) {
+    const int64_t tid = t["id"];
+    ids.push_back(tid);
+    const fs::path run_dir = t["run_dir"].get<std::string>();
+    EXPECT_EQ(run_dir.filename(), "trial-" + std::to_string(tid));
+    EXPECT_TRUE(fs::exists(run_dir / "config.toml")) << run_dir;
+    EXPECT_EQ(get(url, "/api/v1/trials/" + std::to_string(tid))["id"], tid);
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>{4, 5, 6}));
+  std::set<int64_t> event_trials;
+  for (const json& e : get(url, "/api/v1/events?limit=1000&experiment=" + std::to_string(second))["events"])
+    if (e["trial_id"].is_number()) event_trials.insert(e["trial_id"].get<int64_t>());
+  EXPECT_EQ(event_trials, (std::set<int64_t>{4, 5, 6}));
+  c->stop();
+  // `precon show`: one TRIAL column holding the ids; `precon best`: the same ids.
+  const std::string shown = cli("show " + std::to_string(second));
+  std::istringstream lines(shown);
+  std::string line;
+  std::vector<std::string> first_cells;
+  bool table = false;
+  while (std::getline(lines, line)) {
+    if (line.rfind("TRIAL", 0) == 0) {
+      EXPECT_EQ(line.find(" ID "), std::string::npos) << line;
+      table = true;
+    } else if (table && !line.empty()) {
+      first_cells.push_back(line.substr(0, line.find(' ')));
+    }
+  }
+  EXPECT_EQ(first_cells, (std::vector<std::string>{"4", "5", "6"})) << shown;
+  const json show = json::parse(cli("show " + std::to_string(second) + " --json"), nullptr, false);
+  ASSERT_TRUE(show.is_object());
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(show["trial_list"][i]["id"], ids[i]);
+  const json best = json::parse(cli("best " + std::to_string(second) + " --json"), nullptr, false);
+  ASSERT_TRUE(best.is_object());
+  std::set<int64_t> ranked;
+  for (const json& e : best["at_step"]["entries"]) ranked.insert(e["trial"].get<int64_t>());
+  EXPECT_EQ(ranked, (std::set<int64_t>{4, 5, 6}));
+}
+
+TEST_F(Controller, PreconRunShowsTrialIdsAndTheFailureReason) {
+  // `precon run`, embedded controller, real workers that fail at step 3 with the trainer's error.
+  ::setenv("PRECON_FAULT_NAN_LOSS_AT_STEP", "3", 1);
+  std::ofstream(dir_ / "r.toml") << recipe(10, "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n\"train.seed\" = [7, 8]\n");
+  const std::string out = cli("run " + (dir_ / "r.toml").string() + " --quiet --cpus 2 --runs " + (dir_ / "runs").string());
+  ::unsetenv("PRECON_FAULT_NAN_LOSS_AT_STEP");
+  orch::Store store(dir_ / "precon.db");
+  const auto exps = store.experiments();
+  ASSERT_EQ(exps.size(), 1u) << out;
+  for (const TrialRow& t : store.trials(exps[0].id)) {
+    SCOPED_TRACE("trial " + std::to_string(t.id));
+    EXPECT_EQ(t.state, TrialState::failed);
+    EXPECT_EQ(t.reason.rfind("non-finite training loss", 0), 0u) << t.reason;
+    EXPECT_NE(t.reason.find("after 1 failed attempt(s)"), std::string::npos) << t.reason;
+    // The leaderboard's row for the trial: its id, then the reason in the note.
+    const std::string note = "failed: " + t.reason;
+    const size_t at = out.find(note);
+    ASSERT_NE(at, std::string::npos) << out;
+    const std::string row = out.substr(out.rfind('\n', at) + 1, at - out.rfind('\n', at) - 1);
+    EXPECT_NE((" " + row + " ").find(" " + std::to_string(t.id) + " "), std::string::npos) << row;
+    EXPECT_EQ(fs::path(t.run_dir).filename(), "trial-" + std::to_string(t.id));
+  }
+  EXPECT_EQ(out.find("failed; no val_loss reported"), std::string::npos) << out;
 }
 
 TEST_F(Controller, RequeuedWorkerResumesAndCompletes) {

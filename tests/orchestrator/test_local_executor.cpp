@@ -216,6 +216,37 @@ TEST_F(LocalExecutorTest, RealTrainerWithMissingConfigIsUsage) {
   EXPECT_EQ(st.kind, ExitKind::usage) << st.detail;
   EXPECT_EQ(st.code, 2);
   EXPECT_NE(read_text(s.run_dir / "stderr.log").find("/nonexistent/trial.toml"), std::string::npos);
+  // The trainer's own error line is what a failed trial's reason quotes.
+  const std::string message = trainer_error_message(s.run_dir);
+  EXPECT_NE(message.find("/nonexistent/trial.toml"), std::string::npos) << message;
+  EXPECT_EQ(message.find("precon-train:"), std::string::npos) << message;
+}
+
+TEST(TrainerErrorMessage, LastErrorLineOfThisAttempt) {
+  const fs::path dir = fs::temp_directory_path() / ("precon_trainer_error_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EXPECT_EQ(trainer_stderr_path(dir), dir / "stderr.log");
+  EXPECT_EQ(trainer_error_message(dir), "");  // no log at all
+  const std::string first =
+      "step 1 loss 4.1\nprecon-train: error: non-finite training loss (nan) at step 3\nprecon-train: resumed\n";
+  std::ofstream(trainer_stderr_path(dir)) << first;
+  EXPECT_EQ(trainer_error_message(dir), "non-finite training loss (nan) at step 3");
+  // A second attempt appends: only its own lines count from its offset, and the last error wins;
+  // a launcher's rank prefix and a CR are dropped.
+  std::ofstream(trainer_stderr_path(dir), std::ios::app)
+      << "0: precon-train: config error: t.toml:3: optimizer.muon.ns_steps: must be >= 1\n"
+      << "0: precon-train: config error: optimizer.muon.ns_steps must be >= 1\r\n";
+  EXPECT_EQ(trainer_error_message(dir, first.size()), "optimizer.muon.ns_steps must be >= 1");
+  EXPECT_EQ(trainer_error_message(dir, fs::file_size(trainer_stderr_path(dir))), "");  // nothing new
+  // A long log is read from its tail.
+  {
+    std::ofstream out(trainer_stderr_path(dir), std::ios::app);
+    for (int i = 0; i < 20000; ++i) out << "step " << i << " loss 3.0\n";
+    out << "precon-train: error: cannot write checkpoint step_00000040: No space left on device\n";
+  }
+  EXPECT_EQ(trainer_error_message(dir, first.size()), "cannot write checkpoint step_00000040: No space left on device");
+  fs::remove_all(dir);
 }
 
 TEST_F(LocalExecutorTest, LogsGoToRunDirAndAppendAcrossAttempts) {

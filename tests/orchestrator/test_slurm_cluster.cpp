@@ -153,7 +153,11 @@ TEST_F(SlurmCluster, FourTrialSweepRunsAsOneThrottledJobArray) {
     arrays.insert(ext.substr(0, ext.find('_')));
     ids.insert(ext);
     EXPECT_EQ(losses(url, x["id"])["steps"].size(), static_cast<size_t>(steps));
-    EXPECT_TRUE(fs::exists(fs::path(t["run_dir"].get<std::string>()) / "slurm-1.sh"));
+    // The trial's own script names its job after the trial's id (the array job takes the experiment's name).
+    std::ifstream script(fs::path(t["run_dir"].get<std::string>()) / "slurm-1.sh");
+    const std::string text((std::istreambuf_iterator<char>(script)), std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find("#SBATCH --job-name=precon-tiny_trial-" + std::to_string(x["id"].get<int64_t>()) + "\n"),
+              std::string::npos) << text;
   }
   EXPECT_EQ(arrays.size(), 1u);  // one sbatch for the sweep
   EXPECT_EQ(ids.size(), 4u);

@@ -23,7 +23,7 @@ LaunchSpec spec_in(const fs::path& run_dir) {
   LaunchSpec s;
   s.trial_id = 7;
   s.attempt = 1;
-  s.label = "tiny/0";
+  s.label = "tiny/trial-7";  // as the scheduler names it: <experiment>/trial-<id>
   s.run_dir = run_dir;
   s.argv = {"/opt/precon/bin/precon-train", "--config", run_dir.string() + "/config.toml"};
   s.env["PRECON_TRIAL_ID"] = "7";
@@ -86,7 +86,7 @@ TEST_F(SlurmScript, OptionsFromResources) {
   o.signal_lead_s = 300;
   const std::string text = trial_script(s, o);
   for (const char* want :
-       {"#SBATCH --job-name=precon-tiny_0\n", "#SBATCH --nodes=2\n", "#SBATCH --ntasks-per-node=4\n",
+       {"#SBATCH --job-name=precon-tiny_trial-7\n", "#SBATCH --nodes=2\n", "#SBATCH --ntasks-per-node=4\n",
         "#SBATCH --gpus-per-node=4\n", "#SBATCH --cpus-per-task=8\n", "#SBATCH --mem=64G\n",
         "#SBATCH --time=1-12:00:00\n", "#SBATCH --partition=gpu\n", "#SBATCH --account=proj-1\n",
         "#SBATCH --qos=high\n", "#SBATCH --constraint=a100&ib\n", "#SBATCH --exclusive\n",

@@ -192,6 +192,21 @@ TEST_F(StoreRows, TrialRoundTrip) {
   EXPECT_THROW(s.update_trial(u), StoreError);
 }
 
+TEST_F(StoreRows, TrialsWithoutARunDirAreNamedAfterTheirId) {
+  Store s(path_);
+  s.create_experiment(full_experiment("first"), {full_trial(0), full_trial(1), full_trial(2)});
+  std::vector<TrialRow> unnamed{full_trial(0), full_trial(1), full_trial(2)};
+  for (TrialRow& t : unnamed) t.run_dir.clear();
+  const int64_t e = s.create_experiment(full_experiment("second"), unnamed);
+  std::vector<int64_t> ids;
+  for (const TrialRow& t : s.trials(e)) {
+    ids.push_back(t.id);
+    EXPECT_EQ(t.run_dir, "/runs/q/trial-" + std::to_string(t.id));  // not trial-<index>
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>{4, 5, 6}));
+  EXPECT_EQ(trial_dir_name(5), "trial-5");
+}
+
 TEST_F(StoreRows, AttemptRoundTrip) {
   Store s(path_);
   const int64_t trial = one_trial(s);
@@ -504,7 +519,7 @@ INSERT INTO events (time, kind) VALUES (1, 'trial_started');
 )sql");
   {
     Store s(path_);
-    EXPECT_EQ(s.schema_version(), 2);
+    EXPECT_EQ(s.schema_version(), 3);
     EXPECT_EQ(s.experiment(1)->state, ExperimentState::completed);
     EXPECT_EQ(s.metric_names(1), (std::vector<std::string>{"acc", "loss"}));
     auto loss = s.metrics(1, "loss");
@@ -514,11 +529,65 @@ INSERT INTO events (time, kind) VALUES (1, 'trial_started');
     EXPECT_EQ(loss[1].time, 11);
     s.insert_metrics(1, {{"loss", 2, 1.0, 12}, {"new", 1, 1, 1}});
     EXPECT_EQ(s.metric_count(1), 4);
-    EXPECT_EQ(s.events_since(0, 0).size(), 1u);
+    EXPECT_EQ(s.events_since(0, 0).size(), 2u);  // with version 3's note on trial names
   }
   Store again(path_);  // already current: nothing to apply
-  EXPECT_EQ(again.schema_version(), 2);
+  EXPECT_EQ(again.schema_version(), 3);
   EXPECT_EQ(again.metrics(1, "loss")[1].value, 1.0);
+  EXPECT_EQ(again.events_since(0, 0).size(), 2u);
+}
+
+// What version 2 added to version 1, as it was shipped, frozen here.
+constexpr const char* kSchemaV2 = R"sql(
+CREATE TABLE metric_names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE metrics_v2 (trial_id INTEGER NOT NULL REFERENCES trials(id) ON DELETE CASCADE,
+  name_id INTEGER NOT NULL REFERENCES metric_names(id), step INTEGER NOT NULL, value REAL, time REAL NOT NULL,
+  PRIMARY KEY (trial_id, name_id, step)) WITHOUT ROWID;
+DROP TABLE metrics;
+ALTER TABLE metrics_v2 RENAME TO metrics;
+PRAGMA user_version = 2;
+)sql";
+
+TEST_F(StoreMigrations, UpgradeVersion2KeepsTrialIdsAndNotesTheOldNumbers) {
+  // Two experiments as version 2 stored them: trials numbered by sweep index (0..2 in each) with
+  // run directories named after it; the second experiment's trials are ids 4..6.
+  std::string sql = std::string(kSchemaV1) + kSchemaV2 + R"sql(
+INSERT INTO experiments (id, name, state, objective_metric, objective_mode, max_concurrent, max_attempts, run_root,
+  created_at) VALUES (1, 'a', 'completed', 'val_loss', 'min', 1, 1, '/runs/a', 5),
+  (2, 'b', 'completed', 'val_loss', 'min', 1, 1, '/runs/b', 6);
+INSERT INTO events (time, experiment_id, trial_id, kind, message) VALUES (6, 2, 5, 'trial_failed', 'exit code 1');
+)sql";
+  for (int id = 1; id <= 6; ++id) {
+    const int exp = id <= 3 ? 1 : 2, idx = (id - 1) % 3;
+    sql += "INSERT INTO trials (id, experiment_id, idx, state, run_dir, created_at) VALUES (" + std::to_string(id) +
+           ", " + std::to_string(exp) + ", " + std::to_string(idx) + ", 'completed', '/runs/" +
+           (exp == 1 ? "a" : "b") + "/trial-" + std::to_string(idx) + "', 5);\n";
+  }
+  raw_sql(path_, sql);
+  Store s(path_);
+  EXPECT_EQ(s.schema_version(), 3);
+  // The identifiers: ids unchanged, the sweep index kept as an order, run directories where they are.
+  std::vector<int64_t> ids;
+  for (const TrialRow& t : s.trials(2)) {
+    ids.push_back(t.id);
+    EXPECT_EQ(t.run_dir, "/runs/b/trial-" + std::to_string(t.index));
+  }
+  EXPECT_EQ(ids, (std::vector<int64_t>{4, 5, 6}));
+  // Old events already name trials by id; each experiment gains one note mapping its old numbers.
+  auto events = s.events_since(0, 10, 2);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].trial_id, 5);
+  EXPECT_EQ(events[0].message, "exit code 1");
+  EXPECT_EQ(events[1].kind, "trial_names");
+  EXPECT_EQ(events[1].trial_id, 0);
+  EXPECT_EQ(events[1].message,
+            "trials are named by their id from now on: trials 4..6 were numbered 0..2 before, and their run "
+            "directories keep those numbers (trial-0..trial-2)");
+  EXPECT_EQ(events[1].data_json, R"({"trial_by_old_number":{"0":4,"1":5,"2":6}})");
+  EXPECT_GT(events[1].time, 1.6e9);
+  auto first = s.events_since(0, 10, 1);
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_NE(first[0].message.find("trials 1..3 were numbered 0..2"), std::string::npos) << first[0].message;
 }
 
 TEST_F(StoreMigrations, NewerVersionRejected) {

@@ -1,0 +1,161 @@
+// Launching: which pending trials start now (concurrency limits, executor capacity), the spec
+// of their next attempt, Slurm-style batches (job arrays), and the records a launch leaves.
+#include "orchestrator/sched/scheduler.h"
+
+#include <fstream>
+
+#include "orchestrator/obs/controller_metrics.h"
+#include "orchestrator/sched/scheduler_live.h"
+#include "worker/config/parse.h"
+
+namespace precon::orch {
+
+namespace fs = std::filesystem;
+using sched_detail::now_seconds;
+using sched_detail::stderr_size;
+
+void Scheduler::launch_ready() {
+  int64_t queued = 0;
+  for (const ExperimentRow& exp : store_.experiments()) {
+    if (exp.state != ExperimentState::running) continue;
+    std::vector<TrialRow> trials = store_.trials(exp.id);
+    if (launch_batched(exp, trials)) continue;
+    int64_t running = 0;
+    for (const TrialRow& t : trials) running += t.state == TrialState::running;
+    for (TrialRow& t : trials) {
+      if (running >= exp.max_concurrent) break;
+      if (t.state != TrialState::pending) continue;
+      const size_t before = live_.size();
+      launch(t, exp);
+      if (live_.size() == before) break;  // no capacity now
+      ++running;
+    }
+    for (const TrialRow& t : trials) queued += t.state == TrialState::pending;
+  }
+  if (options_.metrics) options_.metrics->set_queue_length(queued);
+}
+
+Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, LaunchSpec& spec) {
+  worker::ParsedConfig parsed;
+  try {
+    parsed = worker::parse_config_text(trial.config_toml, "trial " + std::to_string(trial.id));
+  } catch (const std::exception& e) {
+    end_trial(trial, TrialState::failed, std::string("invalid stored config: ") + e.what());
+    return nullptr;
+  }
+  const worker::TrialConfig& cfg = parsed.config;
+  auto ex = executors_.find(cfg.resources.executor);
+  if (ex == executors_.end()) {
+    end_trial(trial, TrialState::failed, "executor \"" + cfg.resources.executor + "\" is not available in this controller");
+    return nullptr;
+  }
+  spec.trial_id = trial.id;
+  spec.attempt = trial.attempts + 1;
+  spec.label = exp.name + "/trial-" + std::to_string(trial.id);  // the Slurm job name
+  spec.run_dir = trial.run_dir;
+  spec.cpus = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : 1;
+  spec.gpus = cfg.train.device == "cuda" ? std::max<int>(1, static_cast<int>(cfg.resources.gpus_per_node)) : 0;
+  spec.resources = cfg.resources;
+  const fs::path config_path = fs::path(trial.run_dir) / "config.toml";
+  spec.argv = {options_.trainer.string(), "--config", config_path.string(), "--run-dir", trial.run_dir,
+               "--report-url", options_.report_url, "--trial-id", std::to_string(trial.id)};
+  spec.env["PRECON_TRIAL_TOKEN"] = trial.token;
+  spec.env["PRECON_TRIAL_ID"] = std::to_string(trial.id);
+  try {
+    ex->second->validate(spec);
+  } catch (const std::exception& e) {
+    end_trial(trial, TrialState::failed, std::string("cannot run on ") + cfg.resources.executor + ": " + e.what());
+    return nullptr;
+  }
+  return ex->second;
+}
+
+void Scheduler::write_config(const TrialRow& trial) {
+  fs::create_directories(trial.run_dir);
+  std::ofstream(fs::path(trial.run_dir) / "config.toml") << trial.config_toml;
+}
+
+void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
+  LaunchSpec spec;
+  Executor* ex = prepare_launch(trial, exp, spec);
+  if (ex == nullptr) return;
+  if (!ex->has_capacity(spec)) return;
+  write_config(trial);
+  Handle handle;
+  // Active before the worker can report; a failed launch ends the trial, which removes it again.
+  if (options_.metrics) options_.metrics->trial_active(trial.id, exp.name);
+  const uintmax_t stderr_offset = stderr_size(trial.run_dir);
+  try {
+    handle = ex->launch(spec);
+  } catch (const std::exception& e) {
+    end_trial(trial, TrialState::failed, std::string("launch failed: ") + e.what());
+    return;
+  }
+  record_launch(trial, exp, ex, handle, stderr_offset);
+}
+
+bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials) {
+  // Executors that queue and throttle themselves (Slurm job arrays) take every ready trial at once.
+  std::vector<TrialRow*> rows;
+  std::vector<LaunchSpec> specs;
+  std::vector<uintmax_t> stderr_offsets;
+  Executor* batcher = nullptr;
+  for (TrialRow& t : trials) {
+    if (t.state != TrialState::pending) continue;
+    LaunchSpec spec;
+    Executor* ex = prepare_launch(t, exp, spec);
+    if (ex == nullptr) continue;
+    if (!ex->batches()) return batcher != nullptr;  // first pending trial decides; others wait for the next tick
+    if (batcher != nullptr && ex != batcher) continue;
+    batcher = ex;
+    write_config(t);
+    if (options_.metrics) options_.metrics->trial_active(t.id, exp.name);
+    rows.push_back(&t);
+    specs.push_back(std::move(spec));
+    stderr_offsets.push_back(stderr_size(t.run_dir));
+  }
+  if (batcher == nullptr) return false;
+  std::vector<Executor::BatchResult> results = batcher->launch_batch(specs, static_cast<int>(exp.max_concurrent));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (i < results.size() && results[i].handle) {
+      record_launch(*rows[i], exp, batcher, *results[i].handle, stderr_offsets[i]);
+    } else {
+      end_trial(*rows[i], TrialState::failed,
+                std::string("launch failed: ") + (i < results.size() ? results[i].error : "no result from the executor"));
+    }
+  }
+  return true;
+}
+
+int64_t Scheduler::add_attempt(int64_t trial_id, const Handle& handle) {
+  AttemptRow a;
+  a.trial_id = trial_id;
+  a.number = handle.attempt;
+  a.executor = handle.executor;
+  a.external_id = handle.external_id;
+  a.nodes = handle.nodes;
+  a.started_at = now_seconds();
+  return store_.add_attempt(a);
+}
+
+void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle,
+                              uintmax_t stderr_offset) {
+  auto live = std::make_unique<Live>();
+  live->attempt_id = add_attempt(trial.id, handle);
+  live->handle = handle;
+  live->executor = ex;
+  live->start_step = trial.last_step;
+  live->stderr_offset = stderr_offset;
+  live_[trial.id] = std::move(live);
+  if (options_.metrics) options_.metrics->attempt_started(handle.executor);
+  trial.state = TrialState::running;
+  trial.attempts = handle.attempt;
+  if (trial.started_at == 0) trial.started_at = now_seconds();
+  store_.update_trial(trial);
+  event(exp.id, trial.id, "attempt_started",
+        "attempt " + std::to_string(handle.attempt) + " started (" + handle.executor + " " + handle.external_id + ")");
+  log("trial " + std::to_string(trial.id) + " (" + trial.params_json + ") attempt " + std::to_string(handle.attempt) +
+      " started");
+}
+
+}  // namespace precon::orch

@@ -1,0 +1,114 @@
+// Stops: cancellation and early stopping ask a trial to stop; a running worker hears it in its
+// next report answer, then gets SIGTERM after the grace period and SIGKILL after twice that.
+#include "orchestrator/sched/scheduler.h"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "orchestrator/obs/controller_metrics.h"
+#include "orchestrator/sched/scheduler_live.h"
+
+namespace precon::orch {
+
+using nlohmann::json;
+
+void Scheduler::request_stop(int64_t trial_id, TrialState final_state, const std::string& reason) {
+  auto trial = store_.trial(trial_id);
+  if (!trial || is_terminal(trial->state)) return;
+  auto it = live_.find(trial_id);
+  if (it == live_.end()) {  // not running: ends now
+    end_trial(*trial, final_state, reason);
+    return;
+  }
+  Live& live = *it->second;
+  if (live.stop_requested) return;
+  live.stop_requested = true;
+  live.stop_state = final_state;
+  live.stop_reason = reason;
+  live.stop_at = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(shared_mu_);
+    stop_answers_[trial_id] = reason;
+  }
+  // An attempt that has not reported yet (a Slurm job still pending, a worker still starting)
+  // cannot hear the stop answer: signal it now instead of after the grace period.
+  if (live.start_step >= 0 && trial->last_step == live.start_step) {
+    live.executor->signal_stop(live.handle);
+    live.sigterm_sent = true;
+  }
+}
+
+void Scheduler::escalate_stops() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [trial_id, live] : live_) {
+    if (!live->stop_requested) continue;
+    if (!live->sigterm_sent && now - live->stop_at > options_.stop_grace) {
+      live->executor->signal_stop(live->handle);
+      live->sigterm_sent = true;
+    } else if (!live->sigkill_sent && now - live->stop_at > 2 * options_.stop_grace) {
+      live->executor->kill(live->handle);
+      live->sigkill_sent = true;
+    }
+  }
+}
+
+void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
+  auto trial = store_.trial(trial_id);
+  if (!trial || is_terminal(trial->state)) return;
+  // A trial already being stopped gets no further decisions (its late reports are stored only).
+  if (auto live = live_.find(trial_id); live != live_.end() && live->second->stop_requested) return;
+  const int64_t exp_id = trial->experiment_id;
+  auto& stopper = stoppers_[exp_id];
+  if (!stopper) {
+    auto exp = store_.experiment(exp_id);
+    if (!exp) return;
+    json es = json::parse(exp->early_stop_json.empty() ? "{}" : exp->early_stop_json);
+    EarlyStopSettings s;
+    s.method = es.value("method", "none");
+    s.mode = es.value("mode", exp->objective_mode);
+    s.metric = exp->objective_metric;
+    s.min_step = es.value("min_step", int64_t{100});
+    s.reduction_factor = es.value("reduction_factor", int64_t{3});
+    s.min_early_stopping_rate = es.value("min_early_stopping_rate", int64_t{0});
+    s.n_startup_trials = es.value("n_startup_trials", int64_t{5});
+    s.interval = std::max<int64_t>(1, es.value("interval", int64_t{1}));
+    stopper = std::make_unique<EarlyStopper>(s);
+    // History from the store (a restarted controller has no curves in memory).
+    for (const TrialRow& t : store_.trials(exp_id))
+      for (const MetricPoint& p : store_.metrics(t.id, exp->objective_metric))
+        if (std::isfinite(p.value)) curves_[exp_id][t.id][p.step] = p.value;
+  }
+  // A resent or resumed step was judged already: each point is decided once.
+  auto& own = curves_[exp_id][trial_id];
+  if (own.count(step) && stopper_seen_[trial_id].count(step)) return;
+  own[step] = value;
+  stopper_seen_[trial_id].insert(step);
+  std::set<int64_t> completed;
+  for (const TrialRow& t : store_.trials(exp_id))
+    if (t.state == TrialState::completed) completed.insert(t.id);
+  StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed);
+  if (options_.metrics) options_.metrics->early_stop_decision(d.stop);
+  if (!d.stop) return;
+  event(exp_id, trial_id, "early_stop", d.reason, d.data);
+  request_stop(trial_id, TrialState::pruned, d.reason);
+}
+
+void Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reason) {
+  call([&] {
+    if (!store_.experiment(experiment_id)) throw std::out_of_range("no experiment " + std::to_string(experiment_id));
+    for (const TrialRow& t : store_.trials(experiment_id))
+      if (!is_terminal(t.state)) request_stop(t.id, TrialState::cancelled, reason);
+    event(experiment_id, 0, "experiment_cancel", reason);
+    return 0;
+  });
+}
+
+void Scheduler::cancel_trial(int64_t trial_id, const std::string& reason) {
+  call([&] {
+    if (!store_.trial(trial_id)) throw std::out_of_range("no trial " + std::to_string(trial_id));
+    request_stop(trial_id, TrialState::cancelled, reason);
+    return 0;
+  });
+}
+
+}  // namespace precon::orch
