@@ -1,4 +1,6 @@
-// A small synchronous HTTP/1.1 client for the CLI and the tests: one connection per request.
+// The controller's client for the CLI and the tests: one request to a controller's base URL,
+// with errors that say what to check. The HTTP exchange itself is the project's one client
+// (worker/common/http_client.h); this adds the base URL's path prefix and the wording.
 // Thread-safety: http_request may be called from any number of threads at once.
 #pragma once
 
@@ -7,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/common/http_client.h"
+
 namespace precon::orch {
 
 // The controller could not be reached or did not answer; the message says what to check.
@@ -14,11 +18,8 @@ class ClientError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct ClientResponse {
-  int status = 0;
-  std::string body;
-  std::map<std::string, std::string> headers;  // lower-cased names
-};
+// status, body, headers (lower-cased names).
+using ClientResponse = worker::HttpResponse;
 
 // base_url: "http://host:port" (a path in it is prefixed to target); target: "/api/v1/...".
 // Any HTTP status is returned, not thrown; throws ClientError on a bad URL, a refused

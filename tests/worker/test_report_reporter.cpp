@@ -271,30 +271,17 @@ ReporterOptions options(const FakeController& controller, LogSink& log, const st
   return o;
 }
 
-TEST(ReportUrl, ParsesHostPortAndPath) {
-  const auto a = parse_controller_url("http://ctl.cluster:8123/api/v1/trials/7/report?x=1");
-  EXPECT_EQ(a.host, "ctl.cluster");
-  EXPECT_EQ(a.port, 8123);
-  EXPECT_EQ(a.target, "/api/v1/trials/7/report?x=1");
-  const auto b = parse_controller_url("http://10.0.0.5");
-  EXPECT_EQ(b.host, "10.0.0.5");
-  EXPECT_EQ(b.port, 80);
-  EXPECT_EQ(b.target, "/");
-  const auto c = parse_controller_url("http://[::1]:9000/r");
-  EXPECT_EQ(c.host, "::1");
-  EXPECT_EQ(c.port, 9000);
-  EXPECT_EQ(c.target, "/r");
-}
-
-TEST(ReportUrl, RejectsWhatItCannotUse) {
-  for (const char* bad : {"https://ctl:443/r", "ftp://ctl/r", "ctl:8000/r", "http://", "http://:80/r", "http://ctl:/r",
-                          "http://ctl:0/r", "http://ctl:65536/r", "http://ctl:80x/r", "http://user:pw@ctl/r",
-                          "http://[::1/r"}) {
-    EXPECT_THROW(parse_controller_url(bad), ReportError) << bad;
-  }
+// URL parsing itself is tested with the HTTP client (test_common_http_client.cpp).
+TEST(ReportReporter, BadUrlIsAReportErrorNamingIt) {
+  LogSink log;
+  ReporterOptions o;
+  o.url = "https://ctl/r";
+  o.log = log.callback();
   try {
-    parse_controller_url("https://ctl/r");
+    Reporter reporter(o);
+    FAIL() << "an https URL was accepted";
   } catch (const ReportError& e) {
+    EXPECT_NE(std::string(e.what()).find("controller URL \"https://ctl/r\""), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("https is not supported"), std::string::npos) << e.what();
   }
 }

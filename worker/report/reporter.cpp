@@ -1,32 +1,18 @@
-// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
-#include <utility>
-
 #include "worker/report/reporter.h"
 
 #include <algorithm>
-#include <atomic>
 #include <iostream>
 #include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <nlohmann/json.hpp>
 
 namespace precon::worker {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-
 namespace {
 
-// How often a blocked request looks up from the socket to see whether the destructor wants it
-// to give up: the bound on how much the destructor overshoots close_flush.
-constexpr auto kAbortPoll = std::chrono::milliseconds(25);
 // An answer is a few hundred bytes; anything far larger is not our controller.
 constexpr uint64_t kAnswerLimit = 1 << 20;
 
@@ -50,98 +36,17 @@ std::string answer_text(const std::string& answer) {
   return answer.substr(0, 200);
 }
 
-}  // namespace
-
-ControllerUrl parse_controller_url(const std::string& url) {
-  const auto fail = [&](const std::string& why) -> ReportError {
-    return ReportError("controller URL \"" + url + "\": " + why + " (expected http://host:port/path)");
-  };
-  const std::string_view scheme = "http://";
-  if (url.rfind("https://", 0) == 0) throw fail("https is not supported; the worker reports over plain http");
-  if (url.rfind(scheme, 0) != 0) throw fail("only http:// URLs are supported");
-  std::string_view rest = std::string_view(url).substr(scheme.size());
-  ControllerUrl out;
-  const size_t slash = rest.find_first_of("/?#");
-  std::string_view authority = rest.substr(0, slash);
-  if (slash != std::string_view::npos) {
-    if (rest[slash] == '#') throw fail("a fragment has no meaning here");
-    out.target = std::string(rest.substr(slash));
-    if (out.target[0] == '?') out.target.insert(0, "/");
+HttpUrl controller_url(const std::string& url) {
+  try {
+    return parse_http_url(url);
+  } catch (const HttpClientError& e) {
+    throw ReportError(std::string("controller ") + e.what());
   }
-  if (authority.find('@') != std::string_view::npos) throw fail("credentials belong in the token, not the URL");
-  std::string_view port;
-  if (!authority.empty() && authority[0] == '[') {  // [IPv6]:port
-    const size_t close = authority.find(']');
-    if (close == std::string_view::npos) throw fail("unterminated [IPv6] address");
-    out.host = std::string(authority.substr(1, close - 1));
-    std::string_view after = authority.substr(close + 1);
-    if (!after.empty() && after[0] != ':') throw fail("unexpected text after the [IPv6] address");
-    if (!after.empty()) port = after.substr(1);
-    if (after == ":") throw fail("empty port");
-  } else {
-    const size_t colon = authority.find(':');
-    out.host = std::string(authority.substr(0, colon));
-    if (colon != std::string_view::npos) {
-      port = authority.substr(colon + 1);
-      if (port.empty()) throw fail("empty port");
-    }
-  }
-  if (out.host.empty()) throw fail("no host");
-  if (!port.empty()) {
-    unsigned value = 0;
-    for (char c : port) {
-      if (c < '0' || c > '9' || value > 65535) throw fail("port must be a number from 1 to 65535");
-      value = value * 10 + static_cast<unsigned>(c - '0');
-    }
-    if (value == 0 || value > 65535) throw fail("port must be a number from 1 to 65535");
-    out.port = static_cast<uint16_t>(value);
-  }
-  return out;
 }
 
-// One keep-alive connection, driven by the reporter's thread only.
-struct Reporter::Connection {
-  net::io_context io;
-  tcp::resolver resolver{io};
-  std::optional<beast::tcp_stream> stream;
-  beast::flat_buffer buffer;
-  bool open = false;
-  std::atomic<bool>* abort = nullptr;
+}  // namespace
 
-  void close() {
-    resolver.cancel();
-    if (stream) {
-      beast::error_code ignored;
-      stream->socket().shutdown(tcp::socket::shutdown_both, ignored);
-      stream->close();
-    }
-    open = false;
-    buffer.clear();
-  }
-
-  // Starts one asynchronous operation and runs the loop until it completes, the deadline passes
-  // (then: timeout) or the reporter is aborted (then: operation_aborted). Either way the
-  // operation has finished when this returns, so nothing refers to this frame afterwards.
-  template <class Start>
-  beast::error_code await(Start&& start, std::chrono::steady_clock::time_point deadline) {
-    std::optional<beast::error_code> result;
-    start([&result](beast::error_code ec, auto&&...) { result = ec; });
-    io.restart();
-    while (!result) {
-      const bool aborted = abort->load();
-      if (aborted || std::chrono::steady_clock::now() >= deadline) {
-        close();
-        io.restart();
-        io.run();  // the cancelled operation completes; nothing else is pending
-        return aborted ? beast::error_code(net::error::operation_aborted) : beast::error_code(beast::error::timeout);
-      }
-      io.run_for(kAbortPoll);
-    }
-    return *result;
-  }
-};
-
-Reporter::Reporter(ReporterOptions options) : options_(std::move(options)), url_(parse_controller_url(options_.url)) {
+Reporter::Reporter(ReporterOptions options) : options_(std::move(options)), url_(controller_url(options_.url)) {
   if (!options_.log) {
     options_.log = [](const std::string& message) { std::cerr << "precon-train: report: " << message << "\n"; };
   }
@@ -197,69 +102,21 @@ void Reporter::warn(const std::string& message) {
   }
 }
 
-std::optional<Reporter::Outcome> Reporter::exchange(Connection& conn, const std::string& body) {
-  const auto deadline = [&] { return std::chrono::steady_clock::now() + options_.io_timeout + kAbortPoll * 4; };
-  beast::error_code ec;
-  if (!conn.open) {
-    tcp::resolver::results_type endpoints;
-    ec = conn.await(
-        [&](auto handler) {
-          conn.resolver.async_resolve(url_.host, std::to_string(url_.port),
-                                      [&endpoints, handler](beast::error_code e, tcp::resolver::results_type r) mutable {
-                                        endpoints = std::move(r);
-                                        handler(e);
-                                      });
-        },
-        deadline());
-    if (ec) {
-      last_failure_ = "cannot resolve " + url_.host + ": " + ec.message();
-      return std::nullopt;
-    }
-    conn.stream.emplace(conn.io);
-    conn.stream->expires_after(options_.io_timeout);
-    ec = conn.await([&](auto handler) { conn.stream->async_connect(endpoints, handler); }, deadline());
-    if (ec) {
-      last_failure_ = "cannot connect: " + ec.message();
-      conn.close();
-      return std::nullopt;
-    }
-    conn.open = true;
-  }
-
-  http::request<http::string_body> request{http::verb::post, url_.target, 11};
-  request.set(http::field::host, url_.host + ":" + std::to_string(url_.port));
-  request.set(http::field::user_agent, "precon-train");
-  request.set(http::field::authorization, "Bearer " + options_.token);
-  request.set(http::field::content_type, "application/json");
-  request.keep_alive(true);
-  request.body() = body;
-  request.prepare_payload();
-
-  conn.stream->expires_after(options_.io_timeout);
-  ec = conn.await([&](auto handler) { http::async_write(*conn.stream, request, handler); }, deadline());
-  if (ec) {
-    last_failure_ = "sending the report failed: " + ec.message();
-    conn.close();
+std::optional<Reporter::Outcome> Reporter::exchange(HttpConnection& conn, const std::string& body) {
+  HttpRequest request{"POST", url_.target, body, {{"Authorization", "Bearer " + options_.token}}};
+  try {
+    const HttpResponse response = conn.exchange(request, options_.io_timeout);
+    return classify(static_cast<unsigned>(response.status), response.body);
+  } catch (const HttpClientError& e) {
+    last_failure_ = e.what();
     return std::nullopt;
   }
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(kAnswerLimit);
-  conn.stream->expires_after(options_.io_timeout);
-  ec = conn.await([&](auto handler) { http::async_read(*conn.stream, conn.buffer, parser, handler); }, deadline());
-  if (ec) {
-    last_failure_ = "no answer: " + ec.message();
-    conn.close();
-    return std::nullopt;
-  }
-  const auto& response = parser.get();
-  if (!response.keep_alive()) conn.close();
-  return classify(response.result_int(), response.body());
 }
 
-Reporter::Outcome Reporter::send(Connection& conn, const std::string& body) {
+Reporter::Outcome Reporter::send(HttpConnection& conn, const std::string& body) {
   // A kept-alive connection may have been closed by the controller while idle; that is not a
   // failure of the controller, so one fresh connection is tried before backing off.
-  const bool reused = conn.open;
+  const bool reused = conn.is_open();
   std::optional<Outcome> outcome = exchange(conn, body);
   if (!outcome && reused && !abort_) outcome = exchange(conn, body);
   return outcome.value_or(Outcome::kRetry);
@@ -285,8 +142,7 @@ Reporter::Outcome Reporter::classify(unsigned status, const std::string& answer)
 }
 
 void Reporter::run() {
-  Connection conn;
-  conn.abort = &abort_;
+  HttpConnection conn(url_, {"precon-train", kAnswerLimit, /*keep_alive=*/true, &abort_});
   std::minstd_rand rng(std::random_device{}());
   std::uniform_real_distribution<double> jitter(0.8, 1.2);  // spreads many workers' retries
   auto backoff = options_.backoff_initial;

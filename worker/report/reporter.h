@@ -40,19 +40,10 @@
 #include <string>
 #include <thread>
 
+#include "worker/common/http_client.h"
 #include "worker/report/metrics.h"
 
 namespace precon::worker {
-
-// Where reports go, parsed from "http://host[:port][/path]".
-struct ControllerUrl {
-  std::string host;          // name or address; an IPv6 address without brackets
-  uint16_t port = 80;        // from the URL, 80 when absent
-  std::string target = "/";  // path (and query), "/" when absent
-};
-
-// Throws ReportError naming the URL and what is wrong with it (only http:// is supported).
-ControllerUrl parse_controller_url(const std::string& url);
 
 // A reporter's settings.
 struct ReporterOptions {
@@ -60,7 +51,7 @@ struct ReporterOptions {
   std::string token;  // the trial's bearer token
   std::string trial;  // the trial's id, sent in every body
   std::function<void(const std::string&)> log;  // warnings; default: stderr
-  std::chrono::milliseconds io_timeout{5000};      // each of resolve, connect, write, read
+  std::chrono::milliseconds io_timeout{5000};      // each request, from resolving to the answer's end
   std::chrono::milliseconds backoff_initial{200};  // first retry delay; doubles per failure
   std::chrono::milliseconds backoff_max{5000};     // retry delay cap
   std::chrono::milliseconds close_flush{2000};     // how long the destructor waits for delivery
@@ -70,7 +61,7 @@ struct ReporterOptions {
 
 class Reporter {
  public:
-  // Parses the URL (throws ReportError) and starts the sending thread; connects lazily.
+  // Parses the URL (throws ReportError naming it) and starts the sending thread; connects lazily.
   explicit Reporter(ReporterOptions options);
   // Waits up to close_flush for delivery, then abandons any request in flight and joins the
   // thread: returns in about close_flush even when the controller never answers. (One case is
@@ -93,18 +84,17 @@ class Reporter {
   bool disabled() const;
 
  private:
-  struct Connection;
   enum class Outcome { kDelivered, kRetry, kTooLarge, kDrop, kDisable };
 
   void run();
-  Outcome send(Connection& conn, const std::string& body);
+  Outcome send(HttpConnection& conn, const std::string& body);
   // One request and its answer; nullopt when the transport failed (last_failure_ says how).
-  std::optional<Outcome> exchange(Connection& conn, const std::string& body);
+  std::optional<Outcome> exchange(HttpConnection& conn, const std::string& body);
   Outcome classify(unsigned status, const std::string& answer);
   void warn(const std::string& message);
 
   ReporterOptions options_;
-  ControllerUrl url_;
+  HttpUrl url_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;      // records pushed, or closing
