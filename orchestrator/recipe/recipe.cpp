@@ -19,17 +19,7 @@ const std::vector<std::string> kDistributions = {"uniform", "log_uniform", "int_
 
 int line_of(const toml::node& n) { return static_cast<int>(n.source().begin.line); }
 
-std::string type_of(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
+using worker::toml_type_name;
 
 std::string hint(const std::string& key) {
   const std::string h = worker::closest_key(key, sweep_key_names());
@@ -78,7 +68,7 @@ SweepParam distribution_param(const std::string& key, const toml::table& table, 
                       "unknown distribution \"" + name + "\"" + (h.empty() ? "; " + expected : " (did you mean " + h + "?)"));
   }
   const toml::array* arr = dnode.as_array();
-  if (!arr) throw ConfigError(source, line, key, name + " expects an array, got " + type_of(dnode));
+  if (!arr) throw ConfigError(source, line, key, name + " expects an array, got " + toml_type_name(dnode));
   if (name == "choice") {
     SweepParam p = values_param(key, *arr, source, line);
     p.kind = SweepKind::choice;
@@ -93,11 +83,11 @@ SweepParam distribution_param(const std::string& key, const toml::table& table, 
     const toml::node& b = *arr->get(i);
     if (integer) {
       if (auto v = b.value_exact<int64_t>()) return static_cast<double>(*v);
-      throw ConfigError(source, line, key, name + " bounds must be integers, got " + type_of(b));
+      throw ConfigError(source, line, key, name + " bounds must be integers, got " + toml_type_name(b));
     }
     if (auto v = b.value_exact<int64_t>()) return static_cast<double>(*v);
     if (auto v = b.value_exact<double>(); v && std::isfinite(*v)) return *v;
-    throw ConfigError(source, line, key, name + " bounds must be finite numbers, got " + type_of(b));
+    throw ConfigError(source, line, key, name + " bounds must be finite numbers, got " + toml_type_name(b));
   };
   if (arr->size() != 2) throw ConfigError(source, line, key, name + " expects [lo, hi]");
   p.lo = bound(0);
@@ -137,7 +127,7 @@ SweepParam leaf_param(const std::string& key, const toml::node& node, const std:
   if (const toml::array* values = node.as_array()) return values_param(key, *values, source, line);
   swept_key(key, source, line);
   throw ConfigError(source, line, key,
-                    "expected a list of values [v, ...] or a distribution table, got " + type_of(node) +
+                    "expected a list of values [v, ...] or a distribution table, got " + toml_type_name(node) +
                         " (a value for every trial belongs in the key's own table)");
 }
 
@@ -182,14 +172,14 @@ void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfi
     if (n == "parameters") {
       const toml::table* t = node.as_table();
       if (!t) {
-        issues.add({source, line, "sweep.parameters", "expected a table, got " + type_of(node)});
+        issues.add({source, line, "sweep.parameters", "expected a table, got " + toml_type_name(node)});
         continue;
       }
       out.parameters = collect_params(*t, source, true, issues);
     } else if (n == "grid") {
       const toml::array* arr = node.as_array();
       if (!arr || arr->empty() || !arr->is_array_of_tables()) {
-        issues.add({source, line, "sweep.grid", "expected [[sweep.grid]] tables, got " + type_of(node)});
+        issues.add({source, line, "sweep.grid", "expected [[sweep.grid]] tables, got " + toml_type_name(node)});
         continue;
       }
       for (const toml::node& g : *arr) {
@@ -217,7 +207,7 @@ void apply_sweep_override(SweepConfig& sweep, const std::string& key, const toml
     SweepParam p;
     if (const toml::table* t = value.as_table()) p = distribution_param(k, *t, "--set", 0);
     else if (const toml::array* a = value.as_array()) p = values_param(k, *a, "--set", 0);
-    else throw ConfigError("--set", 0, key, "expected a list of values [v, ...] or a distribution table, got " + type_of(value));
+    else throw ConfigError("--set", 0, key, "expected a list of values [v, ...] or a distribution table, got " + toml_type_name(value));
     auto it = std::find_if(sweep.parameters.begin(), sweep.parameters.end(),
                            [&](const SweepParam& q) { return q.key == k; });
     if (it != sweep.parameters.end()) *it = std::move(p);
@@ -300,7 +290,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   const toml::node* sweep_node = doc.get("sweep");
   if (sweep_node) {
     if (const toml::table* t = sweep_node->as_table()) parse_sweep(*t, source, r.sweep, issues);
-    else issues.add({source, line_of(*sweep_node), "sweep", "expected a table, got " + type_of(*sweep_node)});
+    else issues.add({source, line_of(*sweep_node), "sweep", "expected a table, got " + toml_type_name(*sweep_node)});
   }
 
   std::vector<std::string> trial_overrides;

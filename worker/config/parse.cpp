@@ -27,18 +27,6 @@ std::pair<std::string, int> split_location(const std::string& where) {
   return {where, 0};
 }
 
-std::string type_of(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::table: return "a table";
-    default: return "a date/time";
-  }
-}
-
 std::string unknown_key_message(const std::string& key) {
   const std::string hint = closest_key(key, {"sweep.parameters", "sweep.grid"});
   return "unknown key" + (hint.empty() ? std::string(" (`precon recipe keys` lists them)") : " (did you mean " + hint + "?)");
@@ -80,29 +68,29 @@ void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::
       check_range(k, *d, source, line);
       **p = static_cast<int64_t>(*d);
     } else {
-      wrong_type(type_of(value));
+      wrong_type(toml_type_name(value));
     }
   } else if (auto p = std::get_if<double*>(&ref)) {
     std::optional<double> v = number(value);
-    if (!v) wrong_type(type_of(value));
+    if (!v) wrong_type(toml_type_name(value));
     check_range(k, *v, source, line);
     **p = *v;
   } else if (auto p = std::get_if<bool*>(&ref)) {
     auto v = value.value_exact<bool>();
-    if (!v) wrong_type(type_of(value));
+    if (!v) wrong_type(toml_type_name(value));
     **p = *v;
   } else if (auto p = std::get_if<std::string*>(&ref)) {
     auto v = value.value_exact<std::string>();
-    if (!v) wrong_type(type_of(value));
+    if (!v) wrong_type(toml_type_name(value));
     check_string(k, *v, source, line, k.default_text() == "\"\"");
     **p = *v;
   } else if (auto p = std::get_if<std::vector<std::string>*>(&ref)) {
     const toml::array* arr = value.as_array();
-    if (!arr) wrong_type(type_of(value));
+    if (!arr) wrong_type(toml_type_name(value));
     std::vector<std::string> out;
     for (const toml::node& e : *arr) {
       auto s = e.value_exact<std::string>();
-      if (!s) throw ConfigError(source, line, k.name, "expected an array of strings, found " + type_of(e));
+      if (!s) throw ConfigError(source, line, k.name, "expected an array of strings, found " + toml_type_name(e));
       check_string(k, *s, source, line, false);
       out.push_back(*s);
     }
@@ -154,6 +142,18 @@ void walk(ParsedConfig& parsed, const toml::table& table, const std::string& pre
 }
 
 }  // namespace
+
+std::string toml_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::table: return "a table";
+    default: return "a date/time";
+  }
+}
 
 std::string ConfigIssue::text() const {
   return location(source, line) + ": " + (key.empty() ? "" : key + ": ") + message;

@@ -108,6 +108,9 @@ ParsedConfig parse_config_text(const std::string& text, const std::string& sourc
 toml::table read_toml_file(const std::string& path, std::string* text = nullptr);
 toml::table parse_toml_text(const std::string& text, const std::string& source);
 
+// "a string", "an integer", ...: a TOML value's kind, for "expected X, got Y" messages.
+std::string toml_type_name(const toml::node& n);
+
 // The whole config as TOML with every trial key (the resolved config a trial stores and runs).
 std::string config_to_toml(const TrialConfig& config);
 
