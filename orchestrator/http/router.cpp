@@ -75,6 +75,8 @@ Response error_response(int status, std::string code, std::string message) {
   return json_response({{"error", {{"code", std::move(code)}, {"message", std::move(message)}}}}, status);
 }
 
+Response error_response(const ErrorAnswer& answer) { return error_response(answer.status, answer.code, answer.message); }
+
 bool percent_decode(std::string_view in, std::string& out, bool plus_is_space) {
   out.clear();
   out.reserve(in.size());
@@ -394,26 +396,16 @@ Response Router::dispatch(Request& request) const {
       return response;
     }
     return route->handler(request);
-  } catch (const HttpError& e) {
-    return error_response(e.status, e.code, e.what());
-  } catch (const nlohmann::json::parse_error& e) {
-    return error_response(400, "bad_json", std::string("the request body is not valid JSON: ") + e.what());
-  } catch (const nlohmann::json::exception& e) {
-    return error_response(400, "bad_request", e.what());
-  } catch (const std::invalid_argument& e) {
-    return error_response(400, "bad_request", e.what());
-  } catch (const std::exception& e) {
-    try {
-      options_.log("internal error in " + request.method + " " + request.path + " (route " + route->name + "): " + e.what());
-    } catch (...) {  // a failing logger must not turn an answer into an exception
-    }
-    return error_response(500, "internal", std::string("internal error: ") + e.what());
   } catch (...) {
-    try {
-      options_.log("internal error in " + request.method + " " + request.path + " (route " + route->name + ")");
-    } catch (...) {
+    const ErrorAnswer answer = error_answer(std::current_exception());
+    if (answer.status >= 500) {
+      try {
+        options_.log("internal error in " + request.method + " " + request.path + " (route " + route->name + ")" +
+                     (answer.cause.empty() ? "" : ": " + answer.cause));
+      } catch (...) {  // a failing logger must not turn an answer into an exception
+      }
     }
-    return error_response(500, "internal", "internal error");
+    return error_response(answer);
   }
 }
 

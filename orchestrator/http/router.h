@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "orchestrator/http/errors.h"
+
 namespace precon::orch {
 
 struct Request {
@@ -35,18 +37,11 @@ struct Response {
   std::map<std::string, std::string> headers;  // extra headers (e.g. "Allow", "Cache-Control")
 };
 
-// What handlers throw to answer with an error; dispatch turns it into error_response.
-class HttpError : public std::runtime_error {
- public:
-  HttpError(int status, std::string code, const std::string& message)
-      : std::runtime_error(message), status(status), code(std::move(code)) {}
-  int status;        // HTTP status, 4xx or 5xx
-  std::string code;  // stable machine-readable code, e.g. "not_found", "bad_param"
-};
-
 Response json_response(const nlohmann::json& body, int status = 200);
 // The one error shape: {"error": {"code": "...", "message": "..."}}.
 Response error_response(int status, std::string code, std::string message);
+// The answer for an exception, by the one mapping (errors.h).
+Response error_response(const ErrorAnswer& answer);
 
 using Handler = std::function<Response(Request&)>;
 
@@ -80,9 +75,8 @@ class Router {
   void add_static(const std::string& prefix, const std::filesystem::path& directory, std::string name = "static");
 
   // Never throws. 404 not_found (no route for the path), 405 method_not_allowed with "Allow",
-  // 401 unauthorized, 400 bad_path (bad percent-encoding); handler exceptions: HttpError -> its
-  // status and code; nlohmann parse_error -> 400 bad_json; other nlohmann errors and
-  // std::invalid_argument -> 400 bad_request; anything else -> 500 internal (logged).
+  // 401 unauthorized, 400 bad_path (bad percent-encoding); a handler's exception answers as
+  // error_answer maps it (errors.h), a 5xx logged.
   Response dispatch(Request& request) const;
 
   // The route for method and path (encoded, without the query) and its decoded parameters;

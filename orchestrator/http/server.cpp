@@ -192,11 +192,10 @@ class Session : public std::enable_shared_from_this<Session> {
       const auto start = std::chrono::steady_clock::now();
       response = state_.router.dispatch(request);
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } catch (const HttpError& e) {
-      response = error_response(e.status, e.code, e.what());
-    } catch (const std::exception& e) {
-      state_.log("answering " + request.method + " " + request.path + " failed: " + e.what());
-      response = error_response(500, "internal", std::string("internal error: ") + e.what());
+    } catch (...) {
+      const ErrorAnswer answer = error_answer(std::current_exception());
+      if (answer.status >= 500) state_.log("answering " + request.method + " " + request.path + " failed: " + answer.cause);
+      response = error_response(answer);
     }
     report(request, response, seconds);
     send(std::move(response), keep_alive, version);

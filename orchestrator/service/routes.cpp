@@ -6,7 +6,6 @@
 #include "orchestrator/service/queries.h"
 #include "orchestrator/service/routes_dashboard.h"
 #include "orchestrator/service/views.h"
-#include "worker/config/parse.h"
 
 namespace precon::orch {
 
@@ -75,12 +74,9 @@ void Controller::add_routes() {
                overrides.push_back(o.get<std::string>());
              }
            }
-           int64_t id = 0;
-           try {
-             id = submit_recipe(body["recipe"].get<std::string>(), body.value("source", "recipe.toml"), overrides);
-           } catch (const worker::ConfigError& e) {
-             throw HttpError(400, "bad_recipe", e.what());
-           }
+           // A recipe the schema refuses (worker::ConfigError) answers 400 bad_recipe (errors.h).
+           const int64_t id =
+               submit_recipe(body["recipe"].get<std::string>(), body.value("source", "recipe.toml"), overrides);
            auto exp = store_->experiment(id);
            return json_response(experiment_json(*exp, store_->trials(id)), 201);
          }, true, "experiments_submit", nullptr});
