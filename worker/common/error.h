@@ -8,7 +8,9 @@
 
 namespace precon::worker {
 
-// Base of every worker error, so main can catch one type.
+// Base of every worker error (those below, and ConfigError, ReportError, HttpClientError,
+// OptimizerError, ModelIoError, TrainingError beside their parts), so main can catch one type
+// and the controller's HTTP layer maps them in one place (orchestrator/http/errors.h).
 class WorkerError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

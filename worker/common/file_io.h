@@ -1,6 +1,6 @@
-// Small POSIX file helpers shared by the data and checkpoint code: a read-only memory map,
-// whole-file reads, a checked unbuffered writer with fsync, and durable (atomic) file
-// replacement. Every failure throws IoError naming the path and the strerror text.
+// Small POSIX file helpers shared by the data, model, checkpoint and report code: a read-only
+// memory map, whole-file reads, a checked unbuffered writer with fsync, and durable (atomic)
+// file replacement. Every failure throws IoError naming the path and the strerror text.
 // Thread-safety: objects are not shared between threads; free functions are reentrant.
 #pragma once
 
