@@ -1,5 +1,6 @@
 """Browser tests of the dashboard: headless Chromium (Selenium) against a live `precon serve`
-holding a real finished sweep (2 learning rates x 2 seeds of a tiny GPT) and a running one.
+holding a real finished sweep (2 learning rates x 2 seeds of a tiny GPT), a trial the trainer
+rejected and a running one.
 Pages load without console errors, tables show the values the JSON API returns, the curve chart
 draws one series per trial, the live view updates without a reload, and cancelling from the UI
 cancels (checked through the API). Screenshots of every page go to --out.
@@ -40,6 +41,13 @@ class Dashboard(unittest.TestCase):
         cls.done_id = cls.ctl.submit(harness.tiny_recipe(data, 'finished-sweep', 20, sweep))
         cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.done_id}')['state'] != 'running', 120,
                      'the finished sweep')
+        # A trial the trainer rejects: its shard holds tokens beyond the model's vocab_size.
+        harness.write_shard(os.path.join(data, 'wide.bin'), [i % 100 for i in range(8000)])
+        failing = harness.tiny_recipe(data, 'failing-trial', 20,
+                                      '[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"train.seed" = [1]\n')
+        cls.failed_id = cls.ctl.submit(failing.replace(os.path.join(data, 'train.bin'), os.path.join(data, 'wide.bin')))
+        cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.failed_id}')['state'] != 'running', 60,
+                     'the failing trial')
         cls.run_id = cls.ctl.submit(harness.tiny_recipe(data, 'running-sweep', 10000000, '', log_every=5))
         cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.run_id}/trials')['trials'][0]['last_step'] > 0,
                      60, 'the running trial to report')
@@ -100,6 +108,7 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(len(rows), 4)
         for row in rows:
             t = trials[int(row.get_attribute('data-id'))]
+            self.assertEqual(self.cells(row, 'id'), str(t['id']))  # the trial's one identifier, not its sweep index
             self.assertEqual(self.cells(row, 'state'), t['state'])
             self.assertEqual(int(self.cells(row, 'last_step')), t['last_step'])
             self.assertEqual(float(self.cells(row, 'p:optimizer.lr')), t['params']['optimizer.lr'])
@@ -150,6 +159,21 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(sorted(c.get_attribute('data-metric') for c in charts), sorted(t['metrics']))
         self.assertIn('step', self.driver.find_element(By.ID, 'log').text.lower() + ' step')
         self.shot('trial')
+        self.assertNoConsoleErrors()
+
+    def test_3b_a_failed_trial_shows_the_trainers_error(self):
+        t = self.ctl.get(f'/api/v1/experiments/{self.failed_id}/trials')['trials'][0]
+        self.assertEqual(t['state'], 'failed')
+        self.assertTrue(t['reason'].startswith('token shard '), t['reason'])
+        self.assertIn("outside the model's vocab_size 61", t['reason'])
+        self.open(f'/experiments/{self.failed_id}', 'experiment')
+        row = self.driver.find_element(By.CSS_SELECTOR, '#trials tbody tr')
+        self.assertEqual(self.cells(row, 'reason'), t['reason'])
+        self.open(f'/trials/{t["id"]}', 'trial')
+        self.assertEqual(self.driver.find_element(By.ID, 'trial-reason').text, t['reason'])
+        self.assertEqual(self.driver.find_element(By.CSS_SELECTOR, '.exp-header h1').text.split()[:2], ['Trial', str(t['id'])])
+        self.assertEqual(self.driver.find_element(By.CSS_SELECTOR, '#crumbs > :last-child').text, f'trial {t["id"]}')
+        self.shot('trial-failed')
         self.assertNoConsoleErrors()
 
     def test_4_live_view_updates_and_cancel_from_the_ui_cancels(self):
