@@ -170,6 +170,8 @@ TEST(Config, ValuesTheTrainerWouldRefuseFailAtParse) {
             std::string::npos);
   EXPECT_NE(error_of("[resources]\nsbatch_args = [\"--output=/tmp/x\"]\n").find("set by precon; remove it"),
             std::string::npos);
+  EXPECT_NE(error_of("[parallel]\ndata = 2\n").find("recipe.toml:2: parallel.data: tensor × data = 2 ranks"),
+            std::string::npos);
   // A short run with the default warm-up is fine: it warms up throughout.
   EXPECT_EQ(error_of("[train]\nsteps = 2\n"), "");
   // ... also once resolved: the stored config spells the default warm-up out, and the controller

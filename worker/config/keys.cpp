@@ -240,7 +240,14 @@ std::vector<KeySpec> build_table() {
                     return c.model.n_head % c.parallel.tensor ? "tensor = " + ratio(c.parallel.tensor, "n_head", c.model.n_head)
                                                               : std::string();
                   }));
-  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks", T(parallel.data)).range(1, 1 << 20).hashed());
+  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks", T(parallel.data))
+                  .range(1, 1 << 20).hashed()
+                  .rule([](const TrialConfig& c) {
+                    return c.parallel.tensor * c.parallel.data != 1
+                               ? "tensor × data = " + std::to_string(c.parallel.tensor * c.parallel.data) +
+                                     " ranks, but this precon-train runs one process (tensor = data = 1)"
+                               : std::string();
+                  }));
   // [resources]
   k.push_back(trial("resources.executor", "", "where trials run", T(resources.executor)).choices({"local", "slurm"}));
   k.push_back(trial("resources.nodes", "nodes", "nodes per trial", T(resources.nodes)).range(1, 1e5).sbatch("nodes"));

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "worker/config/parse.h"
 #include "worker/optim/optim_internal.h"
 
 namespace precon::worker {
@@ -49,6 +50,17 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
     for (const auto& [name, f] : r.factories) known += (known.empty() ? "" : ", ") + name;
   }
   if (!factory) throw OptimizerError("unknown optimizer.name '" + config.name + "' (known: " + known + ")");
+  // The key table's ranges, choices and rules: the same checks a recipe and a trial config get.
+  TrialConfig probe;
+  probe.optimizer = config;
+  ConfigIssues issues;
+  for (const char* section : {"optimizer.adamw.", "optimizer.muon.", "optimizer.shampoo."})
+    check_values(probe, section, "optimizer config", issues);
+  try {
+    issues.throw_if_any();
+  } catch (const ConfigError& e) {
+    throw OptimizerError(e.what());
+  }
   for (const OptimParam& p : params) {
     if (p.spec == nullptr) throw OptimizerError("make_optimizer: a parameter without its table row");
   }

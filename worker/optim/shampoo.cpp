@@ -45,32 +45,6 @@ Grafting parse_grafting(const std::string& name) {
 
 bool has_grafting_state(Grafting g) { return g == Grafting::adam || g == Grafting::rmsprop || g == Grafting::adagrad; }
 
-void validate(const ShampooConfig& c) {
-  auto fail = [](const std::string& what) { throw OptimizerError("optimizer.shampoo." + what); };
-  if (!(c.beta1 >= 0 && c.beta1 < 1)) fail("beta1 must lie in [0, 1)");
-  if (!(c.beta2 >= 0 && c.beta2 <= 1)) fail("beta2 must lie in [0, 1] (1 = running sum)");
-  if (!(c.epsilon >= 0)) fail("epsilon must be >= 0");
-  if (c.precondition_frequency < 1) fail("precondition_frequency must be >= 1");
-  if (c.start_preconditioning_step < 0) fail("start_preconditioning_step must be >= 0 (0 = precondition_frequency)");
-  if (!(c.exponent >= 0)) fail("exponent must be >= 0 (0 = 1/4 for matrices)");
-  if (c.max_preconditioner_dim < 1) fail("max_preconditioner_dim must be >= 1");
-  if (c.root_method != "eigh" && c.root_method != "newton") fail("root_method must be \"eigh\" or \"newton\"");
-  if (c.root_method == "newton") {
-    const double root = 1.0 / (c.exponent > 0 ? c.exponent : 0.25);
-    if (std::abs(root - std::round(root)) > 1e-9) {
-      fail("exponent = " + std::to_string(c.exponent) + " needs root_method = \"eigh\": the Newton iteration "
-           "computes integer roots only (exponent 1/p)");
-    }
-  }
-  if (c.params != "hidden" && c.params != "all-matrices") fail("params must be \"hidden\" or \"all-matrices\"");
-  if (c.max_root_failures < 0) fail("max_root_failures must be >= 0");
-  Grafting g = parse_grafting(c.grafting);
-  if ((g == Grafting::adam || g == Grafting::rmsprop) && !(c.grafting_beta2 >= 0 && c.grafting_beta2 < 1)) {
-    fail("grafting_beta2 must lie in [0, 1) for adam and rmsprop grafting");
-  }
-  if (!(c.grafting_epsilon >= 0)) fail("grafting_epsilon must be >= 0");
-}
-
 bool routed(const ParamSpec& s, const std::string& which) {
   if (s.kind == ParamKind::matrix) return true;
   return which == "all-matrices" && s.shape.size() == 2 &&
@@ -101,7 +75,7 @@ class Shampoo final : public Optimizer {
  public:
   Shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
           const OptimizerHooks& hooks)
-      : config_((validate(config.shampoo), config.shampoo)),
+      : config_(config.shampoo),  // checked by make_optimizer against the key table
         grafting_(parse_grafting(config_.grafting)),
         lr_(config.lr),
         weight_decay_(config.weight_decay),

@@ -121,9 +121,6 @@ void configure(Run& run) {
   if (cfg.train.threads > 0) k::set_cpu_threads(static_cast<int>(cfg.train.threads));
   run.device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
   k::set_default_device(run.device);
-  if (cfg.parallel.tensor != 1 || cfg.parallel.data != 1)
-    throw ConfigError(run.parsed.origin.count("parallel.tensor") ? run.parsed.origin["parallel.tensor"] : "config", 0,
-                      "parallel", "this precon-train runs one process; tensor/data parallelism needs the MPI launcher");
 }
 
 void build_model(Run& run) {
