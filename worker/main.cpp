@@ -1,5 +1,5 @@
 // precon-train: trains one run (a trial) and needs nothing else.
-//   precon-train --config trial.toml --run-dir DIR [--report-url URL --token T] [--resume auto|never|PATH]
+//   precon-train --config config.toml --run-dir DIR [--report-url URL --token T] [--resume auto|never|PATH]
 //   precon-train keys
 //   precon-train prepare-data --input FILES_OR_DIR --out DIR [--val-fraction F] [--encoder E --vocab V]
 // Exit codes: worker/train/exit_codes.h.
