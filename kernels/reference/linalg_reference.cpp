@@ -1,5 +1,6 @@
 #include "kernels/reference/linalg_reference.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace precon::kernels::reference {
@@ -61,6 +62,58 @@ Matrix newton_schulz(const Matrix& g, const std::vector<NsCoefficients>& schedul
 double ns_polynomial(double x, const std::vector<NsCoefficients>& schedule) {
   for (const NsCoefficients& k : schedule) x = k.a * x + k.b * x * x * x + k.c * x * x * x * x * x;
   return x;
+}
+
+void symmetric_eigen(const Matrix& a, std::vector<double>& values, Matrix& vectors) {
+  const int64_t n = a.rows;
+  Matrix m = a;
+  vectors = identity(n);
+  for (int sweep = 0; sweep < 100; ++sweep) {
+    double off = 0, total = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) (i == j ? total : off) += m(i, j) * m(i, j);
+    if (off <= 1e-30 * (total + off)) break;
+    for (int64_t p = 0; p < n; ++p) {
+      for (int64_t q = p + 1; q < n; ++q) {
+        if (m(p, q) == 0.0) continue;
+        // The rotation that zeroes m(p, q) (Golub & Van Loan, symmetric Schur decomposition).
+        const double tau = (m(q, q) - m(p, p)) / (2.0 * m(p, q));
+        const double t = (tau >= 0 ? 1.0 : -1.0) / (std::fabs(tau) + std::sqrt(1.0 + tau * tau));
+        const double c = 1.0 / std::sqrt(1.0 + t * t), s = t * c;
+        for (int64_t k = 0; k < n; ++k) {
+          const double mkp = m(k, p), mkq = m(k, q);
+          m(k, p) = c * mkp - s * mkq;
+          m(k, q) = s * mkp + c * mkq;
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          const double mpk = m(p, k), mqk = m(q, k);
+          m(p, k) = c * mpk - s * mqk;
+          m(q, k) = s * mpk + c * mqk;
+        }
+        for (int64_t k = 0; k < n; ++k) {
+          const double vkp = vectors(k, p), vkq = vectors(k, q);
+          vectors(k, p) = c * vkp - s * vkq;
+          vectors(k, q) = s * vkp + c * vkq;
+        }
+      }
+    }
+  }
+  values.assign(static_cast<size_t>(n), 0.0);
+  for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = m(i, i);
+}
+
+Matrix inverse_root(const Matrix& a, double epsilon, double root) {
+  const int64_t n = a.rows;
+  std::vector<double> lambda;
+  Matrix q;
+  symmetric_eigen(a, lambda, q);
+  Matrix out(n, n);
+  for (int64_t k = 0; k < n; ++k) {
+    const double d = std::pow(std::max(lambda[static_cast<size_t>(k)], 0.0) + epsilon, -1.0 / root);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) out(i, j) += q(i, k) * d * q(j, k);
+  }
+  return out;
 }
 
 }  // namespace precon::kernels::reference

@@ -34,4 +34,11 @@ Matrix newton_schulz(const Matrix& g, const std::vector<NsCoefficients>& schedul
 // The scalar polynomial composition p_K(…p_1(x)) that Newton–Schulz applies to singular values.
 double ns_polynomial(double x, const std::vector<NsCoefficients>& schedule);
 
+// Eigenvalues and eigenvectors (columns of `vectors`) of a symmetric matrix by cyclic Jacobi
+// rotations in double: slow, independent of LAPACK, accurate to a few ulps of double.
+void symmetric_eigen(const Matrix& a, std::vector<double>& values, Matrix& vectors);
+
+// (A + εI)^(-1/p) = Q diag((max(λ, 0) + ε)^(-1/p)) Qᵀ from symmetric_eigen.
+Matrix inverse_root(const Matrix& a, double epsilon, double root);
+
 }  // namespace precon::kernels::reference
