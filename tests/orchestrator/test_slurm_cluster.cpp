@@ -47,11 +47,11 @@ class SlurmCluster : public ControllerFixture {
     }
   }
 
-  std::unique_ptr<orch::Controller> start(int signal_lead_s = 120) {
+  std::unique_ptr<orch::Controller> start(int signal_lead_s = 120, const fs::path& trainer = PRECON_TRAIN_BIN) {
     ControllerOptions o;
     o.db = dir_ / "precon.db";
     o.run_root = dir_ / "runs";
-    o.trainer = PRECON_TRAIN_BIN;
+    o.trainer = trainer;
     o.admin_token = "admin-secret";
     o.poll_interval = std::chrono::milliseconds(100);
     o.stop_grace = std::chrono::milliseconds(3000);
@@ -261,13 +261,35 @@ TEST_F(SlurmCluster, SbatchErrorsFailTheTrialWithTheReason) {
   const json o = trials(url, bad_option)[0];
   EXPECT_EQ(o["state"], "failed");
   EXPECT_NE(o["reason"].get<std::string>().find("no-such-option"), std::string::npos) << o.dump();
-  // Rejected before anything is submitted: a hostile partition never reaches sbatch.
-  const int64_t hostile = submit(url, slurm_recipe(10, "partition = \"debug\\n#SBATCH --uid=0\"\n", ""));
-  ASSERT_TRUE(done(url, hostile, seconds(30)));
-  const json h = trials(url, hostile)[0];
-  EXPECT_EQ(h["state"], "failed");
-  EXPECT_NE(h["reason"].get<std::string>().find("resources.partition"), std::string::npos) << h.dump();
-  EXPECT_EQ(trial(url, h["id"])["attempts"].size(), 0u);
+  // Rejected at submit, by the recipe's key rules: a hostile partition never reaches sbatch.
+  const size_t before = get(url, "/api/v1/experiments")["experiments"].size();
+  ClientResponse r = post(url, "/api/v1/experiments",
+                          json{{"recipe", slurm_recipe(10, "partition = \"debug\\n#SBATCH --uid=0\"\n", "")}}.dump(),
+                          "admin-secret");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("resources.partition"), std::string::npos) << r.body;
+  EXPECT_EQ(get(url, "/api/v1/experiments")["experiments"].size(), before);  // nothing stored
+  c->stop();
+}
+
+TEST_F(SlurmCluster, ConfigErrorFailsAtOnceWithTheTrainersLine) {
+  // The real trainer, handed a configuration it rejects, in a Slurm job: exit 2, never retried,
+  // and the reason is the line it wrote to the run directory's stderr.log.
+  const fs::path wrapper = dir_ / "bad-config-trainer.sh";
+  std::ofstream(wrapper) << "#!/bin/sh\nexec " << PRECON_TRAIN_BIN << " \"$@\" --set optimizer.muon.ns_steps=0\n";
+  fs::permissions(wrapper, fs::perms::owner_all);
+  auto c = start(120, wrapper);
+  const std::string url = c->url();
+  const int64_t id = submit(url, slurm_recipe(10, "", "[sweep]\nmax_attempts = 3\n[sweep.parameters]\n\"train.seed\" = [7]\n"));
+  ASSERT_TRUE(done(url, id, seconds(60)));
+  const json t = trial(url, trials(url, id)[0]["id"]);
+  EXPECT_EQ(t["state"], "failed");
+  ASSERT_EQ(t["attempts"].size(), 1u) << t.dump();
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 2);
+  const std::string reason = t["reason"];
+  EXPECT_EQ(reason.rfind(trainer_error_message(t["run_dir"].get<std::string>()), 0), 0u) << reason;
+  EXPECT_NE(reason.find("optimizer.muon.ns_steps"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("exit code 2: configuration error, not retried"), std::string::npos) << reason;
   c->stop();
 }
 
