@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "orchestrator/cli/common.h"
+#include "orchestrator/recipe/recipe.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
 
@@ -35,12 +36,9 @@ struct RunOptions {
 
 std::string progress_line(const orch::Store& store, const orch::TrialRow& t, const orch::ExperimentRow& e) {
   nlohmann::json s = orch::trial_summary_json(store, t, e);
-  auto cfg_steps = [&] {
-    auto pos = t.config_toml.find("\nsteps = ");
-    return pos == std::string::npos ? std::string("?") : t.config_toml.substr(pos + 9, t.config_toml.find('\n', pos + 1) - pos - 9);
-  }();
+  const int64_t cfg_steps = orch::stored_trial_config(t.config_toml, "trial " + std::to_string(t.id)).train.steps;
   std::ostringstream line;
-  line << "  trial " << t.index << "  " << s["label"].get<std::string>() << "  " << s["state"].get<std::string>()
+  line << "  trial " << t.id << "  " << s["label"].get<std::string>() << "  " << s["state"].get<std::string>()
        << "  step " << t.last_step << "/" << cfg_steps << "  " << e.objective_metric << " "
        << fmt_number(s["objective"]) << "  train_loss " << fmt_number(s["train_loss"]);
   return line.str();
