@@ -7,6 +7,8 @@
 
 #include <cstdio>
 #include <iostream>
+#include <memory>
+#include <sstream>
 
 #include "kernels/error.h"
 #include "worker/common/error.h"
@@ -14,12 +16,26 @@
 #include "worker/config/parse.h"
 #include "worker/data/prepare.h"
 #include "worker/optim/optimizer.h"
+#include "worker/parallel/layout.h"
+#include "worker/parallel/mpi_communicator.h"
 #include "worker/train/exit_codes.h"
 #include "worker/train/trainer.h"
 
 namespace pw = precon::worker;
 
+namespace {
+// One line per problem, each with the prefix the controller looks for.
+void print_lines(const std::string& prefix, const std::string& text) {
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) std::cerr << prefix << line << "\n";
+}
+}  // namespace
+
 int main(int argc, char** argv) {
+  pw::LaunchInfo launch;
+  std::unique_ptr<pw::MpiSession> mpi;          // before `world`: finalized after it is freed
+  std::unique_ptr<pw::Communicator> world;
+  std::string who;                              // "rank R: " when there are several
   CLI::App app{"precon-train: train one GPT-2 run with AdamW, Muon or Shampoo"};
   app.require_subcommand(0, 1);
   pw::TrainOptions opt;
@@ -79,16 +95,27 @@ int main(int argc, char** argv) {
     opt.config_path = config;
     opt.run_dir = run_dir;
     pw::install_requeue_signal_handlers();
+    // Several ranks (mpirun, srun): MPI for the collectives. One process needs no MPI at all.
+    launch = pw::launch_info_from_env();
+    if (launch.world_size > 1) {
+      mpi = std::make_unique<pw::MpiSession>(&argc, &argv);
+      world = mpi->world();
+      opt.world = world.get();
+      who = "rank " + std::to_string(world->rank()) + ": ";
+    }
     switch (pw::train(opt)) {
       case pw::TrainOutcome::completed:
       case pw::TrainOutcome::stopped: return pw::kExitOk;
       case pw::TrainOutcome::requeue: return pw::kExitRequeue;
     }
   } catch (const pw::ConfigError& e) {
-    std::cerr << "precon-train: config error: " << e.what() << "\n";
+    // Every rank reads the same config and fails at the same point; the first one says why.
+    if (launch.world_rank == 0) print_lines("precon-train: config error: ", e.what());
     return pw::kExitUsage;
   } catch (const std::exception& e) {
-    std::cerr << "precon-train: error: " << e.what() << "\n";
+    print_lines("precon-train: " + who + "error: ", e.what());
+    // The other ranks may be waiting in a collective for this one: end the whole job now.
+    if (mpi) pw::abort_mpi_job(pw::kExitFailed);
     return pw::kExitFailed;
   }
   return pw::kExitFailed;

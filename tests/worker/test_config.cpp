@@ -170,8 +170,14 @@ TEST(Config, ValuesTheTrainerWouldRefuseFailAtParse) {
             std::string::npos);
   EXPECT_NE(error_of("[resources]\nsbatch_args = [\"--output=/tmp/x\"]\n").find("set by precon; remove it"),
             std::string::npos);
-  EXPECT_NE(error_of("[parallel]\ndata = 2\n").find("recipe.toml:2: parallel.data: tensor × data = 2 ranks"),
+  EXPECT_NE(error_of("[parallel]\ntensor = 2\n").find("tensor parallelism is not in this precon-train yet"),
             std::string::npos);
+  EXPECT_NE(error_of("[train]\nbatch_size = 6\n[parallel]\ndata = 4\n").find("must be a multiple of parallel.data = 4"),
+            std::string::npos);
+  EXPECT_NE(error_of("[train]\nbatch_size = 8\nmicro_batch_size = 3\n[parallel]\ndata = 2\n")
+                .find("must divide the rank's slice batch_size / parallel.data = 4"),
+            std::string::npos);
+  EXPECT_EQ(error_of("[train]\nbatch_size = 8\nmicro_batch_size = 2\n[parallel]\ndata = 2\n"), "");
   // A short run with the default warm-up is fine: it warms up throughout.
   EXPECT_EQ(error_of("[train]\nsteps = 2\n"), "");
   // ... also once resolved: the stored config spells the default warm-up out, and the controller

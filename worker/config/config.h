@@ -31,7 +31,9 @@ struct DataConfig {
 
 struct TrainConfig {
   int64_t steps = 200;            // optimizer steps
-  int64_t batch_size = 8;         // sequences per step (B)
+  int64_t batch_size = 8;         // sequences per step (B), the global batch over all data-parallel ranks
+  int64_t micro_batch_size = 0;   // sequences per forward/backward on one rank; 0 = the rank's whole
+                                  // slice (batch_size / parallel.data); smaller accumulates gradients
   int64_t seed = 1337;            // RNG seed: init, data order
   int64_t eval_every = 50;        // steps between validation losses; 0 = only at the end
   int64_t eval_batches = 4;       // validation batches per evaluation
@@ -98,8 +100,9 @@ struct OptimizerConfig {
 };
 
 struct ParallelConfig {
-  int64_t tensor = 1;  // tensor-parallel ranks
-  int64_t data = 1;    // data-parallel ranks
+  int64_t tensor = 1;            // tensor-parallel ranks
+  int64_t data = 1;              // data-parallel ranks; tensor × data = the ranks the launcher starts
+  std::string backend = "auto";  // "auto" (nccl on CUDA, mpi on CPU) | "mpi" | "nccl"
 };
 
 struct ResourcesConfig {

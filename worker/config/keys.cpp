@@ -105,7 +105,26 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("data.val", "path", "validation token shard", T(data.val)));
   // [train]
   k.push_back(trial("train.steps", "steps", "optimizer steps", T(train.steps)).range(1, 1e12));
-  k.push_back(trial("train.batch_size", "sequences", "sequences per step (B)", T(train.batch_size)).range(1, 1 << 20));
+  k.push_back(trial("train.batch_size", "sequences", "sequences per step (B), over all data-parallel ranks",
+                    T(train.batch_size))
+                  .range(1, 1 << 20)
+                  .rule([](const TrialConfig& c) {
+                    return c.train.batch_size % c.parallel.data ? "batch_size = " + std::to_string(c.train.batch_size) +
+                                                                      " must be a multiple of parallel.data = " +
+                                                                      std::to_string(c.parallel.data)
+                                                                : std::string();
+                  }));
+  k.push_back(trial("train.micro_batch_size", "sequences",
+                    "sequences per forward/backward on a rank; 0 = its whole slice; smaller accumulates gradients",
+                    T(train.micro_batch_size))
+                  .range(0, 1 << 20)
+                  .rule([](const TrialConfig& c) {
+                    const int64_t slice = c.train.batch_size / c.parallel.data, m = c.train.micro_batch_size;
+                    return m > 0 && (slice % m != 0)
+                               ? "micro_batch_size = " + std::to_string(m) + " must divide the rank's slice batch_size / "
+                                 "parallel.data = " + std::to_string(slice)
+                               : std::string();
+                  }));
   k.push_back(trial("train.seed", "", "RNG seed for init and data order", T(train.seed)).range(0, 9.2e18));
   k.push_back(trial("train.eval_every", "steps", "steps between validation losses; 0 = only at the end",
                     T(train.eval_every)).range(0, 1e12));
@@ -235,17 +254,20 @@ std::vector<KeySpec> build_table() {
                   .choices({"hidden", "all-matrices"}).hashed());
   // [parallel]
   k.push_back(trial("parallel.tensor", "ranks", "tensor-parallel ranks (must divide model.n_head)", T(parallel.tensor))
-                  .range(1, 1024).hashed()
+                  .range(1, 1024)
                   .rule([](const TrialConfig& c) {
-                    return c.model.n_head % c.parallel.tensor ? "tensor = " + ratio(c.parallel.tensor, "n_head", c.model.n_head)
-                                                              : std::string();
+                    if (c.model.n_head % c.parallel.tensor) return "tensor = " + ratio(c.parallel.tensor, "n_head", c.model.n_head);
+                    return c.parallel.tensor > 1 ? std::string("tensor parallelism is not in this precon-train yet; "
+                                                               "use parallel.data")
+                                                 : std::string();
                   }));
-  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks", T(parallel.data))
-                  .range(1, 1 << 20).hashed()
+  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks; tensor × data = the ranks the launcher starts",
+                    T(parallel.data)).range(1, 1 << 20));
+  k.push_back(trial("parallel.backend", "", "collectives: auto = nccl on CUDA, mpi on CPU", T(parallel.backend))
+                  .choices({"auto", "mpi", "nccl"})
                   .rule([](const TrialConfig& c) {
-                    return c.parallel.tensor * c.parallel.data != 1
-                               ? "tensor × data = " + std::to_string(c.parallel.tensor * c.parallel.data) +
-                                     " ranks, but this precon-train runs one process (tensor = data = 1)"
+                    return c.parallel.backend == "nccl" && c.train.device != "cuda"
+                               ? std::string("nccl needs train.device = \"cuda\"; the CPU path uses mpi")
                                : std::string();
                   }));
   // [resources]

@@ -1,5 +1,6 @@
 #include "worker/model/gpt.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -212,7 +213,14 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   return sum * dloss;
 }
 
-void Gpt::backward() {
+std::pair<size_t, size_t> Gpt::row_range(std::initializer_list<size_t> rows) {
+  return {std::min(rows), std::max(rows) + 1};
+}
+
+void Gpt::backward(const GradsReady& ready) {
+  auto report = [&](std::pair<size_t, size_t> range) {
+    if (ready) ready(range.first, range.second);
+  };
   if (!grads_ready_) throw std::logic_error("Gpt::backward needs a forward with compute_grad first");
   grads_ready_ = false;
   Acts& a = *acts_;
@@ -226,6 +234,7 @@ void Gpt::backward() {
   const Tensor last = L_ > 0 ? a.residual3[L_ - 1] : a.encoded;
   k::layernorm_backward(a.dresidual, p.grad(ln_f_w_), p.grad(ln_f_b_), a.dln, last, weight(ln_f_w_), a.lnf_mean,
                         a.lnf_rstd);
+  report(row_range({ln_f_w_, ln_f_b_}));
 
   for (int64_t l = L_ - 1; l >= 0; --l) {
     const LayerRows& r = layers_[l];
@@ -252,8 +261,11 @@ void Gpt::backward() {
                        k::WeightLayout::in_out);
     k::layernorm_backward(a.dresidual, p.grad(r.ln_1_w), p.grad(r.ln_1_b), a.dln, residual, weight(r.ln_1_w),
                           a.ln1_mean[l], a.ln1_rstd[l]);
+    report(row_range({r.ln_1_w, r.ln_1_b, r.c_attn_w, r.c_attn_b, r.attn_proj_w, r.attn_proj_b, r.ln_2_w, r.ln_2_b,
+                      r.c_fc_w, r.c_fc_b, r.mlp_proj_w, r.mlp_proj_b}));
   }
   k::encoder_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, a.tokens);
+  report(row_range({wte_, wpe_}));
 }
 
 std::vector<float> Gpt::logits_host() const {

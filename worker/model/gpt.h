@@ -6,7 +6,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -38,7 +41,12 @@ class Gpt {
   // d loss / d logits in place of the logits (fused), ready for backward().
   double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad);
   // Accumulates parameter gradients (callers zero them once per step with params().zero_grads()).
-  void backward();
+  // `ready`, when given, is called with each range [first, end) of table rows as soon as their
+  // gradients are final, from the end of the table to its start: ln_f, h.{L-1}, ..., h.0, then
+  // wte and wpe (wte last: the tied head and the embedding both add to it). Data parallelism
+  // starts each range's all-reduce there, while the earlier layers are still computed.
+  using GradsReady = std::function<void(size_t first, size_t end)>;
+  void backward(const GradsReady& ready = {});
 
   // Logits of the last forward without compute_grad: (B, T, V) copied to the host.
   std::vector<float> logits_host() const;
@@ -58,6 +66,8 @@ class Gpt {
     size_t mlp_proj_w, mlp_proj_b;    // mlp.c_proj
   };
   void cast_weights();
+  // [first, end) of the table rows given, for the ready callback.
+  static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
   // What the passes read: the bf16 copy under bf16 precision, else the fp32 parameter.
   kernels::Tensor weight(size_t row) const;
 

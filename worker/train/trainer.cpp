@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -21,6 +22,8 @@
 #include "worker/model/gpt.h"
 #include "worker/model/model_io.h"
 #include "worker/optim/optimizer.h"
+#include "worker/parallel/grad_sync.h"
+#include "worker/parallel/layout.h"
 #include "worker/report/metrics.h"
 #include "worker/report/reporter.h"
 #include "worker/train/train_state.h"
@@ -65,6 +68,10 @@ struct Run {
   ParsedConfig parsed;
   TrialConfig& cfg() { return parsed.config; }
   k::Device device = k::Device::cpu;
+  ParallelContext par;               // world, tensor- and data-parallel groups
+  int64_t slice = 0;                 // sequences of the global batch this rank computes
+  int64_t micro = 0;                 // sequences per forward/backward (slice / micro = micro-batches)
+  std::unique_ptr<GradientSync> grad_sync;
   std::unique_ptr<Gpt> model;
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Optimizer> optimizer;
@@ -76,6 +83,7 @@ struct Run {
   int64_t last_checkpoint = 0;
   PhaseSeconds prev_phases;         // optimizer phase totals at the last metrics record
   int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
+  int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
   RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective}; }
 };
 
@@ -84,16 +92,44 @@ struct StepStats {
   double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
 };
 
+// Rows [first, first + rows) of a batch.
+void take_rows(const Batch& from, int64_t first, int64_t rows, Batch& to) {
+  const int64_t T = from.T;
+  to.B = rows;
+  to.T = T;
+  to.inputs.assign(from.inputs.begin() + first * T, from.inputs.begin() + (first + rows) * T);
+  to.targets.assign(from.targets.begin() + first * T, from.targets.begin() + (first + rows) * T);
+}
+
+// The mean of f(micro-batch) over this rank's slice of a global batch, averaged over the
+// data-parallel ranks: every slice and micro-batch holds the same number of tokens, so this is
+// the mean over the whole batch, as one process computes it.
+template <class F>
+double mean_over_batch(Run& run, const Batch& batch, F&& f) {
+  Batch part;
+  const int64_t n = run.slice / run.micro;
+  double total = 0.0;
+  for (int64_t j = 0; j < n; ++j) {
+    take_rows(batch, run.par.dp_rank() * run.slice + j * run.micro, run.micro, part);
+    total += f(part, j == n - 1);
+  }
+  double mean = total / static_cast<double>(n * run.par.data);
+  run.par.dp->all_reduce_sum(&mean, 1);
+  return mean;
+}
+
 double evaluate(Run& run) {
   double total = 0.0;
-  for (const Batch& b : run.val) total += run.model->forward(b.inputs, b.targets, false);
+  for (const Batch& b : run.val)
+    total += mean_over_batch(run, b, [&](const Batch& part, bool) { return run.model->forward(part.inputs, part.targets, false); });
   return run.val.empty() ? NAN : total / static_cast<double>(run.val.size());
 }
 
+// Every rank knows the objective (for its checkpoints); only the first writes and reports.
 void emit(Run& run, const MetricRecord& record) {
-  run.metrics->write(record);
   for (const auto& [name, value] : record.values)
     if (name == run.cfg().objective.metric) run.objective = value;
+  if (run.metrics) run.metrics->write(record);
   if (run.reporter) run.reporter->push(record);
 }
 
@@ -111,13 +147,24 @@ void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
   std::ofstream(target) << config_to_toml(cfg);
 }
 
-// Parses the config, prepares the run directory, and selects the CPU threads and the device.
+// Parses the config, checks the layout against the launched ranks, prepares the run directory,
+// and selects the CPU threads and the device.
 void configure(Run& run) {
   const TrainOptions& options = *run.options;
   run.parsed = parse_config_file(options.config_path.string(), options.overrides);
   TrialConfig& cfg = run.cfg();
+  std::unique_ptr<Communicator> world = options.world ? options.world->split(0, options.world->rank())
+                                                      : make_local_communicator();
+  run.par = make_parallel_context(std::move(world), cfg.parallel);
+  if (run.par.world->size() > 1) {
+    run.log = [log = run.log, prefix = "rank " + std::to_string(run.par.world->rank()) + ": "](const std::string& m) {
+      log(prefix + m);
+    };
+  }
+  run.slice = cfg.train.batch_size / run.par.data;
+  run.micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : run.slice;
   fs::create_directories(options.run_dir);
-  write_run_config(options, cfg);
+  if (run.par.first()) write_run_config(options, cfg);
   if (cfg.train.threads > 0) k::set_cpu_threads(static_cast<int>(cfg.train.threads));
   run.device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
   k::set_default_device(run.device);
@@ -125,7 +172,7 @@ void configure(Run& run) {
 
 void build_model(Run& run) {
   const TrialConfig& cfg = run.cfg();
-  run.model = std::make_unique<Gpt>(cfg.model, cfg.train.batch_size, run.device, cfg.train.precision);
+  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision);
   if (!cfg.train.init_from.empty()) {
     load_model_safetensors(run.model->params(), cfg.train.init_from);
     run.log("initialised the model from " + cfg.train.init_from);
@@ -157,7 +204,12 @@ void build_optimizer(Run& run) {
   for (size_t i = 0; i < store.size(); ++i) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
   run.optimizer = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
+  run.grad_sync = std::make_unique<GradientSync>(*run.par.dp, store);
   run.log("routing: " + run.optimizer->routing_summary());
+  if (run.par.world->size() > 1)
+    run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
+            ", " + std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
+            " sequence(s) per step");
 }
 
 // --resume auto: the newest checkpoint that verifies; a directory: that one, which must verify.
@@ -181,8 +233,8 @@ void resume(Run& run) {
 
 void open_outputs(Run& run) {
   const TrainOptions& options = *run.options;
-  run.metrics = std::make_unique<MetricsWriter>(options.run_dir / "metrics.jsonl", run.start);
-  if (!options.report_url.empty()) {
+  if (run.par.first()) run.metrics = std::make_unique<MetricsWriter>(options.run_dir / "metrics.jsonl", run.start);
+  if (!options.report_url.empty() && run.par.first()) {
     ReporterOptions ro;
     ro.url = options.report_url;
     ro.token = options.token;
@@ -194,18 +246,29 @@ void open_outputs(Run& run) {
   run.prev_phases = run.optimizer->phase_seconds();
   const char* nan_fault = std::getenv("PRECON_FAULT_NAN_LOSS_AT_STEP");
   run.nan_fault_step = nan_fault ? std::atoll(nan_fault) : -1;
+  if (const char* f = std::getenv("PRECON_FAULT_RANK_ERROR"); f && std::strchr(f, ':') &&
+      std::atoi(f) == run.par.world->rank())
+    run.rank_fault_step = std::atoll(std::strchr(f, ':') + 1);
 }
 
-// Zeroes the gradients, runs the forward and backward passes; returns the training loss.
+// Zeroes the gradients, runs the forward and backward passes over this rank's micro-batches
+// (the last one's backward starts the gradient all-reduce bucket by bucket), and leaves the mean
+// gradient of the whole global batch in every rank's buffer. Returns the training loss.
 double forward_backward(Run& run, const Batch& batch, int64_t step) {
   run.model->params().zero_grads();
-  double loss = run.model->forward(batch.inputs, batch.targets, true);
+  GradientSync& sync = *run.grad_sync;
+  const Gpt::GradsReady ready = [&sync](size_t first, size_t end) { sync.ready(first, end); };
+  double loss = mean_over_batch(run, batch, [&](const Batch& part, bool last) {
+    const double micro_loss = run.model->forward(part.inputs, part.targets, true);
+    if (std::isfinite(micro_loss)) run.model->backward(last && run.par.data > 1 ? ready : Gpt::GradsReady{});
+    return micro_loss;
+  });
+  sync.finish(1.0f / static_cast<float>(run.slice / run.micro * run.par.data));
   if (step == run.nan_fault_step) loss = NAN;
   if (!std::isfinite(loss)) {
     throw TrainingError("non-finite training loss (" + std::to_string(loss) + ") at step " + std::to_string(step) +
                         "; " + last_good(run) + " (lower optimizer.lr or raise train.grad_clip's strictness)");
   }
-  run.model->backward();
   return loss;
 }
 
@@ -264,28 +327,35 @@ void maybe_evaluate(Run& run, int64_t step, double loss) {
           " val_loss " + std::to_string(val_loss));
 }
 
+// Under data parallelism every rank holds the same model and optimizer state: the first rank
+// writes the checkpoint, and it counts for all once the barrier after it is passed.
 void checkpoint(Run& run, int64_t step) {
   if (step == run.last_checkpoint && step != 0) return;
   auto t0 = std::chrono::steady_clock::now();
-  fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
-  run.metrics->sync();
+  if (run.par.first()) {
+    fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
+    run.metrics->sync();
+    run.log("checkpoint " + dir.filename().string() + " (" + std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
+  }
+  run.par.world->barrier();
   run.last_checkpoint = step;
-  run.log("checkpoint " + dir.filename().string() + " (" + std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
 }
 
 // After a step: checkpoint when due, or before stopping (the controller's request, a requeue
 // signal, --stop-at-step). Returns the outcome when the run must end here.
 std::optional<TrainOutcome> checkpoint_or_stop(Run& run, int64_t step) {
   const TrialConfig& cfg = run.cfg();
-  const bool stop = run.reporter && run.reporter->stop_requested();
-  const bool requeue =
-      requeue_signal_received() || (run.options->stop_at_step > 0 && step >= run.options->stop_at_step);
+  // One decision for all ranks: a signal to any rank, or the controller's answer to the first.
+  int64_t flags[2] = {run.reporter && run.reporter->stop_requested(),
+                      requeue_signal_received() || (run.options->stop_at_step > 0 && step >= run.options->stop_at_step)};
+  run.par.world->all_reduce_max(flags, 2);
+  const bool stop = flags[0] != 0, requeue = flags[1] != 0;
   if ((cfg.train.checkpoint_every > 0 && step % cfg.train.checkpoint_every == 0) || step == cfg.train.steps ||
       stop || requeue) {
     checkpoint(run, step);
   }
   if (stop) {
-    run.log("the controller asked to stop: " + run.reporter->stop_reason());
+    run.log("the controller asked to stop" + (run.reporter ? ": " + run.reporter->stop_reason() : std::string()));
     return TrainOutcome::stopped;
   }
   if (requeue) {
@@ -302,6 +372,7 @@ TrainOutcome step_loop(Run& run) {
     auto t0 = std::chrono::steady_clock::now();
     run.loader->next(batch);
     StepStats stats;
+    if (step == run.rank_fault_step) throw TrainingError("injected fault at step " + std::to_string(step));
     stats.loss = forward_backward(run, batch, step);
     float grad_scale = 1.0f;
     std::tie(stats.grad_norm, grad_scale) = clip_gradients(run);
@@ -318,7 +389,7 @@ TrainOutcome step_loop(Run& run) {
 void finish(Run& run) {
   if (run.start >= run.cfg().train.steps)
     run.log("nothing to do: the run already reached step " + std::to_string(run.start));
-  run.metrics->sync();
+  if (run.metrics) run.metrics->sync();
   if (run.reporter && !run.reporter->flush(std::chrono::seconds(10)))
     run.log("warning: some metric reports were not delivered; metrics.jsonl has them all");
 }

@@ -11,6 +11,7 @@
 
 #include "worker/common/error.h"
 #include "worker/config/config.h"
+#include "worker/parallel/communicator.h"
 
 namespace precon::worker {
 
@@ -24,6 +25,9 @@ struct TrainOptions {
   std::string resume = "auto";         // "auto" (newest good checkpoint), "never", or a checkpoint dir
   int64_t stop_at_step = 0;            // checkpoint and return requeue after this step; 0 = never
   std::function<void(const std::string&)> log;  // progress and warnings; default: stderr
+  // The job's ranks (mpirun/srun started several); null = this process alone. Its size must be
+  // parallel.tensor × parallel.data.
+  Communicator* world = nullptr;
 };
 
 enum class TrainOutcome {

@@ -1,0 +1,46 @@
+// A group of ranks and the collectives the trainer needs, with backends `local` (one process:
+// every collective is the identity), `mpi` (OpenMPI: CPU collectives and the bootstrap for NCCL)
+// and `nccl` (GPU tensors). Groups for tensor and data parallelism are split from the world.
+// Thread-compatible: one thread issues a communicator's calls (the training thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace precon::worker {
+
+// A non-blocking collective in flight; wait() returns once its buffer holds the result.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  virtual void wait() = 0;
+  // Lets the collective advance without blocking (MPI progresses inside MPI calls only).
+  virtual void poke() {}
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend() const = 0;
+
+  // In place over `n` elements of host memory (device memory for nccl).
+  virtual void all_reduce_sum(float* data, int64_t n) = 0;
+  virtual void all_reduce_sum(double* data, int64_t n) = 0;
+  virtual void all_reduce_max(int64_t* data, int64_t n) = 0;
+  virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) = 0;
+  virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+  // The ranks with the same `color`, ordered by `key`: one call on every rank of this group.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+};
+
+// One process: rank 0 of 1.
+std::unique_ptr<Communicator> make_local_communicator();
+
+// Whether this build has an MPI backend (OpenMPI found at configure time).
+bool mpi_available();
+
+}  // namespace precon::worker

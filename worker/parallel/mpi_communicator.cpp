@@ -1,0 +1,128 @@
+#include "worker/parallel/mpi_communicator.h"
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "worker/common/error.h"
+
+#if PRECON_HAVE_MPI
+// The C API only: the deprecated C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace precon::worker {
+
+#if PRECON_HAVE_MPI
+
+namespace {
+
+void check_mpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw WorkerError(std::string("MPI ") + what + " failed: " + std::string(text, static_cast<size_t>(len)));
+}
+
+class MpiPending final : public PendingCollective {
+ public:
+  MpiPending() = default;
+  MPI_Request* request() { return &request_; }
+  void wait() override {
+    if (request_ != MPI_REQUEST_NULL) check_mpi(MPI_Wait(&request_, MPI_STATUS_IGNORE), "wait");
+  }
+  void poke() override {
+    int done = 0;
+    if (request_ != MPI_REQUEST_NULL) check_mpi(MPI_Test(&request_, &done, MPI_STATUS_IGNORE), "test");
+  }
+  ~MpiPending() override {
+    if (request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+
+ private:
+  MPI_Request request_ = MPI_REQUEST_NULL;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "comm_size");
+  }
+  ~MpiCommunicator() override { MPI_Comm_free(&comm_); }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "mpi"; }
+  void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_SUM); }
+  void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, MPI_DOUBLE, MPI_SUM); }
+  void all_reduce_max(int64_t* data, int64_t n) override { reduce(data, n, MPI_INT64_T, MPI_MAX); }
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
+    auto pending = std::make_unique<MpiPending>();
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, pending->request()), "iallreduce");
+    return pending;
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    check_mpi(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_), "bcast");
+  }
+  void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    MPI_Comm sub;
+    check_mpi(MPI_Comm_split(comm_, color, key, &sub), "comm_split");
+    return std::make_unique<MpiCommunicator>(sub);
+  }
+
+ private:
+  static int count(int64_t n) {
+    if (n > INT32_MAX) throw WorkerError("MPI collective of " + std::to_string(n) + " elements exceeds INT32_MAX");
+    return static_cast<int>(n);
+  }
+  void reduce(void* data, int64_t n, MPI_Datatype type, MPI_Op op) {
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, data, count(n), type, op, comm_), "allreduce");
+  }
+
+  MPI_Comm comm_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+bool mpi_available() { return true; }
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int provided = 0;
+  check_mpi(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "init");
+  // Errors come back as codes (and become exceptions) instead of aborting inside MPI.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+}
+
+MpiSession::~MpiSession() { MPI_Finalize(); }
+
+std::unique_ptr<Communicator> MpiSession::world() const {
+  MPI_Comm dup;
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "comm_dup");
+  return std::make_unique<MpiCommunicator>(dup);
+}
+
+void abort_mpi_job(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);
+}
+
+#else  // no MPI in this build
+
+bool mpi_available() { return false; }
+
+MpiSession::MpiSession(int*, char***) {
+  throw WorkerError("this precon-train was built without MPI (install libopenmpi-dev and rebuild) and cannot run "
+                    "several ranks");
+}
+MpiSession::~MpiSession() = default;
+std::unique_ptr<Communicator> MpiSession::world() const { return make_local_communicator(); }
+void abort_mpi_job(int code) { std::_Exit(code); }
+
+#endif
+
+}  // namespace precon::worker
