@@ -96,9 +96,11 @@ void LocalExecutor::validate(const LaunchSpec& spec) const {
   if (spec.run_dir.empty()) throw ExecError(who + ": no run directory given");
   if (spec.cpus < 1) throw ExecError(who + ": cpus must be at least 1, got " + std::to_string(spec.cpus));
   if (spec.gpus < 0) throw ExecError(who + ": gpus must be 0 or more, got " + std::to_string(spec.gpus));
-  if (spec.cpus > cpu_slots_) {
-    throw ExecError(who + " needs " + std::to_string(spec.cpus) + " CPU slots but the local executor has " +
-                    std::to_string(cpu_slots_) + "; lower the recipe's cpus or give the executor more slots");
+  if (spec.ranks < 1) throw ExecError(who + ": ranks must be at least 1, got " + std::to_string(spec.ranks));
+  if (spec.total_cpus() > cpu_slots_) {
+    throw ExecError(who + " needs " + std::to_string(spec.total_cpus()) + " CPU slots (" + std::to_string(spec.ranks) +
+                    " rank(s) × " + std::to_string(spec.cpus) + " thread(s)) but the local executor has " +
+                    std::to_string(cpu_slots_) + "; lower train.threads or the layout, or give the executor more slots");
   }
   if (static_cast<size_t>(spec.gpus) > gpu_ids_.size()) {
     throw ExecError(who + " needs " + std::to_string(spec.gpus) + " GPUs but the local executor has " +
@@ -118,11 +120,25 @@ void LocalExecutor::validate(const LaunchSpec& spec) const {
   if (!resolve_program(spec.argv[0], path_var)) {
     throw ExecError(who + ": program not found or not executable: " + spec.argv[0]);
   }
+  if (spec.ranks > 1 && !resolve_program("mpirun", path_var)) {
+    throw ExecError(who + " runs " + std::to_string(spec.ranks) +
+                    " ranks, which this executor starts with mpirun, but mpirun is not on PATH (install openmpi-bin)");
+  }
 }
+
+namespace {
+// mpirun starts the trial's ranks on this machine. The controller's slot accounting decides what
+// fits, so mpirun neither refuses more ranks than cores nor pins them (other trials share them).
+std::vector<std::string> mpirun_argv(const LaunchSpec& spec) {
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(spec.ranks), "--oversubscribe", "--bind-to", "none"};
+  argv.insert(argv.end(), spec.argv.begin(), spec.argv.end());
+  return argv;
+}
+}  // namespace
 
 bool LocalExecutor::has_capacity(const LaunchSpec& spec) const {
   std::lock_guard lock(mu_);
-  return spec.cpus <= cpu_slots_ - cpus_used_ &&
+  return spec.total_cpus() <= cpu_slots_ - cpus_used_ &&
          spec.gpus <= static_cast<int>(std::count(gpu_used_.begin(), gpu_used_.end(), false));
 }
 
@@ -164,9 +180,9 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   validate(spec);
   std::lock_guard lock(mu_);
   int free_gpus = static_cast<int>(std::count(gpu_used_.begin(), gpu_used_.end(), false));
-  if (spec.cpus > cpu_slots_ - cpus_used_ || spec.gpus > free_gpus) {
+  if (spec.total_cpus() > cpu_slots_ - cpus_used_ || spec.gpus > free_gpus) {
     throw ExecError("no free slots for trial " + std::to_string(spec.trial_id) + ": needs " +
-                    std::to_string(spec.cpus) + " CPUs and " + std::to_string(spec.gpus) + " GPUs, free " +
+                    std::to_string(spec.total_cpus()) + " CPUs and " + std::to_string(spec.gpus) + " GPUs, free " +
                     std::to_string(cpu_slots_ - cpus_used_) + " CPUs and " + std::to_string(free_gpus) +
                     " GPUs (check has_capacity first)");
   }
@@ -191,17 +207,22 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   if (!gpu_ids_.empty()) env["CUDA_VISIBLE_DEVICES"] = join_ids(gpus);
 
   WrappedCommand cmd;
-  auto exe = resolve_program(spec.argv[0], env.count("PATH") ? env["PATH"] : "/usr/bin:/bin");
-  if (!exe) throw ExecError("program not found or not executable: " + spec.argv[0]);
+  cmd.argv = spec.ranks > 1 ? mpirun_argv(spec) : spec.argv;
+  if (spec.ranks > 1 && ::geteuid() == 0) {
+    // OpenMPI refuses root without these; a controller run as root means it.
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1";
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1";
+  }
+  auto exe = resolve_program(cmd.argv[0], env.count("PATH") ? env["PATH"] : "/usr/bin:/bin");
+  if (!exe) throw ExecError("program not found or not executable: " + cmd.argv[0]);
   cmd.exe = *exe;
-  cmd.argv = spec.argv;
   for (const auto& [key, value] : env) cmd.env.push_back(key + "=" + value);
   cmd.stdout_path = spec.run_dir / "stdout.log";
   cmd.stderr_path = trainer_stderr_path(spec.run_dir);
   cmd.status_path = status_path;
   {
     std::ofstream record(launch_record_path(spec.run_dir, spec.attempt), std::ios::trunc);
-    record << "cpus=" << spec.cpus << "\ngpus=" << join_ids(gpus) << "\n";
+    record << "cpus=" << spec.total_cpus() << "\ngpus=" << join_ids(gpus) << "\n";
     if (!record) throw ExecError("cannot write " + launch_record_path(spec.run_dir, spec.attempt).string());
   }
   pid_t pid = spawn_wrapped(cmd);
@@ -222,7 +243,7 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   a.handle.trial_id = spec.trial_id;
   a.handle.attempt = spec.attempt;
   a.handle.run_dir = spec.run_dir;
-  reserve(a, spec.cpus, gpus);
+  reserve(a, spec.total_cpus(), gpus);
   attempts_.push_back(a);
   return a.handle;
 }

@@ -77,6 +77,10 @@ void validate_slurm_spec(const LaunchSpec& spec) {
                     "\" must be an absolute path of letters, digits and _./+@,:=- for Slurm (it is written into "
                     "#SBATCH lines); choose a plain --runs directory");
   }
+  if (spec.ranks > 1 && spec.ranks != r.nodes * r.ntasks_per_node) {
+    throw ExecError(who(spec) + ": " + std::to_string(spec.ranks) + " ranks need resources.nodes × ntasks_per_node = " +
+                    std::to_string(spec.ranks) + " tasks, not " + std::to_string(r.nodes * r.ntasks_per_node));
+  }
   // The key table's ranges, patterns and rules: recipes were checked with them, a spec built in
   // code is checked here again before anything reaches a script.
   worker::TrialConfig config;
@@ -155,7 +159,8 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
     for (const std::string& line : r.setup) s << line << "\n";
     s << "# end of resources.setup\n\n";
   }
-  s << shell_quote(options.srun) << " --kill-on-bad-exit=1 --nodes=" << r.nodes
+  // Several ranks are one MPI job: srun hands them their ranks through PMIx.
+  s << shell_quote(options.srun) << " --kill-on-bad-exit=1" << (spec.ranks > 1 ? " --mpi=pmix" : "") << " --nodes=" << r.nodes
     << " --ntasks-per-node=" << r.ntasks_per_node << " --cpus-per-task=" << cpus_per_task(spec) << " --";
   for (const std::string& a : spec.argv) s << " " << shell_quote(a);
   s << " >>\"$run_dir/stdout.log\" 2>>\"$run_dir/stderr.log\" &\n";

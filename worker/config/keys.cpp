@@ -273,8 +273,18 @@ std::vector<KeySpec> build_table() {
   // [resources]
   k.push_back(trial("resources.executor", "", "where trials run", T(resources.executor)).choices({"local", "slurm"}));
   k.push_back(trial("resources.nodes", "nodes", "nodes per trial", T(resources.nodes)).range(1, 1e5).sbatch("nodes"));
-  k.push_back(trial("resources.ntasks_per_node", "tasks", "ranks per node", T(resources.ntasks_per_node))
-                  .range(1, 1024).sbatch("ntasks-per-node"));
+  k.push_back(trial("resources.ntasks_per_node", "tasks", "ranks per node (Slurm: nodes × ntasks_per_node = the layout's ranks)",
+                    T(resources.ntasks_per_node))
+                  .range(1, 1024).sbatch("ntasks-per-node")
+                  .rule([](const TrialConfig& c) {
+                    const auto& r = c.resources;
+                    const int64_t ranks = c.parallel.tensor * c.parallel.data;
+                    return r.executor == "slurm" && r.nodes * r.ntasks_per_node != ranks
+                               ? "resources.nodes × ntasks_per_node = " + std::to_string(r.nodes) + " × " +
+                                     std::to_string(r.ntasks_per_node) + " tasks, but the layout parallel.tensor × "
+                                     "parallel.data needs " + std::to_string(ranks) + " rank(s); one task is one rank"
+                               : std::string();
+                  }));
   k.push_back(trial("resources.gpus_per_node", "GPUs", "GPUs per node", T(resources.gpus_per_node))
                   .range(0, 64).sbatch("gpus-per-node"));
   k.push_back(trial("resources.cpus_per_task", "CPUs", "CPUs per rank; 0 = executor default", T(resources.cpus_per_task))

@@ -1,0 +1,84 @@
+// A trial whose layout needs two ranks, run by a live controller on the local executor: mpirun
+// starts both ranks, the trial takes 2 × threads CPU slots, one rank reports, every metric reaches
+// the store once, and the loss follows the same trial run as one process.
+#include <cmath>
+
+#include "orchestrator/service/controller.h"
+#include "tests/orchestrator/controller_fixture.h"
+
+namespace precon::orch::testing {
+namespace {
+
+using nlohmann::json;
+
+class ParallelTrial : public ControllerFixture {
+ protected:
+  std::unique_ptr<orch::Controller> start(int cpu_slots) {
+    ControllerOptions o;
+    o.db = dir_ / "precon.db";
+    o.run_root = dir_ / "runs";
+    o.trainer = PRECON_TRAIN_BIN;
+    o.cpu_slots = cpu_slots;
+    o.admin_token = "admin-secret";
+    o.poll_interval = std::chrono::milliseconds(50);
+    o.log = [](const std::string&) {};
+    auto c = std::make_unique<orch::Controller>(o);
+    c->start();
+    return c;
+  }
+  int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
+    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}, {"source", "t.toml"}}.dump(), "admin-secret");
+    EXPECT_EQ(r.status, expect) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
+  }
+  bool done(const std::string& url, int64_t id) {
+    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; },
+                    std::chrono::seconds(120));
+  }
+};
+
+TEST_F(ParallelTrial, TwoRanksThroughMpirunReportOnceAndFollowOneProcess) {
+  auto c = start(2);
+  const std::string url = c->url();
+  // The same trial twice: one process, and two data-parallel ranks.
+  const int64_t id = submit(url, recipe(12, "[sweep]\nmax_concurrent = 1\n[sweep.parameters]\n\"parallel.data\" = [1, 2]\n"));
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(done(url, id));
+  json trials = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  ASSERT_EQ(trials.size(), 2u);
+  std::vector<json> losses;
+  for (const json& t : trials) {
+    const std::string tid = std::to_string(t["id"].get<int64_t>());
+    json full = get(url, "/api/v1/trials/" + tid);
+    EXPECT_EQ(full["state"], "completed") << full.dump();
+    json m = get(url, "/api/v1/trials/" + tid + "/metrics?name=train_loss&max_points=0")["metrics"]["train_loss"];
+    EXPECT_EQ(m["steps"].size(), 12u) << "each step once";
+    losses.push_back(m["values"]);
+  }
+  for (size_t i = 0; i < 12; ++i) {
+    const double a = losses[0][i], b = losses[1][i];
+    EXPECT_LT(std::fabs(a - b) / a, 2e-5) << "step " << i + 1;  // fp32 reassociation (tests/worker/test_parallel.cpp)
+  }
+  // Both ranks ran under mpirun; the second rank's lines carry its rank.
+  const std::string two = std::to_string(trials[1]["id"].get<int64_t>());
+  json logs = get(url, "/api/v1/trials/" + two + "/logs?stream=stderr&lines=200");
+  EXPECT_NE(logs["text"].get<std::string>().find("rank 1: layout: 2 data-parallel rank(s) over mpi"), std::string::npos)
+      << logs.dump();
+}
+
+TEST_F(ParallelTrial, ALayoutLargerThanTheSlotsIsRefusedWithTheReason) {
+  auto c = start(1);
+  const std::string url = c->url();
+  const int64_t id = submit(url, recipe(4, "[parallel]\ndata = 2\n"));
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(done(url, id));
+  json t = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  EXPECT_EQ(t["state"], "failed");
+  json full = get(url, "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()));
+  EXPECT_NE(full["reason"].get<std::string>().find("needs 2 CPU slots (2 rank(s) × 1 thread(s))"), std::string::npos)
+      << full.dump();
+}
+
+}  // namespace
+}  // namespace precon::orch::testing
