@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -181,7 +184,8 @@ TEST(Safetensors, ValidationNamesFileAndTensor) {
   EXPECT_TRUE(has(err(ok, 4), "outside the data section")) << err(ok, 4);
   EXPECT_TRUE(has(err(ok, 12), "trailing bytes")) << err(ok, 12);
   EXPECT_TRUE(has(err("{not json", 0), "not valid JSON"));
-  EXPECT_TRUE(has(err(R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", 4), "tensor \"a\": dtype \"F16\""));
+  EXPECT_TRUE(has(err(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,4]}})", 4),
+                  "tensor \"a\": dtype \"Q4\" is not a safetensors dtype (BOOL, U8, I8"));
   EXPECT_TRUE(has(err(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 12 bytes"));
   EXPECT_TRUE(has(err(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8), "negative"));
   EXPECT_TRUE(has(err(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
@@ -219,6 +223,150 @@ TEST(Safetensors, WriterRejectsBadEntries) {
   EXPECT_THROW(safetensors_bytes(meta), SafetensorsError);
   std::vector<SafetensorsEntry> null = {{"a", SafetensorsDType::F32, {2}, nullptr}};
   EXPECT_THROW(safetensors_bytes(null), SafetensorsError);
+}
+
+// Interop with tests/interop/safetensors_torch.py, a reader and writer written from the format's
+// documentation with torch.frombuffer. It exits 77 without PyTorch: skipped, except under CI.
+struct TorchScript {
+  std::string out;
+  bool skipped = false;
+  TorchScript(const std::string& args) {
+    const std::string cmd = std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR +
+                            "/tests/interop/safetensors_torch.py " + args;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) {
+      ADD_FAILURE() << "cannot run " << cmd;
+      return;
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    const int rc = pclose(p);
+    skipped = WIFEXITED(rc) && WEXITSTATUS(rc) == 77;
+    if (!skipped) EXPECT_EQ(rc, 0) << cmd;
+  }
+};
+
+std::vector<float> f32_of(const SafetensorsTensor& t) {
+  std::vector<float> v(static_cast<size_t>(t.numel()));
+  safetensors_to_f32(t, v);
+  return v;
+}
+
+std::vector<std::string> names_in_data_order(const SafetensorsFile& f) {
+  std::vector<std::string> out;
+  for (const SafetensorsTensor& t : f.tensors()) out.push_back(t.name);
+  return out;
+}
+
+TEST(Safetensors, ReadsTorchWrittenEdgeCases) {
+  TempDir dir;
+  TorchScript w("write " + dir.path.string());
+  if (w.skipped) GTEST_SKIP() << "PyTorch is missing";
+  auto open = [&](const char* name) { return SafetensorsFile::open(dir.path / name); };
+
+  SafetensorsFile none = open("no_metadata.safetensors");  // no __metadata__ key at all
+  EXPECT_TRUE(none.metadata().empty());
+  EXPECT_EQ(f32_of(none.at("w")), (std::vector<float>{-1, -0.5f, 0, 0.5f, 1, 1.5f}));
+  EXPECT_EQ(values_of<int64_t>(none.at("i")), (std::vector<int64_t>{-(int64_t(1) << 40), 0, 7}));
+
+  SafetensorsFile empty_meta = open("empty_metadata.safetensors");  // "__metadata__": {}
+  EXPECT_TRUE(empty_meta.metadata().empty());
+  EXPECT_EQ(f32_of(empty_meta.at("x")), std::vector<float>{2.5f});
+
+  // 43 spaces after the JSON (the data section starts unaligned), metadata last.
+  SafetensorsFile padded = open("padded.safetensors");
+  EXPECT_EQ(padded.metadata(), (SafetensorsMetadata{{"format", "pt"}, {"note", "43 spaces"}}));
+  EXPECT_EQ(padded.at("b").dtype, SafetensorsDType::BF16);
+  EXPECT_EQ(f32_of(padded.at("b")), (std::vector<float>{1, -2, 0.5f, 3.140625f}));
+  EXPECT_EQ(f32_of(padded.at("f")), (std::vector<float>{0.001f, -7}));
+
+  SafetensorsFile unpadded = open("unpadded.safetensors");  // header length not a multiple of 8
+  EXPECT_EQ(values_of<uint8_t>(unpadded.at("u")), (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_TRUE(unpadded.at("s").shape.empty());
+  EXPECT_EQ(f32_of(unpadded.at("s")), std::vector<float>{0.125f});
+
+  // Zero-size tensors at the start, between others (three at one offset) and at the end.
+  SafetensorsFile zero = open("zero_size.safetensors");
+  ASSERT_EQ(zero.tensors().size(), 6u);
+  EXPECT_EQ(zero.at("z1").shape, (std::vector<int64_t>{3, 0}));
+  EXPECT_EQ(zero.at("z2").shape, (std::vector<int64_t>{0, 0, 2}));
+  for (const char* z : {"z0", "z1", "z2", "z3"}) EXPECT_EQ(zero.at(z).numel(), 0) << z;
+  EXPECT_EQ(f32_of(zero.at("z1")), std::vector<float>{});
+  EXPECT_EQ(f32_of(zero.at("a")), (std::vector<float>{1, 2}));
+  EXPECT_EQ(values_of<uint8_t>(zero.at("c")), std::vector<uint8_t>{9});
+  EXPECT_EQ(names_in_data_order(zero).front(), "z0");
+  EXPECT_EQ(names_in_data_order(zero).back(), "z3");
+
+  SafetensorsFile only_empty = open("only_empty.safetensors");  // an empty data section
+  ASSERT_EQ(only_empty.tensors().size(), 1u);
+  EXPECT_EQ(only_empty.at("e").shape, (std::vector<int64_t>{0, 4}));
+  SafetensorsFile no_tensors = open("no_tensors.safetensors");
+  EXPECT_TRUE(no_tensors.tensors().empty());
+  EXPECT_EQ(no_tensors.metadata(), (SafetensorsMetadata{{"k", "v"}}));
+
+  // F16 and BF16 widen exactly (F16's largest value, smallest subnormal, -0 and inf; a BF16
+  // subnormal); other dtypes are read but refused as weights with what to do.
+  SafetensorsFile halves = open("halves.safetensors");
+  std::vector<float> h = f32_of(halves.at("h"));
+  EXPECT_EQ(h, (std::vector<float>{1, -2, 0.5f, 65504, std::ldexp(1.0f, -24), -0.0f, INFINITY}));
+  EXPECT_TRUE(std::signbit(h[5]));
+  EXPECT_EQ(f32_of(halves.at("hb")), (std::vector<float>{1, -3, std::ldexp(1.0f, -130)}));
+  EXPECT_EQ(values_of<double>(halves.at("d")), (std::vector<double>{0.1, -1e300}));
+  EXPECT_EQ(values_of<int16_t>(halves.at("s16")), (std::vector<int16_t>{-3, 300}));
+  EXPECT_EQ(halves.at("flag").dtype, SafetensorsDType::BOOL);
+  EXPECT_EQ(values_of<uint8_t>(halves.at("flag")), (std::vector<uint8_t>{1, 0, 1}));
+  std::string msg = error_of([&] { f32_of(halves.at("d")); });
+  EXPECT_NE(msg.find("tensor \"d\" has dtype F64; precon reads floating-point weights as F32, F16 or BF16: convert"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(error_of([&] { f32_of(halves.at("flag")); }).find("dtype BOOL"), std::string::npos);
+}
+
+TEST(Safetensors, TorchReadsOurEdgeCases) {
+  TempDir dir;
+  const std::vector<float> w = {1.5f, -2, 0.25f, 4};
+  const std::vector<kernels::bf16> b16 = {kernels::float_to_bf16(-0.5f), kernels::float_to_bf16(3)};
+  const std::vector<uint16_t> f16 = {0x3C00, 0xC000, 0x0001, 0x7BFF};  // 1, -2, 2^-24, 65504
+  const std::vector<uint8_t> u8 = {5, 6, 7, 8, 9};
+  const int64_t step = -(int64_t(1) << 33);
+  const std::vector<SafetensorsEntry> entries = {{"u8", SafetensorsDType::U8, {5}, u8.data()},
+                                                 {"empty", SafetensorsDType::F32, {0, 3}, nullptr},
+                                                 {"w", SafetensorsDType::F32, {2, 2}, w.data()},
+                                                 {"b16", SafetensorsDType::BF16, {2}, b16.data()},
+                                                 {"f16", SafetensorsDType::F16, {4}, f16.data()},
+                                                 {"step", SafetensorsDType::I64, {}, &step}};
+  write_safetensors(dir.path / "mixed.safetensors", entries, {});  // empty metadata: no key written
+  write_safetensors(dir.path / "meta_only.safetensors", {}, {{"format", "pt"}});
+  write_safetensors(dir.path / "nothing.safetensors", {}, {});
+
+  TorchScript mixed("read " + (dir.path / "mixed.safetensors").string());
+  if (mixed.skipped) GTEST_SKIP() << "PyTorch is missing";
+  nlohmann::json m = nlohmann::json::parse(mixed.out);
+  EXPECT_TRUE(m["metadata"].is_null()) << m.dump();
+  EXPECT_EQ((8 + m["header_length"].get<int64_t>()) % 8, 0);
+  const nlohmann::json& t = m["tensors"];
+  ASSERT_EQ(t.size(), entries.size()) << m.dump();
+  for (auto it = t.begin(); it != t.end(); ++it) EXPECT_TRUE(it.value()["aligned"].get<bool>()) << it.key();
+  EXPECT_EQ(t["u8"]["values"], nlohmann::json({5, 6, 7, 8, 9}));
+  EXPECT_EQ(t["empty"]["shape"], nlohmann::json({0, 3}));
+  EXPECT_EQ(t["empty"]["values"], nlohmann::json::array());
+  EXPECT_EQ(t["w"]["shape"], nlohmann::json({2, 2}));
+  EXPECT_EQ(t["w"]["values"], nlohmann::json({1.5, -2.0, 0.25, 4.0}));
+  EXPECT_EQ(t["b16"]["dtype"], "BF16");
+  EXPECT_EQ(t["b16"]["values"], nlohmann::json({-0.5, 3.0}));
+  EXPECT_EQ(t["f16"]["dtype"], "F16");
+  EXPECT_EQ(t["f16"]["values"], nlohmann::json({1.0, -2.0, std::ldexp(1.0, -24), 65504.0}));
+  EXPECT_EQ(t["step"]["shape"], nlohmann::json::array());
+  EXPECT_EQ(t["step"]["values"], nlohmann::json({step}));
+
+  nlohmann::json meta_only = nlohmann::json::parse(TorchScript("read " + (dir.path / "meta_only.safetensors").string()).out);
+  EXPECT_EQ(meta_only["metadata"], nlohmann::json({{"format", "pt"}}));
+  EXPECT_TRUE(meta_only["tensors"].empty());
+  nlohmann::json nothing = nlohmann::json::parse(TorchScript("read " + (dir.path / "nothing.safetensors").string()).out);
+  EXPECT_TRUE(nothing["metadata"].is_null());
+  EXPECT_TRUE(nothing["tensors"].empty());
+  EXPECT_EQ(nothing["header_length"], 8);  // "{}" and six spaces
 }
 
 }  // namespace

@@ -20,11 +20,31 @@ struct DTypeInfo {
   const char* name;
   size_t size;
 };
-constexpr DTypeInfo kDTypes[] = {{SafetensorsDType::F32, "F32", 4},
-                                 {SafetensorsDType::BF16, "BF16", 2},
-                                 {SafetensorsDType::I32, "I32", 4},
-                                 {SafetensorsDType::I64, "I64", 8},
-                                 {SafetensorsDType::U8, "U8", 1}};
+constexpr DTypeInfo kDTypes[] = {
+    {SafetensorsDType::BOOL, "BOOL", 1}, {SafetensorsDType::U8, "U8", 1},     {SafetensorsDType::I8, "I8", 1},
+    {SafetensorsDType::F8_E5M2, "F8_E5M2", 1}, {SafetensorsDType::F8_E4M3, "F8_E4M3", 1},
+    {SafetensorsDType::I16, "I16", 2},   {SafetensorsDType::U16, "U16", 2},   {SafetensorsDType::F16, "F16", 2},
+    {SafetensorsDType::BF16, "BF16", 2}, {SafetensorsDType::I32, "I32", 4},   {SafetensorsDType::U32, "U32", 4},
+    {SafetensorsDType::F32, "F32", 4},   {SafetensorsDType::F64, "F64", 8},   {SafetensorsDType::I64, "I64", 8},
+    {SafetensorsDType::U64, "U64", 8}};
+
+// IEEE binary16 bits -> fp32, exactly (subnormals, infinities and NaN payloads included).
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1F, mant = h & 0x3FF, bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000 | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else if (mant == 0) {
+    bits = sign;
+  } else {  // subnormal: normalise
+    int shift = 0;
+    while (!(mant & 0x400)) mant <<= 1, ++shift;
+    bits = sign | (static_cast<uint32_t>(113 - shift) << 23) | ((mant & 0x3FF) << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
 
 const DTypeInfo& info(SafetensorsDType d) {
   for (const DTypeInfo& i : kDTypes)
@@ -62,6 +82,31 @@ int64_t SafetensorsTensor::numel() const {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
+}
+
+void safetensors_to_f32(const SafetensorsTensor& t, std::span<float> out) {
+  if (out.size() != static_cast<size_t>(t.numel())) {
+    throw SafetensorsError("tensor \"" + t.name + "\": " + std::to_string(t.numel()) + " values, room for " +
+                           std::to_string(out.size()));
+  }
+  const std::byte* src = t.bytes.data();
+  switch (t.dtype) {
+    case SafetensorsDType::F32:
+      if (!out.empty()) std::memcpy(out.data(), src, out.size() * sizeof(float));
+      return;
+    case SafetensorsDType::F16:
+    case SafetensorsDType::BF16:
+      for (size_t i = 0; i < out.size(); ++i) {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);  // the data may be unaligned
+        out[i] = t.dtype == SafetensorsDType::F16 ? f16_to_f32(h) : std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+      }
+      return;
+    default:
+      throw SafetensorsError("tensor \"" + t.name + "\" has dtype " + info(t.dtype).name +
+                             "; precon reads floating-point weights as F32, F16 or BF16: convert the file first "
+                             "(e.g. in PyTorch, tensor.float() before safetensors' save_file)");
+  }
 }
 
 void write_safetensors(ByteSink& out, std::span<const SafetensorsEntry> entries,
@@ -163,7 +208,11 @@ void SafetensorsFile::parse_header(std::span<const std::byte> all) {
     }
     const nlohmann::json& jd = v["dtype"];
     std::optional<SafetensorsDType> dtype = jd.is_string() ? parse_safetensors_dtype(jd.get<std::string>()) : std::nullopt;
-    if (!dtype) throw bad("dtype " + jd.dump() + " is not supported (F32, BF16, I32, I64, U8)");
+    if (!dtype) {
+      std::string known;
+      for (const DTypeInfo& i : kDTypes) known += (known.empty() ? "" : ", ") + std::string(i.name);
+      throw bad("dtype " + jd.dump() + " is not a safetensors dtype (" + known + ")");
+    }
     SafetensorsTensor t;
     t.name = name;
     t.dtype = *dtype;

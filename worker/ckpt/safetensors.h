@@ -2,6 +2,8 @@
 // of JSON {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {str: str}}
 // padded with spaces to a multiple of 8, then the raw little-endian tensor bytes. Offsets
 // are relative to the data section, which tensors must cover contiguously with no overlap.
+// The reader takes every dtype of the format, also from writers that pad the header to any
+// length or not at all; what a consumer can use is its own check (safetensors_to_f32).
 // Thread-safety: a SafetensorsFile is immutable after construction.
 #pragma once
 
@@ -18,7 +20,8 @@
 
 namespace precon::worker {
 
-enum class SafetensorsDType : uint8_t { F32, BF16, I32, I64, U8 };
+// The format's dtypes; F8_* are the OCP 8-bit floats.
+enum class SafetensorsDType : uint8_t { BOOL, U8, I8, F8_E5M2, F8_E4M3, I16, U16, F16, BF16, I32, U32, F32, F64, I64, U64 };
 
 const char* safetensors_dtype_name(SafetensorsDType dtype);  // "F32", ...
 size_t safetensors_dtype_size(SafetensorsDType dtype);
@@ -54,6 +57,10 @@ struct SafetensorsTensor {
 
   int64_t numel() const;
 };
+
+// The tensor's values as fp32 into `out` (numel() floats): F32 copied, F16 and BF16 widened
+// (exactly). Any other dtype throws SafetensorsError naming the tensor and what to do.
+void safetensors_to_f32(const SafetensorsTensor& tensor, std::span<float> out);
 
 class SafetensorsFile {
  public:

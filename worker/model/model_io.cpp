@@ -1,6 +1,5 @@
 #include "worker/model/model_io.h"
 
-#include <cstring>
 
 #include "kernels/backend.h"
 #include "worker/ckpt/safetensors.h"
@@ -68,14 +67,10 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
                          "model shape (check model.n_layer/n_head/d_model/seq_len/vocab_size)");
     }
     std::vector<float> host(spec.numel());
-    if (t->dtype == SafetensorsDType::F32) {
-      std::memcpy(host.data(), t->bytes.data(), host.size() * sizeof(float));
-    } else if (t->dtype == SafetensorsDType::BF16) {
-      const auto* src = reinterpret_cast<const k::bf16*>(t->bytes.data());
-      for (size_t j = 0; j < host.size(); ++j) host[j] = k::bf16_to_float(src[j]);
-    } else {
-      throw ModelIoError(where + ": tensor " + spec.name + " has dtype " + safetensors_dtype_name(t->dtype) +
-                         "; expected F32 or BF16");
+    try {
+      safetensors_to_f32(*t, host);
+    } catch (const SafetensorsError& e) {
+      throw ModelIoError(where + ": " + e.what());
     }
     if (spec.storage_rows > 0) k::fill_zero(params.param(i));
     k::Tensor dst = params.visible_param(i);
