@@ -1,6 +1,5 @@
 #include "worker/model/model_io.h"
 
-
 #include "kernels/backend.h"
 #include "worker/ckpt/safetensors.h"
 
