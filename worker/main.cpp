@@ -18,6 +18,7 @@
 #include "worker/optim/optimizer.h"
 #include "worker/parallel/layout.h"
 #include "worker/parallel/mpi_communicator.h"
+#include "worker/parallel/nccl_communicator.h"
 #include "worker/train/exit_codes.h"
 #include "worker/train/trainer.h"
 
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
       world = mpi->world();
       opt.world = world.get();
       who = "rank " + std::to_string(world->rank()) + ": ";
+      pw::select_gpu_for_local_rank(launch.local_rank);
     }
     switch (pw::train(opt)) {
       case pw::TrainOutcome::completed:

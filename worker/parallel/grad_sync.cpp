@@ -1,5 +1,6 @@
 #include "worker/parallel/grad_sync.h"
 
+#include <chrono>
 #include <stdexcept>
 
 #include "kernels/linalg.h"
@@ -38,7 +39,9 @@ void GradientSync::launch() {
 
 void GradientSync::finish(float scale) {
   launch();
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto& p : inflight_) p->wait();
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   inflight_.clear();
   if (scale != 1.0f) kernels::scale(params_.all_grads(), scale);
   lo_ = hi_ = params_.size();

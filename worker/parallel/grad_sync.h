@@ -26,6 +26,7 @@ class GradientSync {
   void finish(float scale);
   int64_t bytes_sent() const { return bytes_sent_; }  // all-reduced by this rank since construction
   int buckets() const { return buckets_; }
+  double wait_seconds() const { return wait_seconds_; }  // blocked in finish() since construction
 
  private:
   void launch();
@@ -38,6 +39,7 @@ class GradientSync {
   std::vector<std::unique_ptr<PendingCollective>> inflight_;
   int64_t bytes_sent_ = 0;
   int buckets_ = 0;
+  double wait_seconds_ = 0;
 };
 
 }  // namespace precon::worker

@@ -24,6 +24,7 @@
 #include "worker/optim/optimizer.h"
 #include "worker/parallel/grad_sync.h"
 #include "worker/parallel/layout.h"
+#include "worker/parallel/nccl_communicator.h"
 #include "worker/report/metrics.h"
 #include "worker/report/reporter.h"
 #include "worker/train/train_state.h"
@@ -82,6 +83,8 @@ struct Run {
   int64_t start = 0;                // the step the run resumed from (0 = a fresh run)
   int64_t last_checkpoint = 0;
   PhaseSeconds prev_phases;         // optimizer phase totals at the last metrics record
+  double prev_comm_seconds = 0;     // gradient all-reduce wait at the last metrics record
+  int64_t prev_comm_bytes = 0;
   int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
   int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
   RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective}; }
@@ -155,6 +158,15 @@ void configure(Run& run) {
   TrialConfig& cfg = run.cfg();
   std::unique_ptr<Communicator> world = options.world ? options.world->split(0, options.world->rank())
                                                       : make_local_communicator();
+  const bool cuda = cfg.train.device == "cuda";
+  // auto: NCCL between GPUs; MPI (or nothing, for one process) on the CPU. nccl on one rank is
+  // allowed: it is how a single GPU checks the backend.
+  if (cfg.parallel.backend == "nccl" || (cfg.parallel.backend == "auto" && cuda && world->size() > 1)) {
+    world = make_nccl_communicator(*world);
+  } else if (cuda && world->size() > 1) {
+    throw ConfigError(run.parsed.origin.count("parallel.backend") ? run.parsed.origin.at("parallel.backend") : "config", 0,
+                      "parallel.backend", "mpi collectives read host memory; GPU ranks need \"nccl\" (or \"auto\")");
+  }
   run.par = make_parallel_context(std::move(world), cfg.parallel);
   if (run.par.world->size() > 1) {
     run.log = [log = run.log, prefix = "rank " + std::to_string(run.par.world->rank()) + ": "](const std::string& m) {
@@ -311,6 +323,15 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_grafting_seconds", ph.grafting - prev.grafting}}};
   if (cfg.optimizer.name == "shampoo")
     r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
+  if (run.par.data > 1) {
+    // Gradient all-reduce since the last record: the time the step waited for it after the
+    // backward, and the bytes this rank sent into it.
+    const GradientSync& g = *run.grad_sync;
+    r.values.emplace_back("comm_wait_seconds", g.wait_seconds() - run.prev_comm_seconds);
+    r.values.emplace_back("comm_bytes", static_cast<double>(g.bytes_sent() - run.prev_comm_bytes));
+    run.prev_comm_seconds = g.wait_seconds();
+    run.prev_comm_bytes = g.bytes_sent();
+  }
   run.prev_phases = ph;
   emit(run, r);
 }

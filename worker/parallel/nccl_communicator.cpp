@@ -1,0 +1,154 @@
+#include "worker/parallel/nccl_communicator.h"
+
+#include <string>
+
+#include "worker/common/error.h"
+
+#if PRECON_HAVE_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+#endif
+
+namespace precon::worker {
+
+#if PRECON_HAVE_NCCL
+
+namespace {
+
+void check_cuda(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw WorkerError(std::string("CUDA ") + what + " failed: " + cudaGetErrorString(rc));
+}
+
+void check_nccl(ncclResult_t rc, const char* what) {
+  if (rc != ncclSuccess) throw WorkerError(std::string("NCCL ") + what + " failed: " + ncclGetErrorString(rc));
+}
+
+bool on_device(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // plain host memory on older drivers: clear the error
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+class NcclPending final : public PendingCollective {
+ public:
+  explicit NcclPending(cudaStream_t stream) : stream_(stream) {}
+  void wait() override { check_cuda(cudaStreamSynchronize(stream_), "stream synchronize"); }
+
+ private:
+  cudaStream_t stream_;
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(ncclComm_t comm, int rank, int size) : comm_(comm), rank_(rank), size_(size) {
+    // Bucket all-reduces run on a side stream; the compute stream's work before them is awaited
+    // through an event.
+    check_cuda(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "stream create");
+    check_cuda(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "event create");
+    check_cuda(cudaMalloc(&staging_, kStagingBytes), "malloc");
+  }
+  ~NcclCommunicator() override {
+    cudaFree(staging_);
+    cudaEventDestroy(ready_);
+    cudaStreamDestroy(side_);
+    ncclCommDestroy(comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend() const override { return "nccl"; }
+  void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, ncclFloat32, sizeof(float), ncclSum); }
+  void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, ncclFloat64, sizeof(double), ncclSum); }
+  void all_reduce_max(int64_t* data, int64_t n) override { reduce(data, n, ncclInt64, sizeof(int64_t), ncclMax); }
+  std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
+    if (!on_device(data)) {
+      all_reduce_sum(data, n);
+      return std::make_unique<NcclPending>(side_);
+    }
+    check_cuda(cudaEventRecord(ready_, 0), "event record");
+    check_cuda(cudaStreamWaitEvent(side_, ready_, 0), "stream wait");
+    check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, side_), "all-reduce");
+    return std::make_unique<NcclPending>(side_);
+  }
+  void broadcast(void* data, int64_t bytes, int root) override {
+    stage(data, bytes, [&](void* d) { check_nccl(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, 0), "broadcast"); });
+  }
+  void barrier() override {
+    int64_t token = 0;
+    all_reduce_max(&token, 1);
+  }
+  std::unique_ptr<Communicator> split(int color, int key) override {
+    ncclComm_t sub;
+    check_nccl(ncclCommSplit(comm_, color, key, &sub, nullptr), "comm split");
+    int r = 0, n = 1;
+    check_nccl(ncclCommUserRank(sub, &r), "comm user rank");
+    check_nccl(ncclCommCount(sub, &n), "comm count");
+    return std::make_unique<NcclCommunicator>(sub, r, n);
+  }
+
+ private:
+  static constexpr int64_t kStagingBytes = 1 << 16;
+
+  template <class F>
+  void stage(void* data, int64_t bytes, F&& op) {
+    if (on_device(data)) {
+      op(data);
+      check_cuda(cudaStreamSynchronize(0), "stream synchronize");
+      return;
+    }
+    if (bytes > kStagingBytes) throw WorkerError("NCCL: a host buffer of " + std::to_string(bytes) + " bytes is too large to stage");
+    check_cuda(cudaMemcpy(staging_, data, static_cast<size_t>(bytes), cudaMemcpyHostToDevice), "memcpy");
+    op(staging_);
+    check_cuda(cudaStreamSynchronize(0), "stream synchronize");
+    check_cuda(cudaMemcpy(data, staging_, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost), "memcpy");
+  }
+  void reduce(void* data, int64_t n, ncclDataType_t type, size_t elem, ncclRedOp_t op) {
+    stage(data, n * static_cast<int64_t>(elem), [&](void* d) {
+      check_nccl(ncclAllReduce(d, d, static_cast<size_t>(n), type, op, comm_, 0), "all-reduce");
+    });
+  }
+
+  ncclComm_t comm_;
+  int rank_, size_;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t ready_ = nullptr;
+  void* staging_ = nullptr;
+};
+
+}  // namespace
+
+bool nccl_available() { return true; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) check_nccl(ncclGetUniqueId(&id), "get unique id");
+  bootstrap.broadcast(&id, sizeof id, 0);
+  ncclComm_t comm;
+  check_nccl(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()), "comm init");
+  return std::make_unique<NcclCommunicator>(comm, bootstrap.rank(), bootstrap.size());
+}
+
+void select_gpu_for_local_rank(int local_rank) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return;
+  }
+  check_cuda(cudaSetDevice(local_rank % count), "set device");
+}
+
+#else  // no CUDA in this build
+
+bool nccl_available() { return false; }
+
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator&) {
+  throw WorkerError("parallel.backend = \"nccl\" needs a precon-train built with CUDA and NCCL");
+}
+
+void select_gpu_for_local_rank(int) {}
+
+#endif
+
+}  // namespace precon::worker
