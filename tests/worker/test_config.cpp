@@ -170,7 +170,8 @@ TEST(Config, ValuesTheTrainerWouldRefuseFailAtParse) {
             std::string::npos);
   EXPECT_NE(error_of("[resources]\nsbatch_args = [\"--output=/tmp/x\"]\n").find("set by precon; remove it"),
             std::string::npos);
-  EXPECT_NE(error_of("[parallel]\ntensor = 2\n").find("tensor parallelism is not in this precon-train yet"),
+  EXPECT_EQ(error_of("[parallel]\ntensor = 2\n"), "");
+  EXPECT_NE(error_of("[model]\nn_head = 4\n[parallel]\ntensor = 3\n").find("tensor = 3 must divide n_head = 4"),
             std::string::npos);
   EXPECT_NE(error_of("[train]\nbatch_size = 6\n[parallel]\ndata = 4\n").find("must be a multiple of parallel.data = 4"),
             std::string::npos);

@@ -1,8 +1,8 @@
-// Data parallelism against the single-process run: precon-train under `mpirun -np 2` (real MPI
-// ranks, oversubscribed, one thread each) must follow the trajectory one process follows, for
-// every optimizer; gradient accumulation must equal the big batch; checkpoints written by two
-// ranks resume in one; a bad layout, a failing rank, a killed rank and a signal to one rank end
-// the job as they should.
+// Data and tensor parallelism against the single-process run: precon-train under `mpirun -np N`
+// (real MPI ranks, oversubscribed, one thread each) must follow the trajectory one process follows,
+// for every optimizer, at DP=2, TP=2 and TP=2×DP=2; gradient accumulation must equal the big batch;
+// checkpoints written at one layout resume at another; a bad layout, a failing rank, a killed rank
+// and a signal to one rank end the job as they should.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -134,6 +134,52 @@ TEST_F(Parallel, DataParallelFollowsTheSingleProcessRunForEveryOptimizer) {
     expect_same_trajectory("one", "dp2", 20);
     fs::remove_all(dir_ / "one");
     fs::remove_all(dir_ / "dp2");
+  }
+}
+
+TEST_F(Parallel, TensorParallelAndBothFollowTheSingleProcessRunForEveryOptimizer) {
+  // TP=2: heads, MLP columns and the vocabulary split over two ranks; TP=2 × DP=2 on four.
+  for (const char* opt : kOptimizers) {
+    SCOPED_TRACE(opt);
+    const fs::path cfg = config(opt);
+    ASSERT_EQ(run(trainer(cfg, "one")).status, 0);
+    Result r = run(mpirun(2) + trainer(cfg, "tp2", "--set parallel.tensor=2"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("layout: 2 tensor-parallel × 1 data-parallel rank(s)"), std::string::npos) << r.output;
+    expect_same_trajectory("one", "tp2", 20);
+    r = run(mpirun(4) + trainer(cfg, "tp2dp2", "--set parallel.tensor=2 --set parallel.data=2"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    expect_same_trajectory("one", "tp2dp2", 20);
+    for (const char* d : {"one", "tp2", "tp2dp2"}) fs::remove_all(dir_ / d);
+  }
+}
+
+TEST_F(Parallel, TensorParallelCheckpointsReshardToEveryLayout) {
+  // The checkpoint holds the full model and full optimizer state whatever wrote it: TP2 -> TP1,
+  // TP1 -> TP2 and TP2×DP2 -> TP1×DP1 continue the trajectory.
+  const fs::path cfg = config(kOptimizers[1]);
+  ASSERT_EQ(run(trainer(cfg, "straight")).status, 0);
+  struct Case {
+    const char* name;
+    int first_ranks;
+    std::string first;
+    int second_ranks;
+    std::string second;
+  };
+  const Case cases[] = {
+      {"tp2_tp1", 2, "--set parallel.tensor=2", 1, ""},
+      {"tp1_tp2", 1, "", 2, "--set parallel.tensor=2"},
+      {"tp2dp2_tp1dp1", 4, "--set parallel.tensor=2 --set parallel.data=2", 1, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    auto launch = [&](int ranks) { return ranks > 1 ? mpirun(ranks) : std::string(); };
+    Result r = run(launch(c.first_ranks) + trainer(cfg, c.name, c.first + " --set train.steps=10"));
+    ASSERT_EQ(r.status, 0) << r.output;
+    r = run(launch(c.second_ranks) + trainer(cfg, c.name, c.second));
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+    expect_same_trajectory("straight", c.name, 20);
   }
 }
 

@@ -253,13 +253,16 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("optimizer.shampoo.params", "", "which matrices get Shampoo", T(optimizer.shampoo.params))
                   .choices({"hidden", "all-matrices"}).hashed());
   // [parallel]
-  k.push_back(trial("parallel.tensor", "ranks", "tensor-parallel ranks (must divide model.n_head)", T(parallel.tensor))
+  k.push_back(trial("parallel.tensor", "ranks", "tensor-parallel ranks (must divide model.n_head and the padded vocabulary)",
+                    T(parallel.tensor))
                   .range(1, 1024)
                   .rule([](const TrialConfig& c) {
-                    if (c.model.n_head % c.parallel.tensor) return "tensor = " + ratio(c.parallel.tensor, "n_head", c.model.n_head);
-                    return c.parallel.tensor > 1 ? std::string("tensor parallelism is not in this precon-train yet; "
-                                                               "use parallel.data")
-                                                 : std::string();
+                    const int64_t t = c.parallel.tensor, padded = (c.model.vocab_size + 63) / 64 * 64;
+                    if (c.model.n_head % t) return "tensor = " + ratio(t, "n_head", c.model.n_head);
+                    if (padded % t) return "tensor = " + ratio(t, "the padded vocabulary", padded);
+                    return t > 1 && (c.train.device != "cpu" || c.train.precision != "fp32")
+                               ? std::string("tensor parallelism runs on the CPU in fp32 in this precon-train")
+                               : std::string();
                   }));
   k.push_back(trial("parallel.data", "ranks", "data-parallel ranks; tensor × data = the ranks the launcher starts",
                     T(parallel.data)).range(1, 1 << 20));

@@ -6,6 +6,7 @@
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
+#include "worker/parallel/tensor_parallel.h"
 
 namespace precon::worker {
 
@@ -33,11 +34,23 @@ struct Gpt::Acts {
   int64_t bytes = 0;
 };
 
-Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision)
+Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
+         Communicator* tp)
     : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
-      L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), device_(device),
-      act_(precision == "bf16" ? DType::bf16 : DType::f32) {
+      L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), tp_(tp),
+      tp_size_(tp ? tp->size() : 1), tp_rank_(tp ? tp->rank() : 0), Cl_(C_ / tp_size_), NHl_(NH_ / tp_size_),
+      Vpl_(Vp_ / tp_size_), device_(device), act_(precision == "bf16" ? DType::bf16 : DType::f32) {
   params_ = std::make_unique<ParamStore>(gpt2_param_table(config), device);
+  if (tp_size_ > 1) {
+    if (device != k::Device::cpu || act_ != DType::f32)
+      throw std::invalid_argument("tensor parallelism runs on the CPU in fp32 in this precon-train");
+    if (NH_ % tp_size_ != 0 || Vp_ % tp_size_ != 0)
+      throw std::invalid_argument("tensor parallelism over " + std::to_string(tp_size_) + " ranks needs it to divide n_head = " +
+                                  std::to_string(NH_) + " and the padded vocabulary " + std::to_string(Vp_));
+    std::vector<ParamSpec> shards;
+    for (const ParamSpec& spec : params_->table()) shards.push_back(tp_shard_spec(spec, tp_size_));
+    shard_ = std::make_unique<ParamStore>(std::move(shards), device);
+  }
   const ParamStore& p = *params_;
   wte_ = p.index("wte.weight");
   wpe_ = p.index("wpe.weight");
@@ -52,10 +65,10 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
                        row("mlp.c_proj.bias")});
   }
   if (act_ == DType::bf16) {
-    shadow_buf_ = k::Buffer(device, params_->total_numel() * sizeof(k::bf16));
+    shadow_buf_ = k::Buffer(device, compute().total_numel() * sizeof(k::bf16));
     int64_t offset = 0;
-    for (size_t i = 0; i < params_->size(); ++i) {
-      Tensor p = params_->param(i);
+    for (size_t i = 0; i < compute().size(); ++i) {
+      Tensor p = compute().param(i);
       Tensor s = p;
       s.dtype = DType::bf16;
       s.data = static_cast<char*>(shadow_buf_.data()) + offset * sizeof(k::bf16);
@@ -84,29 +97,29 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
   per_layer(a.ln1, {B_, T_, C_}, act_);
   per_layer(a.ln1_mean, {BT}, DType::f32);
   per_layer(a.ln1_rstd, {BT}, DType::f32);
-  per_layer(a.qkv, {B_, T_, 3 * C_}, act_);
-  per_layer(a.atty, {B_, T_, C_}, act_);
-  per_layer(a.att, {B_, NH_, T_, T_}, act_);
+  per_layer(a.qkv, {B_, T_, 3 * Cl_}, act_);
+  per_layer(a.atty, {B_, T_, Cl_}, act_);
+  per_layer(a.att, {B_, NHl_, T_, T_}, act_);
   per_layer(a.residual2, {B_, T_, C_}, act_);
   per_layer(a.ln2, {B_, T_, C_}, act_);
   per_layer(a.ln2_mean, {BT}, DType::f32);
   per_layer(a.ln2_rstd, {BT}, DType::f32);
-  per_layer(a.fch, {B_, T_, 4 * C_}, act_);
-  per_layer(a.fch_gelu, {B_, T_, 4 * C_}, act_);
+  per_layer(a.fch, {B_, T_, 4 * Cl_}, act_);
+  per_layer(a.fch_gelu, {B_, T_, 4 * Cl_}, act_);
   per_layer(a.residual3, {B_, T_, C_}, act_);
   want(&a.lnf, {B_, T_, C_}, act_);
   want(&a.lnf_mean, {BT}, DType::f32);
   want(&a.lnf_rstd, {BT}, DType::f32);
-  want(&a.logits, {B_, T_, Vp_}, act_);
+  want(&a.logits, {B_, T_, Vpl_}, act_);
   want(&a.losses, {BT}, DType::f32);
   want(&a.branch_out, {B_, T_, C_}, act_);
   want(&a.dresidual, {B_, T_, C_}, act_);
   want(&a.dln, {B_, T_, C_}, act_);
-  want(&a.datty, {B_, T_, C_}, act_);
-  want(&a.dfch_gelu, {B_, T_, 4 * C_}, act_);
-  want(&a.dfch, {B_, T_, 4 * C_}, act_);
-  want(&a.dqkv, {B_, T_, 3 * C_}, act_);
-  want(&a.datt, {B_, NH_, T_, T_}, act_);
+  want(&a.datty, {B_, T_, Cl_}, act_);
+  want(&a.dfch_gelu, {B_, T_, 4 * Cl_}, act_);
+  want(&a.dfch, {B_, T_, 4 * Cl_}, act_);
+  want(&a.dqkv, {B_, T_, 3 * Cl_}, act_);
+  want(&a.datt, {B_, NHl_, T_, T_}, act_);
   std::vector<int64_t> offsets;
   int64_t total = 0;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -133,11 +146,33 @@ Gpt::~Gpt() = default;
 
 int64_t Gpt::activation_bytes() const { return acts_->bytes; }
 
-Tensor Gpt::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : params_->param(row); }
+Tensor Gpt::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : compute().param(row); }
+
+void Gpt::take_shards() {
+  if (!shard_) return;
+  for (size_t i = 0; i < params_->size(); ++i)
+    copy_tp_shard(params_->spec(i), params_->param(i).f32(), shard_->param(i).f32(), tp_rank_, tp_size_, true);
+}
+
+void Gpt::zero_grads() {
+  params_->zero_grads();
+  if (shard_) shard_->zero_grads();
+}
+
+void Gpt::place_grads_for_sum() {
+  if (!shard_) return;
+  for (size_t i = 0; i < params_->size(); ++i) {
+    const ParamSpec& spec = params_->spec(i);
+    Tensor full = params_->grad(i);
+    k::fill_zero(full);
+    if (spec.tp_split_dim >= 0) copy_tp_shard(spec, full.f32(), shard_->grad(i).f32(), tp_rank_, tp_size_, false);
+    else if (tp_rank_ == 0) k::copy(full, shard_->grad(i));
+  }
+}
 
 void Gpt::cast_weights() {
   if (act_ != DType::bf16) return;
-  Tensor all = params_->all_params();
+  Tensor all = compute().all_params();
   Tensor shadow = Tensor::view(shadow_buf_.data(), {all.numel()}, DType::bf16, device_);
   k::cast(shadow, all);
 }
@@ -175,32 +210,53 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   std::vector<int32_t> tok = tokens, tgt = targets;
   k::copy(a.tokens, Tensor::view(tok.data(), {B_, T_}, DType::i32));
   k::copy(a.targets, Tensor::view(tgt.data(), {B_, T_}, DType::i32));
+  take_shards();
   cast_weights();
+  // Under tensor parallelism (Megatron's regions): the residual stream and the layernorms are
+  // replicated; c_attn and c_fc are column-parallel (this rank's heads, this rank's MLP columns),
+  // their input copied to the region; attn.c_proj and mlp.c_proj are row-parallel, their partial
+  // outputs reduced from the region, the bias added once (by the first rank).
+  const bool tp = tp_size_ > 1;
+  const Tensor no_bias{};
+  auto row_bias = [&](size_t row) { return tp_rank_ == 0 ? weight(row) : no_bias; };
 
-  k::encoder_forward(a.encoded, a.tokens, weight(wte_), weight(wpe_).narrow(0, 0, T_));
+  if (tp) {
+    vocab_parallel_embedding_forward(a.encoded, tokens.data(), B_, T_, weight(wte_), tp_rank_ * Vpl_,
+                                     weight(wpe_).narrow(0, 0, T_), *tp_);
+  } else {
+    k::encoder_forward(a.encoded, a.tokens, weight(wte_), weight(wpe_).narrow(0, 0, T_));
+  }
   Tensor residual = a.encoded;
   for (int64_t l = 0; l < L_; ++l) {
     const LayerRows& r = layers_[l];
     k::layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, weight(r.ln_1_w), weight(r.ln_1_b));
+    if (tp) copy_to_tp_region_forward(a.ln1[l], *tp_);
     k::matmul_forward(a.qkv[l], a.ln1[l], weight(r.c_attn_w), weight(r.c_attn_b), k::WeightLayout::in_out);
-    k::attention_forward(a.atty[l], a.att[l], a.qkv[l], static_cast<int>(NH_));
-    k::matmul_forward(a.branch_out, a.atty[l], weight(r.attn_proj_w), weight(r.attn_proj_b), k::WeightLayout::in_out);
+    k::attention_forward(a.atty[l], a.att[l], a.qkv[l], static_cast<int>(NHl_));
+    k::matmul_forward(a.branch_out, a.atty[l], weight(r.attn_proj_w), row_bias(r.attn_proj_b), k::WeightLayout::in_out);
+    if (tp) reduce_from_tp_region_forward(a.branch_out, *tp_);
     k::add(a.residual2[l], residual, a.branch_out);
     k::layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], weight(r.ln_2_w), weight(r.ln_2_b));
+    if (tp) copy_to_tp_region_forward(a.ln2[l], *tp_);
     k::matmul_forward(a.fch[l], a.ln2[l], weight(r.c_fc_w), weight(r.c_fc_b), k::WeightLayout::in_out);
     k::gelu_forward(a.fch_gelu[l], a.fch[l]);
-    k::matmul_forward(a.branch_out, a.fch_gelu[l], weight(r.mlp_proj_w), weight(r.mlp_proj_b),
+    k::matmul_forward(a.branch_out, a.fch_gelu[l], weight(r.mlp_proj_w), row_bias(r.mlp_proj_b),
                       k::WeightLayout::in_out);
+    if (tp) reduce_from_tp_region_forward(a.branch_out, *tp_);
     k::add(a.residual3[l], a.residual2[l], a.branch_out);
     residual = a.residual3[l];
   }
   k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, weight(ln_f_w_), weight(ln_f_b_));
-  k::matmul_forward(a.logits, a.lnf, weight(wte_), Tensor{}, k::WeightLayout::out_in);
+  if (tp) copy_to_tp_region_forward(a.lnf, *tp_);
+  k::matmul_forward(a.logits, a.lnf, weight(wte_), Tensor{}, k::WeightLayout::out_in);  // this rank's vocabulary
 
   int64_t counted = 0;
   for (int32_t t : targets) counted += t >= 0;
   const double dloss = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
-  if (compute_grad) {
+  if (tp) {
+    vocab_parallel_cross_entropy(a.losses, a.logits, targets.data(), tp_rank_ * Vpl_, V_, static_cast<float>(dloss),
+                                 compute_grad, *tp_);
+  } else if (compute_grad) {
     k::crossentropy_backward(a.logits, a.losses, a.logits, a.targets, static_cast<int>(V_), static_cast<float>(dloss));
   } else {
     k::crossentropy_forward(a.losses, a.logits, a.targets, static_cast<int>(V_));
@@ -218,19 +274,24 @@ std::pair<size_t, size_t> Gpt::row_range(std::initializer_list<size_t> rows) {
 }
 
 void Gpt::backward(const GradsReady& ready) {
-  auto report = [&](std::pair<size_t, size_t> range) {
+  std::function<void(std::pair<size_t, size_t>)> report = [&](std::pair<size_t, size_t> range) {
     if (ready) ready(range.first, range.second);
   };
   if (!grads_ready_) throw std::logic_error("Gpt::backward needs a forward with compute_grad first");
   grads_ready_ = false;
   Acts& a = *acts_;
-  ParamStore& p = *params_;
-  const int nh = static_cast<int>(NH_);
+  ParamStore& p = compute();
+  const int nh = static_cast<int>(NHl_);
+  const bool tp = tp_size_ > 1;
+  if (tp) report = [](std::pair<size_t, size_t>) {};  // the trainer sums whole gradients after the backward
+  const Tensor no_bias{};
+  auto row_dbias = [&](size_t row) { return tp_rank_ == 0 ? p.grad(row) : no_bias; };
 
   k::fill_zero(a.dresidual);
   k::fill_zero(a.dln);
   // logits = lnf · wteᵀ (tied head): a.logits now holds dlogits.
   k::matmul_backward(a.dln, p.grad(wte_), Tensor{}, a.logits, a.lnf, weight(wte_), k::WeightLayout::out_in);
+  if (tp) copy_to_tp_region_backward(a.dln, *tp_);
   const Tensor last = L_ > 0 ? a.residual3[L_ - 1] : a.encoded;
   k::layernorm_backward(a.dresidual, p.grad(ln_f_w_), p.grad(ln_f_b_), a.dln, last, weight(ln_f_w_), a.lnf_mean,
                         a.lnf_rstd);
@@ -241,34 +302,42 @@ void Gpt::backward(const GradsReady& ready) {
     const Tensor residual = l == 0 ? a.encoded : a.residual3[l - 1];
     // residual3 = residual2 + mlp(ln2(residual2)); dresidual holds d residual3.
     k::fill_zero(a.dfch_gelu);
-    k::matmul_backward(a.dfch_gelu, p.grad(r.mlp_proj_w), p.grad(r.mlp_proj_b), a.dresidual, a.fch_gelu[l],
+    k::matmul_backward(a.dfch_gelu, p.grad(r.mlp_proj_w), row_dbias(r.mlp_proj_b), a.dresidual, a.fch_gelu[l],
                        weight(r.mlp_proj_w), k::WeightLayout::in_out);
     k::fill_zero(a.dfch);
     k::gelu_backward(a.dfch, a.fch[l], a.dfch_gelu);
     k::fill_zero(a.dln);
     k::matmul_backward(a.dln, p.grad(r.c_fc_w), p.grad(r.c_fc_b), a.dfch, a.ln2[l], weight(r.c_fc_w),
                        k::WeightLayout::in_out);
+    if (tp) copy_to_tp_region_backward(a.dln, *tp_);
     k::layernorm_backward(a.dresidual, p.grad(r.ln_2_w), p.grad(r.ln_2_b), a.dln, a.residual2[l], weight(r.ln_2_w),
                           a.ln2_mean[l], a.ln2_rstd[l]);
     // residual2 = residual + attn(ln1(residual)); dresidual now holds d residual2.
     k::fill_zero(a.datty);
-    k::matmul_backward(a.datty, p.grad(r.attn_proj_w), p.grad(r.attn_proj_b), a.dresidual, a.atty[l],
+    k::matmul_backward(a.datty, p.grad(r.attn_proj_w), row_dbias(r.attn_proj_b), a.dresidual, a.atty[l],
                        weight(r.attn_proj_w), k::WeightLayout::in_out);
     k::fill_zero(a.dqkv);
     k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[l], a.att[l], nh);
     k::fill_zero(a.dln);
     k::matmul_backward(a.dln, p.grad(r.c_attn_w), p.grad(r.c_attn_b), a.dqkv, a.ln1[l], weight(r.c_attn_w),
                        k::WeightLayout::in_out);
+    if (tp) copy_to_tp_region_backward(a.dln, *tp_);
     k::layernorm_backward(a.dresidual, p.grad(r.ln_1_w), p.grad(r.ln_1_b), a.dln, residual, weight(r.ln_1_w),
                           a.ln1_mean[l], a.ln1_rstd[l]);
     report(row_range({r.ln_1_w, r.ln_1_b, r.c_attn_w, r.c_attn_b, r.attn_proj_w, r.attn_proj_b, r.ln_2_w, r.ln_2_b,
                       r.c_fc_w, r.c_fc_b, r.mlp_proj_w, r.mlp_proj_b}));
   }
-  k::encoder_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, a.tokens);
+  if (tp) {
+    vocab_parallel_embedding_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, tokens_host_.data(), B_,
+                                      T_, tp_rank_ * Vpl_);
+  } else {
+    k::encoder_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, a.tokens);
+  }
   report(row_range({wte_, wpe_}));
 }
 
 std::vector<float> Gpt::logits_host() const {
+  if (tp_size_ > 1) throw std::logic_error("Gpt::logits_host: under tensor parallelism each rank holds a vocabulary shard");
   const Acts& a = *acts_;
   const int64_t BT = B_ * T_;
   std::vector<float> padded(BT * Vp_), out(BT * V_);

@@ -16,13 +16,19 @@
 #include "kernels/tensor.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
+#include "worker/parallel/communicator.h"
 
 namespace precon::worker {
 
 class Gpt {
  public:
   // precision: "fp32", or "bf16" (CUDA: bf16 activations and weight copies, fp32 masters/grads).
-  Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32");
+  // tp: the tensor-parallel group (null or size 1: the whole model here). With several ranks the
+  // attention heads, MLP columns and vocabulary are split Megatron's way (params.h tp_shard_spec)
+  // and this rank computes with its shard; params() still holds the full model, which the
+  // optimizer updates and checkpoints save, and each forward takes the shard from it.
+  Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
+      Communicator* tp = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -47,6 +53,14 @@ class Gpt {
   // starts each range's all-reduce there, while the earlier layers are still computed.
   using GradsReady = std::function<void(size_t first, size_t end)>;
   void backward(const GradsReady& ready = {});
+  // Zeroes the gradients (the shard's too).
+  void zero_grads();
+  // Tensor parallelism: writes the shard's gradients into params()'s at their place in the full
+  // tensors, and the replicated ones on the group's first rank only (zeros elsewhere), so that a
+  // sum over the tensor-parallel group (with the data-parallel sum, over the world) gives every
+  // full gradient. The ready callback is not called under tensor parallelism.
+  void place_grads_for_sum();
+  int tp_size() const { return tp_size_; }
 
   // Logits of the last forward without compute_grad: (B, T, V) copied to the host.
   std::vector<float> logits_host() const;
@@ -71,11 +85,18 @@ class Gpt {
   // What the passes read: the bf16 copy under bf16 precision, else the fp32 parameter.
   kernels::Tensor weight(size_t row) const;
 
+  ParamStore& compute() const { return shard_ ? *shard_ : *params_; }  // what the passes read and write
+  void take_shards();
+
   ModelConfig config_;
   int64_t B_, T_, C_, NH_, L_, V_, Vp_;
+  Communicator* tp_ = nullptr;
+  int tp_size_ = 1, tp_rank_ = 0;
+  int64_t Cl_, NHl_, Vpl_;  // this rank's share of the channels of a head group, the heads, the padded vocabulary
   kernels::Device device_;
   kernels::DType act_;
   std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<ParamStore> shard_;  // this rank's shard of every parameter (tensor parallelism only)
   size_t wte_, wpe_, ln_f_w_, ln_f_b_;  // table rows of the non-layer parameters
   std::vector<LayerRows> layers_;
   kernels::Buffer shadow_buf_;  // bf16 copies of the weights (bf16 precision only)

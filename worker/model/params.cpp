@@ -1,5 +1,6 @@
 #include "worker/model/params.h"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace precon::worker {
@@ -49,7 +50,7 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& m) {
     w->fan_out = out;
     w->stored_in_out = true;
     w->qkv_blocks = qkv;
-    add(prefix + ".bias", {out}, ParamKind::bias, column_parallel ? 0 : -1);
+    add(prefix + ".bias", {out}, ParamKind::bias, column_parallel ? 0 : -1)->qkv_blocks = qkv;
   };
   ParamSpec* wte = add("wte.weight", {V, C}, ParamKind::embedding, 0);
   wte->storage_rows = padded_vocab(V);
@@ -68,6 +69,46 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& m) {
   add("ln_f.weight", {C}, ParamKind::norm, -1);
   add("ln_f.bias", {C}, ParamKind::norm, -1);
   return t;
+}
+
+ParamSpec tp_shard_spec(const ParamSpec& full, int size) {
+  ParamSpec s = full;
+  if (full.tp_split_dim < 0 || size == 1) return s;
+  if (full.storage_rows > 0) {  // wte: the padded storage's rows
+    s.shape[0] = full.storage_rows / size;
+    s.storage_rows = 0;
+  } else {
+    s.shape[static_cast<size_t>(full.tp_split_dim)] /= size;
+  }
+  if (s.kind == ParamKind::matrix) {
+    s.fan_in = s.stored_in_out ? s.shape[0] : s.shape[1];
+    s.fan_out = s.stored_in_out ? s.shape[1] : s.shape[0];
+  }
+  return s;
+}
+
+void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, int rank, int size, bool into_shard) {
+  auto move = [&](float* f, float* sh, int64_t n) {
+    if (into_shard) std::copy(f, f + n, sh);
+    else std::copy(sh, sh + n, f);
+  };
+  if (full.tp_split_dim < 0 || size == 1) {
+    move(full_data, shard_data, full.storage_numel());
+    return;
+  }
+  const int64_t rows = full.storage_rows > 0 ? full.storage_rows : full.shape[0];
+  const int64_t cols = full.shape.size() == 2 ? full.shape[1] : 1;
+  const int64_t blocks = std::max(1, full.qkv_blocks);
+  if (full.tp_split_dim == 0) {  // whole rows (a 1-D tensor is rows of one column)
+    const int64_t block = rows / blocks, piece = block / size;
+    for (int64_t b = 0; b < blocks; ++b)
+      move(full_data + (b * block + rank * piece) * cols, shard_data + b * piece * cols, piece * cols);
+    return;
+  }
+  const int64_t block = cols / blocks, piece = block / size, shard_cols = blocks * piece;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b)
+      move(full_data + r * cols + b * block + rank * piece, shard_data + r * shard_cols + b * piece, piece);
 }
 
 namespace {

@@ -41,6 +41,15 @@ struct ParamSpec {
 // Padded vocabulary used internally for the embedding/logit storage (multiple of 64).
 int64_t padded_vocab(int64_t vocab_size);
 
+// Tensor parallelism. A parameter with tp_split_dim d is cut along d into `size` equal pieces;
+// for the fused QKV weight and bias each of their qkv_blocks blocks is cut and rank r holds piece
+// r of every block, in block order (its own heads' q, k and v); wte is cut by rows of its padded
+// storage (a vocabulary shard). The others are replicated. This is what rank `rank` holds.
+ParamSpec tp_shard_spec(const ParamSpec& full, int size);
+// Copies rank's shard between the full storage (host memory, storage_numel floats) and the
+// shard's (tp_shard_spec(full, size).storage_numel() floats), in the direction asked.
+void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, int rank, int size, bool into_shard);
+
 std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 
 // One allocation for all parameters and one for all gradients, carved into named views in

@@ -30,6 +30,9 @@ class Communicator {
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
   virtual void all_reduce_sum(double* data, int64_t n) = 0;
   virtual void all_reduce_max(int64_t* data, int64_t n) = 0;
+  virtual void all_reduce_max(float* data, int64_t n) = 0;
+  // out (size() · n elements) = every rank's `in` (n elements), in rank order.
+  virtual void all_gather(const float* in, float* out, int64_t n) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   virtual void barrier() = 0;

@@ -1,6 +1,8 @@
 // The one-process backend: rank 0 of 1, every collective leaves its buffer as it is.
 #include "worker/parallel/communicator.h"
 
+#include <algorithm>
+
 namespace precon::worker {
 
 namespace {
@@ -18,6 +20,8 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_sum(float*, int64_t) override {}
   void all_reduce_sum(double*, int64_t) override {}
   void all_reduce_max(int64_t*, int64_t) override {}
+  void all_reduce_max(float*, int64_t) override {}
+  void all_gather(const float* in, float* out, int64_t n) override { std::copy(in, in + n, out); }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float*, int64_t) override { return std::make_unique<Done>(); }
   void broadcast(void*, int64_t, int) override {}
   void barrier() override {}

@@ -59,6 +59,10 @@ class MpiCommunicator final : public Communicator {
   void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_SUM); }
   void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, MPI_DOUBLE, MPI_SUM); }
   void all_reduce_max(int64_t* data, int64_t n) override { reduce(data, n, MPI_INT64_T, MPI_MAX); }
+  void all_reduce_max(float* data, int64_t n) override { reduce(data, n, MPI_FLOAT, MPI_MAX); }
+  void all_gather(const float* in, float* out, int64_t n) override {
+    check_mpi(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_), "allgather");
+  }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
     auto pending = std::make_unique<MpiPending>();
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, pending->request()), "iallreduce");

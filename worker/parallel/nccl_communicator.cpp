@@ -62,6 +62,12 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(float* data, int64_t n) override { reduce(data, n, ncclFloat32, sizeof(float), ncclSum); }
   void all_reduce_sum(double* data, int64_t n) override { reduce(data, n, ncclFloat64, sizeof(double), ncclSum); }
   void all_reduce_max(int64_t* data, int64_t n) override { reduce(data, n, ncclInt64, sizeof(int64_t), ncclMax); }
+  void all_reduce_max(float* data, int64_t n) override { reduce(data, n, ncclFloat32, sizeof(float), ncclMax); }
+  void all_gather(const float* in, float* out, int64_t n) override {
+    // GPU buffers only: the trainer gathers no host data over NCCL.
+    check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat32, comm_, 0), "all-gather");
+    check_cuda(cudaStreamSynchronize(0), "stream synchronize");
+  }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
     if (!on_device(data)) {
       all_reduce_sum(data, n);

@@ -184,7 +184,7 @@ void configure(Run& run) {
 
 void build_model(Run& run) {
   const TrialConfig& cfg = run.cfg();
-  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision);
+  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get());
   if (!cfg.train.init_from.empty()) {
     load_model_safetensors(run.model->params(), cfg.train.init_from);
     run.log("initialised the model from " + cfg.train.init_from);
@@ -216,10 +216,13 @@ void build_optimizer(Run& run) {
   for (size_t i = 0; i < store.size(); ++i) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
   run.optimizer = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
-  run.grad_sync = std::make_unique<GradientSync>(*run.par.dp, store);
+  // Under tensor parallelism one sum over the world assembles each full gradient from its shards
+  // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
+  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.world : *run.par.dp, store);
   run.log("routing: " + run.optimizer->routing_summary());
   if (run.par.world->size() > 1)
-    run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
+    run.log("layout: " + std::to_string(run.par.tensor) + " tensor-parallel × " + std::to_string(run.par.data) +
+            " data-parallel rank(s) over " + run.par.world->backend() +
             ", " + std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
             " sequence(s) per step");
 }
@@ -267,14 +270,19 @@ void open_outputs(Run& run) {
 // (the last one's backward starts the gradient all-reduce bucket by bucket), and leaves the mean
 // gradient of the whole global batch in every rank's buffer. Returns the training loss.
 double forward_backward(Run& run, const Batch& batch, int64_t step) {
-  run.model->params().zero_grads();
+  run.model->zero_grads();
   GradientSync& sync = *run.grad_sync;
   const Gpt::GradsReady ready = [&sync](size_t first, size_t end) { sync.ready(first, end); };
   double loss = mean_over_batch(run, batch, [&](const Batch& part, bool last) {
     const double micro_loss = run.model->forward(part.inputs, part.targets, true);
-    if (std::isfinite(micro_loss)) run.model->backward(last && run.par.data > 1 ? ready : Gpt::GradsReady{});
+    if (std::isfinite(micro_loss))
+      run.model->backward(last && run.par.data > 1 && run.par.tensor == 1 ? ready : Gpt::GradsReady{});
     return micro_loss;
   });
+  if (run.par.tensor > 1) {
+    run.model->place_grads_for_sum();
+    sync.ready(0, run.model->params().size());
+  }
   sync.finish(1.0f / static_cast<float>(run.slice / run.micro * run.par.data));
   if (step == run.nan_fault_step) loss = NAN;
   if (!std::isfinite(loss)) {
