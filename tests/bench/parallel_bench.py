@@ -3,7 +3,7 @@
 DP=2 with 1 thread per rank (mpirun), on the quickstart model and on L6 C384 T256 B8.
 Prints tokens/s (median step after warm-up), gradient bytes all-reduced per step and rank, the
 share of the step spent waiting for that all-reduce, and DP=2's throughput as a ratio of one
-process's (target >= 0.9). Tensor parallelism is not in the trainer yet.
+process's (target >= 0.9), and TP=2 with 1 thread per rank.
 
 Usage: tests/bench/parallel_bench.py [--build build] [--steps 12]
 """
@@ -70,8 +70,13 @@ def main():
         one = run([trainer, "--config", cfg, "--run-dir", one_dir, "--resume", "never", "--set", "train.threads=2"], one_dir)
         dp = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", trainer, "--config", cfg, "--run-dir",
                   dp_dir, "--resume", "never", "--set", "train.threads=1", "--set", "parallel.data=2"], dp_dir)
+        tp_dir = os.path.join(tmp, "tp2")
+        tp = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", trainer, "--config", cfg, "--run-dir",
+                  tp_dir, "--resume", "never", "--set", "train.threads=1", "--set", "parallel.tensor=2"], tp_dir)
         print("%-30s %-18s %12.0f %14s %10s %8s" % (name, "1 proc x 2 thr", one[0], "0", "0", "1.00"))
         print("%-30s %-18s %12.0f %14.0f %9.1f%% %8.2f" % (name, "DP=2 x 1 thr", dp[0], dp[1], 100 * dp[2], dp[0] / one[0]))
+        # TP's activations all-reduces are inside the step; its gradient sum is reported like DP's.
+        print("%-30s %-18s %12.0f %14.0f %9.1f%% %8.2f" % (name, "TP=2 x 1 thr", tp[0], tp[1], 100 * tp[2], tp[0] / one[0]))
         sys.stdout.flush()
 
 

@@ -331,7 +331,7 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_grafting_seconds", ph.grafting - prev.grafting}}};
   if (cfg.optimizer.name == "shampoo")
     r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
-  if (run.par.data > 1) {
+  if (run.par.world->size() > 1) {
     // Gradient all-reduce since the last record: the time the step waited for it after the
     // backward, and the bytes this rank sent into it.
     const GradientSync& g = *run.grad_sync;
