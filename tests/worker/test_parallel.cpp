@@ -183,6 +183,14 @@ TEST_F(Parallel, TensorParallelCheckpointsReshardToEveryLayout) {
   }
 }
 
+TEST_F(Parallel, TensorParallelRegionsMatchNaiveReferences) {
+  // Each region's forward and backward, the vocabulary-parallel embedding and cross-entropy on
+  // two ranks against the same values computed in one process (tests/worker/tp_regions_check.cpp).
+  Result r = run(mpirun(2) + PRECON_TP_REGIONS_CHECK);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("all tensor-parallel checks passed on 2 ranks"), std::string::npos) << r.output;
+}
+
 TEST_F(Parallel, TheToleranceTellsAHalfBatchFromTheWholeOne) {
   // What a rank that skipped the all-reduce would train on: half the batch. Its trajectory must
   // be far outside kLossTolerance, or the comparisons above prove nothing.
