@@ -1,5 +1,9 @@
 #include "tests/common/test_util.h"
 
+#include <sys/wait.h>
+
+#include <cstdio>
+
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -84,6 +88,17 @@ std::vector<float> to_host(const Tensor& t) {
     for (size_t i = 0; i < raw.size(); ++i) out[i] = kernels::bf16_to_float(raw[i]);
   }
   return out;
+}
+
+CommandResult run_command(const std::string& command_line) {
+  CommandResult r;
+  FILE* p = ::popen((command_line + " 2>&1").c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
+  const int raw = ::pclose(p);
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  return r;
 }
 
 }  // namespace precon::test

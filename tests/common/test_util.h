@@ -34,4 +34,11 @@ double rel_frobenius(const std::vector<float>& a, const std::vector<float>& b);
 kernels::Buffer to_device(const std::vector<float>& v, kernels::Device device);
 std::vector<float> to_host(const Tensor& t);  // f32 or bf16 (converted), any device
 
+// Runs a shell command line; its exit status (-1 if it did not exit) and stdout + stderr.
+struct CommandResult {
+  int status = -1;
+  std::string output;
+};
+CommandResult run_command(const std::string& command_line);
+
 }  // namespace precon::test

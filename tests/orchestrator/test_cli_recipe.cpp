@@ -9,27 +9,16 @@
 #include <fstream>
 #include <string>
 
+#include "tests/common/test_util.h"
+
 namespace precon {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
+using Result = test::CommandResult;
 
-Result run_precon(const std::string& args) {
-  Result r;
-  const std::string cmd = std::string(PRECON_BIN) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-  const int raw = ::pclose(p);
-  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  return r;
-}
+Result run_precon(const std::string& args) { return test::run_command(std::string(PRECON_BIN) + " " + args); }
 
 class RecipeCli : public ::testing::Test {
  protected:

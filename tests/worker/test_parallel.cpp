@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/common/test_util.h"
 #include "worker/data/shard.h"
 
 namespace precon::worker {
@@ -35,10 +36,7 @@ using namespace std::chrono_literals;
 // missing all-reduce or a wrong scale moves the loss by 1e-3 or more within a few steps.
 constexpr double kLossTolerance = 2e-5;
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
+using Result = test::CommandResult;
 
 class Parallel : public ::testing::Test {
  protected:
@@ -67,16 +65,7 @@ class Parallel : public ::testing::Test {
     return p;
   }
 
-  static Result run(const std::string& cmd) {
-    Result r;
-    FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-    if (!p) return r;
-    char buf[4096];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) r.output.append(buf, n);
-    const int raw = ::pclose(p);
-    r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-    return r;
-  }
+  static Result run(const std::string& cmd) { return test::run_command(cmd); }
   // Under the sanitizer build the ranks skip leak checking: OpenMPI's plugins, unloaded at
   // MPI_Finalize, leave allocations LeakSanitizer can only attribute to "<unknown module>". The
   // trainer's own code is leak-checked by the single-process runs, which share it.
