@@ -23,7 +23,13 @@ void add_cancel(CLI::App& app) {
       }
       if (which->empty()) throw std::invalid_argument("name an experiment or pass --trial ID");
       orch::Store store = open_store();
-      const int64_t id = orch::find_experiment(store, *which).id;
+      const orch::ExperimentRow exp = orch::find_experiment(store, *which);
+      const int64_t id = exp.id;
+      // Said here as well as by the controller (409), which answers the same when it ended meanwhile.
+      if (exp.state != orch::ExperimentState::running) {
+        throw std::runtime_error("experiment " + std::to_string(id) + " already finished (" +
+                                 orch::experiment_state_name(exp.state) + "); nothing to cancel");
+      }
       call_controller("POST", "/api/v1/experiments/" + std::to_string(id) + "/cancel");
       std::cout << "experiment " << id << ": cancel requested\n";
     });

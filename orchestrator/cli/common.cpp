@@ -1,6 +1,11 @@
 #include "orchestrator/cli/common.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <cmath>
 #include <cstdlib>
@@ -10,6 +15,7 @@
 #include <sstream>
 
 #include "orchestrator/http/client.h"
+#include "orchestrator/http/printable.h"
 #include "worker/config/parse.h"
 
 namespace precon::cli {
@@ -67,11 +73,19 @@ fs::path token_file() { return global().db + ".token"; }
 
 void write_connection_files(const std::string& url, const std::string& token) {
   std::ofstream(url_file()) << url << "\n";
-  {
-    std::ofstream out(token_file());
-    out << token << "\n";
+  // Created 0600, never readable by others even for a moment; an older file is made so before
+  // the token is written into it.
+  const int fd = ::open(token_file().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0 || ::fchmod(fd, 0600) != 0) {
+    const int err = errno;
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot write the admin token to " + token_file().string() + ": " + std::strerror(err));
   }
-  ::chmod(token_file().c_str(), 0600);
+  const std::string line = token + "\n";
+  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  const int err = errno;
+  ::close(fd);
+  if (!written) throw std::runtime_error("cannot write the admin token to " + token_file().string() + ": " + std::strerror(err));
 }
 
 namespace {
@@ -111,7 +125,13 @@ json call_controller(const std::string& method, const std::string& target, const
   return j.is_discarded() ? json::object() : j;
 }
 
-void print_table(const std::vector<std::vector<std::string>>& rows) {
+void print_table(const std::vector<std::vector<std::string>>& raw_rows) {
+  // Cells may hold names from recipes: control characters must not reach the terminal.
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& raw : raw_rows) {
+    auto& row = rows.emplace_back();
+    for (const std::string& cell : raw) row.push_back(orch::printable(cell));
+  }
   std::vector<size_t> width;
   for (const auto& row : rows)
     for (size_t i = 0; i < row.size(); ++i) {

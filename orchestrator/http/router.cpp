@@ -1,5 +1,7 @@
 #include "orchestrator/http/router.h"
 
+#include "orchestrator/http/printable.h"
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -229,7 +231,7 @@ Response static_file(const fs::path& directory, const std::string& relative_path
 }
 
 Router::Router(RouterOptions options) : options_(std::move(options)) {
-  if (!options_.log) options_.log = [](const std::string& message) { std::cerr << "precon: http: " << message << "\n"; };
+  if (!options_.log) options_.log = [](const std::string& message) { std::cerr << "precon: http: " << printable(message) << "\n"; };
 }
 
 void Router::add(Route route) {
@@ -340,13 +342,16 @@ bool Router::authorized(const Entry& entry, const Request& request) const {
   return !options_.admin_token.empty() && constant_time_equal(bearer_token(request), options_.admin_token);
 }
 
-Response Router::dispatch(Request& request) const {
+std::optional<Response> Router::resolve(Request& request, const Entry*& found_entry) const {
+  found_entry = nullptr;
   request.route.clear();
   request.params.clear();
   std::vector<std::string> decoded;
   if (!decode_segments(request.path, decoded)) {
     return error_response(400, "bad_path", "malformed percent-encoding in the path \"" + request.path + "\"");
   }
+  // HEAD is GET without the body (the server drops it).
+  const std::string& method = request.method == "HEAD" ? std::string("GET") : request.method;
   // The best route under the request's method, and the best under any other method: the latter
   // decides between 405 and 404, except that a catch-all ({rest*}) route for GET must not turn
   // every unknown POST into a 405.
@@ -357,7 +362,7 @@ Response Router::dispatch(Request& request) const {
   bool other_is_rest = false;
   for (const Entry& e : entries_) {
     if (!match_entry(e, decoded, score, found)) continue;
-    if (e.route.method == request.method) {
+    if (e.route.method == method) {
       if (!entry || score > entry_score) {
         entry = &e;
         entry_score = score;
@@ -374,27 +379,46 @@ Response Router::dispatch(Request& request) const {
   const bool other_wins = !allowed.empty() && !other_is_rest && (!entry || other_score > entry_score);
   if (!entry && !other_wins) return error_response(404, "not_found", "no route for " + request.method + " " + request.path);
   if (other_wins) {
+    if (allowed.count("GET")) allowed.insert("HEAD");
     std::string allow;
-    for (const std::string& method : allowed) allow += (allow.empty() ? "" : ", ") + method;
+    for (const std::string& m : allowed) allow += (allow.empty() ? "" : ", ") + m;
     Response response = error_response(405, "method_not_allowed",
                                        request.method + " is not allowed on " + request.path + "; allowed: " + allow);
     response.headers["Allow"] = allow;
     return response;
   }
-
-  const Route* route = &entry->route;
-  request.route = route->name;
+  request.route = entry->route.name;
   request.params = std::move(params);
+  found_entry = entry;
+  return std::nullopt;
+}
+
+Response Router::unauthorized(const Route& route) {
+  Response response = error_response(
+      401, "unauthorized",
+      route.authorize ? "missing or wrong token for this route"
+                      : "this route changes state: send \"Authorization: Bearer <token>\" with the controller's admin token");
+  response.headers["WWW-Authenticate"] = "Bearer";
+  return response;
+}
+
+std::optional<Response> Router::refuse_before_body(Request& request) const {
   try {
-    if (!authorized(*entry, request)) {
-      Response response = error_response(
-          401, "unauthorized",
-          route->authorize ? "missing or wrong token for this route"
-                           : "this route changes state: send \"Authorization: Bearer <token>\" with the controller's "
-                             "admin token");
-      response.headers["WWW-Authenticate"] = "Bearer";
-      return response;
-    }
+    const Entry* entry = nullptr;
+    if (std::optional<Response> refused = resolve(request, entry)) return refused;
+    if (!authorized(*entry, request)) return unauthorized(entry->route);
+    return std::nullopt;
+  } catch (...) {
+    return error_response(error_answer(std::current_exception()));
+  }
+}
+
+Response Router::dispatch(Request& request) const {
+  const Entry* entry = nullptr;
+  if (std::optional<Response> refused = resolve(request, entry)) return std::move(*refused);
+  const Route* route = &entry->route;
+  try {
+    if (!authorized(*entry, request)) return unauthorized(*route);
     return route->handler(request);
   } catch (...) {
     const ErrorAnswer answer = error_answer(std::current_exception());

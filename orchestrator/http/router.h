@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -54,7 +55,8 @@ struct Route {
   bool needs_token = false;  // changes state: requires "Authorization: Bearer <admin token>"
   std::string name;          // label for metrics, e.g. "trial_metrics"
   // Optional own check that replaces the admin-token check (e.g. the worker report route and its
-  // per-trial token); false answers 401.
+  // per-trial token); false answers 401. Runs twice: on the header alone (body "") before the
+  // body is read, so it must not refuse for want of a body, and again with the body.
   std::function<bool(const Request&)> authorize;
 };
 
@@ -76,8 +78,12 @@ class Router {
 
   // Never throws. 404 not_found (no route for the path), 405 method_not_allowed with "Allow",
   // 401 unauthorized, 400 bad_path (bad percent-encoding); a handler's exception answers as
-  // error_answer maps it (errors.h), a 5xx logged.
+  // error_answer maps it (errors.h), a 5xx logged. HEAD is routed as GET (the server sends the
+  // answer without its body).
   Response dispatch(Request& request) const;
+  // What dispatch would answer without running a handler, judged on the request's header alone
+  // (its body not read yet): 400/404/405/401 as above; nullopt when the handler would run.
+  std::optional<Response> refuse_before_body(Request& request) const;
 
   // The route for method and path (encoded, without the query) and its decoded parameters;
   // nullptr when none. Most specific wins: literal over {param} over {rest*}, segment by segment.
@@ -98,6 +104,9 @@ class Router {
   static bool match_entry(const Entry& entry, const std::vector<std::string>& decoded, std::vector<int>& score,
                           std::map<std::string, std::string>& params);
   bool authorized(const Entry& entry, const Request& request) const;
+  // The refusal for a request no handler will see, or nullopt and its entry (params filled).
+  std::optional<Response> resolve(Request& request, const Entry*& entry) const;
+  static Response unauthorized(const Route& route);
 
   RouterOptions options_;
   std::vector<Entry> entries_;

@@ -3,6 +3,8 @@
 
 #include "orchestrator/http/server.h"
 
+#include "orchestrator/http/printable.h"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -10,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <vector>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
@@ -49,6 +52,40 @@ std::string lower(std::string_view s) {
   return out;
 }
 
+using RequestHeader = bhttp::request_parser<bhttp::string_body>::value_type;
+
+// Beast frames a request body by Content-Length or a final "chunked" coding, and takes any
+// other Transfer-Encoding as "no body": that body would then be read as the next request. We
+// decode no transfer coding but chunked: anything else answers 501 (RFC 9112 6.1), both framings
+// at once 400, and either closes the connection. nullopt when the framing is fine.
+std::optional<Response> framing_refusal(const RequestHeader& header) {
+  auto [first, last] = header.equal_range(bhttp::field::transfer_encoding);
+  if (first == last) return std::nullopt;
+  if (header.count(bhttp::field::content_length) > 0) {
+    return error_response(400, "bad_framing", "the request has both Content-Length and Transfer-Encoding");
+  }
+  std::vector<std::string> codings;
+  std::string sent;
+  for (auto it = first; it != last; ++it) {
+    sent += (sent.empty() ? "" : ", ") + std::string(sv(it->value()));
+    for (auto coding : bhttp::token_list(it->value())) codings.push_back(lower(sv(coding)));
+  }
+  if (codings.size() == 1 && codings[0] == "chunked") return std::nullopt;
+  return error_response(501, "unsupported_transfer_encoding",
+                        "Transfer-Encoding \"" + sent + "\" is not supported: send the body as it is, or chunked");
+}
+
+// The request as the router sees it, from the header (and the body when read).
+Request to_request(const RequestHeader& header, std::string body, const std::string& remote) {
+  Request request = make_request(std::string(header.method_string()), sv(header.target()), std::move(body));
+  for (const auto& field : header) {
+    auto [it, inserted] = request.headers.emplace(lower(sv(field.name_string())), std::string(field.value()));
+    if (!inserted) it->second += ", " + std::string(field.value());
+  }
+  request.remote = remote;
+  return request;
+}
+
 }  // namespace
 
 // Declaration order matters: the io_context (and with it any session still queued in it) is
@@ -82,7 +119,8 @@ namespace {
 // router on this session's strand, and closes on error, timeout, "Connection: close" or stop.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, HttpServer::State& state) : state_(state), stream_(std::move(socket)) {
+  Session(tcp::socket&& socket, HttpServer::State& state)
+      : state_(state), stream_(std::move(socket)), deadline_(stream_.get_executor()) {
     beast::error_code ec;
     const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
     if (!ec) remote_ = peer.address().to_string() + ":" + std::to_string(peer.port());
@@ -123,19 +161,44 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // The read timeout covers the whole request from here. It is our own timer rather than the
+  // stream's, which would close the socket and leave no way to answer 408.
   void read_header() {
     phase_ = Phase::kReading;
-    stream_.expires_after(state_.options.read_timeout);  // covers the whole request from here
+    timed_out_ = false;
+    stream_.expires_never();
+    deadline_.expires_after(state_.options.read_timeout);
+    deadline_.async_wait([self = shared_from_this(), request = ++requests_](beast::error_code ec) {
+      if (ec || self->requests_ != request || self->phase_ != Phase::kReading) return;
+      self->timed_out_ = true;
+      self->stream_.cancel();
+    });
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
   }
 
+  // Before the body: refuse badly framed requests, and answer what the router would refuse on the
+  // header alone (no token, no route) without reading an unauthenticated body or inviting it with
+  // "100 Continue". Either way the unread body ends the connection.
   void on_header(beast::error_code ec) {
     if (ec) return on_read_error(ec);
-    if (!beast::iequals(parser_->get()[bhttp::field::expect], "100-continue")) return read_body();
+    const RequestHeader& header = parser_->get();
+    if (std::optional<Response> refused = framing_refusal(header)) return answer_and_close(std::move(*refused));
+    if (!parser_->is_done()) {
+      std::optional<Response> refused;
+      Request request;
+      try {
+        request = to_request(header, "", remote_);
+        refused = state_.router.refuse_before_body(request);
+      } catch (...) {
+        refused = error_response(error_answer(std::current_exception()));
+      }
+      if (refused) return answer_and_close(std::move(*refused), request.route);
+    }
+    if (!beast::iequals(header[bhttp::field::expect], "100-continue")) return read_body();
     net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                       if (ec) return self->close();
+                       if (ec) return self->on_read_error(ec);
                        self->read_body();
                      });
   }
@@ -148,47 +211,52 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void on_read_error(beast::error_code ec) {
-    if (ec == bhttp::error::body_limit) {
-      return answer_error(413, "payload_too_large",
-                          "the request body exceeds the limit of " + std::to_string(state_.options.body_limit) + " bytes");
+    if (timed_out_) {
+      return answer_and_close(error_response(
+          408, "request_timeout",
+          "the request was not complete within " + std::to_string(state_.options.read_timeout.count()) + " ms"));
     }
-    if (ec == bhttp::error::header_limit) return answer_error(431, "headers_too_large", "the request headers are too large");
+    if (ec == bhttp::error::body_limit) {
+      return answer_and_close(error_response(
+          413, "payload_too_large", "the request body exceeds the limit of " + std::to_string(state_.options.body_limit) + " bytes"));
+    }
+    if (ec == bhttp::error::header_limit) {
+      return answer_and_close(error_response(431, "headers_too_large", "the request headers are too large"));
+    }
     if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() && ec != bhttp::error::end_of_stream &&
         ec != bhttp::error::partial_message) {
-      return answer_error(400, "bad_request", "malformed HTTP request: " + ec.message());
+      return answer_and_close(error_response(400, "bad_request", "malformed HTTP request: " + ec.message()));
     }
-    close();  // timeout, peer gone mid-request, stop(): nobody to answer
+    close();  // peer gone mid-request, stop(): nobody to answer
   }
 
-  // An answer from the server itself rather than a route; the connection closes after it
-  // because the rest of the request is still unread.
-  void answer_error(int status, std::string code, std::string message) {
+  // An answer before the request was read in full: the connection closes after it, because
+  // whatever follows on it cannot be told apart from the rest of this request.
+  void answer_and_close(Response response, std::string route = "") {
+    deadline_.cancel();
     Request request;
+    request.route = std::move(route);
     if (parser_ && parser_->is_header_done()) {
       const auto& header = parser_->get();
       request.method = std::string(header.method_string());
       request.path = std::string(header.target().substr(0, header.target().find('?')));
     }
     request.remote = remote_;
-    Response response = error_response(status, std::move(code), std::move(message));
     report(request, response, 0);
-    send(std::move(response), false, 11);
+    send(std::move(response), false, 11, false);
   }
 
   void handle() {
+    deadline_.cancel();
     auto& message = parser_->get();
     const bool keep_alive = message.keep_alive();
     const unsigned version = message.version();
+    const bool head = message.method() == bhttp::verb::head;
     Request request;
     Response response;
     double seconds = 0;
     try {
-      request = make_request(std::string(message.method_string()), sv(message.target()), std::move(message.body()));
-      for (const auto& field : message) {
-        auto [it, inserted] = request.headers.emplace(lower(sv(field.name_string())), std::string(field.value()));
-        if (!inserted) it->second += ", " + std::string(field.value());
-      }
-      request.remote = remote_;
+      request = to_request(message, std::move(message.body()), remote_);
       const auto start = std::chrono::steady_clock::now();
       response = state_.router.dispatch(request);
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -198,7 +266,7 @@ class Session : public std::enable_shared_from_this<Session> {
       response = error_response(answer);
     }
     report(request, response, seconds);
-    send(std::move(response), keep_alive, version);
+    send(std::move(response), keep_alive, version, head);
   }
 
   void report(const Request& request, const Response& response, double seconds) {
@@ -212,7 +280,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
   }
 
-  void send(Response&& response, bool keep_alive, unsigned version) {
+  // head: the answer to a HEAD request: the GET answer's header, Content-Length included, without its body.
+  void send(Response&& response, bool keep_alive, unsigned version, bool head) {
     phase_ = Phase::kAnswering;
     const int status = response.status >= 100 && response.status <= 599 ? response.status : 500;
     response_ = {};
@@ -221,9 +290,13 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.set(bhttp::field::server, "precon");
     if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) response_.set(name, value);
-    response_.body() = std::move(response.body);
     response_.keep_alive(keep_alive && !state_.stopping);
-    response_.prepare_payload();
+    if (head) {
+      response_.content_length(response.body.size());
+    } else {
+      response_.body() = std::move(response.body);
+      response_.prepare_payload();
+    }
     stream_.expires_after(state_.options.read_timeout);
     bhttp::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->close();
@@ -260,6 +333,9 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::State& state_;
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
+  net::steady_timer deadline_;  // the read timeout of the request being read
+  uint64_t requests_ = 0;       // requests begun on this connection: tells a stale deadline apart
+  bool timed_out_ = false;      // the deadline cut the read: answer 408
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   bhttp::response<bhttp::string_body> response_;  // alive until its write completes
   std::vector<char> drain_;
@@ -299,7 +375,7 @@ void HttpServer::State::on_accept(beast::error_code ec, tcp::socket socket) {
 HttpServer::HttpServer(const Router& router, ServerOptions options)
     : state_(std::make_unique<State>(router, std::move(options))) {
   ServerOptions& o = state_->options;
-  if (!o.log) o.log = [](const std::string& message) { std::cerr << "precon: http: " << message << "\n"; };
+  if (!o.log) o.log = [](const std::string& message) { std::cerr << "precon: http: " << printable(message) << "\n"; };
   o.threads = std::max(o.threads, 1);
 }
 

@@ -28,15 +28,20 @@ struct ServerOptions {
   int threads = 2;                 // io threads running sessions and handlers
   size_t body_limit = 8 << 20;     // bytes; larger bodies get 413 and the connection closes
   // From the first byte of a request to its last (also bounds writing the answer); a client
-  // that stalls mid-request is dropped.
+  // that stalls mid-request is answered 408 and dropped.
   std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};
   // A kept-alive connection waiting for its next request is closed after this long.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
   // stop(): how long requests already being read or answered may take before they are cut.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(5)};
   // Called after every answer with the request (request.route is the Route::name, "" when no
-  // route matched or the server answered by itself: 400/408/413/431), the response and the
+  // route matched or the server answered by itself: 400/408/413/431/501), the response and the
   // seconds spent in the router. For /metrics: count by request.route and response.status.
+  // Before reading a body (and before "100 Continue") the server asks the router whether it
+  // would refuse the request on its header alone (Router::refuse_before_body: no token, no
+  // route); if so it answers that and closes the connection, the body unread. A request with a
+  // Transfer-Encoding other than chunked answers 501 and closes. HEAD is answered like GET,
+  // without the body.
   std::function<void(const Request&, const Response&, double seconds)> on_request;
   std::function<void(const std::string&)> log;  // connection-level problems; default: stderr
 };

@@ -12,6 +12,7 @@
 
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
+#include "orchestrator/store/token_hash.h"
 
 namespace precon::orch {
 
@@ -80,7 +81,7 @@ void Scheduler::start() {
   for (const ExperimentRow& exp : store_.experiments()) {
     std::lock_guard lock(shared_mu_);
     objective_metric_[exp.id] = exp.objective_metric;
-    for (const TrialRow& t : store_.trials(exp.id)) tokens_[t.id] = {t.token, exp.id};
+    for (const TrialRow& t : store_.trials(exp.id)) tokens_[t.id] = {t.token_hash, exp.id, is_terminal(t.state)};
   }
   timer_ = std::make_unique<boost::asio::steady_timer>(io_);
   thread_ = std::thread([this] {
@@ -150,7 +151,6 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
       t.index = s.index;
       t.params_json = s.params.dump();
       t.config_toml = s.config_toml;
-      t.token = random_hex_token();
       t.created_at = exp.created_at;
       rows.push_back(t);
     }
@@ -158,7 +158,7 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     {
       std::lock_guard lock(shared_mu_);
       objective_metric_[id] = exp.objective_metric;
-      for (const TrialRow& t : store_.trials(id)) tokens_[t.id] = {t.token, id};
+      for (const TrialRow& t : store_.trials(id)) tokens_[t.id] = {"", id, false};
     }
     event(id, 0, "experiment_submitted",
           "experiment " + exp.name + " with " + std::to_string(specs.size()) + " trial(s)");
@@ -178,12 +178,14 @@ ReportAnswer Scheduler::report(int64_t trial_id, const std::string& token, const
   {
     std::lock_guard lock(shared_mu_);
     auto it = tokens_.find(trial_id);
-    if (it == tokens_.end()) throw std::out_of_range("no trial " + std::to_string(trial_id));
-    if (it->second.first.size() != token.size()) throw std::invalid_argument("wrong token for this trial");
-    unsigned diff = 0;
-    for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned>(token[i] ^ it->second.first[i]);
-    if (diff != 0) throw std::invalid_argument("wrong token for this trial");
-    experiment_id = it->second.second;
+    // The same work and the same answer whether the trial exists or not.
+    const TrialAuth* auth = it == tokens_.end() ? nullptr : &it->second;
+    if (!token_matches(token, auth ? auth->token_hash : std::string_view()) || !auth)
+      throw ReportRefused(ReportRefused::kUnauthorized, "unknown trial or wrong token for it");
+    if (auth->finished)
+      throw ReportRefused(ReportRefused::kFinished,
+                          "trial " + std::to_string(trial_id) + " has ended; its metrics are final");
+    experiment_id = auth->experiment_id;
     objective = objective_metric_[experiment_id];
   }
   store_.insert_metrics(trial_id, points);

@@ -49,6 +49,16 @@ struct SchedulerOptions {
 // A random hex token (admin or per-trial).
 std::string random_hex_token(size_t chars = 32);
 
+// A report the scheduler refuses: kUnauthorized (no such trial, no token issued yet, or a wrong
+// one: one answer for all, so trial ids cannot be probed) or kFinished (the trial has ended; its
+// metrics are final).
+class ReportRefused : public std::runtime_error {
+ public:
+  enum Kind { kUnauthorized, kFinished };
+  ReportRefused(Kind kind, const std::string& message) : std::runtime_error(message), kind(kind) {}
+  Kind kind;
+};
+
 // The answer to a worker's report.
 struct ReportAnswer {
   bool stop = false;
@@ -71,11 +81,14 @@ class Scheduler {
   // worker::ConfigError / std::invalid_argument for bad input; nothing is stored then.
   int64_t submit(const Recipe& recipe, const std::vector<TrialSpec>& trials, const std::filesystem::path& run_root);
   // Cancels every unfinished trial (pending ones at once, running ones via stop/SIGTERM/SIGKILL).
-  void cancel_experiment(int64_t experiment_id, const std::string& reason = "cancelled by the user");
-  void cancel_trial(int64_t trial_id, const std::string& reason = "cancelled by the user");
+  // False, with nothing done and no event, when the experiment (trial) had already ended;
+  // std::out_of_range when there is none.
+  bool cancel_experiment(int64_t experiment_id, const std::string& reason = "cancelled by the user");
+  bool cancel_trial(int64_t trial_id, const std::string& reason = "cancelled by the user");
 
-  // A worker's report: checks the trial's token (std::invalid_argument → 401, unknown trial →
-  // std::out_of_range → 404), stores the points idempotently, feeds early stopping.
+  // A worker's report: checks the trial's token first, in constant time (ReportRefused), then
+  // that the trial has not ended (ReportRefused kFinished); stores the points idempotently,
+  // feeds early stopping.
   ReportAnswer report(int64_t trial_id, const std::string& token, const std::vector<MetricPoint>& points);
 
   // True when every trial of the experiment has ended.
@@ -106,6 +119,9 @@ class Scheduler {
   // the trial with the reason.
   Executor* prepare_launch(TrialRow& trial, const ExperimentRow& exp, LaunchSpec& spec);
   void write_config(const TrialRow& trial);
+  // A fresh token for the trial's next attempt, put into spec.env: the store and the report
+  // check keep only its hash, so each launch issues a new one (a retry after a restart too).
+  void issue_token(const TrialRow& trial, LaunchSpec& spec);
   // All pending trials of the experiment in one launch_batch() when their executor batches;
   // false when it does not (launch one by one).
   bool launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials);
@@ -142,7 +158,12 @@ class Scheduler {
 
   // Shared with report handlers (any thread).
   std::mutex shared_mu_;
-  std::map<int64_t, std::pair<std::string, int64_t>> tokens_;  // trial -> (token, experiment)
+  struct TrialAuth {
+    std::string token_hash;  // "" until the first launch: no token matches
+    int64_t experiment_id = 0;
+    bool finished = false;   // ended: reports are refused
+  };
+  std::map<int64_t, TrialAuth> tokens_;                        // trial -> its report credentials
   std::map<int64_t, std::string> stop_answers_;                // trial -> reason
   std::map<int64_t, std::string> objective_metric_;            // experiment -> metric name
 };

@@ -6,6 +6,7 @@
 
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
+#include "orchestrator/store/token_hash.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
@@ -60,7 +61,6 @@ Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, L
   const fs::path config_path = fs::path(trial.run_dir) / "config.toml";
   spec.argv = {options_.trainer.string(), "--config", config_path.string(), "--run-dir", trial.run_dir,
                "--report-url", options_.report_url, "--trial-id", std::to_string(trial.id)};
-  spec.env["PRECON_TRIAL_TOKEN"] = trial.token;
   spec.env["PRECON_TRIAL_ID"] = std::to_string(trial.id);
   try {
     ex->second->validate(spec);
@@ -69,6 +69,19 @@ Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, L
     return nullptr;
   }
   return ex->second;
+}
+
+void Scheduler::issue_token(const TrialRow& trial, LaunchSpec& spec) {
+  const std::string token = random_hex_token();
+  const std::string hash = hash_token(token);
+  store_.set_trial_token_hash(trial.id, hash);  // before the worker can report with it
+  {
+    std::lock_guard lock(shared_mu_);
+    TrialAuth& auth = tokens_[trial.id];
+    auth.token_hash = hash;
+    auth.experiment_id = trial.experiment_id;
+  }
+  spec.env["PRECON_TRIAL_TOKEN"] = token;
 }
 
 void Scheduler::write_config(const TrialRow& trial) {
@@ -81,6 +94,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   Executor* ex = prepare_launch(trial, exp, spec);
   if (ex == nullptr) return;
   if (!ex->has_capacity(spec)) return;
+  issue_token(trial, spec);
   write_config(trial);
   Handle handle;
   // Active before the worker can report; a failed launch ends the trial, which removes it again.
@@ -109,6 +123,7 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
     if (!ex->batches()) return batcher != nullptr;  // first pending trial decides; others wait for the next tick
     if (batcher != nullptr && ex != batcher) continue;
     batcher = ex;
+    issue_token(t, spec);
     write_config(t);
     if (options_.metrics) options_.metrics->trial_active(t.id, exp.name);
     rows.push_back(&t);

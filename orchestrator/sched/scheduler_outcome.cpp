@@ -184,6 +184,10 @@ void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& 
   trial.reason = reason;
   trial.ended_at = now_seconds();
   store_.update_trial(trial);
+  {
+    std::lock_guard lock(shared_mu_);
+    tokens_[trial.id].finished = true;
+  }
   event(trial.experiment_id, trial.id, std::string("trial_") + trial_state_name(state), reason);
   log("trial " + std::to_string(trial.id) + " " + trial_state_name(state) + ": " + reason);
   maybe_finish_experiment(trial.experiment_id);

@@ -93,21 +93,25 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   request_stop(trial_id, TrialState::pruned, d.reason);
 }
 
-void Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reason) {
-  call([&] {
-    if (!store_.experiment(experiment_id)) throw std::out_of_range("no experiment " + std::to_string(experiment_id));
+bool Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reason) {
+  return call([&] {
+    const auto exp = store_.experiment(experiment_id);
+    if (!exp) throw std::out_of_range("no experiment " + std::to_string(experiment_id));
+    if (exp->state != ExperimentState::running) return false;
     for (const TrialRow& t : store_.trials(experiment_id))
       if (!is_terminal(t.state)) request_stop(t.id, TrialState::cancelled, reason);
     event(experiment_id, 0, "experiment_cancel", reason);
-    return 0;
+    return true;
   });
 }
 
-void Scheduler::cancel_trial(int64_t trial_id, const std::string& reason) {
-  call([&] {
-    if (!store_.trial(trial_id)) throw std::out_of_range("no trial " + std::to_string(trial_id));
+bool Scheduler::cancel_trial(int64_t trial_id, const std::string& reason) {
+  return call([&] {
+    const auto trial = store_.trial(trial_id);
+    if (!trial) throw std::out_of_range("no trial " + std::to_string(trial_id));
+    if (is_terminal(trial->state)) return false;
     request_stop(trial_id, TrialState::cancelled, reason);
-    return 0;
+    return true;
   });
 }
 

@@ -1,6 +1,10 @@
 // The controller's HTTP API: one flat route table; handlers are named functions over the store,
 // the scheduler and the queries shared with the CLI.
+#include <algorithm>
+#include <charconv>
+#include <chrono>
 #include <cmath>
+#include <limits>
 
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
@@ -25,19 +29,70 @@ TrialRow trial_or_404(const Store& store, const Request& req) {
   return *t;
 }
 
+// Reports are refused whole, never cut to fit: a worker must learn that its points were not
+// stored. Answers (all {"error": {"code", "message"}}): 400 bad_report for a malformed body,
+// 401 bad_token for an unknown trial or a wrong token (one answer, so ids cannot be probed; it
+// comes before anything about the trial is looked at), 409 trial_finished once the trial ended.
+
+// Worker clocks may run ahead of the controller's a little; a time further out is garbage.
+constexpr double kMaxClockSkewSeconds = 86400;
+
+// A client's value quoted in an error message, cut short.
+std::string brief(const json& value) {
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+}
+
+// "trial": a positive decimal id, as a string of digits only or a JSON integer.
+int64_t report_trial(const json& body) {
+  const json& t = body["trial"];
+  int64_t id = 0;
+  bool ok = false;
+  if (t.is_string()) {
+    const std::string& s = t.get_ref<const std::string&>();
+    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
+    ok = !s.empty() && s.front() != '-' && s.front() != '+' && ec == std::errc() && ptr == s.data() + s.size();
+  } else if (t.is_number_unsigned()) {
+    ok = t.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    id = ok ? static_cast<int64_t>(t.get<uint64_t>()) : 0;
+  } else if (t.is_number_integer()) {
+    id = t.get<int64_t>();
+    ok = true;
+  }
+  if (!ok || id <= 0) throw HttpError(400, "bad_report", "\"trial\" must be a trial id (a positive integer), got " + brief(t));
+  return id;
+}
+
 // {"trial": "<id>", "records": [{"step", "time", "values": {name: value | null}}]}
 std::vector<MetricPoint> report_points(const json& body) {
-  if (!body.is_object() || !body.contains("records") || !body["records"].is_array())
+  if (!body.contains("records") || !body["records"].is_array())
     throw HttpError(400, "bad_report", "expected {\"trial\": ..., \"records\": [...]}");
+  const double latest = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
+                        kMaxClockSkewSeconds;
   std::vector<MetricPoint> points;
   for (const json& r : body["records"]) {
-    if (!r.is_object() || !r.contains("step") || !r["step"].is_number_integer() || !r.contains("values") ||
-        !r["values"].is_object())
+    if (!r.is_object() || !r.contains("values") || !r["values"].is_object())
       throw HttpError(400, "bad_report", "each record needs an integer \"step\" and a \"values\" object");
-    const int64_t step = r["step"].get<int64_t>();
-    const double time = r.value("time", 0.0);
+    // A step is a non-negative int64: nlohmann holds 2^63..2^64-1 as unsigned (get<int64_t> would
+    // wrap them negative) and larger ones as floating point.
+    const json& s = r.value("step", json());
+    const bool step_ok = (s.is_number_unsigned() && s.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
+                         (s.is_number_integer() && !s.is_number_unsigned() && s.get<int64_t>() >= 0);
+    if (!step_ok) throw HttpError(400, "bad_report", "\"step\" must be an integer from 0 to 2^63-1, got " + brief(s));
+    const int64_t step = s.get<int64_t>();
+    double time = 0;
+    if (r.contains("time")) {
+      if (!r["time"].is_number() || !(r["time"].get<double>() >= 0 && r["time"].get<double>() <= latest))
+        throw HttpError(400, "bad_report",
+                        "\"time\" must be unix seconds, not negative nor more than a day ahead, got " + brief(r["time"]));
+      time = r["time"].get<double>();
+    }
     for (auto& [name, v] : r["values"].items()) {
-      if (name.empty() || name.size() > 128) throw HttpError(400, "bad_report", "bad metric name");
+      const bool printable_name = std::all_of(name.begin(), name.end(), [](char c) {
+        return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
+      });
+      if (name.empty() || name.size() > 128 || !printable_name)
+        throw HttpError(400, "bad_report", "metric names are 1 to 128 characters without control characters");
       if (!v.is_number() && !v.is_null())
         throw HttpError(400, "bad_report", "metric \"" + name + "\" must be a number or null");
       points.push_back({name, step, v.is_null() ? NAN : v.get<double>(), time});
@@ -53,7 +108,8 @@ void Controller::add_routes() {
   Store& store = *store_;
 
   r.add({"GET", "/healthz", [&](Request&) {
-           return json_response({{"ok", true}, {"db", store.path().string()}, {"schema", store.schema_version()}});
+           // Nothing about the machine (the database path was here): anyone may ask.
+           return json_response({{"ok", true}, {"schema", store.schema_version()}});
          }, false, "healthz", nullptr});
 
   r.add({"GET", "/api/v1/experiments", [&](Request&) {
@@ -92,7 +148,10 @@ void Controller::add_routes() {
 
   r.add({"POST", "/api/v1/experiments/{id}/cancel", [this](Request& req) {
            ExperimentRow e = experiment_or_404(*store_, req);
-           scheduler_->cancel_experiment(e.id, "cancelled through the API");
+           if (!scheduler_->cancel_experiment(e.id, "cancelled through the API"))
+             throw HttpError(409, "already_finished",
+                             "experiment " + std::to_string(e.id) + " already finished (" +
+                                 experiment_state_name(store_->experiment(e.id)->state) + "); nothing to cancel");
            return json_response({{"ok", true}, {"experiment", e.id}});
          }, true, "experiment_cancel", nullptr});
 
@@ -144,7 +203,10 @@ void Controller::add_routes() {
 
   r.add({"POST", "/api/v1/trials/{id}/cancel", [this](Request& req) {
            TrialRow t = trial_or_404(*store_, req);
-           scheduler_->cancel_trial(t.id, "cancelled through the API");
+           if (!scheduler_->cancel_trial(t.id, "cancelled through the API"))
+             throw HttpError(409, "already_finished",
+                             "trial " + std::to_string(t.id) + " already finished (" +
+                                 trial_state_name(store_->trial(t.id)->state) + "); nothing to cancel");
            return json_response({{"ok", true}, {"trial", t.id}});
          }, true, "trial_cancel", nullptr});
 
@@ -161,28 +223,23 @@ void Controller::add_routes() {
            return json_response({{"events", events}, {"cursor", cursor}});
          }, false, "events", nullptr});
 
-  // Workers authenticate with their trial's token, checked by the scheduler.
+  // Workers authenticate with their trial's token, checked by the scheduler (the router only
+  // refuses a report without any token, before its body is read).
   r.add({"POST", "/api/v1/report", [this](Request& req) {
            json body = json_body(req);
            if (!body.is_object() || !body.contains("trial"))
              throw HttpError(400, "bad_report", "expected {\"trial\": \"<id>\", \"records\": [...]}");
-           int64_t trial = 0;
-           try {
-             trial = body["trial"].is_string() ? std::stoll(body["trial"].get<std::string>()) : body["trial"].get<int64_t>();
-           } catch (const std::exception&) {
-             throw HttpError(400, "bad_report", "\"trial\" must be a trial id");
-           }
+           const int64_t trial = report_trial(body);
            std::vector<MetricPoint> points = report_points(body);
            ReportAnswer answer;
            try {
              answer = scheduler_->report(trial, bearer_token(req), points);
-           } catch (const std::out_of_range& e) {
-             throw HttpError(404, "unknown_trial", e.what());
-           } catch (const std::invalid_argument& e) {
+           } catch (const ReportRefused& e) {
+             if (e.kind == ReportRefused::kFinished) throw HttpError(409, "trial_finished", e.what());
              throw HttpError(401, "bad_token", e.what());
            }
            return json_response({{"ok", true}, {"stop", answer.stop}, {"reason", answer.reason}});
-         }, false, "report", [](const Request&) { return true; }});
+         }, false, "report", [](const Request& req) { return !bearer_token(req).empty(); }});
 
   add_dashboard_routes(r, store);
   if (!options_.web_dir.empty()) r.add_static("/", options_.web_dir, "dashboard");

@@ -1,7 +1,11 @@
 #include "orchestrator/store/migrations.h"
 
+#include <sqlite3.h>
+
 #include <iterator>
 #include <string>
+
+#include "orchestrator/store/token_hash.h"
 
 namespace precon::orch::store_schema {
 
@@ -135,9 +139,22 @@ SELECT (julianday('now') - 2440587.5) * 86400.0, experiment_id, 0, 'trial_names'
        json_object('trial_by_old_number', json_group_object(CAST(idx AS TEXT), id))
 FROM (SELECT experiment_id, id, idx FROM trials ORDER BY experiment_id, idx) GROUP BY experiment_id ORDER BY experiment_id;
 )sql",
+    // 4: trial tokens are kept as their SHA-256 (token_hash.h), so the database file holds
+    // nothing a report could be forged with. precon_token_hash is registered by open_and_migrate.
+    R"sql(
+ALTER TABLE trials RENAME COLUMN token TO token_hash;
+UPDATE trials SET token_hash = precon_token_hash(token_hash) WHERE token_hash <> '';
+)sql",
 };
 
 constexpr int kVersion = static_cast<int>(std::size(kMigrations));
+
+void sql_token_hash(sqlite3_context* context, int, sqlite3_value** argv) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_value_text(argv[0]));
+  const int bytes = sqlite3_value_bytes(argv[0]);
+  const std::string hash = hash_token(std::string_view(text ? text : "", text ? static_cast<size_t>(bytes) : 0));
+  sqlite3_result_text(context, hash.data(), static_cast<int>(hash.size()), SQLITE_TRANSIENT);
+}
 
 }  // namespace
 
@@ -166,6 +183,10 @@ int open_and_migrate(sql::Database& db) {
       throw StoreError(file + ": an SQLite database that precon did not create (it has tables but no "
                               "precon schema version); pass another path");
   }
+  PRECON_SQLITE_CHECK(db.handle(),
+                      sqlite3_create_function_v2(db.handle(), "precon_token_hash", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
+                                                 nullptr, sql_token_hash, nullptr, nullptr, nullptr),
+                      db.path(), "precon_token_hash");
   for (; version < kVersion; ++version) {
     sql::Transaction tx(db);
     db.exec(kMigrations[version]);

@@ -1,6 +1,9 @@
 #include "orchestrator/store/sqlite.h"
 
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <limits>
@@ -81,6 +84,18 @@ std::string Statement::text(int col) const {
 bool Statement::is_null(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
 
 Database::Database(const std::filesystem::path& path, bool read_only) : path_(path) {
+  // The database holds recipes, paths and token hashes: owner only. SQLite gives the -wal and
+  // -shm files the mode of the database file, so creating that one 0600 (before SQLite does,
+  // with the umask's mode) covers all three; files from before are tightened.
+  if (!read_only) {
+    const int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      const std::string file = path_.string() + suffix;
+      struct stat st {};
+      if (::stat(file.c_str(), &st) == 0 && (st.st_mode & 077) != 0) ::chmod(file.c_str(), st.st_mode & 0700);
+    }
+  }
   const int flags = (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
                     SQLITE_OPEN_NOMUTEX;
   const int rc = sqlite3_open_v2(path_.c_str(), &db_, flags, nullptr);

@@ -25,7 +25,7 @@ constexpr const char* kExperimentCols =
     "id, name, description, recipe_path, recipe_text, overrides_json, state, objective_metric, "
     "objective_mode, max_concurrent, max_attempts, early_stop_json, run_root, created_at, ended_at";
 constexpr const char* kTrialCols =
-    "id, experiment_id, idx, params_json, config_toml, state, reason, run_dir, token, attempts, "
+    "id, experiment_id, idx, params_json, config_toml, state, reason, run_dir, token_hash, attempts, "
     "last_step, created_at, started_at, ended_at";
 constexpr const char* kAttemptCols =
     "id, trial_id, number, executor, external_id, nodes, state, exit_code, detail, started_at, ended_at";
@@ -66,7 +66,7 @@ TrialRow read_trial(const sql::Statement& s) {
   r.state = parse_state<TrialState>(kTrialStates, s.text(5), "trial");
   r.reason = s.text(6);
   r.run_dir = s.text(7);
-  r.token = s.text(8);
+  r.token_hash = s.text(8);
   r.attempts = s.i64(9);
   r.last_step = s.i64(10);
   r.created_at = s.f64(11);
@@ -204,10 +204,10 @@ int64_t Store::create_experiment(ExperimentRow e, std::vector<TrialRow> trials) 
   for (const TrialRow& t : trials) {
     auto s = db.cached(
         "INSERT INTO trials (experiment_id, idx, params_json, config_toml, state, reason, run_dir, "
-        "token, attempts, last_step, created_at, started_at, ended_at) "
+        "token_hash, attempts, last_step, created_at, started_at, ended_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s->bind_all(id, t.index, t.params_json, t.config_toml, trial_state_name(t.state), t.reason, t.run_dir,
-                t.token, t.attempts, t.last_step, t.created_at, t.started_at, t.ended_at);
+                t.token_hash, t.attempts, t.last_step, t.created_at, t.started_at, t.ended_at);
     s->run();
     if (t.run_dir.empty() && !e.run_root.empty()) {
       // Named after the trial's id, known only now: the directory carries the one identifier.
@@ -279,6 +279,13 @@ void Store::update_trial(const TrialRow& t) {
               t.ended_at, t.run_dir, t.id)
       .run();
   require_changed(db, "trial", t.id);
+}
+
+void Store::set_trial_token_hash(int64_t trial_id, const std::string& token_hash) {
+  WriteGuard g(*impl_, "set_trial_token_hash");
+  auto& db = *impl_->writer;
+  db.cached("UPDATE trials SET token_hash = ? WHERE id = ?")->bind_all(token_hash, trial_id).run();
+  require_changed(db, "trial", trial_id);
 }
 
 int64_t Store::add_attempt(AttemptRow a) {

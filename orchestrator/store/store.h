@@ -66,7 +66,8 @@ struct TrialRow {
   TrialState state = TrialState::pending;
   std::string reason;           // why it ended (exit code meaning, early-stop rule, cancel)
   std::string run_dir;          // "" at creation: <run_root>/trial-<id> (see create_experiment)
-  std::string token;            // bearer token for its reports
+  std::string token_hash;       // hash_token() of the bearer token its current attempt reports
+                                // with (token_hash.h); "" before its first launch
   int64_t attempts = 0;         // launches so far
   int64_t last_step = 0;        // highest step reported
   double created_at = 0, started_at = 0, ended_at = 0;
@@ -144,6 +145,8 @@ class Store {
   // Writes every mutable field of the row (state, reason, attempts, last_step, times, run_dir).
   // last_step only rises (insert_metrics may have raised it since the row was read).
   void update_trial(const TrialRow& trial);
+  // The token of the trial's next attempt, as hash_token() (update_trial leaves it alone).
+  void set_trial_token_hash(int64_t trial_id, const std::string& token_hash);
 
   int64_t add_attempt(AttemptRow attempt);  // returns its id
   void update_attempt(const AttemptRow& attempt);

@@ -207,14 +207,16 @@ TEST_F(Controller, BadInputGetsTheErrorShapeAndChangesNothing) {
   get(url, "/api/v1/trials/abc", 400);
   get(url, "/api/v1/nothing", 404);
   // Reports: unknown trial, wrong token, malformed records.
+  // An unknown trial is told apart from a wrong token by nobody.
   r = post(url, "/api/v1/report", json{{"trial", "999"}, {"records", json::array()}}.dump(), "x");
-  EXPECT_EQ(r.status, 404);
-  EXPECT_EQ(error_code(r), "unknown_trial");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(error_code(r), "bad_token");
   EXPECT_TRUE(get(url, "/api/v1/experiments")["experiments"].empty());  // nothing was stored
   const int64_t id = submit(url, recipe(400, ""));
   const int64_t trial = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0]["id"];
   r = post(url, "/api/v1/report", json{{"trial", std::to_string(trial)}, {"records", json::array()}}.dump(), "wrong");
   EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(error_code(r), "bad_token");
   r = post(url, "/api/v1/report", json{{"trial", std::to_string(trial)}, {"records", {{{"step", "x"}}}}}.dump(), "wrong");
   EXPECT_EQ(r.status, 400);
   // Cancel through the API, with the token; the worker stops and the trial ends cancelled.

@@ -104,7 +104,7 @@ TEST(HttpRouter, NotFoundMethodNotAllowedAndBadEncoding) {
   Request wrong_method = make_request("DELETE", "/api/v1/trials/3");
   r = router.dispatch(wrong_method);
   expect_error(r.status, r.body, 405, "method_not_allowed");
-  EXPECT_EQ(r.headers.at("Allow"), "GET");
+  EXPECT_EQ(r.headers.at("Allow"), "GET, HEAD");
 
   Request trailing = make_request("GET", "/api/v1/trials/3/metrics/");
   r = router.dispatch(trailing);
@@ -256,6 +256,33 @@ class RawConnection {
       if (!receive()) return "";
     }
   }
+  // A response's header only ("" on EOF or timeout); what follows stays buffered.
+  std::string read_head() {
+    for (;;) {
+      const size_t end = buffer_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        std::string head = buffer_.substr(0, end + 4);
+        buffer_.erase(0, end + 4);
+        return head;
+      }
+      if (!receive()) return "";
+    }
+  }
+  // Everything the server sends until it closes the connection; false in *closed on a timeout.
+  std::string read_until_closed(bool* closed) {
+    std::string all = std::move(buffer_);
+    buffer_.clear();
+    for (;;) {
+      char chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n > 0) {
+        all.append(chunk, static_cast<size_t>(n));
+        continue;
+      }
+      *closed = n == 0 || errno == ECONNRESET;
+      return all;
+    }
+  }
   // True when the server closes the connection (EOF or reset) before the receive timeout.
   bool closed_by_peer() {
     for (;;) {
@@ -346,7 +373,7 @@ TEST(HttpServer, RoutesStatusesAndHookOverASocket) {
   expect_error(r.status, r.body, 404, "not_found");
   r = http_request(url, "PUT", "/echo");
   expect_error(r.status, r.body, 405, "method_not_allowed");
-  EXPECT_EQ(r.headers.at("allow"), "GET, POST");
+  EXPECT_EQ(r.headers.at("allow"), "GET, HEAD, POST");
   r = http_request(url, "POST", "/state", "{}");
   expect_error(r.status, r.body, 401, "unauthorized");
   r = http_request(url, "POST", "/state", "{}", {{"Authorization", "Bearer admin-token"}});
@@ -426,6 +453,116 @@ TEST(HttpServer, MalformedRequestsGet400) {
     EXPECT_TRUE(raw.closed_by_peer());
   }
   EXPECT_EQ(http_request(t.url(), "GET", "/echo").status, 200);
+}
+
+// A body the server does not know how to frame must not be read as the next request (request
+// smuggling): the answer closes the connection, and what followed is never answered.
+TEST(HttpServer, UnsupportedTransferEncodingIsRefusedAndTheConnectionClosed) {
+  TestServer t;
+  t.server->start();
+  const std::string smuggled = "GET /echo/smuggled HTTP/1.1\r\nHost: x\r\n\r\n";
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"Transfer-Encoding: gzip\r\n", 501},
+      {"Transfer-Encoding: chunked, gzip\r\n", 501},
+      {"Transfer-Encoding: gzip, chunked\r\n", 501},
+      {"Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n", 501},
+      {"Transfer-Encoding: gzip\r\nContent-Length: " + std::to_string(smuggled.size()) + "\r\n", 400},
+  };
+  for (const auto& [fields, status] : cases) {
+    SCOPED_TRACE(fields);
+    RawConnection raw(t.server->port());
+    ASSERT_TRUE(raw.connected());
+    ASSERT_TRUE(raw.send("POST /echo HTTP/1.1\r\nHost: x\r\n" + fields + "\r\n" + smuggled));
+    const std::string response = raw.read_response();
+    expect_error(status_of(response), body_of(response), status,
+                 status == 501 ? "unsupported_transfer_encoding" : "bad_framing");
+    bool closed = false;
+    const std::string rest = raw.read_until_closed(&closed);
+    EXPECT_TRUE(closed);
+    EXPECT_EQ(rest, "") << "the body was answered as a request";
+  }
+  // Plain chunked still works.
+  RawConnection raw(t.server->port());
+  ASSERT_TRUE(raw.send("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"));
+  const std::string response = raw.read_response();
+  ASSERT_EQ(status_of(response), 200) << response;
+  EXPECT_EQ(json::parse(body_of(response))["body"], "ok");
+}
+
+// A state-changing request without the token is answered on its header: no "100 Continue", no
+// reading (or waiting for) a body of any size.
+TEST(HttpServer, UnauthenticatedBodiesAreRefusedBeforeTheyAreRead) {
+  ServerOptions options;
+  options.read_timeout = std::chrono::seconds(20);
+  TestServer t(options);
+  t.server->start();
+  for (const std::string expect : {"Expect: 100-continue\r\n", ""}) {
+    SCOPED_TRACE(expect);
+    RawConnection raw(t.server->port());
+    const auto start = Clock::now();
+    ASSERT_TRUE(raw.send("POST /state HTTP/1.1\r\nHost: x\r\nContent-Length: 8000000\r\n" + expect + "\r\n"));
+    const std::string response = raw.read_response();
+    expect_error(status_of(response), body_of(response), 401, "unauthorized");
+    EXPECT_LT(seconds_since(start), 3.0);
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  // A wrong token, and a route that does not exist, are refused the same way.
+  RawConnection wrong(t.server->port());
+  ASSERT_TRUE(wrong.send("POST /state HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\nContent-Length: 10\r\n\r\n"));
+  EXPECT_EQ(status_of(wrong.read_response()), 401);
+  RawConnection nowhere(t.server->port());
+  ASSERT_TRUE(nowhere.send("POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n"));
+  EXPECT_EQ(status_of(nowhere.read_response()), 404);
+  // With the token, "100 Continue" invites the body, which is read and answered.
+  RawConnection right(t.server->port());
+  ASSERT_TRUE(right.send("POST /state HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer admin-token\r\n"
+                         "Content-Length: 2\r\nExpect: 100-continue\r\n\r\n"));
+  EXPECT_EQ(right.read_head(), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_TRUE(right.send("{}"));
+  const std::string response = right.read_response();
+  ASSERT_EQ(status_of(response), 200) << response;
+  EXPECT_EQ(json::parse(body_of(response))["body"], "{}");
+}
+
+TEST(HttpServer, StalledRequestIsAnswered408AndClosed) {
+  ServerOptions options;
+  options.read_timeout = std::chrono::milliseconds(400);
+  TestServer t(options);
+  t.server->start();
+  for (const std::string partial : {"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nhalf a bo",
+                                    "GET /echo HTTP/1.1\r\nHost: x\r\nX-Half: a hea"}) {
+    RawConnection raw(t.server->port());
+    const auto start = Clock::now();
+    ASSERT_TRUE(raw.send(partial));
+    const std::string response = raw.read_response();
+    expect_error(status_of(response), body_of(response), 408, "request_timeout");
+    EXPECT_GT(seconds_since(start), 0.3);
+    EXPECT_LT(seconds_since(start), 3.0);
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  EXPECT_EQ(http_request(t.url(), "GET", "/echo").status, 200);
+}
+
+TEST(HttpServer, HeadIsAnsweredLikeGetWithoutTheBody) {
+  TestServer t;
+  t.server->start();
+  const ClientResponse get = http_request(t.url(), "GET", "/echo/7");
+  ASSERT_EQ(get.status, 200);
+  RawConnection raw(t.server->port());
+  ASSERT_TRUE(raw.send("HEAD /echo/7 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::string head = raw.read_head();
+  ASSERT_EQ(status_of(head), 200) << head;
+  for (char& c : head) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  EXPECT_NE(head.find("content-length: " + std::to_string(get.body.size()) + "\r\n"), std::string::npos) << head;
+  EXPECT_NE(head.find("content-type: application/json"), std::string::npos) << head;
+  // No body followed: the next answer on the connection starts right after the header.
+  ASSERT_TRUE(raw.send("GET /echo/8 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string next = raw.read_response();
+  ASSERT_EQ(next.rfind("HTTP/1.1 200", 0), 0u) << next;
+  EXPECT_EQ(json::parse(body_of(next))["params"]["id"], "8");
+  // HEAD on a POST-only route is not allowed; GET routes list HEAD in Allow.
+  ASSERT_TRUE(raw.send("HEAD /state HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_EQ(status_of(raw.read_head()), 405);
 }
 
 TEST(HttpServer, StalledClientIsDroppedWhileOthersAreServed) {

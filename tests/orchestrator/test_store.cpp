@@ -2,12 +2,14 @@
 // reference), events, migrations and bad files, concurrent readers, persistence.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <random>
@@ -17,6 +19,7 @@
 #include "orchestrator/store/series_cache.h"
 #include "tests/orchestrator/downsample_reference.h"
 #include "orchestrator/store/store.h"
+#include "orchestrator/store/token_hash.h"
 
 namespace precon::orch {
 namespace {
@@ -72,7 +75,7 @@ TrialRow full_trial(int64_t index) {
   t.config_toml = "[train]\nsteps = 10\n";
   t.reason = "r" + std::to_string(index);
   t.run_dir = "/runs/q/" + std::to_string(index);
-  t.token = "tok" + std::to_string(index);
+  t.token_hash = "tok" + std::to_string(index);
   t.attempts = index;
   t.last_step = 7;
   t.created_at = 1.5;
@@ -158,13 +161,16 @@ TEST_F(StoreRows, TrialRoundTrip) {
   EXPECT_EQ(t.state, TrialState::running);
   EXPECT_EQ(t.reason, "r2");
   EXPECT_EQ(t.run_dir, "/runs/q/2");
-  EXPECT_EQ(t.token, "tok2");
+  EXPECT_EQ(t.token_hash, "tok2");
   EXPECT_EQ(t.attempts, 2);
   EXPECT_EQ(t.last_step, 7);
   EXPECT_EQ(t.created_at, 1.5);
   EXPECT_EQ(t.started_at, 2.5);
   EXPECT_EQ(t.ended_at, 0);
-  EXPECT_EQ(s.trial(t.id)->token, "tok2");
+  EXPECT_EQ(s.trial(t.id)->token_hash, "tok2");
+  s.set_trial_token_hash(t.id, "h2");
+  EXPECT_EQ(s.trial(t.id)->token_hash, "h2");
+  EXPECT_THROW(s.set_trial_token_hash(999, "h"), StoreError);
   EXPECT_EQ(s.trials_in_state(TrialState::running).size(), 1u);
   EXPECT_EQ(s.trials_in_state(TrialState::pending).size(), 2u);
 
@@ -519,7 +525,7 @@ INSERT INTO events (time, kind) VALUES (1, 'trial_started');
 )sql");
   {
     Store s(path_);
-    EXPECT_EQ(s.schema_version(), 3);
+    EXPECT_EQ(s.schema_version(), 4);
     EXPECT_EQ(s.experiment(1)->state, ExperimentState::completed);
     EXPECT_EQ(s.metric_names(1), (std::vector<std::string>{"acc", "loss"}));
     auto loss = s.metrics(1, "loss");
@@ -532,7 +538,7 @@ INSERT INTO events (time, kind) VALUES (1, 'trial_started');
     EXPECT_EQ(s.events_since(0, 0).size(), 2u);  // with version 3's note on trial names
   }
   Store again(path_);  // already current: nothing to apply
-  EXPECT_EQ(again.schema_version(), 3);
+  EXPECT_EQ(again.schema_version(), 4);
   EXPECT_EQ(again.metrics(1, "loss")[1].value, 1.0);
   EXPECT_EQ(again.events_since(0, 0).size(), 2u);
 }
@@ -565,7 +571,7 @@ INSERT INTO events (time, experiment_id, trial_id, kind, message) VALUES (6, 2, 
   }
   raw_sql(path_, sql);
   Store s(path_);
-  EXPECT_EQ(s.schema_version(), 3);
+  EXPECT_EQ(s.schema_version(), 4);
   // The identifiers: ids unchanged, the sweep index kept as an order, run directories where they are.
   std::vector<int64_t> ids;
   for (const TrialRow& t : s.trials(2)) {
@@ -588,6 +594,54 @@ INSERT INTO events (time, experiment_id, trial_id, kind, message) VALUES (6, 2, 
   auto first = s.events_since(0, 10, 1);
   ASSERT_EQ(first.size(), 1u);
   EXPECT_NE(first[0].message.find("trials 1..3 were numbered 0..2"), std::string::npos) << first[0].message;
+}
+
+// Up to version 3 trial tokens were stored as they are; version 4 keeps their SHA-256 only.
+TEST_F(StoreMigrations, UpgradeVersion3HashesTheStoredTokens) {
+  raw_sql(path_, std::string(kSchemaV1) + kSchemaV2 + R"sql(
+PRAGMA user_version = 3;
+INSERT INTO experiments (id, name, state, objective_metric, objective_mode, max_concurrent, max_attempts, created_at)
+  VALUES (1, 'a', 'running', 'val_loss', 'min', 1, 1, 5);
+INSERT INTO trials (id, experiment_id, idx, state, token, created_at) VALUES
+  (1, 1, 0, 'running', '0123456789abcdef0123456789abcdef', 5), (2, 1, 1, 'pending', '', 5);
+)sql");
+  {
+    Store s(path_);
+    EXPECT_EQ(s.schema_version(), 4);
+    EXPECT_EQ(s.trial(1)->token_hash, hash_token("0123456789abcdef0123456789abcdef"));
+    EXPECT_TRUE(token_matches("0123456789abcdef0123456789abcdef", s.trial(1)->token_hash));
+    EXPECT_EQ(s.trial(2)->token_hash, "");  // never launched: nothing to hash
+  }
+  // The plain token is gone from the file (and from the WAL, checkpointed on close).
+  std::ifstream in(path_, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.find("0123456789abcdef0123456789abcdef"), std::string::npos);
+  EXPECT_NE(bytes.find(hash_token("0123456789abcdef0123456789abcdef")), std::string::npos);
+}
+
+// The database holds recipes, paths and token hashes: its files are the owner's only, whatever
+// the umask, and files an older precon left readable are tightened.
+TEST_F(StoreMigrations, DatabaseFilesAreOwnerOnly) {
+  const mode_t old_umask = ::umask(022);
+  const auto mode = [](const fs::path& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 0777) : -1;
+  };
+  {
+    Store s(path_);
+    s.create_experiment(full_experiment("e"), {full_trial(0)});
+    EXPECT_EQ(mode(path_), 0600);
+    EXPECT_EQ(mode(path_.string() + "-wal"), 0600);
+    EXPECT_EQ(mode(path_.string() + "-shm"), 0600);
+  }
+  ::chmod(path_.c_str(), 0644);
+  {
+    Store s(path_);
+    s.create_experiment(full_experiment("f"), {full_trial(0)});
+    EXPECT_EQ(mode(path_), 0600);
+    EXPECT_EQ(mode(path_.string() + "-wal"), 0600);
+  }
+  ::umask(old_umask);
 }
 
 TEST_F(StoreMigrations, NewerVersionRejected) {

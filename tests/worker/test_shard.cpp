@@ -70,7 +70,8 @@ TEST(Shard, WrongMagicNamesFileAndTool) {
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<char*>(header.data()), 1024);
   std::string msg = error_of([&] { read_shard(p); });
   EXPECT_NE(msg.find("foreign.bin"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("magic 12345, expected 20240520"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("magic 20240520"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("12345"), std::string::npos) << "the file's own bytes are quoted: " << msg;
   EXPECT_NE(msg.find("different tool"), std::string::npos) << msg;
   EXPECT_EQ(error_of([&] { Shard s(p); }), msg);
 }

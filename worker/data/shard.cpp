@@ -38,7 +38,9 @@ ShardHeader parse_shard_header(std::span<const std::byte> bytes, const fs::path&
   int32_t h[3];
   std::memcpy(h, bytes.data(), sizeof h);
   if (h[0] != kShardMagic) {
-    throw DataError(name + " is not a precon/llm.c token shard (magic " + std::to_string(h[0]) + ", expected " +
+    // The file's bytes are not quoted: the message reaches logs that others may read, and a
+    // recipe can name any file (/etc/passwd).
+    throw DataError(name + " is not a precon/llm.c token shard (its header does not start with the magic " +
                     std::to_string(kShardMagic) + "): was it written by a different tool?");
   }
   if (h[1] != kShardVersion) {
