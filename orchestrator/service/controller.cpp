@@ -5,6 +5,7 @@
 
 #include "orchestrator/exec/local_executor.h"
 #include "orchestrator/exec/slurm_executor.h"
+#include "orchestrator/http/printable.h"
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
@@ -65,6 +66,8 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   if (options_.web_dir.empty()) options_.web_dir = default_web_dir();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
   metrics_ = std::make_unique<ControllerMetrics>();
+  // Every line the controller logs passes here: names and messages from users are escaped.
+  if (options_.log) options_.log = [log = options_.log](const std::string& line) { log(printable(line)); };
   store_ = std::make_unique<Store>(options_.db);
   store_->set_write_observer([m = metrics_.get()](const char* op, double seconds) { m->store_write(op, seconds); });
   LocalExecutorOptions lo;
