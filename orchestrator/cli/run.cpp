@@ -1,10 +1,13 @@
 // precon run RECIPE: the embedded default. Starts a controller in this process (SQLite file in
 // the working directory, local executor, dashboard on a loopback port), runs the whole sweep
-// with a progress display, and prints the leaderboard. Ctrl-C cancels the sweep cleanly.
+// with a progress display (live_view.h), and prints the leaderboard. Ctrl-C cancels the sweep
+// cleanly.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -12,6 +15,8 @@
 #include <thread>
 
 #include "orchestrator/cli/common.h"
+#include "orchestrator/cli/live_view.h"
+#include "orchestrator/cli/web_assets.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
@@ -34,14 +39,60 @@ struct RunOptions {
   bool quiet = false;
 };
 
-std::string progress_line(const orch::Store& store, const orch::TrialRow& t, const orch::ExperimentRow& e) {
-  nlohmann::json s = orch::trial_summary_json(store, t, e);
-  const int64_t cfg_steps = orch::stored_trial_config(t.config_toml, "trial " + std::to_string(t.id)).train.steps;
-  std::ostringstream line;
-  line << "  trial " << t.id << "  " << s["label"].get<std::string>() << "  " << s["state"].get<std::string>()
-       << "  step " << t.last_step << "/" << cfg_steps << "  " << e.objective_metric << " "
-       << fmt_number(s["objective"]) << "  train_loss " << fmt_number(s["train_loss"]);
-  return line.str();
+double last_value(const orch::Store& store, int64_t trial, const std::string& name) {
+  const auto p = store.last_metric(trial, name);
+  return p && std::isfinite(p->value) ? p->value : kUnknown;
+}
+
+// What the progress display shows, read from the store: the running trials and the counts.
+struct Snapshot {
+  std::vector<TrialProgress> running;
+  SweepProgress sweep;
+};
+
+Snapshot snapshot(const orch::Store& store, int64_t experiment, double elapsed_s) {
+  const std::vector<orch::TrialRow> trials = store.trials(experiment);
+  std::vector<nlohmann::json> params;
+  for (const orch::TrialRow& t : trials) params.push_back(nlohmann::json::parse(t.params_json, nullptr, false));
+  const std::vector<std::string> labels = trial_labels(params);
+  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  Snapshot s;
+  s.sweep.elapsed_s = elapsed_s;
+  // The sweep's ETA: the steps left (running trials' rest, pending trials' all) at the rate the
+  // running trials make steps together, start-up and evaluations included.
+  double steps_left = 0, steps_per_second = 0;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const orch::TrialRow& t = trials[i];
+    const int64_t steps = orch::stored_trial_config(t.config_toml, "trial " + std::to_string(t.id)).train.steps;
+    switch (t.state) {
+      case orch::TrialState::completed:
+      case orch::TrialState::pruned: ++s.sweep.done; break;
+      case orch::TrialState::failed: ++s.sweep.failed; break;
+      case orch::TrialState::cancelled: ++s.sweep.cancelled; break;
+      case orch::TrialState::pending: ++s.sweep.pending; steps_left += static_cast<double>(steps); break;
+      case orch::TrialState::running: {
+        ++s.sweep.running;
+        TrialProgress p;
+        p.id = t.id;
+        p.values = labels[i];
+        p.step = t.last_step;
+        p.steps = steps;
+        const double ran = t.started_at > 0 ? now - t.started_at : 0;
+        if (t.last_step > 0 && ran > 0) {
+          const double rate = static_cast<double>(t.last_step) / ran;
+          p.eta_s = static_cast<double>(std::max<int64_t>(0, steps - t.last_step)) / rate;
+          steps_per_second += rate;
+        }
+        steps_left += static_cast<double>(std::max<int64_t>(0, steps - t.last_step));
+        p.train_loss = last_value(store, t.id, "train_loss");
+        p.val_loss = last_value(store, t.id, "val_loss");
+        s.running.push_back(std::move(p));
+        break;
+      }
+    }
+  }
+  if (steps_per_second > 0) s.sweep.eta_s = steps_left / steps_per_second;
+  return s;
 }
 
 void run_command(const RunOptions& o) {
@@ -50,13 +101,14 @@ void run_command(const RunOptions& o) {
   std::stringstream text;
   text << in.rdbuf();
 
+  const WebAssets web = find_web_assets(o.web_dir);
   orch::ControllerOptions co;
   co.db = global().db;
   co.run_root = o.runs;
   co.bind = o.bind;
   co.port = o.port;
   co.cpu_slots = o.cpu_slots;
-  co.web_dir = o.web_dir;
+  co.web_dir = web.dir;
   const bool tty = ::isatty(STDOUT_FILENO) && !o.quiet;
   co.log = [tty](const std::string& line) {
     if (!tty) std::cerr << line << "\n";
@@ -65,20 +117,25 @@ void run_command(const RunOptions& o) {
   controller.start();
   write_connection_files(controller.url(), controller.admin_token());
   const int64_t id = controller.submit_recipe(text.str(), o.recipe, o.overrides);
+  const auto started = std::chrono::steady_clock::now();
   orch::Store& store = controller.store();
   const orch::ExperimentRow exp = *store.experiment(id);
   std::cout << "experiment " << id << " (" << exp.name << "): " << store.trials(id).size() << " trial(s); runs in "
-            << exp.run_root << "\ndashboard " << controller.url() << "/  (admin token in " << token_file().string()
-            << ")\n" << std::flush;
+            << exp.run_root << "\n";
+  if (web.dir.empty()) std::cout << web.missing << "\napi " << controller.url() << "/api/v1/";
+  else std::cout << "dashboard " << controller.url() << "/";
+  std::cout << "  (admin token in " << token_file().string() << ")\n" << std::flush;
 
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
   bool cancel_sent = false;
-  size_t drawn = 0;
+  LiveView view;
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
   auto last_plain = std::chrono::steady_clock::now();
   while (!controller.scheduler().experiment_done(id)) {
     if (g_interrupts.load() > 0 && !cancel_sent) {
       std::cout << "\ninterrupted: stopping the trials (Ctrl-C again to leave them running)\n" << std::flush;
+      view.detach();
       controller.scheduler().cancel_experiment(id, "interrupted from the terminal");
       cancel_sent = true;
     }
@@ -88,20 +145,20 @@ void run_command(const RunOptions& o) {
       exit_code() = 130;
       return;
     }
-    std::vector<orch::TrialRow> trials = store.trials(id);
     if (tty) {
-      std::string frame;
-      for (const orch::TrialRow& t : trials) frame += "\x1b[2K" + progress_line(store, t, exp) + "\n";
-      if (drawn) std::cout << "\x1b[" << drawn << "A";
-      std::cout << frame << std::flush;
-      drawn = trials.size();
+      const Snapshot s = snapshot(store, id, elapsed());
+      std::cout << view.redraw(frame(s.running, s.sweep, terminal_size(STDOUT_FILENO))) << std::flush;
     } else if (std::chrono::steady_clock::now() - last_plain > std::chrono::seconds(30) && !o.quiet) {
-      for (const orch::TrialRow& t : trials)
-        if (t.state == orch::TrialState::running) std::cout << progress_line(store, t, exp) << "\n";
-      std::cout << std::flush;
+      const Snapshot s = snapshot(store, id, elapsed());
+      for (const TrialProgress& t : s.running) std::cout << "  " << trial_line(t, 0) << "\n";
+      std::cout << summary_line(s.sweep, 0) << "\n" << std::flush;
       last_plain = std::chrono::steady_clock::now();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 500 : 250));
+  }
+  if (tty) {
+    const Snapshot s = snapshot(store, id, elapsed());
+    std::cout << view.redraw(frame(s.running, s.sweep, terminal_size(STDOUT_FILENO)));
   }
   const orch::ExperimentRow done = *store.experiment(id);
   std::cout << "\nexperiment " << id << " " << orch::experiment_state_name(done.state) << "\n\n";

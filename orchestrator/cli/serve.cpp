@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "orchestrator/cli/common.h"
+#include "orchestrator/cli/web_assets.h"
 #include "orchestrator/service/controller.h"
 
 namespace precon::cli {
@@ -55,12 +56,13 @@ void add_serve(CLI::App& app) {
   add_db_option(cmd);
   cmd->callback([o] {
     guarded([&] {
+      const WebAssets web = find_web_assets(o->web_dir);
       orch::ControllerOptions co;
       co.db = global().db;
       co.run_root = o->runs;
       co.bind = o->bind;
       co.port = o->port;
-      co.web_dir = o->web_dir;
+      co.web_dir = web.dir;
       co.admin_token = o->token;
       co.cpu_slots = o->cpu_slots;
       co.advertise_url = o->advertise;
@@ -75,6 +77,8 @@ void add_serve(CLI::App& app) {
       write_connection_files(controller.url(), controller.admin_token());
       std::cerr << "precon serve: " << controller.url() << " (database " << global().db << ", admin token in "
                 << token_file().string() << ")\n";
+      if (web.dir.empty()) std::cerr << "precon serve: " << web.missing << "\n";
+      else std::cerr << "precon serve: dashboard " << controller.url() << "/ (files in " << web.dir.string() << ")\n";
       while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
       std::cerr << "precon serve: stopping; running trials keep running and are adopted on restart\n";
       controller.stop();

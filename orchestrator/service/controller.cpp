@@ -28,16 +28,21 @@ fs::path default_trainer() {
   return "precon-train";
 }
 
-fs::path default_web_dir() {
-  // The dashboard at ../share/precon/web from this program: <build>/orchestrator/precon finds
-  // <build>/share/precon/web (the `web` target), <prefix>/bin/precon <prefix>/share/precon/web.
+}  // namespace
+
+fs::path default_web_dir_location() {
+  // <build>/orchestrator/precon finds <build>/share/precon/web (the `web` target),
+  // <prefix>/bin/precon finds <prefix>/share/precon/web.
   std::error_code ec;
   fs::path self = fs::read_symlink("/proc/self/exe", ec);
   if (ec) return {};
-  fs::path dir = self.parent_path().parent_path() / "share" / "precon" / "web";
-  return fs::exists(dir / "index.html", ec) ? dir : fs::path{};
+  return self.parent_path().parent_path() / "share" / "precon" / "web";
 }
-}  // namespace
+
+bool has_dashboard(const fs::path& dir) {
+  std::error_code ec;
+  return !dir.empty() && fs::is_regular_file(dir / "index.html", ec);
+}
 
 std::string worker_facing_url(const std::string& bind, uint16_t port, const std::string& advertise) {
   if (!advertise.empty()) {
@@ -63,7 +68,7 @@ std::string worker_facing_url(const std::string& bind, uint16_t port, const std:
 Controller::Controller(ControllerOptions options) : options_(std::move(options)) {
   worker_facing_url(options_.bind, 0, options_.advertise_url);  // a bad advertise URL fails here, not at launch
   if (options_.trainer.empty()) options_.trainer = default_trainer();
-  if (options_.web_dir.empty()) options_.web_dir = default_web_dir();
+  if (options_.web_dir.empty() && has_dashboard(default_web_dir_location())) options_.web_dir = default_web_dir_location();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
   metrics_ = std::make_unique<ControllerMetrics>();
   // Every line the controller logs passes here: names and messages from users are escaped.

@@ -48,6 +48,12 @@ struct ControllerOptions {
 // host's name in place of a wildcard bind (0.0.0.0 or ::), which no worker can connect to.
 std::string worker_facing_url(const std::string& bind, uint16_t port, const std::string& advertise);
 
+// Where the dashboard's files are looked for when ControllerOptions::web_dir is empty:
+// ../share/precon/web from this program (empty when /proc/self/exe cannot be read), and whether a
+// directory holds them (index.html).
+std::filesystem::path default_web_dir_location();
+bool has_dashboard(const std::filesystem::path& dir);
+
 class Controller {
  public:
   explicit Controller(ControllerOptions options);
@@ -64,6 +70,7 @@ class Controller {
   Scheduler& scheduler() { return *scheduler_; }
   ControllerMetrics& metrics() { return *metrics_; }
   const std::string& admin_token() const { return options_.admin_token; }
+  const std::filesystem::path& web_dir() const { return options_.web_dir; }  // empty: no dashboard at /
 
   // Parses, expands and checks a recipe, then creates the experiment. Throws
   // worker::ConfigError (file/line/key) or std::invalid_argument (missing data files, ...).
