@@ -2,8 +2,11 @@
 // running real precon-train workers, bad input answered with the one error shape, early
 // stopping, cancellation, retries and requeues.
 #include <csignal>
+#include <ctime>
 #include <cstdio>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -447,6 +450,155 @@ TEST(WorkerFacingUrl, AdvertisedBoundOrThisHost) {
   o.advertise_url = "login01";
   EXPECT_THROW(orch::Controller c(o), std::invalid_argument);  // refused before anything starts
   std::filesystem::remove(o.db);
+}
+
+
+// A stand-in trainer that leaves its token where the test can read it and exits 0 (the trial
+// completes) once the test creates <run dir>/finish. argv: --config C --run-dir D ...
+std::string write_fake_trainer(const fs::path& dir) {
+  const fs::path script = dir / "fake-train.sh";
+  std::ofstream(script) << "#!/bin/sh\nprintf '%s\\n' \"$PRECON_TRIAL_TOKEN\" > \"$4/token.txt\"\n"
+                           "while [ ! -e \"$4/finish\" ]; do sleep 0.05; done\n";
+  fs::permissions(script, fs::perms::owner_all);
+  return script.string();
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// Reports are checked strictly, the token before anything about the trial is told, and a
+// trial's metrics are final once it ended. The database keeps no token.
+TEST_F(Controller, ReportsAreStrictTokensComeFirstAndEndedTrialsRefuseThem) {
+  const std::string trainer = write_fake_trainer(dir_);
+  auto c = start(2, [&](ControllerOptions& o) { o.trainer = trainer; });
+  const std::string url = c->url();
+  const int64_t id = submit(url, recipe(5, ""));
+  const json trial_json = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  const int64_t trial = trial_json["id"];
+  const fs::path run_dir = get(url, "/api/v1/trials/" + std::to_string(trial))["run_dir"].get<std::string>();
+  ASSERT_TRUE(wait_for([&] { return fs::exists(run_dir / "token.txt") && fs::file_size(run_dir / "token.txt") > 1; },
+                       std::chrono::seconds(20)));
+  std::string token = read_file(run_dir / "token.txt");
+  token.pop_back();
+  ASSERT_EQ(token.size(), 32u);
+  const auto report = [&](const std::string& body, const std::string& with) {
+    return post(url, "/api/v1/report", body, with);
+  };
+  const auto code_of = [](const ClientResponse& r) {
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("error") ? j["error"]["code"].get<std::string>() : std::string("?");
+  };
+  const std::string t = std::to_string(trial);
+  const std::string now = std::to_string(static_cast<int64_t>(std::time(nullptr)));
+  const std::string good_record = R"({"step": 1, "time": )" + now + R"(, "values": {"loss": 2.5}})";
+  ClientResponse r = report(R"({"trial": ")" + t + R"(", "records": [)" + good_record + "]}", token);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(report(R"({"trial": )" + t + R"(, "records": []})", token).status, 200);  // an integer id too
+
+  // Ids that only look like this trial's, and steps, times and names that cannot be stored.
+  for (const std::string& bad_trial : std::vector<std::string>{"\"" + t + "abc\"", "\" " + t + "\"", "\"+" + t + "\"", t + ".5", "\"" + t + ".0\"",
+                                      "\"99999999999999999999\"", "99999999999999999999", "-1", "0", "true", "null"}) {
+    r = report(R"({"trial": )" + bad_trial + R"(, "records": [)" + good_record + "]}", token);
+    EXPECT_EQ(r.status, 400) << bad_trial << ": " << r.body;
+    EXPECT_EQ(code_of(r), "bad_report") << r.body;
+  }
+  const std::string prefix = R"({"trial": ")" + t + R"(", "records": [)";
+  for (const std::string bad_record : std::vector<std::string>{R"({"step": 18446744073709551615, "values": {"loss": 1}})", R"({"step": 9223372036854775808, "values": {"loss": 1}})",
+        R"({"step": -1, "values": {"loss": 1}})", R"({"step": 1.5, "values": {"loss": 1}})",
+        R"({"step": "1", "values": {"loss": 1}})", R"({"values": {"loss": 1}})",
+        R"({"step": 2, "time": 1e308, "values": {"loss": 1}})", R"({"step": 2, "time": -5, "values": {"loss": 1}})",
+        R"({"step": 2, "time": "now", "values": {"loss": 1}})", R"({"step": 2, "values": {"lo\nss": 1}})",
+        R"({"step": 2, "values": {"\u001b[31m": 1}})"}) {
+    r = report(prefix + bad_record + "]}", token);
+    EXPECT_EQ(r.status, 400) << bad_record << ": " << r.body;
+    EXPECT_EQ(code_of(r), "bad_report") << r.body;
+  }
+  // One bad record refuses the whole report: the good one beside it is not stored either.
+  r = report(prefix + R"({"step": 3, "values": {"loss": 1}}, {"step": -3, "values": {"loss": 1}}]})", token);
+  EXPECT_EQ(r.status, 400) << r.body;
+  json metrics = get(url, "/api/v1/trials/" + t + "/metrics?name=loss")["metrics"];
+  EXPECT_EQ(metrics["loss"]["steps"], json::array({1})) << metrics.dump();
+
+  // An unknown trial and a wrong token get the same answer; no token is refused before the body.
+  const ClientResponse unknown = report(R"({"trial": "999999", "records": []})", token);
+  const ClientResponse wrong = report(R"({"trial": ")" + t + R"(", "records": []})", token + "x");
+  EXPECT_EQ(unknown.status, 401);
+  EXPECT_EQ(wrong.status, 401);
+  EXPECT_EQ(unknown.body, wrong.body);
+  EXPECT_EQ(report(R"({"trial": ")" + t + R"(", "records": []})", "").status, 401);
+
+  // The token is nowhere in the database files or the API.
+  EXPECT_EQ(get(url, "/api/v1/trials/" + t).dump().find(token), std::string::npos);
+  for (const char* suffix : {"", "-wal"}) {
+    EXPECT_EQ(read_file(dir_.string() + "/precon.db" + suffix).find(token), std::string::npos) << suffix;
+  }
+  EXPECT_EQ(get(url, "/healthz").dump().find("precon.db"), std::string::npos);
+
+  // Once the trial ended its metrics are final.
+  std::ofstream(run_dir / "finish").put('\n');
+  ASSERT_TRUE(done(url, id, std::chrono::seconds(30)));
+  r = report(prefix + R"({"step": 4, "values": {"loss": 0.5}}]})", token);
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(code_of(r), "trial_finished");
+  metrics = get(url, "/api/v1/trials/" + t + "/metrics?name=loss")["metrics"];
+  EXPECT_EQ(metrics["loss"]["steps"], json::array({1})) << metrics.dump();
+
+  // Cancelling what has finished is refused, through the API and the CLI, and leaves no event.
+  r = post(url, "/api/v1/experiments/" + std::to_string(id) + "/cancel", "", "admin-secret");
+  EXPECT_EQ(r.status, 409) << r.body;
+  EXPECT_EQ(code_of(r), "already_finished");
+  EXPECT_EQ(post(url, "/api/v1/trials/" + t + "/cancel", "", "admin-secret").status, 409);
+  const std::string cmd = std::string(PRECON_BIN) + " cancel " + std::to_string(id) + " --db " +
+                          (dir_ / "precon.db").string() + " --url " + url + " --token admin-secret 2>&1; echo \"exit=$?\"";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+    ::pclose(p);
+  }
+  EXPECT_NE(out.find("already finished"), std::string::npos) << out;
+  EXPECT_EQ(out.find("cancel requested"), std::string::npos) << out;
+  EXPECT_EQ(out.find("exit=0"), std::string::npos) << out;
+  for (const json& e : get(url, "/api/v1/events?limit=10000")["events"]) EXPECT_NE(e["kind"], "experiment_cancel") << e.dump();
+  c->stop();
+}
+
+// Names reach logs and terminals: the recipe schema refuses control characters in them however
+// they arrive (the recipe, an override, a sweep), and `precon ls` escapes what an older
+// controller stored.
+TEST_F(Controller, ControlCharactersInNamesAreRefusedOrEscaped) {
+  auto c = start();
+  const std::string url = c->url();
+  std::string text = recipe(5, "");
+  text.replace(text.find("name = \"tiny\""), 13, "name = \"a\\nprecon: forged \\u001b[31m\"");
+  ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}}.dump(), "admin-secret");
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = post(url, "/api/v1/experiments",
+           json{{"recipe", recipe(5, "")}, {"overrides", {"experiment.name=x\x1b[2Jy"}}}.dump(), "admin-secret");
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = post(url, "/api/v1/experiments",
+           json{{"recipe", recipe(5, "[sweep.parameters]\n\"experiment.name\" = [\"ok\", \"b\\u0007\"]\n")}}.dump(),
+           "admin-secret");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_TRUE(get(url, "/api/v1/experiments")["experiments"].empty());
+  c->stop();
+  c.reset();
+  {
+    Store store(dir_ / "precon.db");
+    ExperimentRow e;
+    e.name = "evil\x1b[2J\rname\nID  forged\a";
+    e.objective_metric = "val_loss";
+    e.objective_mode = "min";
+    e.max_concurrent = 1;
+    e.max_attempts = 1;
+    e.state = ExperimentState::completed;
+    store.create_experiment(e, {});
+  }
+  const std::string out = cli("ls");
+  EXPECT_NE(out.find("evil\\x1b[2J\\rname\\nID  forged\\x07"), std::string::npos) << out;
+  for (char ch : {'\x1b', '\r', '\a'}) EXPECT_EQ(out.find(ch), std::string::npos) << out;
 }
 
 }  // namespace
