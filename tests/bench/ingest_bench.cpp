@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -24,17 +25,25 @@ int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 8.0;
   const fs::path dir = fs::temp_directory_path() / ("precon_ingest_" + std::to_string(::getpid()));
   fs::create_directories(dir);
+  // Stand-in workers: each leaves the token it was launched with in its run directory (the store
+  // keeps only its hash) and waits, so that its trial stays running and accepts reports.
+  const fs::path trainer = dir / "fake-train.sh";
+  std::ofstream(trainer) << "#!/bin/sh\nprintf '%s\\n' \"$PRECON_TRIAL_TOKEN\" > \"$4/token.tmp\" && mv \"$4/token.tmp\" \"$4/token.txt\"\n"
+                            "while [ ! -e \"$4/finish\" ]; do sleep 0.1; done\n";
+  fs::permissions(trainer, fs::perms::owner_all);
   precon::orch::ControllerOptions o;
   o.db = dir / "bench.db";
   o.run_root = dir / "runs";
+  o.trainer = trainer;
+  o.cpu_slots = reporters;
   o.admin_token = "bench";
   o.log = [](const std::string&) {};
   precon::orch::Controller controller(o);
   controller.start();
-  // Trials that never launch (their executor is not configured) but accept reports.
-  std::string recipe = "[resources]\nexecutor = \"slurm\"\n[sweep]\nmax_concurrent = 16\n[sweep.parameters]\n\"train.seed\" = [";
+  std::string recipe = "[sweep]\nmax_concurrent = 16\n[sweep.parameters]\n\"train.seed\" = [";
   for (int i = 0; i < reporters; ++i) recipe += std::to_string(i) + (i + 1 < reporters ? ", " : "]\n");
   std::vector<std::pair<int64_t, std::string>> trials;
+  std::vector<fs::path> run_dirs;
   {
     precon::orch::Store& store = controller.store();
     fs::create_directories(dir / "data");
@@ -45,7 +54,15 @@ int main(int argc, char** argv) {
       return controller.submit_recipe(recipe, "bench.toml",
                                       {"data.train=" + (dir / "data/x.bin").string(), "data.val=" + (dir / "data/x.bin").string()});
     }();
-    for (const auto& t : store.trials(id)) trials.emplace_back(t.id, t.token);
+    for (const auto& t : store.trials(id)) {
+      const fs::path token_file = fs::path(t.run_dir) / "token.txt";
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      while (!fs::exists(token_file) && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::string token;
+      std::getline(std::ifstream(token_file), token);
+      trials.emplace_back(t.id, token);
+      run_dirs.push_back(t.run_dir);
+    }
   }
   const std::string url = controller.url();
   std::atomic<int64_t> points{0}, failures{0};
@@ -94,6 +111,7 @@ int main(int argc, char** argv) {
               lat[lat.size() / 2], "");
   std::printf("%-52s %12.1f %10s\n", "metric query p99 ms", lat[lat.size() * 99 / 100], "");
   std::printf("failed requests: %lld\n", static_cast<long long>(failures.load()));
+  for (const fs::path& run_dir : run_dirs) std::ofstream(run_dir / "finish").put('\n');
   controller.stop();
   fs::remove_all(dir);
   return failures.load() == 0 ? 0 : 1;
