@@ -18,9 +18,10 @@ function smooth(values, weight) {
   });
 }
 
+// The metric shown first is the experiment's objective: what the sweep is judged by.
 export function curvePanel({ experimentId, objective, onError }) {
-  const state = { metric: 'train_loss', x: 'step', logY: false, smooth: 0, which: 'best', data: null };
-  const metricSel = h('select', { id: 'curve-metric' }, h('option', { value: 'train_loss' }, 'train_loss'));
+  const state = { metric: objective.metric, x: 'step', logY: false, smooth: 0, which: 'best', data: null };
+  const metricSel = h('select', { id: 'curve-metric' }, h('option', { value: objective.metric }, objective.metric));
   const xSel = h('select', { id: 'curve-x' }, h('option', { value: 'step' }, 'step'),
     h('option', { value: 'time' }, 'wall-clock seconds'));
   const whichSel = h('select', { id: 'curve-which' }, h('option', { value: 'best' }, `best ${BEST_N}`),
@@ -55,6 +56,7 @@ export function curvePanel({ experimentId, objective, onError }) {
       color: color(t.index),
     }));
     const positive = series.every(s => s.values.every(v => v === null || v > 0));
+    chart.dataset.metric = state.metric;
     lineChart(chart, {
       x: d.grid, series, logY: state.logY && positive,
       xLabel: state.x === 'step' ? 'step' : 'seconds since start', yLabel: state.metric,
@@ -102,7 +104,8 @@ export function curvePanel({ experimentId, objective, onError }) {
     },
     setMetrics(names) {
       const keep = state.metric;
-      metricSel.replaceChildren(...names.map(n => h('option', { value: n, selected: n === keep }, n)));
+      const all = names.includes(keep) ? names : [keep, ...names];
+      metricSel.replaceChildren(...all.map(n => h('option', { value: n, selected: n === keep }, n)));
     },
     shows(id) { return state.data && state.data.trials.some(t => t.id === id); },
   };

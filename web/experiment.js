@@ -1,6 +1,6 @@
 // The experiment page: header with cancel, the trial table (sortable, filterable, rows
 // selectable for the curves), the curve panel, the sweep panel and the experiment's events.
-import { ACTIVE, api, cancelButton, duration, eventRows, h, num, paramText, rate, stateBadge } from './util.js';
+import { ACTIVE, api, cancelButton, duration, eventRows, h, num, paramText, rate, stateBadge, trialLabels } from './util.js';
 import { curvePanel } from './curves.js';
 import { sweepPanel } from './sweep.js';
 
@@ -28,10 +28,6 @@ function compare(a, b) {
   if (b === null || b === undefined) return -1;
   if (typeof a === 'number' && typeof b === 'number') return a - b;
   return paramText(a).localeCompare(paramText(b), undefined, { numeric: true });
-}
-
-function label(r, swept) {
-  return swept.length ? swept.map(p => `${p.replace(/^optimizer\./, '')}=${paramText(r.params[p])}`).join(' ') : '(base config)';
 }
 
 export async function render(root, id, ctx) {
@@ -100,7 +96,7 @@ export async function render(root, id, ctx) {
   filterIn.addEventListener('input', drawTable);
   stateSel.addEventListener('change', drawTable);
 
-  const labels = () => new Map(exp.trial_rows.map(r => [r.id, `trial ${r.id}: ${label(r, exp.swept)}`]));
+  const labels = () => new Map([...trialLabels(exp.trial_rows)].map(([tid, text]) => [tid, `trial ${tid}: ${text}`]));
   drawHeader();
   drawTable();
   await curves.update(exp.trial_rows, selected, labels());

@@ -62,6 +62,35 @@ function heatmap(a, b, rows, objective) {
     })))));
 }
 
+// The heatmap's default pair: two keys that vary together within one sub-grid (trials with the
+// same set of swept keys; a union sweep has one per [[sweep.grid]] table), the largest such
+// sub-grid first; failing that, the two varying keys that the most trials share.
+export function defaultPair(swept, rows) {
+  const groups = new Map();  // the sub-grid's keys -> its rows
+  for (const r of rows) {
+    const keys = Object.keys(r.params || {}).sort().join('\u0000');
+    if (!groups.has(keys)) groups.set(keys, []);
+    groups.get(keys).push(r);
+  }
+  const varies = (k, rs) => new Set(rs.filter(r => r.params && k in r.params).map(r => paramText(r.params[k]))).size > 1;
+  const score = new Map();  // "a\0b" -> [trials of sub-grids where both vary, trials sharing both]
+  for (let i = 0; i < swept.length; i++) {
+    for (let j = i + 1; j < swept.length; j++) {
+      const [a, b] = [swept[i], swept[j]];
+      if (!varies(a, rows) || !varies(b, rows)) continue;
+      let together = 0;
+      for (const rs of groups.values()) if (varies(a, rs) && varies(b, rs)) together += rs.length;
+      const shared = rows.filter(r => r.params && a in r.params && b in r.params).length;
+      score.set(a + '\u0000' + b, [together, shared]);
+    }
+  }
+  let best = null;
+  for (const [k, [together, shared]] of score) {
+    if (!best || together > best[1] || (together === best[1] && shared > best[2])) best = [k, together, shared];
+  }
+  return best && best[2] > 0 ? best[0].split('\u0000') : [swept[0], swept[1]];
+}
+
 export function sweepPanel({ experimentId, objective, onError }) {
   const scatters = h('div', { class: 'scatters' });
   const heat = h('div', { id: 'heatmap-box' });
@@ -73,7 +102,7 @@ export function sweepPanel({ experimentId, objective, onError }) {
 
   function drawHeat(swept, rows) {
     if (swept.length < 2) { heat.replaceChildren(); return; }
-    if (!pair || !swept.includes(pair[0]) || !swept.includes(pair[1])) pair = [swept[0], swept[1]];
+    if (!pair || !swept.includes(pair[0]) || !swept.includes(pair[1])) pair = defaultPair(swept, rows);
     const pick = (i) => {
       const s = h('select', {}, swept.map(p => h('option', { value: p, selected: p === pair[i] }, p)));
       s.addEventListener('change', () => { pair[i] = s.value; drawHeat(swept, rows); });

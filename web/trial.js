@@ -64,13 +64,22 @@ export async function render(root, id, ctx) {
         h('td', {}, h('code', {}, c.path)), h('td', {}, when(c.created_at)), h('td', {}, c.deleted_at ? when(c.deleted_at) : '—')))));
     const mine = ev.events.filter(e => e.trial_id === id).reverse();
     events.replaceChildren(table('trial-events', ['time', 'kind', 'trial', 'message'], eventRows(mine)));
-    const names = Object.keys(series.metrics).sort();
+    // Metrics that are zero for the whole run (another optimizer's phase times, a Shampoo counter
+    // that never moved) are named on one line instead of drawn as flat charts. The series keep
+    // each bucket's min and max, so a downsampled series is all zero only when the run is.
+    const all = Object.keys(series.metrics).sort();
+    const zero = n => series.metrics[n].values.every(v => v === null || v === 0);
+    const names = all.filter(n => !zero(n)), empty = all.filter(zero);
     metrics.replaceChildren(...names.map(n => h('div', { class: 'metric', dataset: { metric: n } }, h('h3', {}, n), h('div', { class: 'chart' }))));
     names.forEach((n, i) => {
       const s = series.metrics[n];
       lineChart(metrics.children[i].lastChild, { x: s.steps, series: [{ label: n, values: s.values }], xLabel: 'step', yLabel: n, height: 200 });
     });
-    if (!names.length) metrics.replaceChildren(h('p', { class: 'muted' }, 'no metrics reported yet'));
+    if (empty.length) {
+      metrics.append(h('p', { class: 'muted metric-empty', id: 'empty-metrics', dataset: { metrics: empty.join(' ') } },
+        `empty (zero for the whole run): ${empty.join(', ')}`));
+    }
+    if (!all.length) metrics.replaceChildren(h('p', { class: 'muted' }, 'no metrics reported yet'));
     await loadLog();
     document.body.dataset.view = 'trial';
     document.body.dataset.rendered = String(performance.now());

@@ -86,6 +86,29 @@ export function stateBadge(state) { return h('span', { class: 'state state-' + s
 // The swept value as text: strings as they are, everything else as JSON.
 export function paramText(v) { return typeof v === 'string' ? v : JSON.stringify(v); }
 
+// Each trial's swept values that tell it from the others, as "key=value ..." by trial id: only
+// the keys the trial has (a union sweep's sub-grids have different keys), and of those the keys
+// that take more than one value among the trials having them (all its keys when none does);
+// the optimizer's name first. The same rule as `precon run`'s live view.
+export function trialLabels(rows) {
+  const seen = new Map();  // key -> Set of values
+  for (const r of rows) {
+    for (const [k, v] of Object.entries(r.params || {})) {
+      if (!seen.has(k)) seen.set(k, new Set());
+      seen.get(k).add(paramText(v));
+    }
+  }
+  const short = k => (k === 'optimizer.name' ? 'optimizer' : k.replace(/^optimizer\./, ''));
+  return new Map(rows.map(r => {
+    const keys = Object.keys(r.params || {}).sort((a, b) =>
+      (b === 'optimizer.name') - (a === 'optimizer.name') || (a < b ? -1 : a > b ? 1 : 0));
+    const pairs = keys.map(k => ({ text: `${short(k)}=${paramText(r.params[k])}`, differs: seen.get(k).size > 1 }));
+    const differing = pairs.filter(p => p.differs);
+    const shown = differing.length ? differing : pairs;
+    return [r.id, shown.length ? shown.map(p => p.text).join(' ') : '(base config)'];
+  }));
+}
+
 export const ACTIVE = new Set(['pending', 'running']);
 
 // Cancel buttons remember, by route, a pending confirmation and a request already sent, so a

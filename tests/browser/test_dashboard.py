@@ -1,12 +1,15 @@
 """Browser tests of the dashboard: headless Chromium (Selenium) against a live `precon serve`
-holding a real finished sweep (2 learning rates x 2 seeds of a tiny GPT), a trial the trainer
-rejected and a running one.
+holding a real finished sweep (2 learning rates x 2 seeds of a tiny GPT), a union of two
+sub-grids, a trial the trainer rejected and a running one.
 Pages load without console errors, tables show the values the JSON API returns, the curve chart
-draws one series per trial, the live view updates without a reload, and cancelling from the UI
+draws one series per trial (the objective first, each labelled by its own swept keys), the
+heatmap starts on two keys that vary within one sub-grid, metrics zero for the whole run are
+named on one line instead of charted, the live view updates without a reload, and cancelling from the UI
 cancels (checked through the API). Screenshots of every page go to --out.
 
 Usage: test_dashboard.py --precon build/orchestrator/precon --out build/tests/browser"""
 import argparse
+import json
 import math
 import os
 import random
@@ -19,6 +22,11 @@ from selenium.webdriver.common.by import By
 import harness
 
 ARGS = None
+
+
+def harness_value(v):
+    """A swept value as the dashboard writes it: strings as they are, the rest as JSON."""
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def sig4(v):
@@ -41,6 +49,13 @@ class Dashboard(unittest.TestCase):
         cls.done_id = cls.ctl.submit(harness.tiny_recipe(data, 'finished-sweep', 20, sweep))
         cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.done_id}')['state'] != 'running', 120,
                      'the finished sweep')
+        # A union of two sub-grids: AdamW's lr x seed, and Muon's ns_steps alone.
+        union = ('[sweep]\nmethod = "grid"\nmax_concurrent = 2\n'
+                 '[[sweep.grid]]\n"optimizer.name" = ["adamw"]\n"optimizer.lr" = [0.003, 0.01]\n"train.seed" = [1, 2]\n'
+                 '[[sweep.grid]]\n"optimizer.name" = ["muon"]\n"optimizer.muon.ns_steps" = [3, 5]\n')
+        cls.union_id = cls.ctl.submit(harness.tiny_recipe(data, 'union-sweep', 10, union))
+        cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.union_id}')['state'] != 'running', 120,
+                     'the union sweep')
         # A trial the trainer rejects: its shard holds tokens beyond the model's vocab_size.
         harness.write_shard(os.path.join(data, 'wide.bin'), [i % 100 for i in range(8000)])
         failing = harness.tiny_recipe(data, 'failing-trial', 20,
@@ -116,6 +131,9 @@ class Dashboard(unittest.TestCase):
             vals = self.ctl.get(f'/api/v1/trials/{t["id"]}/metrics?name=val_loss')['metrics']['val_loss']['values']
             self.assertEqual(float(self.cells(row, 'objective_best')), sig4(min(v for v in vals if v is not None)))
             self.assertEqual(float(self.cells(row, 'objective_last')), sig4(t['objective']))
+        # The curves show the objective first (its metric, val_loss), not train_loss.
+        self.assertEqual(self.driver.find_element(By.ID, 'curve-metric').get_attribute('value'), 'val_loss')
+        self.assertEqual(self.driver.find_element(By.ID, 'curves-chart').get_attribute('data-metric'), 'val_loss')
         # One curve per trial, listed in the legend; the sweep view has a scatter per swept key and
         # a 2x2 heatmap; the Pareto front loads.
         chart = self.driver.find_element(By.ID, 'curves-chart')
@@ -146,6 +164,33 @@ class Dashboard(unittest.TestCase):
         self.shot('experiment')
         self.assertNoConsoleErrors()
 
+    def test_2b_a_union_sweep_labels_each_trial_by_its_own_keys(self):
+        self.open(f'/experiments/{self.union_id}', 'experiment')
+        trials = self.ctl.get(f'/api/v1/experiments/{self.union_id}/trials')['trials']
+        self.assertEqual(len(trials), 6)
+        chart = self.driver.find_element(By.ID, 'curves-chart')
+        self.assertEqual(chart.get_attribute('data-series'), '6')
+        legend = [e.text for e in chart.find_elements(By.CSS_SELECTOR, '.u-legend tr.u-series .u-label')][1:]
+        self.assertEqual(len(legend), 6)
+        short = {'optimizer.name': 'optimizer', 'optimizer.lr': 'lr', 'train.seed': 'train.seed',
+                 'optimizer.muon.ns_steps': 'muon.ns_steps'}
+        for t in trials:
+            label = next(l for l in legend if l.startswith(f'trial {t["id"]}: '))
+            self.assertNotIn('undefined', label)
+            # Its own keys, the optimizer first; nothing of the other sub-grid.
+            want = [f'{short[k]}={harness_value(v)}' for k, v in
+                    sorted(t['params'].items(), key=lambda kv: (kv[0] != 'optimizer.name', kv[0]))]
+            self.assertEqual(label, f'trial {t["id"]}: ' + ' '.join(want))
+        # The heatmap starts on the two keys that vary together within one sub-grid (AdamW's lr x seed),
+        # not on the first two swept keys (lr x ns_steps, which no trial has together).
+        corner = self.driver.find_element(By.CSS_SELECTOR, '#heatmap thead th').text
+        self.assertEqual(corner, 'optimizer.lr \\ train.seed')
+        cells = self.driver.find_elements(By.CSS_SELECTOR, '#heatmap tbody td')
+        self.assertEqual(len(cells), 4)
+        self.assertFalse([c for c in cells if 'empty' in (c.get_attribute('class') or '')])
+        self.shot('experiment-union')
+        self.assertNoConsoleErrors()
+
     def test_3_trial_page_shows_config_attempts_and_metrics(self):
         tid = self.ctl.get(f'/api/v1/experiments/{self.done_id}/trials')['trials'][0]['id']
         self.open(f'/trials/{tid}', 'trial')
@@ -155,9 +200,22 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(len(att), len(t['attempts']))
         self.assertEqual(att[0].find_elements(By.TAG_NAME, 'td')[2].text, t['attempts'][0]['external_id'])
         self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, '#checkpoints tbody tr')), len(t['checkpoints']))
+        # A chart for each metric with a non-zero value; the metrics zero for the whole run (AdamW
+        # has no Newton-Schulz, statistics, inverse-root or grafting time) on one "empty" line.
+        series = self.ctl.get(f'/api/v1/trials/{tid}/metrics?max_points=1000')['metrics']
+        zero = sorted(n for n, m in series.items() if all(v in (None, 0) for v in m['values']))
+        self.assertIn('optim_newton_schulz_seconds', zero)
         charts = self.driver.find_elements(By.CSS_SELECTOR, '#metric-charts .metric')
-        self.assertEqual(sorted(c.get_attribute('data-metric') for c in charts), sorted(t['metrics']))
-        self.assertIn('step', self.driver.find_element(By.ID, 'log').text.lower() + ' step')
+        self.assertEqual(sorted(c.get_attribute('data-metric') for c in charts), sorted(set(t['metrics']) - set(zero)))
+        empty = self.driver.find_element(By.ID, 'empty-metrics')
+        self.assertEqual(sorted(empty.get_attribute('data-metrics').split()), zero)
+        self.assertEqual(empty.text, 'empty (zero for the whole run): ' + ', '.join(zero))
+        # The log tail is the trainer's stderr as the API returns it, and it shows training steps.
+        log = self.driver.find_element(By.ID, 'log').text
+        tail = self.ctl.get(f'/api/v1/trials/{tid}/logs?stream=stderr&lines=200')['text']
+        self.assertTrue(tail.strip(), 'the trainer wrote nothing to stderr')
+        self.assertEqual([l.strip() for l in log.splitlines()], [l.strip() for l in tail.strip().splitlines()])
+        self.assertRegex(log, r'\bstep\s+\d+')
         self.shot('trial')
         self.assertNoConsoleErrors()
 
