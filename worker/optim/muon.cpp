@@ -12,6 +12,7 @@
 #include "kernels/linalg.h"
 #include "kernels/newton_schulz.h"
 #include "worker/optim/optim_internal.h"
+#include "worker/optim/ownership.h"
 
 namespace precon::worker::optim {
 
@@ -64,8 +65,10 @@ std::vector<OptimParam> select(const std::vector<OptimParam>& params, bool matri
 
 class Muon final : public Optimizer {
  public:
-  Muon(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device)
-      : config_(config.muon),
+  Muon(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
+       Communicator* group)
+      : group_(group && group->size() > 1 ? group : nullptr),
+        config_(config.muon),
         lr_(config.lr),
         weight_decay_(config.weight_decay),
         device_(device),
@@ -103,6 +106,7 @@ class Muon final : public Optimizer {
     momentum_.allocate(device);
     for (size_t i = 0; i < matrices_.size(); ++i) matrices_[i].momentum = momentum_.get(i);
     work_ = kernels::Buffer(device, static_cast<size_t>(2 * work) * sizeof(float));
+    if (group_) share_the_work(device);
   }
 
   void step(const StepContext& ctx) override {
@@ -111,7 +115,33 @@ class Muon final : public Optimizer {
       adamw_.step(ctx);
     }
     const double lr = lr_ * ctx.lr_scale;
-    for (Matrix& m : matrices_) update(m, ctx, lr);
+    if (!group_) {
+      for (Matrix& m : matrices_) update(m, ctx, lr);
+      return;
+    }
+    // Each rank orthogonalises the matrices it owns into their slot of one buffer (zeros in the
+    // others' slots); one sum over the group then hands every rank every result, and all apply
+    // them alike. The momenta stay replicated: every rank updates all of them.
+    for (Matrix& m : matrices_) {
+      Tensor o = orthogonalised(m, ctx, m.owner == group_->rank());
+      if (m.owner == group_->rank()) kernels::copy(m.shared, o);
+      else kernels::fill_zero(m.shared);
+    }
+    {
+      PhaseTimer timer(phases_.communication, device_);
+      group_->all_reduce_sum(static_cast<float*>(shared_.data()), shared_numel_);
+    }
+    PhaseTimer timer(phases_.other, device_);
+    for (Matrix& m : matrices_) apply(m, m.shared, lr);
+  }
+
+  // This rank's share of the Newton–Schulz work, for the start-up log.
+  std::string ownership_summary() const {
+    if (!group_) return "";
+    int64_t mine = 0;
+    for (const Matrix& m : matrices_) mine += m.owner == group_->rank();
+    return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
+           std::to_string(matrices_.size()) + " matrices";
   }
 
   std::vector<NamedState> state_tensors() override {
@@ -132,20 +162,50 @@ class Muon final : public Optimizer {
   std::string routing_summary() const override {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.param.numel();
-    return route_text("muon", matrices_.size(), n) + "; " + route_text("adamw", adamw_.tensors(), adamw_.numel());
+    return route_text("muon", matrices_.size(), n) + "; " + route_text("adamw", adamw_.tensors(), adamw_.numel()) +
+           (group_ ? "; " + ownership_summary() : "");
   }
 
  private:
   struct Matrix {
     std::string name;
     Tensor param, grad, momentum;
+    Tensor shared;  // with a group: this matrix's slot in the buffer the owners' results are summed in
+    int owner = 0;
     bool in_out = false;
     int64_t fan_in = 0, fan_out = 0;
     int blocks = 1;
     double scale = 1.0;
   };
 
-  void update(Matrix& m, const StepContext& ctx, double lr) {
+  void share_the_work(kernels::Device device) {
+    std::vector<double> cost;
+    for (const Matrix& m : matrices_) {
+      const int64_t rows = m.fan_out / m.blocks, cols = m.fan_in;
+      cost.push_back(m.blocks * newton_schulz_cost(rows, cols));
+    }
+    const std::vector<int> owner = assign_owners(cost, group_->size());
+    for (const Matrix& m : matrices_) shared_numel_ += m.param.numel();
+    shared_ = kernels::Buffer(device, static_cast<size_t>(shared_numel_) * sizeof(float));
+    int64_t offset = 0;
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      Matrix& m = matrices_[i];
+      m.owner = owner[i];
+      m.shared = Tensor::view(static_cast<float*>(shared_.data()) + offset, {m.param.shape[0], m.param.shape[1]},
+                              kernels::DType::f32, device);
+      offset += m.param.numel();
+    }
+  }
+
+  void update(Matrix& m, const StepContext& ctx, double lr) { apply(m, orthogonalised(m, ctx, true), lr); }
+
+  void apply(Matrix& m, const Tensor& o, double lr) {
+    kernels::axpby(m.param, o, static_cast<float>(-lr * m.scale), static_cast<float>(1.0 - lr * weight_decay_));
+  }
+
+  // The momentum update (always), then with `orthogonalise` the Newton–Schulz of the update
+  // direction, returned in work memory.
+  Tensor orthogonalised(Matrix& m, const StepContext& ctx, bool orthogonalise) {
     const int64_t rows = m.param.shape[0], cols = m.param.shape[1];
     float* work = static_cast<float*>(work_.data());
     Tensor u = Tensor::view(work, {rows, cols}, kernels::DType::f32, device_);
@@ -163,6 +223,7 @@ class Muon final : public Optimizer {
       }
     }
     Tensor o;
+    if (!orthogonalise) return o;
     {
       PhaseTimer timer(phases_.newton_schulz, device_);
       if (m.blocks == 1) {
@@ -184,10 +245,10 @@ class Muon final : public Optimizer {
         o = t;
       }
     }
-    PhaseTimer timer(phases_.other, device_);
-    kernels::axpby(m.param, o, static_cast<float>(-lr * m.scale), static_cast<float>(1.0 - lr * weight_decay_));
+    return o;
   }
 
+  Communicator* group_;
   MuonConfig config_;
   double lr_, weight_decay_;
   kernels::Device device_;
@@ -196,14 +257,16 @@ class Muon final : public Optimizer {
   std::vector<Matrix> matrices_;
   StateBuffer momentum_{"momentum"};
   kernels::Buffer work_;
+  kernels::Buffer shared_;
+  int64_t shared_numel_ = 0;
   PhaseSeconds phases_;
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> make_muon(const OptimizerConfig& config, const std::vector<OptimParam>& params,
-                                     kernels::Device device, const OptimizerHooks&) {
-  return std::make_unique<Muon>(config, params, device);
+                                     kernels::Device device, const OptimizerHooks& hooks) {
+  return std::make_unique<Muon>(config, params, device, hooks.group);
 }
 
 }  // namespace precon::worker::optim

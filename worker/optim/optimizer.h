@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/tensor.h"
+#include "worker/parallel/communicator.h"
 #include "worker/common/error.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
@@ -33,7 +34,8 @@ struct PhaseSeconds {
   double grafting = 0;       // Shampoo: grafting state and norms
   double adamw = 0;          // AdamW-routed parameters (and adamw runs)
   double other = 0;          // momentum, weight decay, applying updates
-  double total() const { return newton_schulz + statistics + inverse_root + grafting + adamw + other; }
+  double communication = 0;  // sharing the owners' results with the other ranks
+  double total() const { return newton_schulz + statistics + inverse_root + grafting + adamw + other + communication; }
 };
 
 struct StepContext {
@@ -87,6 +89,10 @@ class OptimizerError : public WorkerError {
 
 struct OptimizerHooks {
   std::function<void(const std::string&)> warn;  // logged warnings (failed roots); may be empty
+  // The ranks that hold this same full model and gradient (data- and tensor-parallel ranks);
+  // null or one rank: none. Muon's Newton–Schulz then runs once per matrix, on its owner, and the
+  // others receive the result (optim/ownership.h).
+  Communicator* group = nullptr;
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(

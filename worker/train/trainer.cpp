@@ -215,14 +215,17 @@ void build_optimizer(Run& run) {
   const ParamStore& store = run.model->params();
   for (size_t i = 0; i < store.size(); ++i) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
+  // Every rank holds the full model and gradient: the optimizers' expensive per-matrix work is
+  // shared out over all of them.
+  if (run.par.world->size() > 1) hooks.group = run.par.world.get();
   run.optimizer = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
   // Under tensor parallelism one sum over the world assembles each full gradient from its shards
   // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
   run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.world : *run.par.dp, store);
   run.log("routing: " + run.optimizer->routing_summary());
   if (run.par.world->size() > 1)
-    run.log("layout: " + std::to_string(run.par.tensor) + " tensor-parallel × " + std::to_string(run.par.data) +
-            " data-parallel rank(s) over " + run.par.world->backend() +
+    run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
+            ", " + std::to_string(run.par.tensor) + " tensor-parallel" +
             ", " + std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
             " sequence(s) per step");
 }
@@ -328,7 +331,8 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_newton_schulz_seconds", ph.newton_schulz - prev.newton_schulz},
                   {"optim_statistics_seconds", ph.statistics - prev.statistics},
                   {"optim_inverse_root_seconds", ph.inverse_root - prev.inverse_root},
-                  {"optim_grafting_seconds", ph.grafting - prev.grafting}}};
+                  {"optim_grafting_seconds", ph.grafting - prev.grafting},
+                  {"optim_communication_seconds", ph.communication - prev.communication}}};
   if (cfg.optimizer.name == "shampoo")
     r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
   if (run.par.world->size() > 1) {
