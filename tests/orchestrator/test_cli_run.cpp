@@ -159,18 +159,22 @@ TEST_F(CliRun, ServeSaysWhereItLookedWhenTheDashboardIsMissing) {
   EXPECT_NE(log.find("--web-dir"), std::string::npos) << log;
   EXPECT_EQ(log.find("dashboard http"), std::string::npos) << log;
 
-  // An explicit --web-dir without a dashboard is refused before anything starts.
-  const std::string cmd = bin + " serve --db " + (dir_ / "x.db").string() + " --port 0 --web-dir " +
-                          (dir_ / "nowhere").string() + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string refused;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) refused.append(buf, n);
-  const int raw = ::pclose(p);
-  EXPECT_EQ(WEXITSTATUS(raw), 2) << refused;
-  EXPECT_NE(refused.find("--web-dir " + (dir_ / "nowhere").string() + " holds no dashboard"), std::string::npos)
-      << refused;
+  // An explicit --web-dir without a dashboard is refused before anything starts, by both.
+  std::ofstream(dir_ / "r.toml") << recipe(5, "");
+  for (const std::string& sub : std::vector<std::string>{"serve --port 0", "run " + (dir_ / "r.toml").string()}) {
+    const std::string cmd = bin + " " + sub + " --db " + (dir_ / "x.db").string() + " --web-dir " +
+                            (dir_ / "nowhere").string() + " 2>&1";
+    FILE* p = ::popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string refused;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) refused.append(buf, n);
+    const int raw = ::pclose(p);
+    EXPECT_EQ(WEXITSTATUS(raw), 2) << sub << ": " << refused;
+    EXPECT_NE(refused.find("--web-dir " + (dir_ / "nowhere").string() + " holds no dashboard"), std::string::npos)
+        << sub << ": " << refused;
+    EXPECT_FALSE(fs::exists(dir_ / "x.db")) << sub << " started a controller";
+  }
 
   // Files at ../share/precon/web from the program are found and served at /.
   fs::create_directories(dir_ / "share" / "precon" / "web");
