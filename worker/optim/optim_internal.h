@@ -32,6 +32,7 @@ class StateBuffer {
   // Adds every tensor (in offset order), or this kind's allocation; nothing when no tensor was added.
   void append_tensors(std::vector<NamedState>& out) const;
   void append_kind(std::vector<StateKind>& out) const;
+  kernels::Tensor all() const { return buffer_.view({total_}); }  // the whole allocation
 
  private:
   struct Range {

@@ -24,6 +24,7 @@
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
 #include "worker/optim/optim_internal.h"
+#include "worker/optim/ownership.h"
 
 namespace precon::worker::optim {
 
@@ -75,7 +76,8 @@ class Shampoo final : public Optimizer {
  public:
   Shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
           const OptimizerHooks& hooks)
-      : config_(config.shampoo),  // checked by make_optimizer against the key table
+      : group_(hooks.group && hooks.group->size() > 1 ? hooks.group : nullptr),
+        config_(config.shampoo),  // checked by make_optimizer against the key table
         grafting_(parse_grafting(config_.grafting)),
         lr_(config.lr),
         weight_decay_(config.weight_decay),
@@ -137,6 +139,14 @@ class Shampoo final : public Optimizer {
                 base + 5 * max_block};
     eye_ = Tensor::view(base + 5 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
     set_identity(eye_);
+    if (group_) {
+      // An inverse root of an n × n factor costs about n³; a block has two.
+      std::vector<double> cost;
+      for (const Block& b : blocks_)
+        cost.push_back(std::pow(static_cast<double>(b.rn), 3) + std::pow(static_cast<double>(b.cn), 3));
+      const std::vector<int> owner = assign_owners(cost, group_->size());
+      for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].owner = owner[i];
+    }
   }
 
   void step(const StepContext& ctx) override {
@@ -144,7 +154,29 @@ class Shampoo final : public Optimizer {
       PhaseTimer timer(phases_.adamw, device_);
       adamw_.step(ctx);
     }
-    for (Block& b : blocks_) update(b, ctx);
+    const int64_t t = ctx.step;
+    const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
+    if (!group_ || !refresh_now) {
+      for (Block& b : blocks_) update(b, ctx, refresh_now);
+      return;
+    }
+    // A refresh shared out: every rank accumulates every block's statistics (replicated, like all
+    // state), each block's inverse roots are computed by its owner only, and one sum hands them
+    // to all; then every rank preconditions and applies every block alike.
+    for (Block& b : blocks_) {
+      PhaseTimer timer(phases_.statistics, device_);
+      accumulate_statistics(b, block_grad(b), ctx.grad_scale);
+    }
+    refresh_shared(t, bias_correction2(t));
+    for (Block& b : blocks_) precondition_and_apply(b, block_grad(b), ctx);
+  }
+
+  // This rank's share of the inverse-root work, for the start-up log.
+  std::string ownership_summary() const {
+    int64_t mine = 0;
+    for (const Block& b : blocks_) mine += b.owner == group_->rank();
+    return "shampoo: rank " + std::to_string(group_->rank()) + " computes the inverse roots of " + std::to_string(mine) +
+           " of " + std::to_string(blocks_.size()) + " blocks";
   }
 
   std::vector<NamedState> state_tensors() override {
@@ -189,7 +221,7 @@ class Shampoo final : public Optimizer {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.param.numel();
     return route_text("shampoo", matrices_.size(), n) + " in " + std::to_string(blocks_.size()) + " blocks; " +
-           route_text("adamw", adamw_.tensors(), adamw_.numel());
+           route_text("adamw", adamw_.tensors(), adamw_.numel()) + (group_ ? "; " + ownership_summary() : "");
   }
 
  private:
@@ -203,6 +235,7 @@ class Shampoo final : public Optimizer {
     int64_t r0 = 0, rn = 0, c0 = 0, cn = 0;
     Tensor momentum, grafting, L, R, L_inv, R_inv;
     int64_t failures = 0;  // consecutive failed refreshes
+    int owner = 0;         // with a group: the rank that computes this block's inverse roots
   };
 
   static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, const std::string& which) {
@@ -246,11 +279,52 @@ class Shampoo final : public Optimizer {
     return {};
   }
 
-  void refresh(Block& b, int64_t t, double bc2) {
+  // Both inverse roots of a block; "" or why one failed ("L: ..." / "R: ...").
+  std::string compute_roots(Block& b, double bc2) {
     std::string why = refresh_root(b.L_inv, b.L, bc2);
-    const char* which = "L";
-    std::string why_r = refresh_root(b.R_inv, b.R, bc2);
-    if (why.empty() && !why_r.empty()) why = why_r, which = "R";
+    if (!why.empty()) return "L: " + why;
+    why = refresh_root(b.R_inv, b.R, bc2);
+    return why.empty() ? "" : "R: " + why;
+  }
+
+  void refresh(Block& b, int64_t t, double bc2) { account(b, t, compute_roots(b, bc2)); }
+
+  // Owners compute their blocks' roots (a failed one keeps the previous root), the others
+  // contribute zeros; the sums of L⁻, R⁻ and the failure flags are then the same on every rank,
+  // so failure counts are global and every rank stops at the same step if it must.
+  void refresh_shared(int64_t t, double bc2) {
+    PhaseTimer timer(phases_.inverse_root, device_);
+    std::vector<int64_t> failed(blocks_.size(), 0);
+    std::vector<std::string> why(blocks_.size());
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      Block& b = blocks_[i];
+      if (b.owner != group_->rank()) {
+        kernels::fill_zero(b.L_inv);
+        kernels::fill_zero(b.R_inv);
+        continue;
+      }
+      why[i] = compute_roots(b, bc2);
+      failed[i] = !why[i].empty();
+    }
+    {
+      PhaseTimer comm(phases_.communication, device_);
+      for (const StateBuffer* roots : {&L_inv_, &R_inv_}) {
+        kernels::Tensor all = roots->all();
+        group_->all_reduce_sum(all.f32(), all.numel());
+      }
+      group_->all_reduce_max(failed.data(), static_cast<int64_t>(failed.size()));
+    }
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      const bool mine = blocks_[i].owner == group_->rank();
+      account(blocks_[i], t, failed[i] ? (mine ? why[i] : "on rank " + std::to_string(blocks_[i].owner)) : "", mine);
+    }
+  }
+
+  // Counts a refresh's outcome (`warn`: this rank says so in the log); throws after too many
+  // consecutive failures.
+  void account(Block& b, int64_t t, std::string why, bool warn = true) {
+    const char* which = why.rfind("R: ", 0) == 0 ? "R" : "L";
+    if (why.rfind("L: ", 0) == 0 || why.rfind("R: ", 0) == 0) why = why.substr(3);
     if (why.empty()) {
       b.failures = 0;
       return;
@@ -267,44 +341,59 @@ class Shampoo final : public Optimizer {
                            ". Non-finite gradients or ill-conditioned statistics: lower the learning rate, enable "
                            "gradient clipping or raise optimizer.shampoo.epsilon");
     }
-    if (hooks_.warn) {
+    if (hooks_.warn && warn) {
       hooks_.warn(what + "; keeping the previous root (" + std::to_string(b.failures) + " in a row, at most " +
                   std::to_string(config_.max_root_failures) + ")");
     }
   }
 
-  void update(Block& b, const StepContext& ctx) {
-    const Matrix& mat = matrices_[b.matrix];
-    const int64_t t = ctx.step;
-    const float s = ctx.grad_scale;
-    const int64_t cols = mat.param.shape[1];
-    const bool whole_rows = b.cn == cols;  // the block is a contiguous row range of the storage
-    const double beta1 = config_.beta1, beta2 = config_.beta2;
-    const double bc1 = config_.bias_correction ? 1.0 - std::pow(beta1, static_cast<double>(t)) : 1.0;
-    const double bc2 = config_.bias_correction && beta2 < 1.0 ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
-    const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
+  double bias_correction2(int64_t t) const {
+    const double beta2 = config_.beta2;
+    return config_.bias_correction && beta2 < 1.0 ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
+  }
 
-    Tensor g = scratch(scratch_.block_grad, b.rn, b.cn), ghat = scratch(scratch_.momentum_hat, b.rn, b.cn);
-    Tensor pg = scratch(scratch_.graft_dir, b.rn, b.cn), p = scratch(scratch_.precond_dir, b.rn, b.cn);
-    Tensor tmp = scratch(scratch_.product, b.rn, b.cn);
+  // The block's gradient: a view when it is a contiguous row range of the storage, else a copy.
+  Tensor block_grad(const Block& b) {
+    const Matrix& mat = matrices_[b.matrix];
+    Tensor gv = mat.grad.narrow(0, b.r0, b.rn);
+    if (b.cn == mat.param.shape[1]) return gv;
+    Tensor g = scratch(scratch_.block_grad, b.rn, b.cn);
+    Tensor gt = scratch(scratch_.product, b.cn, b.rn);
+    kernels::transpose(gt, gv.narrow(1, b.c0, b.cn));
+    kernels::transpose(g, gt);
+    return g;
+  }
+
+  void accumulate_statistics(Block& b, const Tensor& g, float s) {
+    const double beta2 = config_.beta2;
+    const float w = static_cast<float>((beta2 == 1.0 ? 1.0 : 1.0 - beta2) * double(s) * double(s));
+    kernels::syrk(b.L, g, Trans::no, w, static_cast<float>(beta2));
+    kernels::syrk(b.R, g, Trans::yes, w, static_cast<float>(beta2));
+  }
+
+  void update(Block& b, const StepContext& ctx, bool refresh_now) {
+    Tensor g;
     {
       PhaseTimer timer(phases_.statistics, device_);
-      Tensor gv = mat.grad.narrow(0, b.r0, b.rn);
-      if (whole_rows) {
-        g = gv;
-      } else {
-        Tensor gt = scratch(scratch_.product, b.cn, b.rn);
-        kernels::transpose(gt, gv.narrow(1, b.c0, b.cn));
-        kernels::transpose(g, gt);
-      }
-      const float w = static_cast<float>((beta2 == 1.0 ? 1.0 : 1.0 - beta2) * double(s) * double(s));
-      kernels::syrk(b.L, g, Trans::no, w, static_cast<float>(beta2));
-      kernels::syrk(b.R, g, Trans::yes, w, static_cast<float>(beta2));
+      g = block_grad(b);
+      accumulate_statistics(b, g, ctx.grad_scale);
     }
     if (refresh_now) {
       PhaseTimer timer(phases_.inverse_root, device_);
-      refresh(b, t, bc2);
+      refresh(b, ctx.step, bias_correction2(ctx.step));
     }
+    precondition_and_apply(b, g, ctx);
+  }
+
+  void precondition_and_apply(Block& b, const Tensor& g, const StepContext& ctx) {
+    const Matrix& mat = matrices_[b.matrix];
+    const int64_t t = ctx.step;
+    const float s = ctx.grad_scale;
+    const bool whole_rows = b.cn == mat.param.shape[1];  // the block is a contiguous row range of the storage
+    const double bc1 = config_.bias_correction ? 1.0 - std::pow(config_.beta1, static_cast<double>(t)) : 1.0;
+    Tensor ghat = scratch(scratch_.momentum_hat, b.rn, b.cn);
+    Tensor pg = scratch(scratch_.graft_dir, b.rn, b.cn), p = scratch(scratch_.precond_dir, b.rn, b.cn);
+    Tensor tmp = scratch(scratch_.product, b.rn, b.cn);
     double graft_norm = 0.0;
     {
       PhaseTimer timer(phases_.grafting, device_);
@@ -362,6 +451,7 @@ class Shampoo final : public Optimizer {
     }
   }
 
+  Communicator* group_;
   ShampooConfig config_;
   Grafting grafting_;
   double lr_, weight_decay_;
