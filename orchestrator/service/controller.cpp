@@ -66,13 +66,13 @@ std::string worker_facing_url(const std::string& bind, uint16_t port, const std:
 }
 
 Controller::Controller(ControllerOptions options) : options_(std::move(options)) {
+  // Every line the controller logs passes here: names and messages from users are escaped.
+  if (options_.log) options_.log = [log = options_.log](const std::string& line) { log(printable(line)); };
   worker_facing_url(options_.bind, 0, options_.advertise_url);  // a bad advertise URL fails here, not at launch
   if (options_.trainer.empty()) options_.trainer = default_trainer();
   if (options_.web_dir.empty() && has_dashboard(default_web_dir_location())) options_.web_dir = default_web_dir_location();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
   metrics_ = std::make_unique<ControllerMetrics>();
-  // Every line the controller logs passes here: names and messages from users are escaped.
-  if (options_.log) options_.log = [log = options_.log](const std::string& line) { log(printable(line)); };
   store_ = std::make_unique<Store>(options_.db);
   store_->set_write_observer([m = metrics_.get()](const char* op, double seconds) { m->store_write(op, seconds); });
   LocalExecutorOptions lo;
