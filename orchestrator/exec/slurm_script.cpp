@@ -77,14 +77,14 @@ void validate_slurm_spec(const LaunchSpec& spec) {
                     "\" must be an absolute path of letters, digits and _./+@,:=- for Slurm (it is written into "
                     "#SBATCH lines); choose a plain --runs directory");
   }
-  if (spec.ranks > 1 && spec.ranks != r.nodes * r.ntasks_per_node) {
-    throw ExecError(who(spec) + ": " + std::to_string(spec.ranks) + " ranks need resources.nodes × ntasks_per_node = " +
-                    std::to_string(spec.ranks) + " tasks, not " + std::to_string(r.nodes * r.ntasks_per_node));
-  }
   // The key table's ranges, patterns and rules: recipes were checked with them, a spec built in
-  // code is checked here again before anything reaches a script.
+  // code is checked here again before anything reaches a script. The spec's ranks stand for the
+  // layout, so that nodes × ntasks_per_node is held to them.
   worker::TrialConfig config;
   config.resources = r;
+  config.resources.executor = "slurm";
+  config.parallel.tensor = 1;
+  config.parallel.data = spec.ranks;
   worker::ConfigIssues issues;
   worker::check_values(config, "resources.", who(spec), issues);
   try {

@@ -2,8 +2,10 @@
 
 #include <signal.h>
 
+#include <optional>
 #include <set>
 #include <sstream>
+#include <vector>
 
 namespace precon::orch {
 
@@ -32,7 +34,64 @@ bool parse_int(const std::string& s, int& v) {
   return true;
 }
 
+// Splits at commas outside brackets; nullopt when the brackets do not pair.
+std::optional<std::vector<std::string>> split_hosts(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']' && --depth < 0) return std::nullopt;
+    if (c == ',' && depth == 0) {
+      out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (depth != 0) return std::nullopt;
+  out.push_back(cur);
+  return out;
+}
+
+// Appends the hosts of one term ("n[1-2]x[3,5]" or "n1"); false when it is not a host-list term.
+bool expand_term(const std::string& term, std::vector<std::string>& out, size_t limit) {
+  const size_t open = term.find('[');
+  if (open == std::string::npos) {
+    if (term.empty() || term.find(']') != std::string::npos) return false;
+    out.push_back(term);
+    return out.size() <= limit;
+  }
+  const size_t close = term.find(']', open);
+  if (close == std::string::npos) return false;
+  const std::string prefix = term.substr(0, open), rest = term.substr(close + 1);
+  for (const std::string& range : split(term.substr(open + 1, close - open - 1), ',')) {
+    const size_t dash = range.find('-');
+    const std::string lo_text = range.substr(0, dash), hi_text = dash == std::string::npos ? lo_text : range.substr(dash + 1);
+    int lo = 0, hi = 0;
+    if (!parse_int(lo_text, lo) || !parse_int(hi_text, hi) || hi < lo || hi - lo > static_cast<int>(limit)) return false;
+    for (int n = lo; n <= hi; ++n) {
+      std::string digits = std::to_string(n);
+      if (digits.size() < lo_text.size()) digits.insert(0, lo_text.size() - digits.size(), '0');
+      if (!expand_term(prefix + digits + rest, out, limit)) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
+
+std::string expand_hostlist(const std::string& list) {
+  constexpr size_t kLimit = 10000;
+  const auto terms = split_hosts(list);
+  if (list.empty() || !terms) return list;
+  std::vector<std::string> hosts;
+  for (const std::string& t : *terms)
+    if (!expand_term(t, hosts, kLimit)) return list;
+  std::string out;
+  for (const std::string& h : hosts) out += (out.empty() ? "" : ",") + h;
+  return out;
+}
 
 std::map<std::string, SqueueRow> parse_squeue(const std::string& text) {
   std::map<std::string, SqueueRow> rows;
@@ -44,7 +103,7 @@ std::map<std::string, SqueueRow> parse_squeue(const std::string& text) {
     SqueueRow r;
     r.state = base_state(f[1]);
     r.reason = f[2];
-    r.nodes = f[3];
+    r.nodes = expand_hostlist(f[3]);
     rows[f[0]] = r;
   }
   return rows;

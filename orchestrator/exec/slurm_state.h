@@ -16,10 +16,15 @@ inline constexpr const char* kSqueueFormat = "%i|%T|%r|%N";
 struct SqueueRow {
   std::string state;   // PENDING, RUNNING, ...
   std::string reason;  // None, Priority, Resources, BeginTime, ...
-  std::string nodes;   // node list once running
+  std::string nodes;   // every node once running, comma-separated ("n1,n2", not "n[1-2]")
 };
 // Job id ("123", or "123_4" for an array task) -> row. Malformed lines are skipped.
 std::map<std::string, SqueueRow> parse_squeue(const std::string& text);
+
+// A Slurm host list written out node by node: "n[1-3,7],gpu05" -> "n1,n2,n3,n7,gpu05"; ranges
+// keep their zero padding ("a[08-10]" -> "a08,a09,a10"). Text that is not a host list, or one of
+// more than 10000 nodes, comes back as it is.
+std::string expand_hostlist(const std::string& list);
 
 // `scontrol show job -o` (one job per line, `Key=Value` separated by blanks; a value may hold
 // blanks). Returns the first record's keys. Empty when the text holds no record.

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <fstream>
 
+#include "worker/config/parse.h"
+
 namespace precon::orch {
 
 using nlohmann::json;
@@ -12,6 +14,19 @@ json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr
 json parse_or_string(const std::string& text) {
   json j = json::parse(text, nullptr, false);
   return j.is_discarded() ? json(text) : j;
+}
+// The trial's parallel layout from its resolved config; null when the config does not parse.
+json layout_json(const std::string& config_toml) {
+  try {
+    const toml::table doc = worker::parse_toml_text(config_toml, "trial config");
+    const int64_t tensor = doc["parallel"]["tensor"].value_or<int64_t>(1), data = doc["parallel"]["data"].value_or<int64_t>(1);
+    return {{"tensor", tensor},
+            {"data", data},
+            {"ranks", tensor * data},
+            {"backend", doc["parallel"]["backend"].value_or<std::string>("auto")}};
+  } catch (const std::exception&) {
+    return nullptr;
+  }
 }
 }  // namespace
 
@@ -59,7 +74,10 @@ json trial_json(const TrialRow& t, bool with_config) {
             {"created_at", t.created_at},
             {"started_at", t.started_at > 0 ? json(t.started_at) : json(nullptr)},
             {"ended_at", t.ended_at > 0 ? json(t.ended_at) : json(nullptr)}};
-  if (with_config) j["config"] = t.config_toml;
+  if (with_config) {
+    j["config"] = t.config_toml;
+    j["layout"] = layout_json(t.config_toml);
+  }
   return j;
 }
 

@@ -72,6 +72,7 @@ TEST_F(SlurmScript, OptionsFromResources) {
   LaunchSpec s = spec_in(dir_ / "run");
   s.resources.nodes = 2;
   s.resources.ntasks_per_node = 4;
+  s.ranks = 8;
   s.resources.gpus_per_node = 4;
   s.resources.cpus_per_task = 8;
   s.resources.mem = "64G";
@@ -122,6 +123,9 @@ TEST_F(SlurmScript, HostileValuesAreRejectedWithTheKey) {
       {"run directory", [](LaunchSpec& s) { s.run_dir = "relative/run"; }},
       {"environment variable name", [](LaunchSpec& s) { s.env["A;id"] = "1"; }},
       {"resources.nodes", [](LaunchSpec& s) { s.resources.nodes = 0; }},
+      // One rank per task: a task that is not a rank of the trial would train on its own.
+      {"resources.ntasks_per_node", [](LaunchSpec& s) { s.resources.nodes = 2; }},
+      {"resources.ntasks_per_node", [](LaunchSpec& s) { s.ranks = 2; }},
   };
   for (const auto& [key, mutate] : cases) {
     LaunchSpec s = spec_in(dir_ / "run");
@@ -209,6 +213,15 @@ TEST(SlurmState, ParsesSqueueScontrolAndSacct) {
   EXPECT_EQ(rows["12_0"].nodes, "n1");
   EXPECT_EQ(rows["12_1"].reason, "JobArrayTaskLimit");
   EXPECT_EQ(rows["13"].reason, "Resources");
+  EXPECT_EQ(parse_squeue("14|RUNNING|None|n[1-2]\n")["14"].nodes, "n1,n2");  // every node of a two-node job
+
+  EXPECT_EQ(expand_hostlist("n[1-3,7],gpu05"), "n1,n2,n3,n7,gpu05");
+  EXPECT_EQ(expand_hostlist("a[08-10]"), "a08,a09,a10");
+  EXPECT_EQ(expand_hostlist("r[1-2]n[1,3]"), "r1n1,r1n3,r2n1,r2n3");
+  EXPECT_EQ(expand_hostlist("n1"), "n1");
+  EXPECT_EQ(expand_hostlist(""), "");
+  for (const char* odd : {"n[1-", "n[2-1]", "n[x]", "n]1[", "n[1-100000]", "(null)"})
+    EXPECT_EQ(expand_hostlist(odd), odd) << odd;  // not a host list: as it is
 
   auto rec = parse_scontrol_record(
       "JobId=15 JobName=precon-tiny_0 UserId=root(0) JobState=PENDING Reason=BeginTime Dependency=(null) "
