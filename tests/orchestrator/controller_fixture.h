@@ -77,6 +77,19 @@ class ControllerFixture : public ::testing::Test {
     return http_request(url, "POST", target, body, h);
   }
 
+  // Submits a recipe with the tests' admin token ("admin-secret"); the new experiment's id, or 0.
+  static int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
+    ClientResponse r = post(url, "/api/v1/experiments",
+                            nlohmann::json{{"recipe", text}, {"source", "t.toml"}}.dump(), "admin-secret");
+    EXPECT_EQ(r.status, expect) << r.body;
+    nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
+    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
+  }
+  // Waits until the experiment is no longer running.
+  static bool done(const std::string& url, int64_t id, std::chrono::seconds limit = std::chrono::seconds(120)) {
+    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; }, limit);
+  }
+
   // Polls until pred() or the deadline; returns pred().
   template <class Pred>
   static bool wait_for(Pred pred, std::chrono::seconds limit) {

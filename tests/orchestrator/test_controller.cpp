@@ -37,15 +37,6 @@ class Controller : public ControllerFixture {
     c->start();
     return c;
   }
-  int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
-    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}, {"source", "t.toml"}}.dump(), "admin-secret");
-    EXPECT_EQ(r.status, expect) << r.body;
-    json j = json::parse(r.body, nullptr, false);
-    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
-  }
-  bool done(const std::string& url, int64_t id, std::chrono::seconds limit = std::chrono::seconds(120)) {
-    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; }, limit);
-  }
   // `precon ARGS` with this test's database; its stdout.
   std::string cli(const std::string& args) const {
     const std::string cmd = std::string(PRECON_BIN) + " " + args + " --db " + (dir_ / "precon.db").string() + " 2>&1";

@@ -33,16 +33,6 @@ class ParallelTrial : public ControllerFixture {
     c->start();
     return c;
   }
-  int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
-    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}, {"source", "t.toml"}}.dump(), "admin-secret");
-    EXPECT_EQ(r.status, expect) << r.body;
-    json j = json::parse(r.body, nullptr, false);
-    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
-  }
-  bool done(const std::string& url, int64_t id) {
-    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; },
-                    std::chrono::seconds(120));
-  }
 };
 
 TEST_F(ParallelTrial, TwoRanksThroughMpirunReportOnceAndFollowOneProcess) {

@@ -166,12 +166,6 @@ class Metrics : public ControllerFixture {
     c->start();
     return c;
   }
-  int64_t submit(const std::string& url, const std::string& text) {
-    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}, {"source", "t.toml"}}.dump(), "admin-secret");
-    EXPECT_EQ(r.status, 201) << r.body;
-    json j = json::parse(r.body, nullptr, false);
-    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
-  }
   // GET /metrics over the socket: checks status and content type, keeps the body for promtool.
   Exposition metrics(const std::string& url) {
     ClientResponse r = http_request(url, "GET", "/metrics");

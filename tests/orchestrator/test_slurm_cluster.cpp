@@ -91,15 +91,6 @@ class SlurmCluster : public ControllerFixture {
   std::string slurm_recipe(int steps, const std::string& resources, const std::string& rest) const {
     return recipe(steps, "[resources]\nexecutor = \"slurm\"\n" + resources + rest);
   }
-  int64_t submit(const std::string& url, const std::string& text, int expect = 201) {
-    ClientResponse r = post(url, "/api/v1/experiments", json{{"recipe", text}}.dump(), "admin-secret");
-    EXPECT_EQ(r.status, expect) << r.body;
-    json j = json::parse(r.body, nullptr, false);
-    return j.is_object() && j.contains("id") ? j["id"].get<int64_t>() : 0;
-  }
-  bool done(const std::string& url, int64_t id, seconds limit = seconds(120)) {
-    return wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; }, limit);
-  }
   json trials(const std::string& url, int64_t id) {
     return get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
   }
