@@ -4,6 +4,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <regex>
 #include <sstream>
 
@@ -40,13 +42,23 @@ void check_range(const KeySpec& k, double v, const std::string& source, int line
   }
 }
 
+// Each key's pattern compiled once: stored configs are parsed again at every launch.
+const std::regex& compiled(const std::string& pattern) {
+  static std::mutex mutex;
+  static std::map<std::string, std::regex> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(pattern);
+  if (it == cache.end()) it = cache.emplace(pattern, std::regex(pattern)).first;
+  return it->second;
+}
+
 // A string value (or list entry) against the key's choices and pattern. "" means "unset" for the
 // keys whose default is "" (partition, mem, ...), so it passes there.
 void check_string(const KeySpec& k, const std::string& v, const std::string& source, int line, bool empty_ok) {
   if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
     throw ConfigError(source, line, k.name, "\"" + v + "\" is not " + k.expected_text());
   if (k.pattern.empty() || (v.empty() && empty_ok)) return;
-  if (!std::regex_match(v, std::regex(k.pattern)))
+  if (!std::regex_match(v, compiled(k.pattern)))
     throw ConfigError(source, line, k.name, toml_quoted(v) + " is not valid: expected " + k.pattern_text);
 }
 
