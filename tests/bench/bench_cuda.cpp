@@ -137,6 +137,8 @@ BENCHMARK(BM_CudaNewtonSchulz)
     ->Args({0, 0, 768, 3072})
     ->Args({0, 0, 3072, 768})
     ->Args({0, 0, 768, 768})
+    ->Args({0, 0, 4096, 4096})
+    ->Args({0, 0, 8192, 8192})
     ->Args({0, 16, 768, 768})
     ->Args({1, 0, 768, 3072})
     ->Args({1, 0, 3072, 768})
@@ -175,6 +177,14 @@ BENCHMARK(BM_CudaInverseRoot)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(5);
+// n = 8192 (a seconds-long eigh): fewer repetitions.
+BENCHMARK(BM_CudaInverseRoot)
+    ->ArgNames({"newton", "n"})
+    ->Args({0, 8192})
+    ->Args({1, 8192})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2);
 
 }  // namespace
 

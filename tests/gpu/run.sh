@@ -11,8 +11,10 @@
 # folder the machine's own (deploy/install-deps.sh) are used.
 #
 # Usage: tests/gpu/run.sh [OUT_DIR] [--cpu-rehearsal] [--build DIR] [--jobs N]
-#   OUT_DIR          (default BUILD/out) gets at most 7 files (the device tool returns 8): table.txt, results.tsv,
-#                    build.log, cuda_kernel_tests.log, trainer.tar.gz, interop.log, bench_cuda.log
+#   OUT_DIR          (default BUILD/out) gets at most 8 files (the device tool returns 8): table.txt, results.tsv,
+#                    build.log, cuda_kernel_tests.log, trainer.tar.gz, interop.log, bench_cuda.log,
+#                    gpt2_bench.txt (GPT-2 124M tokens/s and MFU, precon beside PyTorch; its logs go
+#                    into trainer.tar.gz)
 #   --cpu-rehearsal  no GPU: both sides of every trainer check on the CPU, skipped kernel tests
 #                    and erroring benchmarks expected (the rows say "rehearsal"); for a Debian
 #                    machine, to exercise the whole script before GPU time is spent
@@ -201,5 +203,25 @@ print(len(b), sum(1 for x in b if x.get("error_occurred")))' "$work/bench_cuda.j
 if [[ $rehearsal -eq 1 ]]; then ok=$([[ $status -eq 0 ]] && echo PASS || echo FAIL)
 else ok=$([[ $status -eq 0 && $cases -gt 0 && $errors -eq 0 ]] && echo PASS || echo FAIL); fi
 row "cuda benchmarks ran" "$cases cases, $errors errors" "0 errors" "$ok" "$(note_rehearsal "exit $status; figures in bench_cuda.log")"
+
+# -- GPT-2 124M throughput beside PyTorch (last: it gets what is left of the time budget) -----
+stage "gpt-2 124m benchmark"
+budget=$(( (rehearsal == 1 ? 900 : 500) - (SECONDS - t_start) ))
+if [[ $budget -lt 90 ]]; then
+  row "gpt-2 124m benchmark" "-" "-" FAIL "not run: $((SECONDS - t_start)) s spent, under 90 s left of the budget"
+else
+  flag=()
+  [[ $rehearsal -eq 1 ]] && flag=(--cpu-rehearsal)
+  timeout "$budget" "$python" "$root/tests/gpu/gpt2_bench.py" --precon-train "$train" --corpus "$corpus" \
+    --gpt2-dir "$root/.gpu/carry/gpt2" --work "$work/gpt2" --table "$out/gpt2_bench.txt" "${flag[@]}" \
+    >"$work/gpt2_bench.log" 2>&1
+  status=$?
+  # trainer.tar.gz again, now with the benchmark's logs beside the trainer checks' ones
+  (cd "$work" && tar czf "$out/trainer.tar.gz" trainer/trainer_checks.log trainer/logs \
+     $(ls -d trainer/runs/*/metrics.jsonl gpt2/logs 2>/dev/null) gpt2_bench.log)
+  row "gpt-2 124m benchmark ran (table in gpt2_bench.txt)" "exit $status" "exit 0" \
+      "$([[ $status -eq 0 ]] && echo PASS || echo FAIL)" "$(note_rehearsal "${budget} s budget (124: timed out); logs in trainer.tar.gz")"
+  [[ -f "$out/gpt2_bench.txt" ]] && cat "$out/gpt2_bench.txt"
+fi
 
 finish
