@@ -11,10 +11,19 @@ set -euo pipefail
 
 cd "$(dirname "$0")/.."
 build=build-quickstart
+start=$(date +%s)
+# One line per phase, with the seconds since the start.
+phase() { echo "quickstart: [$(( $(date +%s) - start )) s] $*"; }
+
+phase "1/4 Debian packages (deploy/install-deps.sh --quickstart)"
 deploy/install-deps.sh --quickstart
+phase "2/4 build: precon, precon-train and the dashboard in $build/"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPRECON_CUDA=OFF -DPRECON_BUILD_TESTS=OFF \
   -DPRECON_BUILD_BENCHMARKS=OFF
 cmake --build "$build" -j "$(nproc)" --target precon precon-train web
+phase "3/4 data: the State of the Union corpus in data/sotu/"
 deploy/prepare-quickstart-data.sh data/sotu "$build/worker/precon-train"
+phase "4/4 training: recipes/quickstart.toml (5 trials, 2 at a time)"
 echo "quickstart: precon is $build/orchestrator/precon (\`$build/orchestrator/precon ls\` and the others read precon.db here)"
-exec "$build/orchestrator/precon" run recipes/quickstart.toml "$@"
+"$build/orchestrator/precon" run recipes/quickstart.toml "$@"
+phase "done"

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the dashboard's served directory: the static files in web/ plus the dist files of the
-# npm packages pinned in web/package-lock.json (installed with `npm ci` into a work directory in
-# the build tree, so the source tree stays clean and two build trees never share node_modules).
-# Idempotent: `npm ci` runs only when the lock file changed since the last run.
-# Usage: web/build.sh OUT_DIR WORK_DIR      (CMake's `web` target calls it)
+# npm packages pinned in web/package-lock.json, fetched from the npm registry and checked against
+# the lock's sha512 integrity by cmake/npm_fetch.cmake (no npm or Node.js needed) into a work
+# directory in the build tree, so the source tree stays clean and two build trees never share
+# node_modules. Idempotent: the packages are fetched only when the lock file changed since.
+# Usage: web/build.sh OUT_DIR WORK_DIR      (CMake's `web` target calls it; $CMAKE: which cmake)
 set -euo pipefail
 
 src=$(cd "$(dirname "$0")" && pwd)
@@ -14,9 +15,9 @@ work=${2:?usage: web/build.sh OUT_DIR WORK_DIR}
 rm -rf "$out"
 mkdir -p "$work" "$out/vendor"
 if ! cmp -s "$src/package-lock.json" "$work/package-lock.json" || [ ! -d "$work/node_modules/uplot/dist" ]; then
-  command -v npm >/dev/null 2>&1 || { echo "web/build.sh: npm is missing (deploy/install-deps.sh installs it)" >&2; exit 1; }
+  rm -rf "$work/package-lock.json" "$work/node_modules"
+  "${CMAKE:-cmake}" -DLOCK="$src/package-lock.json" -DDEST="$work" -P "$src/../cmake/npm_fetch.cmake"
   cp "$src/package.json" "$src/package-lock.json" "$work/"
-  (cd "$work" && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
 # Served files: everything in web/ except the build inputs; then the libraries' dist files.

@@ -32,7 +32,7 @@ WebAssets find_web_assets(const std::string& web_dir_option) {
               " (no index.html there; precon looks at ../share/precon/web from its own path). Build them with " +
               (build_tree ? "`cmake --build " + root.string() + " --target web`"
                           : std::string("`cmake --build BUILD --target web` and `cmake --install BUILD`")) +
-              " (needs npm), or pass --web-dir DIR";
+              " (it fetches uPlot from the npm registry once), or pass --web-dir DIR";
   return w;
 }
 
