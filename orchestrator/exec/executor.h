@@ -36,7 +36,7 @@ struct LaunchSpec {
   std::map<std::string, std::string> env;  // added to the controller's environment
   int cpus = 1;                            // CPU slots of one rank (also its OMP_NUM_THREADS)
   int gpus = 0;                            // GPU slots
-  int ranks = 1;                           // processes of the trial (parallel.tensor × parallel.data):
+  int ranks = 1;                           // processes of the trial (parallel.tensor × parallel.data × parallel.pipeline):
                                            // started by mpirun locally, by srun on Slurm
   int total_cpus() const { return cpus * ranks; }
   worker::ResourcesConfig resources;       // the trial's [resources] (nodes, partition, ... for Slurm)

@@ -90,6 +90,11 @@ void describe(const worker::FieldRef& ref, nlohmann::json& value, std::string& t
     text = "[";
     for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? "," : "") + (**p)[i];
     text += "]";
+  } else if (auto p = std::get_if<std::vector<int64_t>*>(&ref)) {
+    value = **p;
+    text = "[";
+    for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? "," : "") + std::to_string((**p)[i]);
+    text += "]";
   } else {
     const auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
     value = nlohmann::json::array();

@@ -55,7 +55,7 @@ Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, L
   spec.label = exp.name + "/trial-" + std::to_string(trial.id);  // the Slurm job name
   spec.run_dir = trial.run_dir;
   spec.cpus = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : 1;
-  spec.ranks = static_cast<int>(cfg.parallel.tensor * cfg.parallel.data);
+  spec.ranks = static_cast<int>(cfg.parallel.tensor * cfg.parallel.data * cfg.parallel.pipeline);
   spec.gpus = cfg.train.device == "cuda" ? std::max<int>(1, static_cast<int>(cfg.resources.gpus_per_node)) : 0;
   spec.resources = cfg.resources;
   const fs::path config_path = fs::path(trial.run_dir) / "config.toml";

@@ -19,10 +19,12 @@ json parse_or_string(const std::string& text) {
 json layout_json(const std::string& config_toml) {
   try {
     const toml::table doc = worker::parse_toml_text(config_toml, "trial config");
-    const int64_t tensor = doc["parallel"]["tensor"].value_or<int64_t>(1), data = doc["parallel"]["data"].value_or<int64_t>(1);
+    const int64_t tensor = doc["parallel"]["tensor"].value_or<int64_t>(1), data = doc["parallel"]["data"].value_or<int64_t>(1),
+                  pipeline = doc["parallel"]["pipeline"].value_or<int64_t>(1);
     return {{"tensor", tensor},
             {"data", data},
-            {"ranks", tensor * data},
+            {"pipeline", pipeline},
+            {"ranks", tensor * data * pipeline},
             {"backend", doc["parallel"]["backend"].value_or<std::string>("auto")}};
   } catch (const std::exception&) {
     return nullptr;

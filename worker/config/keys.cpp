@@ -264,8 +264,47 @@ std::vector<KeySpec> build_table() {
                                ? std::string("tensor parallelism runs on the CPU in fp32 in this precon-train")
                                : std::string();
                   }));
-  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks; tensor × data = the ranks the launcher starts",
+  k.push_back(trial("parallel.data", "ranks", "data-parallel ranks; tensor × data × pipeline = the ranks the launcher starts",
                     T(parallel.data)).range(1, 1 << 20));
+  k.push_back(trial("parallel.pipeline", "stages", "pipeline stages: the transformer blocks split over this many rank groups (1F1B)",
+                    T(parallel.pipeline))
+                  .range(1, 1024)
+                  .rule([](const TrialConfig& c) {
+                    const int64_t p = c.parallel.pipeline;
+                    if (p > c.model.n_layer)
+                      return "pipeline = " + std::to_string(p) + " stages need at least as many layers, model.n_layer = " +
+                             std::to_string(c.model.n_layer);
+                    return p > 1 && (c.train.device != "cpu" || c.train.precision != "fp32")
+                               ? std::string("pipeline parallelism runs on the CPU in fp32 in this precon-train")
+                               : std::string();
+                  }));
+  k.push_back(trial("parallel.pipeline_layers", "layers", "transformer blocks per stage, first to last; empty = as even as possible",
+                    T(parallel.pipeline_layers))
+                  .rule([](const TrialConfig& c) {
+                    const auto& l = c.parallel.pipeline_layers;
+                    if (l.empty()) return std::string();
+                    if (static_cast<int64_t>(l.size()) != c.parallel.pipeline)
+                      return "pipeline_layers lists " + std::to_string(l.size()) + " stage(s), parallel.pipeline = " +
+                             std::to_string(c.parallel.pipeline);
+                    int64_t sum = 0;
+                    for (int64_t n : l) {
+                      if (n < 1) return std::string("every stage needs at least one layer (pipeline_layers holds ") +
+                                        std::to_string(n) + ")";
+                      sum += n;
+                    }
+                    return sum != c.model.n_layer ? "pipeline_layers sum to " + std::to_string(sum) +
+                                                        " layers, model.n_layer = " + std::to_string(c.model.n_layer)
+                                                  : std::string();
+                  }));
+  k.push_back(trial("parallel.virtual_stages", "", "interleaved model chunks per pipeline rank (only 1: plain 1F1B)",
+                    T(parallel.virtual_stages))
+                  .range(1, 64)
+                  .rule([](const TrialConfig& c) {
+                    return c.parallel.virtual_stages > 1
+                               ? std::string("interleaved virtual stages are not implemented in this precon-train; "
+                                             "use 1 (plain 1F1B) and more micro-batches to shrink the bubble")
+                               : std::string();
+                  }));
   k.push_back(trial("parallel.backend", "", "collectives: auto = nccl on CUDA, mpi on CPU", T(parallel.backend))
                   .choices({"auto", "mpi", "nccl"})
                   .rule([](const TrialConfig& c) {
@@ -281,11 +320,12 @@ std::vector<KeySpec> build_table() {
                   .range(1, 1024).sbatch("ntasks-per-node")
                   .rule([](const TrialConfig& c) {
                     const auto& r = c.resources;
-                    const int64_t ranks = c.parallel.tensor * c.parallel.data;
+                    const int64_t ranks = c.parallel.tensor * c.parallel.data * c.parallel.pipeline;
                     return r.executor == "slurm" && r.nodes * r.ntasks_per_node != ranks
                                ? "resources.nodes × ntasks_per_node = " + std::to_string(r.nodes) + " × " +
                                      std::to_string(r.ntasks_per_node) + " tasks, but the layout parallel.tensor × "
-                                     "parallel.data needs " + std::to_string(ranks) + " rank(s); one task is one rank"
+                                     "parallel.data × parallel.pipeline needs " + std::to_string(ranks) +
+                                     " rank(s); one task is one rank"
                                : std::string();
                   }));
   k.push_back(trial("resources.gpus_per_node", "GPUs", "GPUs per node", T(resources.gpus_per_node))
@@ -398,6 +438,11 @@ std::string ref_text(const FieldRef& ref) {
     for (size_t i = 0; i < (*p)->size(); ++i) s += (i ? ", " : "") + toml_quoted((**p)[i]);
     return s + "]";
   }
+  if (auto p = std::get_if<std::vector<int64_t>*>(&ref)) {
+    std::string s = "[";
+    for (size_t i = 0; i < (*p)->size(); ++i) s += (i ? ", " : "") + std::to_string((**p)[i]);
+    return s + "]";
+  }
   auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
   std::string s = "[";
   for (size_t i = 0; i < list.size(); ++i) {
@@ -417,6 +462,7 @@ const char* key_type_name(KeyType type) {
     case KeyType::string: return "string";
     case KeyType::string_list: return "string list";
     case KeyType::coefficient_list: return "[[a,b,c],...]";
+    case KeyType::integer_list: return "integer list";
   }
   return "?";
 }

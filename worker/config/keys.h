@@ -19,9 +19,9 @@
 namespace precon::worker {
 
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                              std::vector<std::array<double, 3>>*>;
+                              std::vector<std::array<double, 3>>*, std::vector<int64_t>*>;
 
-enum class KeyType { integer, number, boolean, string, string_list, coefficient_list };
+enum class KeyType { integer, number, boolean, string, string_list, coefficient_list, integer_list };
 
 const char* key_type_name(KeyType type);
 

@@ -107,6 +107,16 @@ void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::
       out.push_back(*s);
     }
     **p = out;
+  } else if (auto p = std::get_if<std::vector<int64_t>*>(&ref)) {
+    const toml::array* arr = value.as_array();
+    if (!arr) wrong_type(toml_type_name(value));
+    std::vector<int64_t> out;
+    for (const toml::node& e : *arr) {
+      auto v = e.value_exact<int64_t>();
+      if (!v) throw ConfigError(source, line, k.name, "expected an array of integers, found " + toml_type_name(e));
+      out.push_back(*v);
+    }
+    **p = out;
   } else {
     auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
     const toml::array* arr = value.as_array();

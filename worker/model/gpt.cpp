@@ -32,15 +32,40 @@ struct Gpt::Acts {
   Tensor dqkv;        // (B, T, 3C)
   Tensor datt;        // (B, NH, T, T) attention probabilities
   int64_t bytes = 0;
+  std::vector<int32_t> tokens_host;
+  bool grads_ready = false;
 };
 
+std::vector<size_t> gpt_stage_rows(const ParamStore& params, const GptStage& stage) {
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const std::string& name = params.spec(i).name;
+    bool mine = false;
+    if (name == "wte.weight") mine = stage.embedding || stage.head;
+    else if (name == "wpe.weight") mine = stage.embedding;
+    else if (name.rfind("ln_f.", 0) == 0) mine = stage.head;
+    else if (name.rfind("h.", 0) == 0) {
+      const int64_t l = std::stoll(name.substr(2));
+      mine = l >= stage.first_layer && (stage.end_layer < 0 || l < stage.end_layer);
+    }
+    if (mine) rows.push_back(i);
+  }
+  return rows;
+}
+
 Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
-         Communicator* tp)
+         Communicator* tp, const GptStage& stage)
     : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
-      L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), tp_(tp),
+      L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), stage_(stage),
+      L0_(stage.first_layer), L1_(stage.end_layer < 0 ? config.n_layer : stage.end_layer), tp_(tp),
       tp_size_(tp ? tp->size() : 1), tp_rank_(tp ? tp->rank() : 0), Cl_(C_ / tp_size_), NHl_(NH_ / tp_size_),
       Vpl_(Vp_ / tp_size_), device_(device), act_(precision == "bf16" ? DType::bf16 : DType::f32) {
   params_ = std::make_unique<ParamStore>(gpt2_param_table(config), device);
+  if (L0_ < 0 || L1_ > L_ || L0_ > L1_ || stage.slots < 1)
+    throw std::invalid_argument("Gpt: stage blocks [" + std::to_string(L0_) + ", " + std::to_string(L1_) +
+                                ") with " + std::to_string(stage.slots) + " slot(s) do not fit n_layer = " +
+                                std::to_string(L_));
+  stage_rows_ = gpt_stage_rows(*params_, stage_);
   if (tp_size_ > 1) {
     if (device != k::Device::cpu || act_ != DType::f32)
       throw std::invalid_argument("tensor parallelism runs on the CPU in fp32 in this precon-train");
@@ -77,10 +102,15 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
     }
   }
 
-  // Lay out the activations: a first pass computes offsets, then one allocation.
-  acts_ = std::make_unique<Acts>();
-  Acts& a = *acts_;
-  const int64_t BT = B_ * T_;
+  for (int i = 0; i < stage.slots; ++i) slots_.push_back(allocate_acts());
+  acts_ = slots_.front().get();
+}
+
+// Lays out one slot's activations: a first pass computes offsets, then one allocation.
+std::unique_ptr<Gpt::Acts> Gpt::allocate_acts() const {
+  auto acts = std::make_unique<Acts>();
+  Acts& a = *acts;
+  const int64_t BT = B_ * T_, Ll = L1_ - L0_;
   std::vector<std::pair<Tensor*, std::vector<int64_t>>> plan;
   std::vector<DType> dtypes;
   auto want = [&](Tensor* t, std::vector<int64_t> shape, DType dt) {
@@ -88,8 +118,8 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
     dtypes.push_back(dt);
   };
   auto per_layer = [&](std::vector<Tensor>& v, std::vector<int64_t> shape, DType dt) {
-    v.resize(L_);
-    for (int64_t l = 0; l < L_; ++l) want(&v[l], shape, dt);
+    v.resize(Ll);
+    for (int64_t l = 0; l < Ll; ++l) want(&v[l], shape, dt);
   };
   want(&a.tokens, {B_, T_}, DType::i32);
   want(&a.targets, {B_, T_}, DType::i32);
@@ -128,29 +158,36 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
     offsets.push_back(total);
     total += (n * static_cast<int64_t>(k::dtype_size(dtypes[i])) + 63) / 64 * 64;
   }
-  a.buf = k::Buffer(device, total);
+  a.buf = k::Buffer(device_, total);
   a.bytes = total;
   for (size_t i = 0; i < plan.size(); ++i) {
     const auto& s = plan[i].second;
     char* base = static_cast<char*>(a.buf.data()) + offsets[i];
     Tensor t;
-    if (s.size() == 1) t = Tensor::view(base, {s[0]}, dtypes[i], device);
-    else if (s.size() == 2) t = Tensor::view(base, {s[0], s[1]}, dtypes[i], device);
-    else if (s.size() == 3) t = Tensor::view(base, {s[0], s[1], s[2]}, dtypes[i], device);
-    else t = Tensor::view(base, {s[0], s[1], s[2], s[3]}, dtypes[i], device);
+    if (s.size() == 1) t = Tensor::view(base, {s[0]}, dtypes[i], device_);
+    else if (s.size() == 2) t = Tensor::view(base, {s[0], s[1]}, dtypes[i], device_);
+    else if (s.size() == 3) t = Tensor::view(base, {s[0], s[1], s[2]}, dtypes[i], device_);
+    else t = Tensor::view(base, {s[0], s[1], s[2], s[3]}, dtypes[i], device_);
     *plan[i].first = t;
   }
+  return acts;
 }
 
 Gpt::~Gpt() = default;
 
-int64_t Gpt::activation_bytes() const { return acts_->bytes; }
+int64_t Gpt::activation_bytes() const { return acts_->bytes * static_cast<int64_t>(slots_.size()); }
+
+void Gpt::select_slot(int slot) { acts_ = slots_.at(static_cast<size_t>(slot)).get(); }
+Tensor Gpt::stage_input() const { return acts_->encoded; }
+Tensor Gpt::stage_output() const { return L1_ > L0_ ? acts_->residual3[L1_ - L0_ - 1] : acts_->encoded; }
+Tensor Gpt::output_grad() const { return acts_->dresidual; }
+Tensor Gpt::input_grad() const { return acts_->dresidual; }
 
 Tensor Gpt::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : compute().param(row); }
 
 void Gpt::take_shards() {
   if (!shard_) return;
-  for (size_t i = 0; i < params_->size(); ++i)
+  for (size_t i : stage_rows_)
     copy_tp_shard(params_->spec(i), params_->param(i).f32(), shard_->param(i).f32(), tp_rank_, tp_size_, true);
 }
 
@@ -161,7 +198,7 @@ void Gpt::zero_grads() {
 
 void Gpt::place_grads_for_sum() {
   if (!shard_) return;
-  for (size_t i = 0; i < params_->size(); ++i) {
+  for (size_t i : stage_rows_) {
     const ParamSpec& spec = params_->spec(i);
     Tensor full = params_->grad(i);
     k::fill_zero(full);
@@ -206,7 +243,7 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
     throw std::invalid_argument("Gpt::forward: expected " + std::to_string(BT) + " tokens and targets (B=" +
                                 std::to_string(B_) + ", T=" + std::to_string(T_) + "), got " +
                                 std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
-  tokens_host_ = tokens;
+  a.tokens_host = tokens;
   std::vector<int32_t> tok = tokens, tgt = targets;
   k::copy(a.tokens, Tensor::view(tok.data(), {B_, T_}, DType::i32));
   k::copy(a.targets, Tensor::view(tgt.data(), {B_, T_}, DType::i32));
@@ -220,32 +257,37 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   const Tensor no_bias{};
   auto row_bias = [&](size_t row) { return tp_rank_ == 0 ? weight(row) : no_bias; };
 
-  if (tp) {
+  if (!stage_.embedding) {
+    // a.encoded holds the previous stage's output (stage_input()).
+  } else if (tp) {
     vocab_parallel_embedding_forward(a.encoded, tokens.data(), B_, T_, weight(wte_), tp_rank_ * Vpl_,
                                      weight(wpe_).narrow(0, 0, T_), *tp_);
   } else {
     k::encoder_forward(a.encoded, a.tokens, weight(wte_), weight(wpe_).narrow(0, 0, T_));
   }
   Tensor residual = a.encoded;
-  for (int64_t l = 0; l < L_; ++l) {
+  for (int64_t l = L0_; l < L1_; ++l) {
     const LayerRows& r = layers_[l];
-    k::layernorm_forward(a.ln1[l], a.ln1_mean[l], a.ln1_rstd[l], residual, weight(r.ln_1_w), weight(r.ln_1_b));
-    if (tp) copy_to_tp_region_forward(a.ln1[l], *tp_);
-    k::matmul_forward(a.qkv[l], a.ln1[l], weight(r.c_attn_w), weight(r.c_attn_b), k::WeightLayout::in_out);
-    k::attention_forward(a.atty[l], a.att[l], a.qkv[l], static_cast<int>(NHl_));
-    k::matmul_forward(a.branch_out, a.atty[l], weight(r.attn_proj_w), row_bias(r.attn_proj_b), k::WeightLayout::in_out);
+    const size_t i = static_cast<size_t>(l - L0_);
+    k::layernorm_forward(a.ln1[i], a.ln1_mean[i], a.ln1_rstd[i], residual, weight(r.ln_1_w), weight(r.ln_1_b));
+    if (tp) copy_to_tp_region_forward(a.ln1[i], *tp_);
+    k::matmul_forward(a.qkv[i], a.ln1[i], weight(r.c_attn_w), weight(r.c_attn_b), k::WeightLayout::in_out);
+    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], static_cast<int>(NHl_));
+    k::matmul_forward(a.branch_out, a.atty[i], weight(r.attn_proj_w), row_bias(r.attn_proj_b), k::WeightLayout::in_out);
     if (tp) reduce_from_tp_region_forward(a.branch_out, *tp_);
-    k::add(a.residual2[l], residual, a.branch_out);
-    k::layernorm_forward(a.ln2[l], a.ln2_mean[l], a.ln2_rstd[l], a.residual2[l], weight(r.ln_2_w), weight(r.ln_2_b));
-    if (tp) copy_to_tp_region_forward(a.ln2[l], *tp_);
-    k::matmul_forward(a.fch[l], a.ln2[l], weight(r.c_fc_w), weight(r.c_fc_b), k::WeightLayout::in_out);
-    k::gelu_forward(a.fch_gelu[l], a.fch[l]);
-    k::matmul_forward(a.branch_out, a.fch_gelu[l], weight(r.mlp_proj_w), row_bias(r.mlp_proj_b),
+    k::add(a.residual2[i], residual, a.branch_out);
+    k::layernorm_forward(a.ln2[i], a.ln2_mean[i], a.ln2_rstd[i], a.residual2[i], weight(r.ln_2_w), weight(r.ln_2_b));
+    if (tp) copy_to_tp_region_forward(a.ln2[i], *tp_);
+    k::matmul_forward(a.fch[i], a.ln2[i], weight(r.c_fc_w), weight(r.c_fc_b), k::WeightLayout::in_out);
+    k::gelu_forward(a.fch_gelu[i], a.fch[i]);
+    k::matmul_forward(a.branch_out, a.fch_gelu[i], weight(r.mlp_proj_w), row_bias(r.mlp_proj_b),
                       k::WeightLayout::in_out);
     if (tp) reduce_from_tp_region_forward(a.branch_out, *tp_);
-    k::add(a.residual3[l], a.residual2[l], a.branch_out);
-    residual = a.residual3[l];
+    k::add(a.residual3[i], a.residual2[i], a.branch_out);
+    residual = a.residual3[i];
   }
+  a.grads_ready = compute_grad;
+  if (!stage_.head) return 0.0;  // the residual stream goes on to the next stage (stage_output())
   k::layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, residual, weight(ln_f_w_), weight(ln_f_b_));
   if (tp) copy_to_tp_region_forward(a.lnf, *tp_);
   k::matmul_forward(a.logits, a.lnf, weight(wte_), Tensor{}, k::WeightLayout::out_in);  // this rank's vocabulary
@@ -261,7 +303,6 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
   } else {
     k::crossentropy_forward(a.losses, a.logits, a.targets, static_cast<int>(V_));
   }
-  grads_ready_ = compute_grad;
   std::vector<float> losses(BT);
   k::copy(Tensor::view(losses.data(), {BT}), a.losses);
   double sum = 0.0;
@@ -277,9 +318,9 @@ void Gpt::backward(const GradsReady& ready) {
   std::function<void(std::pair<size_t, size_t>)> report = [&](std::pair<size_t, size_t> range) {
     if (ready) ready(range.first, range.second);
   };
-  if (!grads_ready_) throw std::logic_error("Gpt::backward needs a forward with compute_grad first");
-  grads_ready_ = false;
   Acts& a = *acts_;
+  if (!a.grads_ready) throw std::logic_error("Gpt::backward needs a forward with compute_grad first");
+  a.grads_ready = false;
   ParamStore& p = compute();
   const int nh = static_cast<int>(NHl_);
   const bool tp = tp_size_ > 1;
@@ -287,49 +328,52 @@ void Gpt::backward(const GradsReady& ready) {
   const Tensor no_bias{};
   auto row_dbias = [&](size_t row) { return tp_rank_ == 0 ? p.grad(row) : no_bias; };
 
-  k::fill_zero(a.dresidual);
-  k::fill_zero(a.dln);
-  // logits = lnf · wteᵀ (tied head): a.logits now holds dlogits.
-  k::matmul_backward(a.dln, p.grad(wte_), Tensor{}, a.logits, a.lnf, weight(wte_), k::WeightLayout::out_in);
-  if (tp) copy_to_tp_region_backward(a.dln, *tp_);
-  const Tensor last = L_ > 0 ? a.residual3[L_ - 1] : a.encoded;
-  k::layernorm_backward(a.dresidual, p.grad(ln_f_w_), p.grad(ln_f_b_), a.dln, last, weight(ln_f_w_), a.lnf_mean,
-                        a.lnf_rstd);
-  report(row_range({ln_f_w_, ln_f_b_}));
+  if (stage_.head) {
+    k::fill_zero(a.dresidual);
+    k::fill_zero(a.dln);
+    // logits = lnf · wteᵀ (tied head): a.logits now holds dlogits.
+    k::matmul_backward(a.dln, p.grad(wte_), Tensor{}, a.logits, a.lnf, weight(wte_), k::WeightLayout::out_in);
+    if (tp) copy_to_tp_region_backward(a.dln, *tp_);
+    k::layernorm_backward(a.dresidual, p.grad(ln_f_w_), p.grad(ln_f_b_), a.dln, stage_output(), weight(ln_f_w_),
+                          a.lnf_mean, a.lnf_rstd);
+    report(row_range({ln_f_w_, ln_f_b_}));
+  }  // else a.dresidual holds the next stage's gradient of this stage's output (output_grad())
 
-  for (int64_t l = L_ - 1; l >= 0; --l) {
+  for (int64_t l = L1_ - 1; l >= L0_; --l) {
     const LayerRows& r = layers_[l];
-    const Tensor residual = l == 0 ? a.encoded : a.residual3[l - 1];
+    const size_t i = static_cast<size_t>(l - L0_);
+    const Tensor residual = i == 0 ? a.encoded : a.residual3[i - 1];
     // residual3 = residual2 + mlp(ln2(residual2)); dresidual holds d residual3.
     k::fill_zero(a.dfch_gelu);
-    k::matmul_backward(a.dfch_gelu, p.grad(r.mlp_proj_w), row_dbias(r.mlp_proj_b), a.dresidual, a.fch_gelu[l],
+    k::matmul_backward(a.dfch_gelu, p.grad(r.mlp_proj_w), row_dbias(r.mlp_proj_b), a.dresidual, a.fch_gelu[i],
                        weight(r.mlp_proj_w), k::WeightLayout::in_out);
     k::fill_zero(a.dfch);
-    k::gelu_backward(a.dfch, a.fch[l], a.dfch_gelu);
+    k::gelu_backward(a.dfch, a.fch[i], a.dfch_gelu);
     k::fill_zero(a.dln);
-    k::matmul_backward(a.dln, p.grad(r.c_fc_w), p.grad(r.c_fc_b), a.dfch, a.ln2[l], weight(r.c_fc_w),
+    k::matmul_backward(a.dln, p.grad(r.c_fc_w), p.grad(r.c_fc_b), a.dfch, a.ln2[i], weight(r.c_fc_w),
                        k::WeightLayout::in_out);
     if (tp) copy_to_tp_region_backward(a.dln, *tp_);
-    k::layernorm_backward(a.dresidual, p.grad(r.ln_2_w), p.grad(r.ln_2_b), a.dln, a.residual2[l], weight(r.ln_2_w),
-                          a.ln2_mean[l], a.ln2_rstd[l]);
+    k::layernorm_backward(a.dresidual, p.grad(r.ln_2_w), p.grad(r.ln_2_b), a.dln, a.residual2[i], weight(r.ln_2_w),
+                          a.ln2_mean[i], a.ln2_rstd[i]);
     // residual2 = residual + attn(ln1(residual)); dresidual now holds d residual2.
     k::fill_zero(a.datty);
-    k::matmul_backward(a.datty, p.grad(r.attn_proj_w), row_dbias(r.attn_proj_b), a.dresidual, a.atty[l],
+    k::matmul_backward(a.datty, p.grad(r.attn_proj_w), row_dbias(r.attn_proj_b), a.dresidual, a.atty[i],
                        weight(r.attn_proj_w), k::WeightLayout::in_out);
     k::fill_zero(a.dqkv);
-    k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[l], a.att[l], nh);
+    k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[i], a.att[i], nh);
     k::fill_zero(a.dln);
-    k::matmul_backward(a.dln, p.grad(r.c_attn_w), p.grad(r.c_attn_b), a.dqkv, a.ln1[l], weight(r.c_attn_w),
+    k::matmul_backward(a.dln, p.grad(r.c_attn_w), p.grad(r.c_attn_b), a.dqkv, a.ln1[i], weight(r.c_attn_w),
                        k::WeightLayout::in_out);
     if (tp) copy_to_tp_region_backward(a.dln, *tp_);
     k::layernorm_backward(a.dresidual, p.grad(r.ln_1_w), p.grad(r.ln_1_b), a.dln, residual, weight(r.ln_1_w),
-                          a.ln1_mean[l], a.ln1_rstd[l]);
+                          a.ln1_mean[i], a.ln1_rstd[i]);
     report(row_range({r.ln_1_w, r.ln_1_b, r.c_attn_w, r.c_attn_b, r.attn_proj_w, r.attn_proj_b, r.ln_2_w, r.ln_2_b,
                       r.c_fc_w, r.c_fc_b, r.mlp_proj_w, r.mlp_proj_b}));
   }
+  if (!stage_.embedding) return;  // a.dresidual is the gradient of this stage's input (input_grad())
   if (tp) {
-    vocab_parallel_embedding_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, tokens_host_.data(), B_,
-                                      T_, tp_rank_ * Vpl_);
+    vocab_parallel_embedding_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, a.tokens_host.data(),
+                                      B_, T_, tp_rank_ * Vpl_);
   } else {
     k::encoder_backward(p.grad(wte_), p.grad(wpe_).narrow(0, 0, T_), a.dresidual, a.tokens);
   }

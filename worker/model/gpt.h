@@ -20,6 +20,21 @@
 
 namespace precon::worker {
 
+// The part of the model one pipeline stage computes: transformer blocks [first_layer, end_layer)
+// (end_layer < 0: up to n_layer), the embedding on the first stage, ln_f and the tied head on the
+// last. `slots`: sets of activations, one per micro-batch in flight at once (1F1B holds up to the
+// number of stages after this one, itself included).
+struct GptStage {
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;
+  bool embedding = true;
+  bool head = true;
+  int slots = 1;
+};
+
+// The parameter table rows a stage computes with, in table order (wte on both ends of a pipeline).
+std::vector<size_t> gpt_stage_rows(const ParamStore& params, const GptStage& stage);
+
 class Gpt {
  public:
   // precision: "fp32", or "bf16" (CUDA: bf16 activations and weight copies, fp32 masters/grads).
@@ -27,8 +42,10 @@ class Gpt {
   // attention heads, MLP columns and vocabulary are split Megatron's way (params.h tp_shard_spec)
   // and this rank computes with its shard; params() still holds the full model, which the
   // optimizer updates and checkpoints save, and each forward takes the shard from it.
+  // stage: the whole model by default; a pipeline stage computes only its blocks, and its
+  // params() still holds the full model (the other stages' rows are left as they are).
   Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
-      Communicator* tp = nullptr);
+      Communicator* tp = nullptr, const GptStage& stage = {});
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -43,8 +60,9 @@ class Gpt {
   void init_random(uint64_t seed);
 
   // tokens, targets: B·T host ints; targets < 0 are ignored. Returns the mean loss over the
-  // counted targets and keeps what the backward needs. With compute_grad, also writes
-  // d loss / d logits in place of the logits (fused), ready for backward().
+  // counted targets (0 on a stage without the head) and keeps what the backward needs. With
+  // compute_grad, also writes d loss / d logits in place of the logits (fused), ready for backward().
+  // A stage without the embedding reads its input from stage_input(), written before the call.
   double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad);
   // Accumulates parameter gradients (callers zero them once per step with params().zero_grads()).
   // `ready`, when given, is called with each range [first, end) of table rows as soon as their
@@ -55,6 +73,18 @@ class Gpt {
   void backward(const GradsReady& ready = {});
   // Zeroes the gradients (the shard's too).
   void zero_grads();
+
+  // Pipeline stages, all (B, T, C) fp32 views of the selected slot's activations: the input a
+  // stage without the embedding receives; the residual stream it hands on after forward(); the
+  // gradient of that output, written before backward() on a stage without the head; and the
+  // gradient of the input after backward(), for the previous stage.
+  void select_slot(int slot);
+  kernels::Tensor stage_input() const;
+  kernels::Tensor stage_output() const;
+  kernels::Tensor output_grad() const;
+  kernels::Tensor input_grad() const;
+  const GptStage& stage() const { return stage_; }
+  const std::vector<size_t>& stage_rows() const { return stage_rows_; }
   // Tensor parallelism: writes the shard's gradients into params()'s at their place in the full
   // tensors, and the replicated ones on the group's first rank only (zeros elsewhere), so that a
   // sum over the tensor-parallel group (with the data-parallel sum, over the world) gives every
@@ -79,6 +109,7 @@ class Gpt {
     size_t c_fc_w, c_fc_b;            // mlp.c_fc
     size_t mlp_proj_w, mlp_proj_b;    // mlp.c_proj
   };
+  std::unique_ptr<Acts> allocate_acts() const;
   void cast_weights();
   // [first, end) of the table rows given, for the ready callback.
   static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
@@ -90,6 +121,9 @@ class Gpt {
 
   ModelConfig config_;
   int64_t B_, T_, C_, NH_, L_, V_, Vp_;
+  GptStage stage_;
+  int64_t L0_, L1_;  // this stage's blocks [L0_, L1_); per-layer activations are indexed l - L0_
+  std::vector<size_t> stage_rows_;
   Communicator* tp_ = nullptr;
   int tp_size_ = 1, tp_rank_ = 0;
   int64_t Cl_, NHl_, Vpl_;  // this rank's share of the channels of a head group, the heads, the padded vocabulary
@@ -101,9 +135,8 @@ class Gpt {
   std::vector<LayerRows> layers_;
   kernels::Buffer shadow_buf_;  // bf16 copies of the weights (bf16 precision only)
   std::vector<kernels::Tensor> shadow_;
-  std::unique_ptr<Acts> acts_;
-  std::vector<int32_t> tokens_host_;
-  bool grads_ready_ = false;
+  std::vector<std::unique_ptr<Acts>> slots_;
+  Acts* acts_ = nullptr;  // the selected slot
 };
 
 }  // namespace precon::worker

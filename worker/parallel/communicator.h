@@ -1,6 +1,7 @@
 // A group of ranks and the collectives the trainer needs, with backends `local` (one process:
 // every collective is the identity), `mpi` (OpenMPI: CPU collectives and the bootstrap for NCCL)
-// and `nccl` (GPU tensors). Groups for tensor and data parallelism are split from the world.
+// and `nccl` (GPU tensors). Groups for tensor, data and pipeline parallelism are split from the
+// world; point-to-point messages carry activations between pipeline stages.
 // Thread-compatible: one thread issues a communicator's calls (the training thread).
 #pragma once
 
@@ -35,6 +36,11 @@ class Communicator {
   virtual void all_gather(const float* in, float* out, int64_t n) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
+  // Point-to-point: `n` floats to / from rank `peer` of this group, matched in the order they
+  // were posted. start_send returns at once and the buffer must stay untouched until the returned
+  // wait(); recv blocks until the message is in `data`.
+  virtual std::unique_ptr<PendingCollective> start_send(const float* data, int64_t n, int peer) = 0;
+  virtual void recv(float* data, int64_t n, int peer) = 0;
   virtual void barrier() = 0;
   // The ranks with the same `color`, ordered by `key`: one call on every rank of this group.
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

@@ -34,21 +34,42 @@ LaunchInfo launch_info_from_env() {
   return info;
 }
 
-ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const ParallelConfig& layout) {
-  const int64_t needed = layout.tensor * layout.data;
+std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer) {
+  if (!layout.pipeline_layers.empty()) return layout.pipeline_layers;
+  const int64_t p = layout.pipeline;
+  std::vector<int64_t> counts(static_cast<size_t>(p), n_layer / p);
+  for (int64_t s = 0; s < n_layer % p; ++s) ++counts[static_cast<size_t>(s)];
+  return counts;
+}
+
+ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const ParallelConfig& layout,
+                                      int64_t n_layer) {
+  const int64_t needed = layout.tensor * layout.data * layout.pipeline;
   if (needed != world->size()) {
     throw ConfigError("config", 0, "parallel",
-                      "the layout parallel.tensor × parallel.data = " + std::to_string(layout.tensor) + " × " +
-                          std::to_string(layout.data) + " needs " + std::to_string(needed) +
-                          " rank(s), but the launcher started " + std::to_string(world->size()) +
-                          " (mpirun -np " + std::to_string(needed) + ", or srun with that many tasks)");
+                      "the layout parallel.tensor × parallel.data × parallel.pipeline = " + std::to_string(layout.tensor) +
+                          " × " + std::to_string(layout.data) + " × " + std::to_string(layout.pipeline) + " needs " +
+                          std::to_string(needed) + " rank(s), but the launcher started " +
+                          std::to_string(world->size()) + " (mpirun -np " + std::to_string(needed) +
+                          ", or srun with that many tasks)");
   }
   ParallelContext ctx;
   ctx.tensor = static_cast<int>(layout.tensor);
   ctx.data = static_cast<int>(layout.data);
-  const int rank = world->rank();
-  ctx.tp = world->split(rank / ctx.tensor, rank % ctx.tensor);
-  ctx.dp = world->split(rank % ctx.tensor, rank / ctx.tensor);
+  ctx.pipeline = static_cast<int>(layout.pipeline);
+  const int rank = world->rank(), per_stage = ctx.tensor * ctx.data;
+  const int tp = rank % ctx.tensor, dp = rank / ctx.tensor % ctx.data, pp = rank / per_stage;
+  ctx.tp = world->split(rank / ctx.tensor, tp);
+  ctx.dp = world->split(pp * ctx.tensor + tp, dp);
+  ctx.pp = world->split(dp * ctx.tensor + tp, pp);
+  ctx.stage = world->split(pp, rank % per_stage);
+  const bool ends = ctx.pipeline > 1 && (pp == 0 || pp == ctx.pipeline - 1);
+  // Every rank takes part in the split; the middle stages each get a group of their own and drop it.
+  std::unique_ptr<Communicator> embedding = world->split(ends ? dp * ctx.tensor + tp : per_stage + rank, pp);
+  if (ends) ctx.embedding = std::move(embedding);
+  ctx.stage_layers = stage_layer_counts(layout, n_layer);
+  for (int s = 0; s < pp; ++s) ctx.first_layer += ctx.stage_layers[static_cast<size_t>(s)];
+  ctx.end_layer = ctx.first_layer + ctx.stage_layers[static_cast<size_t>(pp)];
   ctx.world = std::move(world);
   return ctx;
 }

@@ -1,11 +1,12 @@
 // Where this process sits in a job and the communicators of its layout. A layout is
-// tensor × data = world size; rank = dp_rank · tensor + tp_rank, so the ranks of one tensor-
-// parallel group are adjacent (on one node), as Megatron orders them.
+// tensor × data × pipeline = world size; rank = (pp_rank · data + dp_rank) · tensor + tp_rank:
+// tensor-parallel ranks are adjacent (on one node) and pipeline stages the slowest, Megatron's order.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "worker/config/config.h"
 #include "worker/parallel/communicator.h"
@@ -25,16 +26,34 @@ LaunchInfo launch_info_from_env();
 struct ParallelContext {
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> tp;  // the ranks that share one data slice
-  std::unique_ptr<Communicator> dp;  // the ranks that hold the same shard of the model
+  std::unique_ptr<Communicator> dp;  // the ranks that hold the same shard of the same stage
+  std::unique_ptr<Communicator> pp;  // one rank of every stage (same dp and tp rank), in stage order
+  std::unique_ptr<Communicator> stage;  // every rank of this stage (tensor × data ranks)
+  // The first and the last stage's ranks of one pipeline (they both hold the tied embedding);
+  // null on the other stages and with one stage.
+  std::unique_ptr<Communicator> embedding;
   int tensor = 1;
   int data = 1;
+  int pipeline = 1;
+  std::vector<int64_t> stage_layers;       // transformer blocks of each stage, first to last
+  int64_t first_layer = 0, end_layer = 0;  // this stage's blocks [first_layer, end_layer)
   int tp_rank() const { return tp->rank(); }
   int dp_rank() const { return dp->rank(); }
+  int pp_rank() const { return pp->rank(); }
+  bool first_stage() const { return pp_rank() == 0; }
+  bool last_stage() const { return pp_rank() == pipeline - 1; }
+  // The world rank of stage s's first rank (data and tensor rank 0), which speaks for the stage.
+  int stage_leader(int s) const { return s * data * tensor; }
   bool first() const { return world->rank() == 0; }  // writes metrics, reports, checkpoints
 };
 
+// The transformer blocks of each stage, first to last: parallel.pipeline_layers when given, else
+// as even as possible (the earlier stages take the remainder; the last one also holds the head).
+std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer);
+
 // Checks the config's layout against the world's size and splits the groups (a collective: every
 // rank calls it). Throws ConfigError naming both numbers when they differ.
-ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const ParallelConfig& layout);
+ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const ParallelConfig& layout,
+                                      int64_t n_layer);
 
 }  // namespace precon::worker

@@ -2,6 +2,7 @@
 #include "worker/parallel/communicator.h"
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace precon::worker {
 
@@ -24,8 +25,14 @@ class LocalCommunicator final : public Communicator {
   void all_gather(const float* in, float* out, int64_t n) override { std::copy(in, in + n, out); }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float*, int64_t) override { return std::make_unique<Done>(); }
   void broadcast(void*, int64_t, int) override {}
+  std::unique_ptr<PendingCollective> start_send(const float*, int64_t, int) override { no_peer(); }
+  void recv(float*, int64_t, int) override { no_peer(); }
   void barrier() override {}
   std::unique_ptr<Communicator> split(int, int) override { return std::make_unique<LocalCommunicator>(); }
+
+ private:
+  // A group of one has no other rank to talk to: a caller that sends here has a wrong layout.
+  [[noreturn]] static void no_peer() { throw std::logic_error("point-to-point message in a group of one rank"); }
 };
 
 }  // namespace

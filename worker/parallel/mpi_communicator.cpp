@@ -48,6 +48,7 @@ class MpiPending final : public PendingCollective {
 
 class MpiCommunicator final : public Communicator {
  public:
+  static constexpr int kP2pTag = 7;
   explicit MpiCommunicator(MPI_Comm comm) : comm_(comm) {
     check_mpi(MPI_Comm_rank(comm_, &rank_), "comm_rank");
     check_mpi(MPI_Comm_size(comm_, &size_), "comm_size");
@@ -70,6 +71,20 @@ class MpiCommunicator final : public Communicator {
   }
   void broadcast(void* data, int64_t bytes, int root) override {
     check_mpi(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_), "bcast");
+  }
+  std::unique_ptr<PendingCollective> start_send(const float* data, int64_t n, int peer) override {
+    auto pending = std::make_unique<MpiPending>();
+    check_mpi(MPI_Isend(data, count(n), MPI_FLOAT, peer, kP2pTag, comm_, pending->request()), "isend");
+    return pending;
+  }
+  void recv(float* data, int64_t n, int peer) override {
+    MPI_Status status;
+    check_mpi(MPI_Recv(data, count(n), MPI_FLOAT, peer, kP2pTag, comm_, &status), "recv");
+    int got = 0;
+    MPI_Get_count(&status, MPI_FLOAT, &got);
+    if (got != n)
+      throw WorkerError("MPI recv from rank " + std::to_string(peer) + ": " + std::to_string(got) + " floats, expected " +
+                        std::to_string(n));
   }
   void barrier() override { check_mpi(MPI_Barrier(comm_), "barrier"); }
   std::unique_ptr<Communicator> split(int color, int key) override {

@@ -81,6 +81,18 @@ class NcclCommunicator final : public Communicator {
   void broadcast(void* data, int64_t bytes, int root) override {
     stage(data, bytes, [&](void* d) { check_nccl(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, 0), "broadcast"); });
   }
+  // Device buffers only (activations between pipeline stages). Both run on the compute stream,
+  // so the send's buffer is read in order with the kernels that wrote it.
+  std::unique_ptr<PendingCollective> start_send(const float* data, int64_t n, int peer) override {
+    if (!on_device(data)) throw WorkerError("NCCL send: the buffer is host memory; pipeline stages on GPUs send device tensors");
+    check_nccl(ncclSend(data, static_cast<size_t>(n), ncclFloat32, peer, comm_, 0), "send");
+    return std::make_unique<NcclPending>(static_cast<cudaStream_t>(0));
+  }
+  void recv(float* data, int64_t n, int peer) override {
+    if (!on_device(data)) throw WorkerError("NCCL recv: the buffer is host memory; pipeline stages on GPUs receive device tensors");
+    check_nccl(ncclRecv(data, static_cast<size_t>(n), ncclFloat32, peer, comm_, 0), "recv");
+    check_cuda(cudaStreamSynchronize(0), "stream synchronize");
+  }
   void barrier() override {
     int64_t token = 0;
     all_reduce_max(&token, 1);

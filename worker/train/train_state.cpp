@@ -83,7 +83,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                   {"config_hash", config_hash(*state.config)},
                   {"loader", state.loader->state()},
                   {"optimizer", state.optimizer->state_scalars()},
-                  {"parallel", {{"tensor", state.config->parallel.tensor}, {"data", state.config->parallel.data}}},
+                  {"parallel",
+                   {{"tensor", state.config->parallel.tensor},
+                    {"data", state.config->parallel.data},
+                    {"pipeline", state.config->parallel.pipeline}}},
                   {"format", 1}};
   if (state.objective && std::isfinite(*state.objective)) {
     trainer["objective"] = {{"metric", state.config->objective.metric},

@@ -27,6 +27,8 @@
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/report/metrics.h"
 #include "worker/report/reporter.h"
+#include "worker/train/pipeline_schedule.h"
+#include "worker/train/pipeline_state.h"
 #include "worker/train/train_state.h"
 
 namespace precon::worker {
@@ -69,11 +71,15 @@ struct Run {
   ParsedConfig parsed;
   TrialConfig& cfg() { return parsed.config; }
   k::Device device = k::Device::cpu;
-  ParallelContext par;               // world, tensor- and data-parallel groups
+  ParallelContext par;               // world, tensor-, data- and pipeline-parallel groups
   int64_t slice = 0;                 // sequences of the global batch this rank computes
   int64_t micro = 0;                 // sequences per forward/backward (slice / micro = micro-batches)
-  std::unique_ptr<GradientSync> grad_sync;
+  std::unique_ptr<GradientSync> grad_sync;  // one stage: bucketed and overlapped with the backward
   std::unique_ptr<Gpt> model;
+  std::unique_ptr<PipelineSchedule> schedule;  // several stages: 1F1B
+  StageOptimizers* stages = nullptr;           // several stages: the optimizer, one per stage
+  PipelineTimes prev_pipe;                     // the schedule's times at the last metrics record
+  int64_t pipe_bytes = 0;                      // gradients all-reduced under pipelining
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Optimizer> optimizer;
   std::vector<Batch> val;
@@ -104,6 +110,23 @@ void take_rows(const Batch& from, int64_t first, int64_t rows, Batch& to) {
   to.targets.assign(from.targets.begin() + first * T, from.targets.begin() + (first + rows) * T);
 }
 
+// This rank's micro-batches of a global batch.
+std::vector<Batch> micro_batches(const Run& run, const Batch& batch) {
+  std::vector<Batch> parts(static_cast<size_t>(run.slice / run.micro));
+  for (size_t j = 0; j < parts.size(); ++j)
+    take_rows(batch, run.par.dp_rank() * run.slice + static_cast<int64_t>(j) * run.micro, run.micro, parts[j]);
+  return parts;
+}
+
+// Under pipelining: the sum of the last stage's micro-batch losses as the mean over the global
+// batch, known to every rank (the other stages, and the tensor-parallel replicas, add zeros).
+double pipeline_mean(Run& run, double loss_sum) {
+  const bool speaks = run.par.last_stage() && run.par.tp_rank() == 0;
+  double mean = speaks ? loss_sum / static_cast<double>(run.slice / run.micro * run.par.data) : 0.0;
+  run.par.world->all_reduce_sum(&mean, 1);
+  return mean;
+}
+
 // The mean of f(micro-batch) over this rank's slice of a global batch, averaged over the
 // data-parallel ranks: every slice and micro-batch holds the same number of tokens, so this is
 // the mean over the whole batch, as one process computes it.
@@ -124,7 +147,7 @@ double mean_over_batch(Run& run, const Batch& batch, F&& f) {
 double evaluate(Run& run) {
   double total = 0.0;
   for (const Batch& b : run.val)
-    total += mean_over_batch(run, b, [&](const Batch& part, bool) { return run.model->forward(part.inputs, part.targets, false); });
+    total += run.schedule ? pipeline_mean(run, run.schedule->evaluate(micro_batches(run, b))) : mean_over_batch(run, b, [&](const Batch& part, bool) { return run.model->forward(part.inputs, part.targets, false); });
   return run.val.empty() ? NAN : total / static_cast<double>(run.val.size());
 }
 
@@ -167,7 +190,7 @@ void configure(Run& run) {
     throw ConfigError(run.parsed.origin.count("parallel.backend") ? run.parsed.origin.at("parallel.backend") : "config", 0,
                       "parallel.backend", "mpi collectives read host memory; GPU ranks need \"nccl\" (or \"auto\")");
   }
-  run.par = make_parallel_context(std::move(world), cfg.parallel);
+  run.par = make_parallel_context(std::move(world), cfg.parallel, cfg.model.n_layer);
   if (run.par.world->size() > 1) {
     run.log = [log = run.log, prefix = "rank " + std::to_string(run.par.world->rank()) + ": "](const std::string& m) {
       log(prefix + m);
@@ -184,7 +207,9 @@ void configure(Run& run) {
 
 void build_model(Run& run) {
   const TrialConfig& cfg = run.cfg();
-  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get());
+  const GptStage stage = pipeline_stage(run.par, run.par.pp_rank(), run.slice / run.micro);
+  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), stage);
+  if (run.par.pipeline > 1) run.schedule = std::make_unique<PipelineSchedule>(*run.model, *run.par.pp);
   if (!cfg.train.init_from.empty()) {
     load_model_safetensors(run.model->params(), cfg.train.init_from);
     run.log("initialised the model from " + cfg.train.init_from);
@@ -210,22 +235,37 @@ void build_data(Run& run) {
   }
 }
 
+// One stage: an optimizer over every parameter. Several: one per stage over its rows (each rank
+// steps its own; the others' are filled for checkpoints, pipeline_state.h).
 void build_optimizer(Run& run) {
-  std::vector<OptimParam> oparams;
   const ParamStore& store = run.model->params();
-  for (size_t i = 0; i < store.size(); ++i) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
-  OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
-  // Every rank holds the full model and gradient: the optimizers' expensive per-matrix work is
-  // shared out over all of them.
-  if (run.par.world->size() > 1) hooks.group = run.par.world.get();
-  run.optimizer = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
-  // Under tensor parallelism one sum over the world assembles each full gradient from its shards
+  std::vector<std::unique_ptr<Optimizer>> stages;
+  for (int s = 0; s < run.par.pipeline; ++s) {
+    std::vector<OptimParam> oparams;
+    for (size_t i : gpt_stage_rows(store, pipeline_stage(run.par, s, 1)))
+      oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
+    OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
+    // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
+    // per-matrix work is shared out over all of them.
+    if (s == run.par.pp_rank() && run.par.stage->size() > 1) hooks.group = run.par.stage.get();
+    stages.push_back(make_optimizer(run.cfg().optimizer, oparams, run.device, hooks));
+  }
+  if (run.par.pipeline == 1) {
+    run.optimizer = std::move(stages.front());
+  } else {
+    auto composite = std::make_unique<StageOptimizers>(std::move(stages), run.par.pp_rank());
+    run.stages = composite.get();
+    run.optimizer = std::move(composite);
+  }
+  // Under tensor parallelism one sum over the stage assembles each full gradient from its shards
   // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
-  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.world : *run.par.dp, store);
+  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store);
   run.log("routing: " + run.optimizer->routing_summary());
   if (run.par.world->size() > 1)
     run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
-            ", " + std::to_string(run.par.tensor) + " tensor-parallel" +
+            ", " + std::to_string(run.par.tensor) + " tensor-parallel, " + std::to_string(run.par.pipeline) +
+            " pipeline stage(s) (this one: blocks " + std::to_string(run.par.first_layer) + " to " +
+            std::to_string(run.par.end_layer - 1) + ")" +
             ", " + std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
             " sequence(s) per step");
 }
@@ -245,6 +285,7 @@ void resume(Run& run) {
   }
   if (!dir) return;
   run.start = load_checkpoint(*dir, run.state());
+  if (run.stages) run.stages->copy_shared_state();
   run.objective = checkpoint_objective(*dir);
   run.log("resumed from " + dir->string() + " at step " + std::to_string(run.start));
 }
@@ -274,19 +315,27 @@ void open_outputs(Run& run) {
 // gradient of the whole global batch in every rank's buffer. Returns the training loss.
 double forward_backward(Run& run, const Batch& batch, int64_t step) {
   run.model->zero_grads();
-  GradientSync& sync = *run.grad_sync;
-  const Gpt::GradsReady ready = [&sync](size_t first, size_t end) { sync.ready(first, end); };
-  double loss = mean_over_batch(run, batch, [&](const Batch& part, bool last) {
-    const double micro_loss = run.model->forward(part.inputs, part.targets, true);
-    if (std::isfinite(micro_loss))
-      run.model->backward(last && run.par.data > 1 && run.par.tensor == 1 ? ready : Gpt::GradsReady{});
-    return micro_loss;
-  });
-  if (run.par.tensor > 1) {
+  const float scale = 1.0f / static_cast<float>(run.slice / run.micro * run.par.data);
+  double loss = 0.0;
+  if (run.schedule) {
+    loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch)));
     run.model->place_grads_for_sum();
-    sync.ready(0, run.model->params().size());
+    run.pipe_bytes += sum_stage_gradients(run.par, *run.model, scale);
+  } else {
+    GradientSync& sync = *run.grad_sync;
+    const Gpt::GradsReady ready = [&sync](size_t first, size_t end) { sync.ready(first, end); };
+    loss = mean_over_batch(run, batch, [&](const Batch& part, bool last) {
+      const double micro_loss = run.model->forward(part.inputs, part.targets, true);
+      if (std::isfinite(micro_loss))
+        run.model->backward(last && run.par.data > 1 && run.par.tensor == 1 ? ready : Gpt::GradsReady{});
+      return micro_loss;
+    });
+    if (run.par.tensor > 1) {
+      run.model->place_grads_for_sum();
+      sync.ready(0, run.model->params().size());
+    }
+    sync.finish(scale);
   }
-  sync.finish(1.0f / static_cast<float>(run.slice / run.micro * run.par.data));
   if (step == run.nan_fault_step) loss = NAN;
   if (!std::isfinite(loss)) {
     throw TrainingError("non-finite training loss (" + std::to_string(loss) + ") at step " + std::to_string(step) +
@@ -300,7 +349,7 @@ std::pair<double, float> clip_gradients(Run& run) {
   const ParamStore& store = run.model->params();
   std::vector<k::Tensor> grads;
   for (size_t i = 0; i < store.size(); ++i) grads.push_back(store.grad(i));
-  const double grad_norm = k::global_norm(grads);
+  const double grad_norm = run.schedule ? pipeline_grad_norm(run.par, *run.model) : k::global_norm(grads);
   const double clip = run.cfg().train.grad_clip;
   return {grad_norm, (clip > 0 && grad_norm > clip) ? static_cast<float>(clip / grad_norm) : 1.0f};
 }
@@ -333,16 +382,29 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_inverse_root_seconds", ph.inverse_root - prev.inverse_root},
                   {"optim_grafting_seconds", ph.grafting - prev.grafting},
                   {"optim_communication_seconds", ph.communication - prev.communication}}};
-  if (cfg.optimizer.name == "shampoo")
-    r.values.emplace_back("inverse_root_failures", static_cast<double>(run.optimizer->inverse_root_failures()));
+  if (cfg.optimizer.name == "shampoo") {
+    double failures = static_cast<double>(run.optimizer->inverse_root_failures());
+    if (run.schedule) run.par.pp->all_reduce_sum(&failures, 1);  // each stage counts its own blocks
+    r.values.emplace_back("inverse_root_failures", failures);
+  }
   if (run.par.world->size() > 1) {
     // Gradient all-reduce since the last record: the time the step waited for it after the
     // backward, and the bytes this rank sent into it.
     const GradientSync& g = *run.grad_sync;
     r.values.emplace_back("comm_wait_seconds", g.wait_seconds() - run.prev_comm_seconds);
-    r.values.emplace_back("comm_bytes", static_cast<double>(g.bytes_sent() - run.prev_comm_bytes));
+    r.values.emplace_back("comm_bytes", static_cast<double>(g.bytes_sent() + run.pipe_bytes - run.prev_comm_bytes));
     run.prev_comm_seconds = g.wait_seconds();
-    run.prev_comm_bytes = g.bytes_sent();
+    run.prev_comm_bytes = g.bytes_sent() + run.pipe_bytes;
+  }
+  if (run.schedule) {
+    // The bubble: each stage's time in the schedule not spent computing, over its computing
+    // time (Megatron's bubble fraction, (p − 1)/m for 1F1B with equal stages), summed over stages.
+    const PipelineTimes& t = run.schedule->times();
+    double d[2] = {t.idle() - run.prev_pipe.idle(), t.busy - run.prev_pipe.busy};
+    run.par.pp->all_reduce_sum(d, 2);
+    r.values.emplace_back("pipeline_idle_seconds", d[0] / run.par.pipeline);
+    r.values.emplace_back("pipeline_bubble_fraction", d[1] > 0 ? d[0] / d[1] : 0.0);
+    run.prev_pipe = t;
   }
   run.prev_phases = ph;
   emit(run, r);
@@ -365,6 +427,11 @@ void maybe_evaluate(Run& run, int64_t step, double loss) {
 void checkpoint(Run& run, int64_t step) {
   if (step == run.last_checkpoint && step != 0) return;
   auto t0 = std::chrono::steady_clock::now();
+  if (run.stages) {
+    // Each stage stepped its own rows: every rank now takes the others' from their leaders.
+    gather_stage_params(*run.par.world, run.par, run.model->params());
+    run.stages->gather(*run.par.world, run.par);
+  }
   if (run.par.first()) {
     fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
     run.metrics->sync();
