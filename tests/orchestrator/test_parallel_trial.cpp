@@ -5,6 +5,8 @@
 #include <cstdlib>
 
 #include "orchestrator/service/controller.h"
+#include "orchestrator/store/store.h"
+#include "tests/common/test_util.h"
 #include "tests/orchestrator/controller_fixture.h"
 
 namespace precon::orch::testing {
@@ -63,6 +65,35 @@ TEST_F(ParallelTrial, TwoRanksThroughMpirunReportOnceAndFollowOneProcess) {
   EXPECT_NE(logs["text"].get<std::string>().find("rank 1: layout: 2 data-parallel rank(s) over mpi"), std::string::npos)
       << logs.dump();
 }
+
+#ifdef PRECON_BIN
+TEST_F(ParallelTrial, APipelineTrialRunsThroughPreconRunAndFollowsOneProcess) {
+  // `precon run` as a user starts it: the same two-layer trial as one process and as two
+  // pipeline stages (the local executor counts tensor × data × pipeline ranks and starts mpirun).
+  std::string text = recipe(8, "[sweep]\nmax_concurrent = 1\n[sweep.parameters]\n\"parallel.pipeline\" = [1, 2]\n");
+  text.replace(text.find("n_layer = 1"), 11, "n_layer = 2");
+  text.replace(text.find("batch_size = 4"), 14, "batch_size = 4\nmicro_batch_size = 1");
+  std::ofstream(dir_ / "pp.toml") << text;
+  const test::CommandResult r = test::run_command(std::string(PRECON_BIN) + " run " + (dir_ / "pp.toml").string() +
+                                                  " --db " + (dir_ / "precon.db").string() + " --runs " +
+                                                  (dir_ / "runs").string() + " --cpus 2 --quiet");
+  ASSERT_EQ(r.status, 0) << r.output;
+  orch::Store store(dir_ / "precon.db");
+  const std::vector<TrialRow> trials = store.trials(store.experiments().at(0).id);
+  ASSERT_EQ(trials.size(), 2u);
+  std::vector<std::vector<MetricPoint>> losses;
+  for (const TrialRow& t : trials) {
+    EXPECT_EQ(t.state, TrialState::completed);
+    losses.push_back(store.metrics(t.id, "train_loss"));
+    EXPECT_EQ(losses.back().size(), 8u) << "each step once";
+  }
+  ASSERT_EQ(losses[0].size(), losses[1].size());
+  for (size_t i = 0; i < losses[0].size(); ++i) {
+    const double a = losses[0][i].value, b = losses[1][i].value;
+    EXPECT_LT(std::fabs(a - b) / a, 2e-5) << "step " << i + 1;  // fp32 (tests/worker/test_pipeline.cpp)
+  }
+}
+#endif
 
 TEST_F(ParallelTrial, ALayoutLargerThanTheSlotsIsRefusedWithTheReason) {
   auto c = start(1);

@@ -21,8 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/common/test_util.h"
-#include "worker/data/shard.h"
+#include "tests/worker/mpi_run_fixture.h"
 
 namespace precon::worker {
 namespace {
@@ -30,87 +29,10 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// fp32 data parallelism sums the same gradients in another order (per rank, then across ranks)
-// and takes the mean of per-slice means: measured per-step differences are ~1e-8 relative on
-// these runs; 2e-5 over 20 steps leaves room for Muon's and Shampoo's amplification, while a
-// missing all-reduce or a wrong scale moves the loss by 1e-3 or more within a few steps.
-constexpr double kLossTolerance = 2e-5;
-
-using Result = test::CommandResult;
-
-class Parallel : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("precon_parallel_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    std::mt19937 rng(11);
-    std::vector<uint16_t> tokens(8000);
-    for (size_t i = 0; i < tokens.size(); ++i)
-      tokens[i] = static_cast<uint16_t>((i % 13) * 4 + (rng() % 5 == 0 ? rng() % 50 : 0)) % 61;
-    write_shard(dir_ / "train.bin", tokens);
-    write_shard(dir_ / "val.bin", std::vector<uint16_t>(tokens.begin(), tokens.begin() + 1200));
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  fs::path config(const std::string& extra, int steps = 20) {
-    const fs::path p = dir_ / ("config_" + std::to_string(configs_++) + ".toml");
-    std::ofstream(p) << "[model]\nn_layer = 2\nn_head = 2\nd_model = 32\nseq_len = 16\nvocab_size = 61\n"
-                     << "[data]\ntrain = \"" << (dir_ / "train.bin").string() << "\"\nval = \""
-                     << (dir_ / "val.bin").string() << "\"\n"
-                     << "[train]\nsteps = " << steps << "\nbatch_size = 8\neval_every = 10\neval_batches = 2\n"
-                     << "checkpoint_every = 10\nthreads = 1\n"
-                     << extra;
-    return p;
-  }
-
-  static Result run(const std::string& cmd) { return test::run_command(cmd); }
-  // Under the sanitizer build the ranks skip leak checking: OpenMPI's plugins, unloaded at
-  // MPI_Finalize, leave allocations LeakSanitizer can only attribute to "<unknown module>". The
-  // trainer's own code is leak-checked by the single-process runs, which share it.
-  static std::string mpirun(int ranks) {
-    return "ASAN_OPTIONS=detect_leaks=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
-           "OMPI_MCA_btl=self,vader mpirun -np " +
-           std::to_string(ranks) + " --oversubscribe --bind-to none ";
-  }
-  std::string trainer(const fs::path& cfg, const std::string& run_dir, const std::string& sets = "") {
-    return std::string(PRECON_TRAIN_BIN) + " --config " + cfg.string() + " --run-dir " + (dir_ / run_dir).string() +
-           " " + sets;
-  }
-  // metric name -> step -> value, from metrics.jsonl.
-  std::map<int, double> series(const std::string& run_dir, const std::string& metric) {
-    std::map<int, double> out;
-    std::ifstream in(dir_ / run_dir / "metrics.jsonl");
-    for (std::string line; std::getline(in, line);) {
-      const auto j = nlohmann::json::parse(line);
-      if (j.contains(metric)) out[j["step"].get<int>()] = j[metric].get<double>();
-    }
-    return out;
-  }
-  void expect_same_trajectory(const std::string& a, const std::string& b, size_t steps,
-                              double tolerance = kLossTolerance) {
-    for (const char* metric : {"train_loss", "val_loss"}) {
-      const auto x = series(a, metric), y = series(b, metric);
-      ASSERT_EQ(x.size(), metric == std::string("train_loss") ? steps : x.size()) << a << " " << metric;
-      ASSERT_EQ(x.size(), y.size()) << b << " " << metric;
-      double worst = 0;
-      for (const auto& [step, v] : x) worst = std::max(worst, std::fabs(v - y.at(step)) / std::fabs(v));
-      std::printf("%s vs %s %s: max relative difference %.3g\n", a.c_str(), b.c_str(), metric, worst);
-      EXPECT_LT(worst, tolerance) << a << " vs " << b << " " << metric;
-    }
-  }
-
-  fs::path dir_;
-  int configs_ = 0;
-};
-
-const char* kOptimizers[] = {
-    "[optimizer]\nname = \"adamw\"\nlr = 0.003\nweight_decay = 0.1\n",
-    "[optimizer]\nname = \"muon\"\nlr = 0.02\nweight_decay = 0.01\n[optimizer.adamw]\nlr = 0.003\n",
-    "[optimizer]\nname = \"shampoo\"\nlr = 0.003\n[optimizer.shampoo]\nprecondition_frequency = 5\n"
-    "max_preconditioner_dim = 40\n",
-};
+class Parallel : public mpitest::MpiRunFixture {};
+using mpitest::Result;
+using mpitest::kOptimizers;
+using mpitest::kLossTolerance;
 
 TEST_F(Parallel, DataParallelFollowsTheSingleProcessRunForEveryOptimizer) {
   for (const char* opt : kOptimizers) {
@@ -253,7 +175,8 @@ TEST_F(Parallel, ALayoutThatDoesNotFitTheRanksIsAConfigError) {
   const fs::path cfg = config(kOptimizers[0]);
   Result r = run(mpirun(2) + trainer(cfg, "bad"));  // parallel.data = 1, two ranks
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("parallel.tensor × parallel.data = 1 × 1 needs 1 rank(s), but the launcher started 2"),
+  EXPECT_NE(r.output.find("parallel.tensor × parallel.data × parallel.pipeline = 1 × 1 × 1 needs 1 rank(s), but the "
+                          "launcher started 2"),
             std::string::npos)
       << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "bad" / "metrics.jsonl"));
