@@ -1,0 +1,72 @@
+// One training run's parts and bookkeeping, and the steps that build them from the config
+// (run_setup.cpp); the loop that drives them is trainer.cpp. Internal to worker/train.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "worker/config/parse.h"
+#include "worker/data/loader.h"
+#include "worker/model/gpt.h"
+#include "worker/optim/optimizer.h"
+#include "worker/parallel/grad_sync.h"
+#include "worker/parallel/layout.h"
+#include "worker/report/metrics.h"
+#include "worker/report/reporter.h"
+#include "worker/train/pipeline_schedule.h"
+#include "worker/train/pipeline_state.h"
+#include "worker/train/train_state.h"
+#include "worker/train/trainer.h"
+
+namespace precon::worker {
+
+// Everything one run owns, built from the config, and the loop's bookkeeping.
+struct Run {
+  const TrainOptions* options = nullptr;
+  std::function<void(const std::string&)> log;
+  ParsedConfig parsed;
+  TrialConfig& cfg() { return parsed.config; }
+  kernels::Device device = kernels::Device::cpu;
+  ParallelContext par;               // world, tensor-, data- and pipeline-parallel groups
+  int64_t slice = 0;                 // sequences of the global batch this rank computes
+  int64_t micro = 0;                 // sequences per forward/backward (slice / micro = micro-batches)
+  std::unique_ptr<GradientSync> grad_sync;  // one stage: bucketed and overlapped with the backward
+  std::unique_ptr<Gpt> model;
+  std::unique_ptr<PipelineSchedule> schedule;  // several stages: 1F1B
+  StageOptimizers* stages = nullptr;           // several stages: the optimizer, one per stage
+  PipelineTimes prev_pipe;                     // the schedule's times at the last metrics record
+  int64_t pipe_bytes = 0;                      // gradients all-reduced under pipelining
+  std::unique_ptr<DataLoader> loader;
+  std::unique_ptr<Optimizer> optimizer;
+  std::vector<Batch> val;
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<Reporter> reporter;
+  std::optional<double> objective;  // latest value of objective.metric emitted
+  int64_t start = 0;                // the step the run resumed from (0 = a fresh run)
+  int64_t last_checkpoint = 0;
+  PhaseSeconds prev_phases;         // optimizer phase totals at the last metrics record
+  double prev_comm_seconds = 0;     // gradient all-reduce wait at the last metrics record
+  int64_t prev_comm_bytes = 0;
+  int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
+  int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
+  RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective}; }
+};
+
+// Parses the config, checks the layout against the launched ranks, prepares the run directory,
+// and selects the CPU threads and the device.
+void configure_run(Run& run);
+// The model (this rank's pipeline stage), initialised from train.init_from or the seed.
+void build_model(Run& run);
+void build_data(Run& run);
+// One stage: an optimizer over every parameter. Several: one per stage over its rows.
+void build_optimizer(Run& run);
+// --resume auto: the newest checkpoint that verifies; a directory: that one, which must verify.
+void resume_run(Run& run);
+// metrics.jsonl and the reporter (first rank only), and the test-only fault injection.
+void open_outputs(Run& run);
+
+}  // namespace precon::worker

@@ -1,0 +1,174 @@
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "kernels/backend.h"
+#include "worker/ckpt/checkpoint.h"
+#include "worker/model/model_io.h"
+#include "worker/parallel/nccl_communicator.h"
+#include "worker/train/run.h"
+
+namespace precon::worker {
+
+namespace k = kernels;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<fs::path> split_paths(const std::string& list) {
+  std::vector<fs::path> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    if (!item.empty()) out.emplace_back(item);
+  }
+  return out;
+}
+
+// A run directory holds one config file, config.toml. The controller writes it and passes it as
+// --config; a standalone run gets its resolved config (overrides applied) written there.
+void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
+  const fs::path target = options.run_dir / "config.toml";
+  std::error_code ec;
+  if (fs::equivalent(target, options.config_path, ec)) return;
+  std::ofstream(target) << config_to_toml(cfg);
+}
+
+}  // namespace
+
+void configure_run(Run& run) {
+  const TrainOptions& options = *run.options;
+  run.parsed = parse_config_file(options.config_path.string(), options.overrides);
+  TrialConfig& cfg = run.cfg();
+  std::unique_ptr<Communicator> world = options.world ? options.world->split(0, options.world->rank())
+                                                      : make_local_communicator();
+  const bool cuda = cfg.train.device == "cuda";
+  // auto: NCCL between GPUs; MPI (or nothing, for one process) on the CPU. nccl on one rank is
+  // allowed: it is how a single GPU checks the backend.
+  if (cfg.parallel.backend == "nccl" || (cfg.parallel.backend == "auto" && cuda && world->size() > 1)) {
+    world = make_nccl_communicator(*world);
+  } else if (cuda && world->size() > 1) {
+    throw ConfigError(run.parsed.origin.count("parallel.backend") ? run.parsed.origin.at("parallel.backend") : "config", 0,
+                      "parallel.backend", "mpi collectives read host memory; GPU ranks need \"nccl\" (or \"auto\")");
+  }
+  run.par = make_parallel_context(std::move(world), cfg.parallel, cfg.model.n_layer);
+  if (run.par.world->size() > 1) {
+    run.log = [log = run.log, prefix = "rank " + std::to_string(run.par.world->rank()) + ": "](const std::string& m) {
+      log(prefix + m);
+    };
+  }
+  run.slice = cfg.train.batch_size / run.par.data;
+  run.micro = cfg.train.micro_batch_size > 0 ? cfg.train.micro_batch_size : run.slice;
+  fs::create_directories(options.run_dir);
+  if (run.par.first()) write_run_config(options, cfg);
+  if (cfg.train.threads > 0) k::set_cpu_threads(static_cast<int>(cfg.train.threads));
+  run.device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
+  k::set_default_device(run.device);
+}
+
+void build_model(Run& run) {
+  const TrialConfig& cfg = run.cfg();
+  const GptStage stage = pipeline_stage(run.par, run.par.pp_rank(), run.slice / run.micro);
+  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), stage);
+  if (run.par.pipeline > 1) run.schedule = std::make_unique<PipelineSchedule>(*run.model, *run.par.pp);
+  if (!cfg.train.init_from.empty()) {
+    load_model_safetensors(run.model->params(), cfg.train.init_from);
+    run.log("initialised the model from " + cfg.train.init_from);
+  } else {
+    run.model->init_random(static_cast<uint64_t>(cfg.train.seed));
+  }
+}
+
+void build_data(Run& run) {
+  const TrialConfig& cfg = run.cfg();
+  LoaderOptions lo;
+  lo.train = split_paths(cfg.data.train);
+  lo.val = split_paths(cfg.data.val);
+  lo.B = cfg.train.batch_size;
+  lo.T = cfg.model.seq_len;
+  lo.seed = static_cast<uint64_t>(cfg.train.seed);
+  lo.vocab_size = cfg.model.vocab_size;
+  run.loader = std::make_unique<DataLoader>(lo);
+  if (!lo.val.empty()) {
+    const int64_t n = std::min<int64_t>(cfg.train.eval_batches, run.loader->max_val_batches());
+    if (n < 1) run.log("warning: the validation shard holds fewer than one batch; no val_loss will be recorded");
+    else run.val = run.loader->val_batches(n);
+  }
+}
+
+// Each rank steps its own stage's optimizer; the others' are filled for checkpoints (pipeline_state.h).
+void build_optimizer(Run& run) {
+  const ParamStore& store = run.model->params();
+  std::vector<std::unique_ptr<Optimizer>> stages;
+  for (int s = 0; s < run.par.pipeline; ++s) {
+    std::vector<OptimParam> oparams;
+    for (size_t i : gpt_stage_rows(store, pipeline_stage(run.par, s, 1)))
+      oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
+    OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
+    // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
+    // per-matrix work is shared out over all of them.
+    if (s == run.par.pp_rank() && run.par.stage->size() > 1) hooks.group = run.par.stage.get();
+    stages.push_back(make_optimizer(run.cfg().optimizer, oparams, run.device, hooks));
+  }
+  if (run.par.pipeline == 1) {
+    run.optimizer = std::move(stages.front());
+  } else {
+    auto composite = std::make_unique<StageOptimizers>(std::move(stages), run.par.pp_rank());
+    run.stages = composite.get();
+    run.optimizer = std::move(composite);
+  }
+  // Under tensor parallelism one sum over the stage assembles each full gradient from its shards
+  // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
+  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store);
+  run.log("routing: " + run.optimizer->routing_summary());
+  if (run.par.world->size() > 1)
+    run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
+            ", " + std::to_string(run.par.tensor) + " tensor-parallel, " + std::to_string(run.par.pipeline) +
+            " pipeline stage(s) (this one: blocks " + std::to_string(run.par.first_layer) + " to " +
+            std::to_string(run.par.end_layer - 1) + ")" +
+            ", " + std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
+            " sequence(s) per step");
+}
+
+void resume_run(Run& run) {
+  const TrainOptions& options = *run.options;
+  if (options.resume == "never") return;
+  std::optional<fs::path> dir;
+  if (options.resume == "auto") {
+    CheckpointChoice choice = latest_good_checkpoint(options.run_dir);
+    for (const std::string& w : choice.warnings) run.log("warning: " + w);
+    if (choice.checkpoint) dir = choice.checkpoint->dir;
+  } else {
+    dir = fs::path(options.resume);
+    if (auto bad = verify_checkpoint(*dir)) throw CheckpointError(dir->string() + " does not verify: " + *bad);
+  }
+  if (!dir) return;
+  run.start = load_checkpoint(*dir, run.state());
+  if (run.stages) run.stages->copy_shared_state();
+  run.objective = checkpoint_objective(*dir);
+  run.log("resumed from " + dir->string() + " at step " + std::to_string(run.start));
+}
+
+void open_outputs(Run& run) {
+  const TrainOptions& options = *run.options;
+  if (run.par.first()) run.metrics = std::make_unique<MetricsWriter>(options.run_dir / "metrics.jsonl", run.start);
+  if (!options.report_url.empty() && run.par.first()) {
+    ReporterOptions ro;
+    ro.url = options.report_url;
+    ro.token = options.token;
+    ro.trial = options.trial_id;
+    ro.log = [log = run.log](const std::string& m) { log("report: " + m); };
+    run.reporter = std::make_unique<Reporter>(ro);
+  }
+  run.last_checkpoint = run.start;
+  run.prev_phases = run.optimizer->phase_seconds();
+  const char* nan_fault = std::getenv("PRECON_FAULT_NAN_LOSS_AT_STEP");
+  run.nan_fault_step = nan_fault ? std::atoll(nan_fault) : -1;
+  if (const char* f = std::getenv("PRECON_FAULT_RANK_ERROR"); f && std::strchr(f, ':') &&
+      std::atoi(f) == run.par.world->rank())
+    run.rank_fault_step = std::atoll(std::strchr(f, ':') + 1);
+}
+
+}  // namespace precon::worker
