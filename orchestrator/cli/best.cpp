@@ -16,7 +16,7 @@ void add_best(CLI::App& app) {
   cmd->callback([which] {
     guarded([&] {
       orch::Store store = open_store();
-      orch::BestReport report = orch::best_report(store, orch::find_experiment(store, *which));
+      orch::BestReport report = orch::best_report(store, lookup_experiment(store, *which));
       if (global().json) std::cout << orch::best_to_json(report).dump(2) << "\n";
       else std::cout << orch::format_best_table(report);
     });

@@ -23,7 +23,7 @@ void add_cancel(CLI::App& app) {
       }
       if (which->empty()) throw std::invalid_argument("name an experiment or pass --trial ID");
       orch::Store store = open_store();
-      const orch::ExperimentRow exp = orch::find_experiment(store, *which);
+      const orch::ExperimentRow exp = lookup_experiment(store, *which);
       const int64_t id = exp.id;
       // Said here as well as by the controller (409), which answers the same when it ended meanwhile.
       if (exp.state != orch::ExperimentState::running) {

@@ -16,6 +16,7 @@
 
 #include "orchestrator/http/client.h"
 #include "orchestrator/http/printable.h"
+#include "orchestrator/service/queries.h"
 #include "worker/config/parse.h"
 
 namespace precon::cli {
@@ -111,18 +112,43 @@ std::string admin_token() {
   return first_line(token_file());
 }
 
+namespace {
+// Where admin_token() found the token, for an error message about it.
+std::string token_source() {
+  if (!global().token.empty()) return "--token";
+  if (std::getenv("PRECON_TOKEN")) return "$PRECON_TOKEN";
+  if (first_line(token_file()).empty()) return "none: no --token, no $PRECON_TOKEN and nothing in " + token_file().string();
+  return token_file().string();
+}
+}  // namespace
+
 json call_controller(const std::string& method, const std::string& target, const json& body) {
   std::map<std::string, std::string> headers{{"Authorization", "Bearer " + admin_token()},
                                              {"Content-Type", "application/json"}};
-  orch::ClientResponse r =
-      orch::http_request(controller_url(), method, target, body.is_null() ? "" : body.dump(), headers);
+  const std::string url = controller_url();
+  orch::ClientResponse r = orch::http_request(url, method, target, body.is_null() ? "" : body.dump(), headers);
   json j = json::parse(r.body, nullptr, false);
   if (r.status >= 400) {
     std::string msg = !j.is_discarded() && j.contains("error") ? j["error"].value("message", r.body) : r.body;
     if (r.status == 400) throw std::invalid_argument(msg);
-    throw std::runtime_error("controller answered " + std::to_string(r.status) + ": " + msg);
+    if (r.status == 401) msg += " (token from " + token_source() + ")";
+    throw std::runtime_error("the controller at " + url + " answered " + std::to_string(r.status) + ": " + msg);
   }
   return j.is_discarded() ? json::object() : j;
+}
+
+orch::ExperimentRow lookup_experiment(const orch::Store& store, const std::string& id_or_name) {
+  try {
+    return orch::find_experiment(store, id_or_name);
+  } catch (const std::out_of_range&) {
+    throw std::out_of_range("no experiment \"" + id_or_name + "\" in " + global().db + " (`precon ls` lists them)");
+  }
+}
+
+orch::TrialRow lookup_trial(const orch::Store& store, int64_t id) {
+  std::optional<orch::TrialRow> t = store.trial(id);
+  if (!t) throw std::out_of_range("no trial " + std::to_string(id) + " in " + global().db + " (`precon show EXP` lists them)");
+  return *t;
 }
 
 void print_table(const std::vector<std::vector<std::string>>& raw_rows) {

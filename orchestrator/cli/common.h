@@ -44,8 +44,13 @@ void write_connection_files(const std::string& url, const std::string& token);
 std::string controller_url();
 std::string admin_token();
 
-// HTTP call to the controller with the admin token; throws with the server's error message.
+// HTTP call to the controller with the admin token; throws with the server's error message
+// (invalid_argument for a 400, which exits 2) and the controller's address.
 nlohmann::json call_controller(const std::string& method, const std::string& target, const nlohmann::json& body = {});
+
+// An experiment by id or name, a trial by id; not found: an error naming the database.
+orch::ExperimentRow lookup_experiment(const orch::Store& store, const std::string& id_or_name);
+orch::TrialRow lookup_trial(const orch::Store& store, int64_t id);
 
 // Prints rows as an aligned table (first row = header).
 void print_table(const std::vector<std::vector<std::string>>& rows);

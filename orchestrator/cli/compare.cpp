@@ -30,11 +30,10 @@ void add_compare(CLI::App& app) {
       std::vector<orch::TrialRow> trials;
       std::vector<nlohmann::json> summaries;
       for (int64_t id : *ids) {
-        auto t = store.trial(id);
-        if (!t) throw std::out_of_range("no trial " + std::to_string(id));
-        auto e = store.experiment(t->experiment_id);
-        trials.push_back(*t);
-        summaries.push_back(orch::trial_summary_json(store, *t, *e));
+        const orch::TrialRow t = lookup_trial(store, id);
+        auto e = store.experiment(t.experiment_id);
+        trials.push_back(t);
+        summaries.push_back(orch::trial_summary_json(store, t, *e));
       }
       std::vector<std::map<std::string, std::string>> configs;
       for (const auto& t : trials) configs.push_back(config_values(t));

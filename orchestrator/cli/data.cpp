@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "orchestrator/cli/common.h"
+#include "worker/common/error.h"
 #include "worker/data/prepare.h"
 
 namespace precon::cli {
@@ -29,7 +30,12 @@ void add_data(CLI::App& app) {
       opt->vocab_bpe = *vocab;
       if (opt->encoder_json.empty() != opt->vocab_bpe.empty())
         throw std::invalid_argument("--encoder and --vocab go together (GPT-2 BPE)");
-      worker::PrepareResult r = worker::prepare_data(*opt);
+      worker::PrepareResult r;
+      try {
+        r = worker::prepare_data(*opt);
+      } catch (const worker::DataError& e) {
+        throw std::invalid_argument(e.what());  // the inputs or options are wrong: exit 2
+      }
       std::cout << "wrote " << r.train_path.string() << " (" << r.train_tokens << " tokens) and "
                 << r.val_path.string() << " (" << r.val_tokens << " tokens), tokenizer " << r.tokenizer
                 << ", vocab_size " << r.vocab_size << "\n";

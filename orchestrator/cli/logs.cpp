@@ -1,4 +1,5 @@
 // precon logs TRIAL: the tail of a trial's worker log.
+#include <filesystem>
 #include <iostream>
 
 #include "orchestrator/cli/common.h"
@@ -18,9 +19,13 @@ void add_logs(CLI::App& app) {
   cmd->callback([trial, stream, lines] {
     guarded([&] {
       orch::Store store = open_store();
-      auto t = store.trial(*trial);
-      if (!t) throw std::out_of_range("no trial " + std::to_string(*trial));
-      std::cout << orch::tail_file(t->run_dir + "/" + *stream + ".log", *lines);
+      const orch::TrialRow t = lookup_trial(store, *trial);
+      const std::string path = t.run_dir + "/" + *stream + ".log";
+      // A pending trial has no log yet: said on stderr, not an error.
+      if (!std::filesystem::exists(path))
+        std::cerr << "precon: trial " << t.id << " (" << orch::trial_state_name(t.state) << ") has no " << *stream
+                  << " log yet (" << path << ")\n";
+      else std::cout << orch::tail_file(path, *lines);
     });
   });
 }

@@ -9,9 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <thread>
 
 #include "orchestrator/cli/common.h"
@@ -20,6 +18,7 @@
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
+#include "worker/config/parse.h"
 
 namespace precon::cli {
 
@@ -96,10 +95,8 @@ Snapshot snapshot(const orch::Store& store, int64_t experiment, double elapsed_s
 }
 
 void run_command(const RunOptions& o) {
-  std::ifstream in(o.recipe);
-  if (!in) throw std::invalid_argument("cannot open recipe " + o.recipe);
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
+  worker::read_toml_file(o.recipe, &text);
 
   const WebAssets web = find_web_assets(o.web_dir);
   orch::ControllerOptions co;
@@ -116,7 +113,7 @@ void run_command(const RunOptions& o) {
   orch::Controller controller(co);
   controller.start();
   write_connection_files(controller.url(), controller.admin_token());
-  const int64_t id = controller.submit_recipe(text.str(), o.recipe, o.overrides);
+  const int64_t id = controller.submit_recipe(text, o.recipe, o.overrides);
   const auto started = std::chrono::steady_clock::now();
   orch::Store& store = controller.store();
   const orch::ExperimentRow exp = *store.experiment(id);

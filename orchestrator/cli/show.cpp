@@ -16,7 +16,7 @@ void add_show(CLI::App& app) {
   cmd->callback([which] {
     guarded([&] {
       orch::Store store = open_store();
-      orch::ExperimentRow e = orch::find_experiment(store, *which);
+      orch::ExperimentRow e = lookup_experiment(store, *which);
       auto trials = store.trials(e.id);
       nlohmann::json j = orch::experiment_json(e, trials, true);
       nlohmann::json list = nlohmann::json::array();

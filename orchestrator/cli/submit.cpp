@@ -1,9 +1,8 @@
 // precon submit RECIPE: hands a recipe to a running controller.
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "orchestrator/cli/common.h"
+#include "worker/config/parse.h"
 
 namespace precon::cli {
 
@@ -17,12 +16,12 @@ void add_submit(CLI::App& app) {
   add_json_option(cmd);
   cmd->callback([recipe, overrides] {
     guarded([&] {
-      std::ifstream in(*recipe);
-      if (!in) throw std::invalid_argument("cannot open recipe " + *recipe);
-      std::stringstream text;
-      text << in.rdbuf();
+      // Read here (a missing or unreadable file is named before the controller is asked); the
+      // controller checks the keys.
+      std::string text;
+      worker::read_toml_file(*recipe, &text);
       nlohmann::json r = call_controller("POST", "/api/v1/experiments",
-                                         {{"recipe", text.str()}, {"source", *recipe}, {"overrides", *overrides}});
+                                         {{"recipe", text}, {"source", *recipe}, {"overrides", *overrides}});
       if (global().json) std::cout << r.dump(2) << "\n";
       else std::cout << "experiment " << r["id"] << " (" << r["name"].get<std::string>() << "): " << r["trials"]
                      << " trial(s) submitted to " << controller_url() << "\n";

@@ -14,19 +14,12 @@
 #include <sstream>
 
 #include "orchestrator/store/store.h"
-#include "tests/orchestrator/controller_fixture.h"
+#include "tests/orchestrator/cli_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-class CliRun : public ControllerFixture {
+class CliRun : public CliFixture {
  protected:
   // `precon ARGS` in dir_ on a pseudo-terminal of rows x columns; returns what it wrote and sets
   // status to its exit status.
@@ -61,44 +54,6 @@ class CliRun : public ControllerFixture {
     ::close(master);
     status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
     return out;
-  }
-
-  // `BIN serve` in the background with its stderr in dir_/serve.log; stop() ends it.
-  struct Serve {
-    pid_t pid = -1;
-    std::string url;
-    fs::path log;
-    void stop() {
-      if (pid > 0) {
-        ::kill(pid, SIGTERM);
-        ::waitpid(pid, nullptr, 0);
-      }
-      pid = -1;
-    }
-  };
-  Serve serve(const std::string& bin, const std::vector<std::string>& extra = {}) {
-    Serve s;
-    s.log = dir_ / "serve.log";
-    const fs::path db = dir_ / "serve.db";
-    fs::remove(db.string() + ".url");
-    std::vector<std::string> args{bin, "serve", "--db", db.string(), "--port", "0", "--runs", (dir_ / "runs").string(),
-                                  "--slurm", "off"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    s.pid = ::fork();
-    if (s.pid == 0) {
-      const int fd = ::open(s.log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, STDERR_FILENO);
-      std::vector<char*> argv;
-      for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(bin.c_str(), argv.data());
-      ::_exit(127);
-    }
-    wait_for([&] { return fs::exists(db.string() + ".url") && read_file(db.string() + ".url").find('\n') != std::string::npos; },
-             std::chrono::seconds(30));
-    s.url = read_file(db.string() + ".url");
-    s.url = s.url.substr(0, s.url.find('\n'));
-    return s;
   }
 };
 

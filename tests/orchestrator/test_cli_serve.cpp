@@ -1,0 +1,143 @@
+// `precon serve`, `precon submit` and `precon cancel` as a user runs them against a real
+// controller: a `precon serve` child on a port it picks, the other subcommands finding it
+// through the address and token it leaves next to its database. Exit status and output for the
+// happy path and for bad input (a missing recipe, a misspelt key, a wrong token, no controller,
+// an unknown id, a finished experiment, a port in use).
+#include <gtest/gtest.h>
+
+#include "orchestrator/store/store.h"
+#include "tests/orchestrator/cli_fixture.h"
+
+namespace precon::orch::testing {
+namespace {
+
+class CliServe : public CliFixture {
+ protected:
+  std::string write(const std::string& name, const std::string& text) const {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  static std::string trial_state(const std::string& url, int64_t experiment) {
+    const nlohmann::json j = get(url, "/api/v1/experiments/" + std::to_string(experiment) + "/trials");
+    return j.is_object() && !j["trials"].empty() ? j["trials"][0].value("state", "") : "";
+  }
+};
+
+TEST_F(CliServe, SubmitRunsARecipeOnTheServedControllerAndServeStopsCleanly) {
+  Serve s = serve();
+  ASSERT_FALSE(s.url.empty()) << read_file(s.log);
+  EXPECT_EQ(http_request(s.url, "GET", "/healthz").status, 200);
+  const std::string recipe_path =
+      write("r.toml", recipe(6, "[sweep.parameters]\n\"optimizer.lr\" = [0.001, 0.003]\n"));
+
+  // Address and admin token from the files serve wrote next to --db.
+  const test::CommandResult r = precon("submit " + recipe_path + " --db " + s.db.string());
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("experiment 1 (tiny): 2 trial(s) submitted to " + s.url), std::string::npos) << r.output;
+  ASSERT_TRUE(done(s.url, 1)) << read_file(s.log);
+  EXPECT_EQ(get(s.url, "/api/v1/experiments/1")["state"], "completed");
+
+  EXPECT_EQ(s.stop(), 0) << read_file(s.log);
+  const std::string log = read_file(s.log);
+  EXPECT_NE(log.find("precon serve: " + s.url + " (database " + s.db.string() + ", admin token in " + s.db.string() +
+                     ".token)"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("precon serve: stopping"), std::string::npos) << log;
+  Store store(s.db);
+  const std::vector<TrialRow> trials = store.trials(1);
+  ASSERT_EQ(trials.size(), 2u);
+  for (const TrialRow& t : trials) {
+    EXPECT_EQ(t.state, TrialState::completed) << t.id;
+    EXPECT_EQ(t.last_step, 6) << t.id;
+  }
+}
+
+TEST_F(CliServe, SubmitNamesAMissingRecipeAMisspeltKeyAWrongTokenAndAMissingController) {
+  Serve s = serve();
+  ASSERT_FALSE(s.url.empty()) << read_file(s.log);
+  const std::string db = " --db " + s.db.string();
+
+  const std::string absent = (dir_ / "absent.toml").string();
+  test::CommandResult r = precon("submit " + absent + db);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(absent + ": cannot open the file: it does not exist"), std::string::npos) << r.output;
+
+  // Checked by the controller (400): every problem as file:line: key, and exit 2.
+  const std::string typo = write("typo.toml", "[train]\nstesp = 10\n");
+  r = precon("submit " + typo + db);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(typo + ":2: train.stesp: unknown key (did you mean train.steps?)"), std::string::npos)
+      << r.output;
+
+  const std::string good = write("r.toml", recipe(2, ""));
+  r = precon("submit " + good + db + " --token not-the-token");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("the controller at " + s.url + " answered 401: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(token from --token)"), std::string::npos) << r.output;
+  r = test::run_command("cd '" + dir_.string() + "' && PRECON_TOKEN=wrong " + PRECON_BIN + " submit " + good + db);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("(token from $PRECON_TOKEN)"), std::string::npos) << r.output;
+  EXPECT_TRUE(get(s.url, "/api/v1/experiments")["experiments"].empty()) << "a refused submission created an experiment";
+
+  // No controller: none known for this database, or the known one is gone.
+  r = precon("submit " + good + " --db " + (dir_ / "other.db").string());
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("no running controller known for " + (dir_ / "other.db").string()), std::string::npos)
+      << r.output;
+  EXPECT_EQ(s.stop(), 0);
+  r = precon("submit " + good + db);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot reach the controller at " + s.url + ": connection refused"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(CliServe, CancelStopsARunningExperimentAndRefusesAFinishedOneAndUnknownIds) {
+  Serve s = serve();
+  ASSERT_FALSE(s.url.empty()) << read_file(s.log);
+  const std::string db = " --db " + s.db.string();
+  test::CommandResult r = precon("submit " + write("long.toml", recipe(1000000, "")) + db);
+  ASSERT_EQ(r.status, 0) << r.output;
+  ASSERT_TRUE(wait_for([&] { return trial_state(s.url, 1) == "running"; }, std::chrono::seconds(60)))
+      << read_file(s.log);
+
+  r = precon("cancel 1" + db);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("experiment 1: cancel requested"), std::string::npos) << r.output;
+  ASSERT_TRUE(done(s.url, 1, std::chrono::seconds(60))) << read_file(s.log);
+  EXPECT_EQ(get(s.url, "/api/v1/experiments/1")["state"], "cancelled");
+  EXPECT_EQ(trial_state(s.url, 1), "cancelled");
+
+  r = precon("cancel 1" + db);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("experiment 1 already finished (cancelled); nothing to cancel"), std::string::npos)
+      << r.output;
+  r = precon("cancel --trial 1" + db);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("the controller at " + s.url + " answered 409: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("nothing to cancel"), std::string::npos) << r.output;
+  r = precon("cancel 99" + db);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("no experiment \"99\" in " + s.db.string()), std::string::npos) << r.output;
+  r = precon("cancel --trial 99" + db);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("the controller at " + s.url + " answered 404: "), std::string::npos) << r.output;
+  r = precon("cancel" + db);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("name an experiment or pass --trial ID"), std::string::npos) << r.output;
+}
+
+TEST_F(CliServe, ServeRefusesAPortInUse) {
+  Serve s = serve();
+  ASSERT_FALSE(s.url.empty()) << read_file(s.log);
+  const std::string port = s.url.substr(s.url.rfind(':') + 1);
+  const test::CommandResult r =
+      precon("serve --db " + (dir_ / "second.db").string() + " --port " + port + " --slurm off");
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("cannot listen on 127.0.0.1:" + port + ": the address is already in use"), std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "second.db.url")) << "a controller that did not start left its address";
+  EXPECT_EQ(http_request(s.url, "GET", "/healthz").status, 200) << "the first controller stopped";
+}
+
+}  // namespace
+}  // namespace precon::orch::testing
