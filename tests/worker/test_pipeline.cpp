@@ -118,6 +118,10 @@ TEST_F(Pipeline, ALayoutThePipelineCannotTakeIsAConfigError) {
        "pipeline_layers sum to 3 layers, model.n_layer = 2"},
       {"--set 'parallel.pipeline_layers=[2]' --set parallel.pipeline=2", "pipeline_layers lists 1 stage(s), parallel.pipeline = 2"},
       {"--set parallel.virtual_stages=2", "interleaved virtual stages are not implemented"},
+      // A Slurm trial's tasks are held to every factor of the layout.
+      {"--set parallel.pipeline=2 --set resources.executor=slurm --set resources.ntasks_per_node=1",
+       "resources.nodes × ntasks_per_node = 1 × 1 tasks, but the layout parallel.tensor × parallel.data × "
+       "parallel.pipeline needs 2 rank(s)"},
   };
   for (const Case& c : cases) {
     Result r = run(trainer(cfg, "bad", c.sets));
