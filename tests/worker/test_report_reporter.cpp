@@ -102,6 +102,11 @@ class FakeController {
     std::lock_guard lock(mutex_);
     return received_;
   }
+  // Bodies answered with a forced failure (answer_next), in arrival order.
+  std::vector<nlohmann::json> refused() const {
+    std::lock_guard lock(mutex_);
+    return refused_;
+  }
   // Steps of every accepted record, in arrival order.
   std::vector<int64_t> steps() const {
     std::vector<int64_t> out;
@@ -184,6 +189,7 @@ class FakeController {
       error(401, "wrong token for this trial");
     } else if (forced_count_ > 0) {
       --forced_count_;
+      if (!body.is_discarded()) refused_.push_back(body);
       error(forced_status_, "forced failure");
     } else if (body.is_discarded()) {
       error(400, "body is not JSON");
@@ -208,6 +214,7 @@ class FakeController {
   mutable std::mutex mutex_;
   int requests_ = 0;
   std::vector<Received> received_;
+  std::vector<nlohmann::json> refused_;
   unsigned forced_status_ = 500;
   int forced_count_ = 0;
   bool stop_ = false;
@@ -338,16 +345,34 @@ TEST(ReportReporter, CatchesUpWhenTheControllerComesUpLate) {
   EXPECT_EQ(log.count("answers again"), 1);
 }
 
+// Steps of a report body's records.
+std::vector<int64_t> steps_of(const nlohmann::json& body) {
+  std::vector<int64_t> out;
+  for (const auto& r : body["records"]) out.push_back(r["step"].get<int64_t>());
+  return out;
+}
+
+// The server fails the first three attempts: each retry resends the records of the attempt
+// before it (possibly with more behind them), and the first accepted batch starts with them.
 TEST(ReportReporter, RetriesServerErrors) {
   FakeController controller;
   controller.answer_next(500, 3);
   LogSink log;
   Reporter reporter(options(controller, log));
-  for (int64_t s = 1; s <= 10; ++s) reporter.push(record(s));
+  reporter.push(record(1));
+  ASSERT_TRUE(eventually([&] { return controller.refused().size() == 3; }));
+  for (int64_t s = 2; s <= 10; ++s) reporter.push(record(s));
   ASSERT_TRUE(reporter.flush(5s));
   EXPECT_EQ(controller.steps(), range(1, 10));
-  EXPECT_GE(controller.requests(), 4);
-  EXPECT_EQ(log.count("HTTP 500: forced failure"), 1);
+  const std::vector<nlohmann::json> refused = controller.refused();
+  ASSERT_EQ(refused.size(), 3u);
+  for (const nlohmann::json& body : refused) EXPECT_EQ(steps_of(body), range(1, 1)) << body.dump();
+  const std::vector<Received> received = controller.received();
+  ASSERT_FALSE(received.empty());
+  EXPECT_EQ(steps_of(received[0].body).front(), 1);
+  EXPECT_EQ(controller.requests(), static_cast<int>(refused.size() + received.size()));
+  EXPECT_EQ(log.count("HTTP 500: forced failure"), 1);  // one line per failure streak
+  EXPECT_EQ(log.count("answers again"), 1);
 }
 
 TEST(ReportReporter, RetriesTooManyRequests) {
@@ -359,6 +384,9 @@ TEST(ReportReporter, RetriesTooManyRequests) {
   ASSERT_TRUE(reporter.flush(5s));
   EXPECT_EQ(controller.steps(), range(1, 1));
   EXPECT_EQ(controller.requests(), 3);
+  const std::vector<nlohmann::json> refused = controller.refused();
+  ASSERT_EQ(refused.size(), 2u);
+  for (const nlohmann::json& body : refused) EXPECT_EQ(steps_of(body), range(1, 1)) << body.dump();
 }
 
 TEST(ReportReporter, ClientErrorDropsOnlyThatBatch) {
