@@ -163,8 +163,33 @@ std::string query_string(const Request& request, const std::string& name, const 
   return it == request.query.end() ? fallback : it->second;
 }
 
+size_t json_depth(std::string_view text) {
+  size_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
 nlohmann::json json_body(const Request& request) {
   if (request.body.empty()) throw HttpError(400, "bad_json", "the request body is empty; expected a JSON document");
+  // Printing or copying a value recurses once per level: a body of a few MB of '[' would
+  // exhaust the stack of whatever handles it.
+  if (json_depth(request.body) > kMaxJsonDepth) {
+    throw HttpError(400, "bad_json", "the request body nests arrays/objects deeper than " +
+                                         std::to_string(kMaxJsonDepth) + " levels");
+  }
   try {
     return nlohmann::json::parse(request.body);
   } catch (const nlohmann::json::parse_error& e) {

@@ -127,8 +127,12 @@ int64_t path_int(const Request& request, const std::string& name);
 int64_t query_int(const Request& request, const std::string& name, int64_t fallback);
 double query_double(const Request& request, const std::string& name, double fallback);
 std::string query_string(const Request& request, const std::string& name, const std::string& fallback = "");
-// The body as JSON; HttpError 400 bad_json (naming the position) when empty or malformed.
+// The body as JSON; HttpError 400 bad_json (naming the position) when empty, malformed or nested
+// deeper than kMaxJsonDepth arrays/objects.
+constexpr size_t kMaxJsonDepth = 64;
 nlohmann::json json_body(const Request& request);
+// How deeply arrays and objects nest in JSON text (brackets inside strings do not count).
+size_t json_depth(std::string_view text);
 
 // "Authorization: Bearer <token>" -> token; "" when absent or another scheme.
 std::string bearer_token(const Request& request);

@@ -43,6 +43,9 @@ constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kLingerBytes = 64 << 20;
 // Accept errors such as "too many open files" would spin; retry after a pause instead.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
+// Connections over the caps still being answered 503 and drained; beyond this they are closed
+// unanswered, so a flood cannot grow the refusals either.
+constexpr size_t kMaxRefusing = 64;
 
 std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
 
@@ -101,6 +104,7 @@ struct HttpServer::State {
   }
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket socket);
+  void admit(tcp::socket socket);  // a session for the connection, or its refusal over a cap
 
   const Router& router;
   ServerOptions options;
@@ -108,6 +112,8 @@ struct HttpServer::State {
   std::mutex mutex;
   std::condition_variable sessions_gone;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  size_t serving = 0;                                  // sessions within the caps
+  std::unordered_map<std::string, size_t> per_address;  // serving sessions by peer address
   std::optional<net::io_context> io;
   std::optional<tcp::acceptor> acceptor;    // on its own strand
   std::optional<net::steady_timer> retry;  // on the acceptor's strand
@@ -119,21 +125,31 @@ namespace {
 // router on this session's strand, and closes on error, timeout, "Connection: close" or stop.
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket&& socket, HttpServer::State& state)
-      : state_(state), stream_(std::move(socket)), deadline_(stream_.get_executor()) {
-    beast::error_code ec;
-    const tcp::endpoint peer = stream_.socket().remote_endpoint(ec);
-    if (!ec) remote_ = peer.address().to_string() + ":" + std::to_string(peer.port());
-  }
+  // refusal: the connection is over a cap (HttpServer::State::admit); it is answered that and closed.
+  Session(tcp::socket&& socket, HttpServer::State& state, std::string address, std::string remote,
+          std::optional<Response> refusal)
+      : state_(state),
+        stream_(std::move(socket)),
+        deadline_(stream_.get_executor()),
+        address_(std::move(address)),
+        remote_(std::move(remote)),
+        refusal_(std::move(refusal)) {}
 
   ~Session() {
     std::lock_guard lock(state_.mutex);
     state_.sessions.erase(this);
+    if (!refusal_) {
+      --state_.serving;
+      if (--state_.per_address[address_] == 0) state_.per_address.erase(address_);
+    }
     if (state_.sessions.empty()) state_.sessions_gone.notify_all();
   }
 
   void run() {
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+      if (self->refusal_) return self->answer_and_close(*self->refusal_);
+      self->wait_for_request();
+    });
   }
 
   // From HttpServer::stop(): an idle connection closes now; a request being read or answered
@@ -340,7 +356,9 @@ class Session : public std::enable_shared_from_this<Session> {
   bhttp::response<bhttp::string_body> response_;  // alive until its write completes
   std::vector<char> drain_;
   size_t drained_ = 0;
-  std::string remote_;
+  std::string address_;  // the peer's IP address, for the per-address cap
+  std::string remote_;   // "address:port"
+  std::optional<Response> refusal_;
   Phase phase_ = Phase::kIdle;
 };
 
@@ -361,15 +379,51 @@ void HttpServer::State::on_accept(beast::error_code ec, tcp::socket socket) {
     });
     return;
   }
-  if (!stopping) {
-    auto session = std::make_shared<Session>(std::move(socket), *this);
-    {
-      std::lock_guard lock(mutex);
-      sessions.emplace(session.get(), session);
-    }
-    session->run();
-  }
+  if (!stopping) admit(std::move(socket));
   do_accept();
+}
+
+void HttpServer::State::admit(tcp::socket socket) {
+  beast::error_code ec;
+  const tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec) return;  // gone already
+  const std::string address = peer.address().to_string();
+  std::optional<Response> refusal;
+  std::shared_ptr<Session> session;
+  {
+    std::lock_guard lock(mutex);
+    const size_t from_address = per_address.count(address) ? per_address[address] : 0;
+    if (serving >= options.max_connections) {
+      refusal = error_response(503, "too_many_connections",
+                               "the server has " + std::to_string(serving) +
+                                   " connections open, its limit; retry shortly");
+    } else if (from_address >= options.max_connections_per_address) {
+      refusal = error_response(503, "too_many_connections",
+                               "this client address has " + std::to_string(from_address) +
+                                   " connections open, the limit per address; close some or retry shortly");
+    }
+    if (refusal) {
+      if (sessions.size() - serving >= kMaxRefusing) return;  // closed unanswered
+      refusal->headers["Retry-After"] = "1";
+    } else {
+      ++serving;
+      ++per_address[address];
+    }
+    session = std::make_shared<Session>(std::move(socket), *this, address,
+                                        address + ":" + std::to_string(peer.port()), std::move(refusal));
+    sessions.emplace(session.get(), session);
+  }
+  session->run();
+}
+
+bool reachable_from_other_machines(const std::string& bind) {
+  beast::error_code ec;
+  const net::ip::address address = net::ip::make_address(bind, ec);
+  if (ec) return false;
+  if (address.is_v6() && address.to_v6().is_v4_mapped()) {
+    return !net::ip::make_address_v4(net::ip::v4_mapped, address.to_v6()).is_loopback();
+  }
+  return !address.is_loopback();
 }
 
 HttpServer::HttpServer(const Router& router, ServerOptions options)

@@ -34,6 +34,12 @@ struct ServerOptions {
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
   // stop(): how long requests already being read or answered may take before they are cut.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(5)};
+  // Connections open at once, in all and from one client address. A connection beyond either cap
+  // is answered 503 too_many_connections (with Retry-After) and closed, so clients that hold
+  // connections open (slowly, or many at once) cannot use up the server's descriptors or starve
+  // clients from other addresses.
+  size_t max_connections = 1024;
+  size_t max_connections_per_address = 256;
   // Called after every answer with the request (request.route is the Route::name, "" when no
   // route matched or the server answered by itself: 400/408/413/431/501), the response and the
   // seconds spent in the router. For /metrics: count by request.route and response.status.
@@ -45,6 +51,11 @@ struct ServerOptions {
   std::function<void(const Request&, const Response&, double seconds)> on_request;
   std::function<void(const std::string&)> log;  // connection-level problems; default: stderr
 };
+
+// True when `bind` is an IP address other than a loopback one (127.0.0.0/8, ::1, or ::ffff:127.x):
+// a server listening there can be reached from other machines. False for loopback and for
+// text that is not an address (HttpServer::start refuses that with its own error).
+bool reachable_from_other_machines(const std::string& bind);
 
 class HttpServer {
  public:
