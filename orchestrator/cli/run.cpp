@@ -12,6 +12,7 @@
 #include <iostream>
 #include <thread>
 
+#include "orchestrator/cli/admin_token.h"
 #include "orchestrator/cli/common.h"
 #include "orchestrator/cli/live_view.h"
 #include "orchestrator/cli/web_assets.h"
@@ -36,6 +37,7 @@ struct RunOptions {
   std::string web_dir;
   int cpu_slots = 0;
   bool quiet = false;
+  AdminTokenOptions token;
 };
 
 double last_value(const orch::Store& store, int64_t trial, const std::string& name) {
@@ -98,12 +100,15 @@ void run_command(const RunOptions& o) {
   std::string text;
   worker::read_toml_file(o.recipe, &text);
 
+  const std::string token = configured_admin_token(o.token);
+  require_configured_token(o.bind, token);
   const WebAssets web = find_web_assets(o.web_dir);
   orch::ControllerOptions co;
   co.db = global().db;
   co.run_root = o.runs;
   co.bind = o.bind;
   co.port = o.port;
+  co.admin_token = token;
   co.cpu_slots = o.cpu_slots;
   co.web_dir = web.dir;
   const bool tty = ::isatty(STDOUT_FILENO) && !o.quiet;
@@ -174,7 +179,9 @@ void add_run(CLI::App& app) {
   cmd->add_option("recipe", o->recipe, "recipe TOML file")->required();
   cmd->add_option("--set", o->overrides, "override a recipe key: key=value (repeatable)");
   cmd->add_option("--runs", o->runs, "directory for the trials' run directories")->capture_default_str();
-  cmd->add_option("--bind", o->bind, "dashboard/API address")->capture_default_str();
+  cmd->add_option("--bind", o->bind, "dashboard/API address (loopback by default; any other needs a configured admin token)")
+      ->capture_default_str();
+  add_admin_token_options(cmd, o->token);
   cmd->add_option("--port", o->port, "dashboard/API port (0 = any free port)")->capture_default_str();
   cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for trials (0 = all cores)");

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <thread>
 
+#include "orchestrator/cli/admin_token.h"
 #include "orchestrator/cli/common.h"
 #include "orchestrator/cli/web_assets.h"
 #include "orchestrator/service/controller.h"
@@ -21,7 +22,7 @@ struct ServeOptions {
   std::string bind = "127.0.0.1";
   uint16_t port = 8080;
   std::string web_dir;
-  std::string token;
+  AdminTokenOptions token;
   int cpu_slots = 0;
   std::string advertise;
   std::string slurm = "auto";
@@ -34,11 +35,11 @@ void add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "run the controller: HTTP API, dashboard, scheduler");
   cmd->add_option("--runs", o->runs, "directory for the trials' run directories")->capture_default_str();
-  cmd->add_option("--bind", o->bind, "listen address (loopback by default)")->capture_default_str();
+  cmd->add_option("--bind", o->bind, "listen address (loopback by default; any other needs a configured admin token)")
+      ->capture_default_str();
   cmd->add_option("--port", o->port, "listen port")->capture_default_str();
   cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
-  cmd->add_option("--admin-token", o->token, "admin token (default: a new random one, written next to --db)")
-      ->envname("PRECON_TOKEN");
+  add_admin_token_options(cmd, o->token);
   cmd->add_option("--advertise-url", o->advertise,
                   "the controller's URL as workers (Slurm compute nodes) reach it, e.g. http://login01:8080; "
                   "default: http://<bind>:<port>, this host's name when bound to 0.0.0.0");
@@ -56,6 +57,8 @@ void add_serve(CLI::App& app) {
   add_db_option(cmd);
   cmd->callback([o] {
     guarded([&] {
+      const std::string token = configured_admin_token(o->token);
+      require_configured_token(o->bind, token);
       const WebAssets web = find_web_assets(o->web_dir);
       orch::ControllerOptions co;
       co.db = global().db;
@@ -63,7 +66,7 @@ void add_serve(CLI::App& app) {
       co.bind = o->bind;
       co.port = o->port;
       co.web_dir = web.dir;
-      co.admin_token = o->token;
+      co.admin_token = token;
       co.cpu_slots = o->cpu_slots;
       co.advertise_url = o->advertise;
       co.slurm = o->slurm;

@@ -49,6 +49,8 @@ std::map<std::string, std::string> controller_env() {
     std::string kv(*e);
     size_t eq = kv.find('=');
     if (eq == std::string::npos || eq == 0) continue;
+    // The admin token stays with the controller: a trial authenticates with its own token only.
+    if (kv.compare(0, eq, "PRECON_TOKEN") == 0) continue;
     env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
   }
   return env;
