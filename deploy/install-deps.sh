@@ -36,6 +36,8 @@ test_packages=(
   chromium chromium-driver python3-selenium
   # /metrics and deploy/prometheus tests: a real Prometheus server and promtool
   prometheus
+  # the systemd unit's test: systemd-analyze verify
+  systemd
   # Slurm executor tests: a real two-node cluster on this machine (deploy/slurm/cluster.sh)
   slurm-wlm slurmctld slurmd slurm-client munge
 )

@@ -1,6 +1,7 @@
 // EarlyStopper against Optuna's pruners (Debian's python3-optuna) on fixed synthetic curves,
 // plus hand-made cases for the rules' edges.
 #include "orchestrator/sched/early_stop.h"
+#include "tests/common/skip.h"
 
 #include <cmath>
 #include <cstdlib>
@@ -49,7 +50,7 @@ class EarlyStopOptuna : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (!skip_.empty()) GTEST_SKIP() << skip_;
+    if (!skip_.empty()) PRECON_SKIP_UNLESS_CI(skip_);
   }
 
   static EarlyStopSettings settings_of(const json& c) {
