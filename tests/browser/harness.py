@@ -61,6 +61,16 @@ def read_line(path):
         return f.readline().strip()
 
 
+def complete_line(path):
+    """True once the file exists and its first line is written in full (newline included)."""
+    try:
+        with open(path) as f:
+            line = f.readline()
+    except FileNotFoundError:
+        return False
+    return line.endswith('\n') and line.strip() != ''
+
+
 class Controller:
     """`precon serve` in a temporary directory; stop() ends it and removes the directory."""
 
@@ -80,11 +90,11 @@ class Controller:
              '--cpus', str(cpus), *extra_args],
             stdout=self.log, stderr=subprocess.STDOUT, cwd=self.dir)
         deadline = time.time() + 30
-        while not (os.path.exists(self.db + '.token') and os.path.exists(self.db + '.url')):
+        # Both files exist and hold their line (each is created, then written).
+        while not (complete_line(self.db + '.token') and complete_line(self.db + '.url')):
             if self.proc.poll() is not None or time.time() > deadline:
                 raise RuntimeError('precon serve did not start; its log:\n' + open(self.log.name).read())
             time.sleep(0.05)
-        time.sleep(0.05)
         self.url = read_line(self.db + '.url')
         self.token = read_line(self.db + '.token')
         self.get('/healthz')

@@ -404,6 +404,8 @@ TEST_F(LocalExecutorTest, AttemptSurvivesTheExecutorBeingDestroyed) {
             s.run_dir.string()};
   Handle h = launch(*ex, s);
   ex.reset();  // the controller goes away
+  // Deliberately lets time pass: the worker must still be alive a while after the executor is
+  // gone (a kill on destruction would have landed by then); there is no event to wait for.
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_TRUE(alive(pid_of(h)));
   touch(s.run_dir / "go");

@@ -191,10 +191,13 @@ TEST_F(Metrics, FinishedSweepCountsMatchTheStoreOverASocket) {
   const int64_t id = submit(url, recipe(20, "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n\"optimizer.lr\" = [0.001, 0.003]\n"));
   ASSERT_GT(id, 0);
   ASSERT_TRUE(wait_for([&] { return c->scheduler().experiment_done(id); }, std::chrono::seconds(120)));
-  // The last tick's queue length and the last reports settle within a poll interval.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-
-  Exposition e = metrics(url);
+  // The scheduler's last tick sets the trial gauges and the queue length a poll interval after
+  // the experiment ended: wait for it rather than a fixed time.
+  Exposition e;
+  wait_for([&] {
+    e = metrics(url);
+    return e.value("precon_trials", {{"state", "completed"}}) == 2.0 && e.value("precon_queue_length") == 0.0;
+  }, std::chrono::seconds(10));
   EXPECT_EQ(e.value("precon_trials", {{"state", "completed"}}), 2.0);
   EXPECT_EQ(e.value("precon_trials", {{"state", "running"}}), 0.0);
   EXPECT_EQ(e.value("precon_trials", {{"state", "failed"}}), 0.0);

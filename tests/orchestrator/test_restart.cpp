@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <algorithm>
+
 #include "tests/orchestrator/controller_fixture.h"
 
 namespace precon::orch::testing {
@@ -13,32 +15,55 @@ using nlohmann::json;
 
 class Restart : public ControllerFixture {
  protected:
-  pid_t serve(uint16_t port) {
-    pid_t pid = fork();
+  // Starts `precon serve` on port (0: one the kernel picks free) and waits until it answers; its
+  // URL, or "" when it exited first (the port was taken). The URL file it writes names the port.
+  std::string serve(uint16_t port, pid_t* out) {
+    const fs::path url_file = dir_ / "precon.db.url";
+    fs::remove(url_file);
+    const pid_t pid = fork();
     if (pid == 0) {
       const std::string db = (dir_ / "precon.db").string(), runs = (dir_ / "runs").string(), p = std::to_string(port);
       ::setenv("PRECON_TOKEN", "admin-secret", 1);
-      std::freopen((dir_ / ("serve-" + p + ".log")).c_str(), "a", stderr);
+      std::freopen((dir_ / "serve.log").c_str(), "a", stderr);
       execl(PRECON_BIN, PRECON_BIN, "serve", "--db", db.c_str(), "--runs", runs.c_str(), "--port", p.c_str(), "--cpus",
             "2", (char*)nullptr);
       _exit(127);
     }
-    const std::string url = "http://127.0.0.1:" + std::to_string(port);
+    *out = pid;
+    std::string url;
+    bool exited = false;
     wait_for([&] {
+      exited = ::waitpid(pid, nullptr, WNOHANG) == pid;
+      if (exited) return true;
+      std::ifstream(url_file) >> url;
+      if (url.empty()) return false;
       try {
         return http_request(url, "GET", "/healthz").status == 200;
       } catch (const std::exception&) {
         return false;
       }
     }, std::chrono::seconds(60));  // returns as soon as it answers; sanitizer builds start slowly under load
-    return pid;
+    return exited ? "" : url;
+  }
+
+  // The highest step in a run directory's metrics.jsonl (the worker writes it with or without a
+  // controller).
+  static int64_t last_logged_step(const fs::path& run_dir) {
+    std::ifstream in(run_dir / "metrics.jsonl");
+    int64_t last = 0;
+    for (std::string line; std::getline(in, line);) {
+      const json j = json::parse(line, nullptr, false);
+      if (j.is_object() && j.contains("step") && j["step"].is_number_integer()) last = std::max(last, j["step"].get<int64_t>());
+    }
+    return last;
   }
 };
 
 TEST_F(Restart, KillNineMidSweepThenRestartEndsEveryTrialExactlyOnce) {
-  const uint16_t port = free_port();  // not a fixed formula: parallel tests may hold any port
-  const std::string url = "http://127.0.0.1:" + std::to_string(port);
-  pid_t controller = serve(port);
+  pid_t controller = 0;
+  const std::string url = serve(0, &controller);
+  ASSERT_FALSE(url.empty()) << "precon serve exited at start; see " << (dir_ / "serve.log");
+  const uint16_t port = static_cast<uint16_t>(std::stoi(url.substr(url.rfind(':') + 1)));
   const int steps = 4000;
   ClientResponse r = post(url, "/api/v1/experiments",
                           json{{"recipe", recipe(steps, "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n"
@@ -57,9 +82,18 @@ TEST_F(Restart, KillNineMidSweepThenRestartEndsEveryTrialExactlyOnce) {
   const json before = get(url, trials_url)["trials"];
   ::kill(controller, SIGKILL);
   ::waitpid(controller, nullptr, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // workers keep training meanwhile
+  // The workers train on without a controller, their reports failing and kept for later.
+  for (const json& b : before) {
+    if (b["state"] != "running") continue;
+    const fs::path run_dir = b["run_dir"].get<std::string>();
+    const int64_t at_kill = b["last_step"];
+    ASSERT_TRUE(wait_for([&] { return last_logged_step(run_dir) > at_kill + 20; }, std::chrono::seconds(60)))
+        << run_dir << " did not advance";
+  }
 
-  controller = serve(port);
+  // The same port: the workers' reports go to it. It was ours a moment ago (SO_REUSEADDR lets the
+  // new server bind it at once), so a failure here is a real one.
+  ASSERT_EQ(serve(port, &controller), url) << "the restarted precon serve did not answer; see " << (dir_ / "serve.log");
   ASSERT_TRUE(wait_for([&] { return get(url, "/api/v1/experiments/" + std::to_string(id))["state"] != "running"; },
                        std::chrono::seconds(300)));
   const json trials = get(url, trials_url)["trials"];

@@ -218,6 +218,8 @@ TEST(HttpClient, AbortFlagEndsAWaitingExchange) {
   options.abort = &abort;
   HttpConnection connection(silent.url(), options);
   std::thread aborter([&] {
+    // Deliberately lets time pass, so that the flag is raised while the exchange waits (raised
+    // before it, the exchange would end at once too, and the test would pass as well).
     std::this_thread::sleep_for(100ms);
     abort = true;
   });

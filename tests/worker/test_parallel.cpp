@@ -225,8 +225,15 @@ TEST_F(Parallel, ASignalToOneRankCheckpointsAllAtTheSameStep) {
                           trainer(cfg, "signalled", "--set parallel.data=2 --set train.checkpoint_every=0") + "'";
   Result r;
   std::thread job([&] { r = run(cmd); });
-  for (int i = 0; i < 300 && !fs::exists(dir_ / "signalled" / "metrics.jsonl"); ++i) std::this_thread::sleep_for(50ms);
-  std::this_thread::sleep_for(300ms);
+  // Two steps logged: both ranks are past their set-up and in the step loop, handlers installed.
+  const auto lines = [&] {
+    std::ifstream in(dir_ / "signalled" / "metrics.jsonl");
+    int n = 0;
+    for (std::string line; std::getline(in, line);) ++n;
+    return n;
+  };
+  for (int i = 0; i < 600 && lines() < 2; ++i) std::this_thread::sleep_for(50ms);
+  ASSERT_GE(lines(), 2) << "the trainer logged no steps within 30 s";
   pid_t pid = 0;
   std::ifstream(pids / "1") >> pid;
   ASSERT_GT(pid, 0);
