@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <numeric>
 
 #include "worker/model/params.h"
@@ -26,6 +27,47 @@ std::vector<double> gpt2_124m_muon_costs() {
     cost.push_back(blocks * newton_schulz_cost(s.fan_out / blocks, s.fan_in));
   }
   return cost;
+}
+
+// Shampoo's per-block refresh costs (rows³ + cols³) for GPT-2 124M's hidden matrices cut into
+// blocks of max_preconditioner_dim = 1024 (the default), as optim/shampoo.cpp cuts them.
+std::vector<double> gpt2_124m_shampoo_costs() {
+  ModelConfig m;
+  m.n_layer = 12;
+  m.n_head = 12;
+  m.d_model = 768;
+  m.seq_len = 1024;
+  m.vocab_size = 50257;
+  std::vector<double> cost;
+  auto pieces = [](int64_t n) {
+    std::vector<int64_t> out;
+    for (int64_t at = 0; at < n; at += 1024) out.push_back(std::min<int64_t>(1024, n - at));
+    return out;
+  };
+  for (const ParamSpec& s : gpt2_param_table(m)) {
+    if (s.kind != ParamKind::matrix) continue;
+    for (int64_t r : pieces(s.shape[0]))
+      for (int64_t c : pieces(s.shape[1])) cost.push_back(double(r) * r * r + double(c) * c * c);
+  }
+  return cost;
+}
+
+void expect_balanced(const std::vector<double>& cost, const char* what) {
+  const double total = std::accumulate(cost.begin(), cost.end(), 0.0);
+  for (int ranks : {2, 4, 8}) {
+    const std::vector<int> owner = assign_owners(cost, ranks);
+    std::vector<double> load(ranks, 0.0);
+    for (size_t i = 0; i < cost.size(); ++i) load[owner[i]] += cost[i];
+    const double worst = *std::max_element(load.begin(), load.end()), mean = total / ranks;
+    std::printf("%s, %d ranks: largest share %.3f of the mean\n", what, ranks, worst / mean);
+    EXPECT_LE(worst, 1.25 * mean) << what << ", " << ranks << " ranks";
+  }
+}
+
+TEST(Ownership, ShampooBlocksAreBalancedOnGpt2Shapes) {
+  const std::vector<double> cost = gpt2_124m_shampoo_costs();
+  ASSERT_EQ(cost.size(), 12u * (3 + 1 + 3 + 3));  // c_attn 768×2304: 3 blocks; c_fc, mlp.c_proj: 3 each
+  expect_balanced(cost, "shampoo");
 }
 
 TEST(Ownership, GreedyByCostIsBalancedOnGpt2Shapes) {

@@ -100,7 +100,7 @@ void check_names(const std::vector<CheckpointFile>& files) {
   std::set<std::string> seen;
   for (const CheckpointFile& f : files) {
     if (f.name.empty() || f.name == "." || f.name == ".." || f.name.find('/') != std::string::npos ||
-        f.name == kManifestName || !seen.insert(f.name).second || !f.write) {
+        f.name == kManifestName || !seen.insert(f.name).second || (!f.write && f.adopt.empty())) {
       throw CheckpointError("checkpoint file name \"" + f.name +
                             "\" is empty, a path, reserved (manifest.json), repeated or has no writer");
     }
@@ -117,6 +117,17 @@ int fault_kill_after() {
 CheckpointFile CheckpointFile::from_bytes(std::string name, std::vector<uint8_t> bytes) {
   auto data = std::make_shared<std::vector<uint8_t>>(std::move(bytes));
   return {std::move(name), [data](ByteSink& out) { out.write(data->data(), data->size()); }};
+}
+
+CheckpointFile CheckpointFile::adopted(std::string name, fs::path path) {
+  CheckpointFile f;
+  f.name = std::move(name);
+  f.adopt = std::move(path);
+  return f;
+}
+
+fs::path checkpoint_parts_dir(const fs::path& run_dir, int64_t step, long pid) {
+  return checkpoints_dir(run_dir) / (checkpoint_dir_name(step) + kTempMarker + std::to_string(pid) + "-parts");
 }
 
 CheckpointFile CheckpointFile::from_string(std::string name, std::string text) {
@@ -164,7 +175,13 @@ fs::path write_checkpoint(const fs::path& run_dir, int64_t step, const std::vect
     int written = 0;
     for (const CheckpointFile& f : files) {
       nlohmann::json entry;
-      write_one(tmp / f.name, f.write, &entry);
+      if (!f.adopt.empty()) {
+        if (::rename(f.adopt.c_str(), (tmp / f.name).c_str()) != 0) throw IoError(errno_text("rename", f.adopt, errno), errno);
+        const auto [crc, size] = file_crc(tmp / f.name);
+        entry = {{"name", f.name}, {"size", size}, {"crc32", crc_hex(crc)}};
+      } else {
+        write_one(tmp / f.name, f.write, &entry);
+      }
       entries.push_back(std::move(entry));
       if (++written == kill_after) ::raise(SIGKILL);
     }

@@ -24,14 +24,22 @@ namespace precon::worker {
 
 inline constexpr const char* kManifestName = "manifest.json";
 
-// One file of a checkpoint: a plain name (no '/') and the function that streams its bytes.
+// One file of a checkpoint: a plain name (no '/') and the function that streams its bytes, or a
+// file another rank has already written and fsynced (a shard of the optimizer state), moved in.
 struct CheckpointFile {
   std::string name;
   std::function<void(ByteSink&)> write;
+  fs::path adopt{};  // when set: renamed into the checkpoint (same filesystem); its CRC is read back
 
   static CheckpointFile from_bytes(std::string name, std::vector<uint8_t> bytes);
   static CheckpointFile from_string(std::string name, std::string text);
+  static CheckpointFile adopted(std::string name, fs::path path);
 };
+
+// Where the other ranks of a job put their parts of step's checkpoint before the first rank,
+// whose pid is `pid`, moves them in: checkpoints/step_XXXXXXXX.tmp-<pid>-parts (a temp dir, so
+// one left by a dead job is removed like the others).
+fs::path checkpoint_parts_dir(const fs::path& run_dir, int64_t step, long pid);
 
 struct CheckpointInfo {
   int64_t step = 0;

@@ -67,6 +67,8 @@ struct MuonConfig {
   bool split_qkv = true;                  // orthogonalise Q, K, V blocks separately
   std::string ns_precision = "auto";      // "auto" (bf16 on CUDA, fp32 on CPU) | "fp32" | "bf16"
   double ns_eps = 1e-7;                   // added to the Frobenius norm before NS
+  std::string tp_mode = "duplicated";     // "duplicated" | "distributed" | "blockwise" (Megatron's)
+  std::string comm_dtype = "fp32";        // "fp32" | "bf16": the all-gathered updates
 };
 
 struct ShampooConfig {
@@ -84,6 +86,7 @@ struct ShampooConfig {
   bool bias_correction = true;
   int64_t max_root_failures = 5;          // consecutive failed roots before the run stops
   std::string params = "hidden";         // "hidden" (2-D hidden matrices) | "all-matrices" (+ wte, wpe)
+  std::string comm_dtype = "fp32";        // "fp32" | "bf16": the all-gathered search directions
 };
 
 struct OptimizerConfig {

@@ -206,6 +206,15 @@ std::vector<KeySpec> build_table() {
                     T(optimizer.muon.ns_precision)).choices({"auto", "fp32", "bf16"}));
   k.push_back(trial("optimizer.muon.ns_eps", "", "added to the Frobenius norm before Newton–Schulz", T(optimizer.muon.ns_eps))
                   .range(0, 1));
+  k.push_back(trial("optimizer.muon.tp_mode", "",
+                    "Newton–Schulz of tensor-parallel matrices: duplicated = of the whole matrix; distributed = "
+                    "each rank keeps its shard and each step all-reduces the Gram matrix (same result); blockwise = "
+                    "each shard on its own, no communication: the result depends on parallel.tensor",
+                    T(optimizer.muon.tp_mode)).choices({"duplicated", "distributed", "blockwise"}));
+  k.push_back(trial("optimizer.muon.comm_dtype", "",
+                    "dtype of the orthogonalised updates all-gathered from their owners; bf16 halves the bytes "
+                    "(and rounds the updates)",
+                    T(optimizer.muon.comm_dtype)).choices({"fp32", "bf16"}));
   // [optimizer.shampoo]
   k.push_back(trial("optimizer.shampoo.beta1", "", "gradient filtering (momentum); 0 = off, below 1",
                     T(optimizer.shampoo.beta1))
@@ -252,6 +261,10 @@ std::vector<KeySpec> build_table() {
                     T(optimizer.shampoo.max_root_failures)).range(1, 1e6));
   k.push_back(trial("optimizer.shampoo.params", "", "which matrices get Shampoo", T(optimizer.shampoo.params))
                   .choices({"hidden", "all-matrices"}).hashed());
+  k.push_back(trial("optimizer.shampoo.comm_dtype", "",
+                    "dtype of the search directions all-gathered from the blocks' owners; bf16 halves the bytes "
+                    "(and rounds the directions)",
+                    T(optimizer.shampoo.comm_dtype)).choices({"fp32", "bf16"}));
   // [parallel]
   k.push_back(trial("parallel.tensor", "ranks", "tensor-parallel ranks (must divide model.n_head and the padded vocabulary)",
                     T(parallel.tensor))

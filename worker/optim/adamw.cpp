@@ -54,9 +54,11 @@ void AdamWGroup::step(const StepContext& ctx) {
   for (Entry& e : params_) kernels::adamw_update(e.param, e.grad, e.exp_avg, e.exp_avg_sq, hp);
 }
 
-void AdamWGroup::append_state(std::vector<NamedState>& out) const {
+void AdamWGroup::append_state(std::vector<NamedState>& out, bool primary) const {
+  const size_t first = out.size();
   exp_avg_.append_tensors(out);
   exp_avg_sq_.append_tensors(out);
+  for (size_t i = first; i < out.size(); ++i) out[i].primary = primary;
 }
 
 void AdamWGroup::append_kinds(std::vector<StateKind>& out) const {
@@ -74,8 +76,10 @@ namespace {
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device)
-      : device_(device), group_(params, adamw_hyper(config, true), device) {}
+  // Every rank updates every parameter (element-wise, cheap); the first rank of `group` writes the state.
+  AdamW(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
+        Communicator* group)
+      : device_(device), primary_(!group || group->rank() == 0), group_(params, adamw_hyper(config, true), device) {}
 
   void step(const StepContext& ctx) override {
     PhaseTimer timer(phases_.adamw, device_);
@@ -83,7 +87,7 @@ class AdamW final : public Optimizer {
   }
   std::vector<NamedState> state_tensors() override {
     std::vector<NamedState> out;
-    group_.append_state(out);
+    group_.append_state(out, primary_);
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
@@ -98,6 +102,7 @@ class AdamW final : public Optimizer {
 
  private:
   kernels::Device device_;
+  bool primary_;
   AdamWGroup group_;
   PhaseSeconds phases_;
 };
@@ -105,8 +110,8 @@ class AdamW final : public Optimizer {
 }  // namespace
 
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& config, const std::vector<OptimParam>& params,
-                                      kernels::Device device, const OptimizerHooks&) {
-  return std::make_unique<AdamW>(config, params, device);
+                                      kernels::Device device, const OptimizerHooks& hooks) {
+  return std::make_unique<AdamW>(config, params, device, hooks.group);
 }
 
 }  // namespace precon::worker::optim

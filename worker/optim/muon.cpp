@@ -8,11 +8,14 @@
 // linear map's (fan_out, fan_in), per block when split.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <map>
 
 #include "kernels/linalg.h"
 #include "kernels/newton_schulz.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
+#include "worker/optim/shards.h"
 
 namespace precon::worker::optim {
 
@@ -63,12 +66,21 @@ std::vector<OptimParam> select(const std::vector<OptimParam>& params, bool matri
   return out;
 }
 
+// Who computes what with several ranks (OptimizerHooks::group, every rank holding the full model
+// and gradient): each matrix has one owner, chosen greedily by Newton–Schulz cost, which alone
+// keeps its momentum and orthogonalises it; one all-gather (optimizer.muon.comm_dtype) hands every
+// update to every rank and all apply them alike. tp_mode (tensor = TP ranks, Megatron's names):
+//   duplicated:  the owner (any rank) orthogonalises the whole matrix: the single-process result;
+//   distributed: the owner is a data-parallel index; each rank of that tensor-parallel group keeps
+//                the momentum, takes its own shard of the update and the group runs Newton–Schulz
+//                with the Gram matrix all-reduced each step (newton_schulz_sharded): the same result;
+//   blockwise:   the owner orthogonalises each tensor-parallel shard on its own: a result that
+//                depends on parallel.tensor.
 class Muon final : public Optimizer {
  public:
   Muon(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
-       Communicator* group)
-      : group_(group && group->size() > 1 ? group : nullptr),
-        config_(config.muon),
+       const OptimizerHooks& hooks)
+      : config_(config.muon),
         lr_(config.lr),
         weight_decay_(config.weight_decay),
         device_(device),
@@ -80,33 +92,28 @@ class Muon final : public Optimizer {
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {
       throw OptimizerError("optimizer.muon.momentum must lie in [0, 1)");
     }
-    int64_t work = 1;
-    for (const OptimParam& p : select(params, true)) {
-      const ParamSpec& s = *p.spec;
-      if (s.shape.size() != 2 || s.fan_in <= 0 || s.fan_out <= 0) {
-        throw OptimizerError("muon: " + s.name + " is routed as a matrix but has no 2-D shape / fan dims");
-      }
-      Matrix m;
-      m.name = s.name;
-      m.param = visible(p.param, s);
-      m.grad = visible(p.grad, s);
-      m.in_out = s.stored_in_out;
-      m.fan_in = s.fan_in;
-      m.fan_out = s.fan_out;
-      m.blocks = config_.split_qkv ? std::max(1, s.qkv_blocks) : 1;
-      if (s.fan_out % m.blocks != 0) {
-        throw OptimizerError("muon: " + s.name + " fan_out " + std::to_string(s.fan_out) + " is not divisible into " +
-                             std::to_string(m.blocks) + " q/k/v blocks");
-      }
-      m.scale = muon_scale(config_.scale, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
-      momentum_.add(s.name, -1, s.shape);
-      work = std::max(work, s.numel());
-      matrices_.push_back(std::move(m));
+    if (config_.tp_mode != "duplicated" && config_.tp_mode != "distributed" && config_.tp_mode != "blockwise") {
+      throw OptimizerError("unknown optimizer.muon.tp_mode '" + config_.tp_mode +
+                           "' (known: duplicated, distributed, blockwise)");
     }
-    momentum_.allocate(device);
-    for (size_t i = 0; i < matrices_.size(); ++i) matrices_[i].momentum = momentum_.get(i);
-    work_ = kernels::Buffer(device, static_cast<size_t>(2 * work) * sizeof(float));
-    if (group_) share_the_work(device);
+    if (config_.comm_dtype != "fp32" && config_.comm_dtype != "bf16") {
+      throw OptimizerError("unknown optimizer.muon.comm_dtype '" + config_.comm_dtype + "' (known: fp32, bf16)");
+    }
+    if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
+    else {
+      local_ = make_local_communicator();
+      group_ = local_.get();
+    }
+    tensor_ = std::max(1, hooks.tensor);
+    if (group_->size() % tensor_ != 0 || (tensor_ > 1 && (!hooks.tp || hooks.tp->size() != tensor_ ||
+                                                          hooks.tp->rank() != group_->rank() % tensor_))) {
+      throw OptimizerError("muon: the tensor-parallel group does not match group rank = data index · " +
+                           std::to_string(tensor_) + " + tensor rank");
+    }
+    tp_ = hooks.tp;
+    mode_ = tensor_ > 1 ? config_.tp_mode : "duplicated";
+    for (const OptimParam& p : select(params, true)) add_matrix(p);
+    assign_and_allocate();
   }
 
   void step(const StepContext& ctx) override {
@@ -114,40 +121,44 @@ class Muon final : public Optimizer {
       PhaseTimer timer(phases_.adamw, device_);
       adamw_.step(ctx);
     }
-    const double lr = lr_ * ctx.lr_scale;
-    if (!group_) {
-      for (Matrix& m : matrices_) update(m, ctx, lr);
-      return;
-    }
-    // Each rank orthogonalises the matrices it owns into their slot of one buffer (zeros in the
-    // others' slots); one sum over the group then hands every rank every result, and all apply
-    // them alike. The momenta stay replicated: every rank updates all of them.
+    // This rank's pieces, in matrix order, into its segment of the all-gather.
     for (Matrix& m : matrices_) {
-      Tensor o = orthogonalised(m, ctx, m.owner == group_->rank());
-      if (m.owner == group_->rank()) kernels::copy(m.shared, o);
-      else kernels::fill_zero(m.shared);
+      if (!m.holds_state) continue;
+      Tensor u = momentum_and_direction(m, ctx);
+      PhaseTimer timer(phases_.newton_schulz, device_);
+      orthogonalise(m, u);
     }
     {
       PhaseTimer timer(phases_.communication, device_);
-      group_->all_reduce_sum(static_cast<float*>(shared_.data()), shared_numel_);
+      const int64_t ranks = group_->size();
+      if (bf16_) {
+        kernels::cast(Tensor::view(send_.data(), {segment_}, kernels::DType::bf16, device_), segment());
+        group_->all_gather_bytes(send_.data(), gathered_.data(), segment_ * 2);
+        kernels::cast(gathered(ranks), Tensor::view(gathered_.data(), {ranks * segment_}, kernels::DType::bf16, device_));
+      } else {
+        group_->all_gather(segment().f32(), static_cast<float*>(gathered_.data()), segment_);
+      }
+      if (ranks > 1) comm_bytes_ += segment_ * (bf16_ ? 2 : 4);
     }
     PhaseTimer timer(phases_.other, device_);
-    for (Matrix& m : matrices_) apply(m, m.shared, lr);
-  }
-
-  // This rank's share of the Newton–Schulz work, for the start-up log.
-  std::string ownership_summary() const {
-    if (!group_) return "";
-    int64_t mine = 0;
-    for (const Matrix& m : matrices_) mine += m.owner == group_->rank();
-    return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
-           std::to_string(matrices_.size()) + " matrices";
+    const double lr = lr_ * ctx.lr_scale;
+    const float* all = static_cast<float*>(bf16_ ? unpacked_.data() : gathered_.data());
+    for (Matrix& m : matrices_) {
+      Tensor o = m.update;
+      for (const Piece& p : m.pieces) {
+        Tensor src = make_view(const_cast<float*>(all) + p.rank * segment_ + p.offset, p.shape, device_);
+        if (p.whole) o = src;
+        else scatter_spans(m.update, src, m.split_dim, p.spans);
+      }
+      kernels::axpby(m.param, o, static_cast<float>(-lr * m.scale), static_cast<float>(1.0 - lr * weight_decay_));
+    }
   }
 
   std::vector<NamedState> state_tensors() override {
     std::vector<NamedState> out;
     momentum_.append_tensors(out);
-    adamw_.append_state(out);
+    for (NamedState& s : out) s.primary = primary_.at(s.param);
+    adamw_.append_state(out, group_->rank() == 0);
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
@@ -159,106 +170,250 @@ class Muon final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
+  int64_t comm_bytes() const override { return comm_bytes_; }
   std::string routing_summary() const override {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.param.numel();
     return route_text("muon", matrices_.size(), n) + "; " + route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_ ? "; " + ownership_summary() : "");
+           (group_->size() > 1 ? "; " + ownership_summary() : "");
   }
 
  private:
+  // A part of a matrix's update that one rank computes and sends: the whole matrix, or the spans
+  // along split_dim of its tensor-parallel shard (distributed), packed at `offset` in its segment.
+  struct Piece {
+    int rank = 0;
+    bool whole = true;
+    std::vector<Span> spans;
+    std::vector<int64_t> shape;
+    int64_t offset = 0;
+  };
   struct Matrix {
     std::string name;
     Tensor param, grad, momentum;
-    Tensor shared;  // with a group: this matrix's slot in the buffer the owners' results are summed in
-    int owner = 0;
-    bool in_out = false;
-    int64_t fan_in = 0, fan_out = 0;
-    int blocks = 1;
+    Tensor update;  // the unpacked update of pieces that are not whole (distributed)
+    int qkv = 1;          // Q/K/V blocks along the fan_out storage dim (1 = none)
+    int qkv_dim = 0;      // the storage dim of fan_out
+    int blocks = 1;       // the Newton–Schulz problems along qkv_dim: qkv under split_qkv, else 1
+    int split_dim = -1;   // the storage dim cut across tensor-parallel ranks (-1: replicated)
     double scale = 1.0;
+    int owner = 0;        // group rank (duplicated, blockwise) or data index (distributed)
+    bool holds_state = false;
+    std::vector<Piece> pieces;
   };
 
-  void share_the_work(kernels::Device device) {
-    std::vector<double> cost;
-    for (const Matrix& m : matrices_) {
-      const int64_t rows = m.fan_out / m.blocks, cols = m.fan_in;
-      cost.push_back(m.blocks * newton_schulz_cost(rows, cols));
+  void add_matrix(const OptimParam& p) {
+    const ParamSpec& s = *p.spec;
+    if (s.shape.size() != 2 || s.fan_in <= 0 || s.fan_out <= 0) {
+      throw OptimizerError("muon: " + s.name + " is routed as a matrix but has no 2-D shape / fan dims");
     }
-    const std::vector<int> owner = assign_owners(cost, group_->size());
-    for (const Matrix& m : matrices_) shared_numel_ += m.param.numel();
-    shared_ = kernels::Buffer(device, static_cast<size_t>(shared_numel_) * sizeof(float));
-    int64_t offset = 0;
+    Matrix m;
+    m.name = s.name;
+    m.param = visible(p.param, s);
+    m.grad = visible(p.grad, s);
+    m.qkv = std::max(1, s.qkv_blocks);
+    m.qkv_dim = s.stored_in_out ? 1 : 0;
+    m.blocks = config_.split_qkv ? m.qkv : 1;
+    m.split_dim = tensor_ > 1 ? s.tp_split_dim : -1;
+    if (s.fan_out % m.qkv != 0) {
+      throw OptimizerError("muon: " + s.name + " fan_out " + std::to_string(s.fan_out) + " is not divisible into " +
+                           std::to_string(m.qkv) + " q/k/v blocks");
+    }
+    if (m.split_dim >= 0 && ((m.qkv > 1 && m.split_dim != m.qkv_dim) || s.shape[m.split_dim] % (m.qkv * tensor_) != 0)) {
+      throw OptimizerError("muon: " + s.name + " cannot be cut into " + std::to_string(tensor_) +
+                           " tensor-parallel shards along dim " + std::to_string(m.split_dim));
+    }
+    m.scale = muon_scale(config_.scale, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
+    matrices_.push_back(std::move(m));
+  }
+
+  // The Newton–Schulz problems of a matrix as span lists along a dim: blocks (along qkv_dim), or
+  // under blockwise each block's tensor-parallel shards.
+  std::vector<std::vector<Span>> problems(const Matrix& m, int& dim) const {
+    std::vector<std::vector<Span>> out;
+    const bool shards = mode_ == "blockwise" && m.split_dim >= 0;
+    dim = shards ? m.split_dim : m.qkv_dim;
+    const int64_t extent = m.param.shape[dim];
+    for (int b = 0; b < m.blocks; ++b) {
+      for (int r = 0; r < (shards ? tensor_ : 1); ++r) {
+        std::vector<Span> spans;
+        for (int k = b * m.qkv / m.blocks; k < (b + 1) * m.qkv / m.blocks; ++k) {
+          spans.push_back(shards ? tp_chunk(extent, m.qkv, tensor_, k, r) : tp_chunk(extent, m.qkv, 1, k, 0));
+        }
+        out.push_back(std::move(spans));
+      }
+    }
+    return out;
+  }
+
+  double cost(const Matrix& m) const {
+    int dim = 0;
+    double c = 0;
+    for (const auto& spans : problems(m, dim)) {
+      int64_t len = 0;
+      for (const Span& s : spans) len += s.length;
+      c += newton_schulz_cost(dim == 0 ? len : m.param.shape[0], dim == 0 ? m.param.shape[1] : len);
+    }
+    return c;
+  }
+
+  bool distributed(const Matrix& m) const { return mode_ == "distributed" && m.split_dim >= 0; }
+
+  void assign_and_allocate() {
+    const int ranks = group_->size(), me = group_->rank();
+    const int replicas = ranks / tensor_;
+    std::vector<double> costs;
+    for (const Matrix& m : matrices_) costs.push_back(cost(m));
+    const std::vector<int> by_rank = assign_owners(costs, ranks), by_replica = assign_owners(costs, replicas);
+    std::vector<int64_t> filled(static_cast<size_t>(ranks), 0);
+    int64_t max_work = 1, max_side = 1;
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
-      m.owner = owner[i];
-      m.shared = Tensor::view(static_cast<float*>(shared_.data()) + offset, {m.param.shape[0], m.param.shape[1]},
-                              kernels::DType::f32, device);
-      offset += m.param.numel();
+      const int64_t rows = m.param.shape[0], cols = m.param.shape[1];
+      max_work = std::max(max_work, rows * cols);
+      if (distributed(m)) {
+        m.owner = by_replica[i];
+        m.holds_state = me / tensor_ == m.owner;
+        for (int r = 0; r < tensor_; ++r) {
+          Piece p;
+          p.rank = m.owner * tensor_ + r;
+          p.whole = false;
+          for (int k = 0; k < m.qkv; ++k) p.spans.push_back(tp_chunk(m.param.shape[m.split_dim], m.qkv, tensor_, k, r));
+          p.shape = {rows, cols};
+          p.shape[m.split_dim] /= tensor_;
+          m.pieces.push_back(std::move(p));
+        }
+        max_side = std::max(max_side, m.split_dim == 1 ? rows : cols);
+      } else {
+        m.owner = by_rank[i];
+        m.holds_state = me == m.owner;
+        Piece p;
+        p.rank = m.owner;
+        p.shape = {rows, cols};
+        m.pieces.push_back(std::move(p));
+      }
+      for (Piece& p : m.pieces) {
+        p.offset = filled[p.rank];
+        filled[p.rank] += p.shape[0] * p.shape[1];
+      }
+      // One writer per momentum: the owner, or the first rank of the owning tensor-parallel group.
+      primary_[m.name] = distributed(m) ? me % tensor_ == 0 : true;
+      if (m.holds_state) {
+        momentum_handle_.push_back(momentum_.add(m.name, -1, {rows, cols}));
+      } else {
+        momentum_handle_.push_back(SIZE_MAX);
+      }
+    }
+    momentum_.allocate(device_);
+    segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
+    bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
+    work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
+    segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
+    gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
+    if (bf16_) {
+      send_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * 2);
+      unpacked_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
+    }
+    int64_t update_numel = 0;
+    for (const Matrix& m : matrices_) update_numel += distributed(m) ? m.param.numel() : 0;
+    update_buf_ = kernels::Buffer(device_, static_cast<size_t>(std::max<int64_t>(update_numel, 1)) * sizeof(float));
+    int64_t at = 0;
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      Matrix& m = matrices_[i];
+      if (m.holds_state) m.momentum = momentum_.get(momentum_handle_[i]);
+      if (distributed(m)) {
+        m.update = make_view(static_cast<float*>(update_buf_.data()) + at, {m.param.shape[0], m.param.shape[1]}, device_);
+        at += m.param.numel();
+      }
     }
   }
 
-  void update(Matrix& m, const StepContext& ctx, double lr) { apply(m, orthogonalised(m, ctx, true), lr); }
-
-  void apply(Matrix& m, const Tensor& o, double lr) {
-    kernels::axpby(m.param, o, static_cast<float>(-lr * m.scale), static_cast<float>(1.0 - lr * weight_decay_));
+  Tensor segment() const { return Tensor::view(static_cast<float*>(segment_buf_.data()), {segment_}, kernels::DType::f32, device_); }
+  Tensor gathered(int64_t ranks) const {
+    return Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_);
   }
 
-  // The momentum update (always), then with `orthogonalise` the Newton–Schulz of the update
-  // direction, returned in work memory.
-  Tensor orthogonalised(Matrix& m, const StepContext& ctx, bool orthogonalise) {
-    const int64_t rows = m.param.shape[0], cols = m.param.shape[1];
-    float* work = static_cast<float*>(work_.data());
-    Tensor u = Tensor::view(work, {rows, cols}, kernels::DType::f32, device_);
-    Tensor t = Tensor::view(work + rows * cols, {rows, cols}, kernels::DType::f32, device_);
+  // This rank's share of the Newton–Schulz work, for the start-up log.
+  std::string ownership_summary() const {
+    int64_t mine = 0;
+    for (const Matrix& m : matrices_) mine += m.holds_state;
+    return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
+           std::to_string(matrices_.size()) + " matrices (tp_mode " + mode_ + ")";
+  }
+
+  // The momentum update, and the direction to orthogonalise (in work memory, or the momentum).
+  Tensor momentum_and_direction(Matrix& m, const StepContext& ctx) {
+    PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
     const float g_weight = config_.momentum_form == "ema" ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
-    Tensor source = m.momentum;
-    {
-      PhaseTimer timer(phases_.other, device_);
-      kernels::axpby(m.momentum, m.grad, g_weight, mu);
-      if (config_.nesterov) {
-        kernels::copy(u, m.grad);
-        kernels::axpby(u, m.momentum, mu, g_weight);
-        source = u;
-      }
-    }
-    Tensor o;
-    if (!orthogonalise) return o;
-    {
-      PhaseTimer timer(phases_.newton_schulz, device_);
-      if (m.blocks == 1) {
-        kernels::newton_schulz(t, source, ns_);
-        o = t;
-      } else if (m.in_out) {
-        // (fan_in, fan_out) storage: the blocks are column ranges; transposed they are contiguous.
-        const int64_t block = m.fan_out / m.blocks;
-        Tensor tt = Tensor::view(t.data, {cols, rows}, kernels::DType::f32, device_);
-        kernels::transpose(tt, source);
-        kernels::newton_schulz(Tensor::view(t.data, {m.blocks, block, rows}, kernels::DType::f32, device_),
-                               Tensor::view(t.data, {m.blocks, block, rows}, kernels::DType::f32, device_), ns_);
-        kernels::transpose(u, tt);
-        o = u;
-      } else {
-        const int64_t block = m.fan_out / m.blocks;
-        kernels::newton_schulz(Tensor::view(t.data, {m.blocks, block, cols}, kernels::DType::f32, device_),
-                               Tensor::view(source.data, {m.blocks, block, cols}, kernels::DType::f32, device_), ns_);
-        o = t;
-      }
-    }
-    return o;
+    kernels::axpby(m.momentum, m.grad, g_weight, mu);
+    if (!config_.nesterov) return m.momentum;
+    Tensor u = make_view(static_cast<float*>(work_.data()), {m.param.shape[0], m.param.shape[1]}, device_);
+    kernels::copy(u, m.grad);
+    kernels::axpby(u, m.momentum, mu, g_weight);
+    return u;
   }
 
-  Communicator* group_;
+  // NS of this rank's problems of m into its pieces in the segment.
+  void orthogonalise(Matrix& m, const Tensor& u) {
+    const int64_t rows = m.param.shape[0], cols = m.param.shape[1];
+    float* work = static_cast<float*>(work_.data());
+    float* seg = static_cast<float*>(segment_buf_.data());
+    if (distributed(m)) {
+      // Each Q/K/V block (or the whole matrix) is one problem; this rank's shard of block k is
+      // chunk k of its piece.
+      const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+      Tensor packed = make_view(seg + p.offset, p.shape, device_);
+      const int per = m.qkv / m.blocks;
+      const int64_t chunk = p.spans[0].length;
+      for (int b = 0; b < m.blocks; ++b) {
+        const std::vector<Span> spans(p.spans.begin() + b * per, p.spans.begin() + (b + 1) * per);
+        std::vector<int64_t> shape = p.shape;
+        shape[m.split_dim] = per * chunk;
+        Tensor x = make_view(work + rows * cols, shape, device_);
+        gather_spans(x, u, m.split_dim, spans);
+        newton_schulz_sharded(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
+        scatter_spans(packed, x, m.split_dim, {Span{b * per * chunk, per * chunk}});
+      }
+      return;
+    }
+    const Piece& p = m.pieces[0];
+    Tensor o = make_view(seg + p.offset, {rows, cols}, device_);
+    int dim = 0;
+    const std::vector<std::vector<Span>> list = problems(m, dim);
+    if (list.size() == 1) {
+      kernels::newton_schulz(o, u, ns_);
+      return;
+    }
+    for (const std::vector<Span>& spans : list) {
+      int64_t len = 0;
+      for (const Span& s : spans) len += s.length;
+      Tensor x = make_view(work + rows * cols, {dim == 0 ? len : rows, dim == 0 ? cols : len}, device_);
+      Tensor y = make_view(work + 2 * rows * cols, {x.shape[0], x.shape[1]}, device_);
+      gather_spans(x, u, dim, spans);
+      kernels::newton_schulz(y, x, ns_);
+      scatter_spans(o, y, dim, spans);
+    }
+  }
+
   MuonConfig config_;
   double lr_, weight_decay_;
   kernels::Device device_;
   kernels::NsOptions ns_;
   AdamWGroup adamw_;
+  std::unique_ptr<Communicator> local_;  // the group of one when no group is given
+  Communicator* group_ = nullptr;
+  Communicator* tp_ = nullptr;
+  int tensor_ = 1;
+  std::string mode_;
+  bool bf16_ = false;
   std::vector<Matrix> matrices_;
   StateBuffer momentum_{"momentum"};
-  kernels::Buffer work_;
-  kernels::Buffer shared_;
-  int64_t shared_numel_ = 0;
+  std::vector<size_t> momentum_handle_;
+  std::map<std::string, bool> primary_;
+  int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
+  kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_, update_buf_;
+  int64_t comm_bytes_ = 0;
   PhaseSeconds phases_;
 };
 
@@ -266,7 +421,7 @@ class Muon final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_muon(const OptimizerConfig& config, const std::vector<OptimParam>& params,
                                      kernels::Device device, const OptimizerHooks& hooks) {
-  return std::make_unique<Muon>(config, params, device, hooks.group);
+  return std::make_unique<Muon>(config, params, device, hooks);
 }
 
 }  // namespace precon::worker::optim

@@ -80,7 +80,8 @@ class AdamWGroup {
  public:
   AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device);
   void step(const StepContext& ctx);
-  void append_state(std::vector<NamedState>& out) const;
+  // primary: whether this rank writes the (replicated) AdamW state to checkpoints.
+  void append_state(std::vector<NamedState>& out, bool primary = true) const;
   void append_kinds(std::vector<StateKind>& out) const;
   size_t tensors() const { return params_.size(); }
   int64_t numel() const;

@@ -47,13 +47,17 @@ struct StepContext {
 // A named view of one optimizer state tensor (fp32). A checkpoint saves these; a resume copies
 // saved values into them. Names: "<param>.<kind>", or "<param>.block<i>.<kind>" for Shampoo's
 // per-block state, e.g. "h.0.mlp.c_fc.weight.momentum", "h.0.attn.c_attn.weight.block2.L".
+// With several ranks each rank lists only the state it holds: the expensive state lives with the
+// owner of its matrix or block (optim/ownership.h); `primary` says which holder writes it to a
+// checkpoint, so each entry is written once.
 struct NamedState {
   std::string name;
-  kernels::Tensor tensor;  // global shape (no sharding yet)
+  kernels::Tensor tensor;  // the whole tensor (its global shape: entries are never split)
   std::string param;       // the parameter table row it belongs to
   int block = -1;          // Shampoo block index (row-major over the parameter); -1 = the whole parameter
   std::string kind;        // the allocation it lives in: "exp_avg", "exp_avg_sq", "momentum", "L", ...
   int64_t offset = 0;      // its first element within that allocation (elements, not bytes)
+  bool primary = true;     // this rank writes it (false on the other holders of a replicated entry)
 };
 
 // One kind of state in one allocation, holding every tensor of that kind back to back as one
@@ -77,6 +81,9 @@ class Optimizer {
   // Inverse-root computations that failed (keeping the previous root) over the whole run, resumes
   // included; 0 for optimizers without inverse roots. Reported as inverse_root_failures.
   virtual int64_t inverse_root_failures() const { return 0; }
+  // Bytes this rank sent in the optimizer's own collectives since construction (the payload each
+  // collective is given, as GradientSync::bytes_sent counts the gradient all-reduce).
+  virtual int64_t comm_bytes() const { return 0; }
   // One line per group: how many tensors and parameters go to each optimizer.
   virtual std::string routing_summary() const = 0;
 };
@@ -90,9 +97,13 @@ class OptimizerError : public WorkerError {
 struct OptimizerHooks {
   std::function<void(const std::string&)> warn;  // logged warnings (failed roots); may be empty
   // The ranks that hold this same full model and gradient (data- and tensor-parallel ranks);
-  // null or one rank: none. Muon's Newton–Schulz then runs once per matrix, on its owner, and the
-  // others receive the result (optim/ownership.h).
+  // null or one rank: none. Muon's Newton–Schulz and Shampoo's blocks then run once each, on their
+  // owner, and one all-gather hands the results to all (optim/ownership.h).
   Communicator* group = nullptr;
+  // Tensor parallelism inside `group`: group rank = data index · tensor + tensor rank, and `tp` is
+  // this rank's tensor-parallel group (optimizer.muon.tp_mode). tensor = 1: none.
+  Communicator* tp = nullptr;
+  int tensor = 1;
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(

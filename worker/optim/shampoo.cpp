@@ -76,8 +76,7 @@ class Shampoo final : public Optimizer {
  public:
   Shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
           const OptimizerHooks& hooks)
-      : group_(hooks.group && hooks.group->size() > 1 ? hooks.group : nullptr),
-        config_(config.shampoo),  // checked by make_optimizer against the key table
+      : config_(config.shampoo),  // checked by make_optimizer against the key table
         grafting_(parse_grafting(config_.grafting)),
         lr_(config.lr),
         weight_decay_(config.weight_decay),
@@ -90,10 +89,17 @@ class Shampoo final : public Optimizer {
       throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
                            "use adam, rmsprop, sgd or none on CUDA");
     }
+    if (config_.comm_dtype != "fp32" && config_.comm_dtype != "bf16") {
+      throw OptimizerError("unknown optimizer.shampoo.comm_dtype '" + config_.comm_dtype + "' (known: fp32, bf16)");
+    }
+    if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
+    else {
+      local_ = make_local_communicator();
+      group_ = local_.get();
+    }
     root_.root = 1.0 / (config_.exponent > 0 ? config_.exponent : 0.25);
     root_.epsilon = static_cast<float>(config_.epsilon);
     root_.method = config_.root_method == "newton" ? kernels::RootMethod::newton : kernels::RootMethod::eigh;
-    int64_t max_block = 1, max_side = 1;
     for (const OptimParam& p : params) {
       const ParamSpec& s = *p.spec;
       if (!routed(s, config_.params)) continue;
@@ -105,50 +111,72 @@ class Shampoo final : public Optimizer {
         for (auto [c0, cn] : chunks(w.shape[1], config_.max_preconditioner_dim)) {
           Block b;
           b.matrix = matrices_.size() - 1;
-          b.name = s.name + ".block" + std::to_string(index);
+          b.index = index++;
+          b.name = s.name + ".block" + std::to_string(b.index);
           b.r0 = r0, b.rn = rn, b.c0 = c0, b.cn = cn;
-          momentum_.add(s.name, index, {rn, cn});
-          if (has_grafting_state(grafting_)) grafting_state_.add(s.name, index, {rn, cn});
-          L_.add(s.name, index, {rn, rn});
-          R_.add(s.name, index, {cn, cn});
-          L_inv_.add(s.name, index, {rn, rn});
-          R_inv_.add(s.name, index, {cn, cn});
           blocks_.push_back(std::move(b));
-          ++index;
-          max_block = std::max(max_block, rn * cn);
-          max_side = std::max({max_side, rn, cn});
         }
       }
     }
-    for (StateBuffer* state : state_buffers()) state->allocate(device);
+    // Each block has one owner, greedily by the cost of its refresh (two inverse roots, ≈ n³
+    // each); only the owner keeps its state and computes its direction.
+    std::vector<double> cost;
+    for (const Block& b : blocks_)
+      cost.push_back(std::pow(static_cast<double>(b.rn), 3) + std::pow(static_cast<double>(b.cn), 3));
+    const std::vector<int> owner = assign_owners(cost, group_->size());
+    std::vector<int64_t> filled(static_cast<size_t>(group_->size()), 0);
+    int64_t max_block = 1, max_side = 1;
+    std::vector<size_t> handle(blocks_.size(), SIZE_MAX);
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Block& b = blocks_[i];
-      b.momentum = momentum_.get(i);
-      if (has_grafting_state(grafting_)) b.grafting = grafting_state_.get(i);
-      b.L = L_.get(i);
-      b.R = R_.get(i);
-      b.L_inv = L_inv_.get(i);
-      b.R_inv = R_inv_.get(i);
+      const std::string& name = matrices_[b.matrix].name;
+      b.owner = owner[i];
+      b.offset = filled[b.owner];
+      filled[b.owner] += b.rn * b.cn;
+      max_block = std::max(max_block, b.rn * b.cn);
+      max_side = std::max({max_side, b.rn, b.cn});
+      if (!mine(b)) continue;
+      handle[i] = momentum_.add(name, b.index, {b.rn, b.cn});
+      if (has_grafting_state(grafting_)) grafting_state_.add(name, b.index, {b.rn, b.cn});
+      L_.add(name, b.index, {b.rn, b.rn});
+      R_.add(name, b.index, {b.cn, b.cn});
+      L_inv_.add(name, b.index, {b.rn, b.rn});
+      R_inv_.add(name, b.index, {b.cn, b.cn});
+    }
+    for (StateBuffer* state : state_buffers()) state->allocate(device);
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      if (handle[i] == SIZE_MAX) continue;
+      Block& b = blocks_[i];
+      const size_t h = handle[i];  // every kind holds this rank's blocks in the same order
+      b.momentum = momentum_.get(h);
+      if (has_grafting_state(grafting_)) b.grafting = grafting_state_.get(h);
+      b.L = L_.get(h);
+      b.R = R_.get(h);
+      b.L_inv = L_inv_.get(h);
+      b.R_inv = R_inv_.get(h);
       set_identity(b.L_inv);
       set_identity(b.R_inv);
     }
-    // Scratch: five block-sized views, then the factor copy and the identity (max_side² each).
-    work_ = kernels::Buffer(device, static_cast<size_t>(5 * max_block + 2 * max_side * max_side) * sizeof(float));
+    // Scratch: four block-sized views, then the factor copy and the identity (max_side² each).
+    work_ = kernels::Buffer(device, static_cast<size_t>(4 * max_block + 2 * max_side * max_side) * sizeof(float));
     float* base = static_cast<float*>(work_.data());
-    scratch_ = {base, base + max_block, base + 2 * max_block, base + 3 * max_block, base + 4 * max_block,
-                base + 5 * max_block};
-    eye_ = Tensor::view(base + 5 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
+    scratch_ = {base, base + max_block, base + 2 * max_block, base + 3 * max_block, base + 4 * max_block};
+    eye_ = Tensor::view(base + 4 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
     set_identity(eye_);
-    if (group_) {
-      // An inverse root of an n × n factor costs about n³; a block has two.
-      std::vector<double> cost;
-      for (const Block& b : blocks_)
-        cost.push_back(std::pow(static_cast<double>(b.rn), 3) + std::pow(static_cast<double>(b.cn), 3));
-      const std::vector<int> owner = assign_owners(cost, group_->size());
-      for (size_t i = 0; i < blocks_.size(); ++i) blocks_[i].owner = owner[i];
+    const int64_t ranks = group_->size();
+    segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
+    bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
+    segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
+    gathered_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
+    if (bf16_) {
+      send_ = kernels::Buffer(device, static_cast<size_t>(segment_) * 2);
+      unpacked_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
     }
   }
 
+  // Owners update their blocks' statistics, roots and grafting state and put each block's search
+  // direction into their segment; one all-gather (every rank, every step, also one owning no block)
+  // hands all directions to all, and every rank applies every block alike.
   void step(const StepContext& ctx) override {
     {
       PhaseTimer timer(phases_.adamw, device_);
@@ -156,33 +184,53 @@ class Shampoo final : public Optimizer {
     }
     const int64_t t = ctx.step;
     const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
-    if (!group_ || !refresh_now) {
-      for (Block& b : blocks_) update(b, ctx, refresh_now);
-      return;
-    }
-    // A refresh shared out: every rank accumulates every block's statistics (replicated, like all
-    // state), each block's inverse roots are computed by its owner only, and one sum hands them
-    // to all; then every rank preconditions and applies every block alike.
     for (Block& b : blocks_) {
-      PhaseTimer timer(phases_.statistics, device_);
-      accumulate_statistics(b, block_grad(b), ctx.grad_scale);
+      if (!mine(b)) continue;
+      Tensor g;
+      {
+        PhaseTimer timer(phases_.statistics, device_);
+        g = block_grad(b);
+        accumulate_statistics(b, g, ctx.grad_scale);
+      }
+      if (refresh_now) {
+        PhaseTimer timer(phases_.inverse_root, device_);
+        b.why = compute_roots(b, bias_correction2(t));
+      }
+      direction(b, g, ctx);
     }
-    refresh_shared(t, bias_correction2(t));
-    for (Block& b : blocks_) precondition_and_apply(b, block_grad(b), ctx);
+    if (refresh_now) account_refresh(t);
+    {
+      PhaseTimer timer(phases_.communication, device_);
+      const int64_t ranks = group_->size();
+      Tensor seg = Tensor::view(static_cast<float*>(segment_buf_.data()), {segment_}, kernels::DType::f32, device_);
+      if (bf16_) {
+        kernels::cast(Tensor::view(send_.data(), {segment_}, kernels::DType::bf16, device_), seg);
+        group_->all_gather_bytes(send_.data(), gathered_.data(), segment_ * 2);
+        kernels::cast(Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_),
+                      Tensor::view(gathered_.data(), {ranks * segment_}, kernels::DType::bf16, device_));
+      } else {
+        group_->all_gather(seg.f32(), static_cast<float*>(gathered_.data()), segment_);
+      }
+      if (ranks > 1) comm_bytes_ += segment_ * (bf16_ ? 2 : 4);
+    }
+    PhaseTimer timer(phases_.other, device_);
+    const double lr = lr_ * ctx.lr_scale;
+    float* all = static_cast<float*>(bf16_ ? unpacked_.data() : gathered_.data());
+    for (const Block& b : blocks_) apply(b, scratch(all + b.owner * segment_ + b.offset, b.rn, b.cn), lr);
   }
 
-  // This rank's share of the inverse-root work, for the start-up log.
+  // This rank's share of the blocks, for the start-up log.
   std::string ownership_summary() const {
-    int64_t mine = 0;
-    for (const Block& b : blocks_) mine += b.owner == group_->rank();
-    return "shampoo: rank " + std::to_string(group_->rank()) + " computes the inverse roots of " + std::to_string(mine) +
+    int64_t n = 0;
+    for (const Block& b : blocks_) n += mine(b);
+    return "shampoo: rank " + std::to_string(group_->rank()) + " computes the inverse roots of " + std::to_string(n) +
            " of " + std::to_string(blocks_.size()) + " blocks";
   }
 
   std::vector<NamedState> state_tensors() override {
     std::vector<NamedState> out;
     for (const StateBuffer* state : state_buffers()) state->append_tensors(out);
-    adamw_.append_state(out);
+    adamw_.append_state(out, group_->rank() == 0);
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
@@ -216,12 +264,14 @@ class Shampoo final : public Optimizer {
 
   PhaseSeconds phase_seconds() const override { return phases_; }
   int64_t inverse_root_failures() const override { return root_failures_; }
+  int64_t comm_bytes() const override { return comm_bytes_; }
 
   std::string routing_summary() const override {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.param.numel();
     return route_text("shampoo", matrices_.size(), n) + " in " + std::to_string(blocks_.size()) + " blocks; " +
-           route_text("adamw", adamw_.tensors(), adamw_.numel()) + (group_ ? "; " + ownership_summary() : "");
+           route_text("adamw", adamw_.tensors(), adamw_.numel()) +
+           (group_->size() > 1 ? "; " + ownership_summary() : "");
   }
 
  private:
@@ -231,12 +281,17 @@ class Shampoo final : public Optimizer {
   };
   struct Block {
     size_t matrix = 0;
+    int index = 0;     // within its parameter
     std::string name;  // "<param>.block<i>", blocks numbered row-major
     int64_t r0 = 0, rn = 0, c0 = 0, cn = 0;
-    Tensor momentum, grafting, L, R, L_inv, R_inv;
-    int64_t failures = 0;  // consecutive failed refreshes
-    int owner = 0;         // with a group: the rank that computes this block's inverse roots
+    Tensor momentum, grafting, L, R, L_inv, R_inv;  // on the owner only
+    int64_t failures = 0;  // consecutive failed refreshes (known on every rank)
+    int owner = 0;         // the group rank that keeps its state and computes its direction
+    int64_t offset = 0;    // of its direction in the owner's all-gather segment
+    std::string why;       // on the owner: why the last refresh failed ("" = it did not)
   };
+
+  bool mine(const Block& b) const { return b.owner == group_->rank(); }
 
   static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, const std::string& which) {
     std::vector<OptimParam> out;
@@ -287,36 +342,19 @@ class Shampoo final : public Optimizer {
     return why.empty() ? "" : "R: " + why;
   }
 
-  void refresh(Block& b, int64_t t, double bc2) { account(b, t, compute_roots(b, bc2)); }
-
-  // Owners compute their blocks' roots (a failed one keeps the previous root), the others
-  // contribute zeros; the sums of L⁻, R⁻ and the failure flags are then the same on every rank,
-  // so failure counts are global and every rank stops at the same step if it must.
-  void refresh_shared(int64_t t, double bc2) {
-    PhaseTimer timer(phases_.inverse_root, device_);
+  // After a refresh: one max over every block's failure flag (every rank, also one without
+  // blocks), so each rank counts every failure and all stop at the same step if they must.
+  void account_refresh(int64_t t) {
     std::vector<int64_t> failed(blocks_.size(), 0);
-    std::vector<std::string> why(blocks_.size());
-    for (size_t i = 0; i < blocks_.size(); ++i) {
-      Block& b = blocks_[i];
-      if (b.owner != group_->rank()) {
-        kernels::fill_zero(b.L_inv);
-        kernels::fill_zero(b.R_inv);
-        continue;
-      }
-      why[i] = compute_roots(b, bc2);
-      failed[i] = !why[i].empty();
-    }
+    for (size_t i = 0; i < blocks_.size(); ++i) failed[i] = mine(blocks_[i]) && !blocks_[i].why.empty();
     {
       PhaseTimer comm(phases_.communication, device_);
-      for (const StateBuffer* roots : {&L_inv_, &R_inv_}) {
-        kernels::Tensor all = roots->all();
-        group_->all_reduce_sum(all.f32(), all.numel());
-      }
       group_->all_reduce_max(failed.data(), static_cast<int64_t>(failed.size()));
     }
     for (size_t i = 0; i < blocks_.size(); ++i) {
-      const bool mine = blocks_[i].owner == group_->rank();
-      account(blocks_[i], t, failed[i] ? (mine ? why[i] : "on rank " + std::to_string(blocks_[i].owner)) : "", mine);
+      Block& b = blocks_[i];
+      const std::string why = failed[i] ? (mine(b) ? b.why : "on rank " + std::to_string(b.owner)) : "";
+      account(b, t, why, mine(b));
     }
   }
 
@@ -371,28 +409,14 @@ class Shampoo final : public Optimizer {
     kernels::syrk(b.R, g, Trans::yes, w, static_cast<float>(beta2));
   }
 
-  void update(Block& b, const StepContext& ctx, bool refresh_now) {
-    Tensor g;
-    {
-      PhaseTimer timer(phases_.statistics, device_);
-      g = block_grad(b);
-      accumulate_statistics(b, g, ctx.grad_scale);
-    }
-    if (refresh_now) {
-      PhaseTimer timer(phases_.inverse_root, device_);
-      refresh(b, ctx.step, bias_correction2(ctx.step));
-    }
-    precondition_and_apply(b, g, ctx);
-  }
-
-  void precondition_and_apply(Block& b, const Tensor& g, const StepContext& ctx) {
-    const Matrix& mat = matrices_[b.matrix];
+  // The block's search direction (grafted and rescaled), into its place in this rank's segment.
+  void direction(Block& b, const Tensor& g, const StepContext& ctx) {
     const int64_t t = ctx.step;
     const float s = ctx.grad_scale;
-    const bool whole_rows = b.cn == mat.param.shape[1];  // the block is a contiguous row range of the storage
     const double bc1 = config_.bias_correction ? 1.0 - std::pow(config_.beta1, static_cast<double>(t)) : 1.0;
     Tensor ghat = scratch(scratch_.momentum_hat, b.rn, b.cn);
-    Tensor pg = scratch(scratch_.graft_dir, b.rn, b.cn), p = scratch(scratch_.precond_dir, b.rn, b.cn);
+    Tensor pg = scratch(scratch_.graft_dir, b.rn, b.cn);
+    Tensor p = scratch(static_cast<float*>(segment_buf_.data()) + b.offset, b.rn, b.cn);
     Tensor tmp = scratch(scratch_.product, b.rn, b.cn);
     double graft_norm = 0.0;
     {
@@ -403,18 +427,21 @@ class Shampoo final : public Optimizer {
       if (grafting_ != Grafting::none) graft_norm = std::sqrt(kernels::sum_squares(has_grafting_state(grafting_) ? pg : ghat));
     }
     PhaseTimer timer(phases_.other, device_);
-    Tensor direction = has_grafting_state(grafting_) ? pg : ghat;
-    double ratio = 1.0;
-    if (t >= start_) {
-      kernels::gemm(tmp, b.L_inv, ghat);
-      kernels::gemm(p, tmp, b.R_inv);
-      direction = p;
-      if (grafting_ != Grafting::none) ratio = graft_norm / (std::sqrt(kernels::sum_squares(p)) + 1e-16);
+    if (t < start_) {
+      kernels::copy(p, has_grafting_state(grafting_) ? pg : ghat);
+      return;
     }
-    const double lr = lr_ * ctx.lr_scale;
-    const float alpha = static_cast<float>(-lr * ratio), decay = static_cast<float>(1.0 - lr * weight_decay_);
+    kernels::gemm(tmp, b.L_inv, ghat);
+    kernels::gemm(p, tmp, b.R_inv);
+    if (grafting_ != Grafting::none) kernels::scale(p, static_cast<float>(graft_norm / (std::sqrt(kernels::sum_squares(p)) + 1e-16)));
+  }
+
+  // W ← W·(1 − lr·wd) − lr·P for one block, on every rank.
+  void apply(const Block& b, const Tensor& direction, double lr) {
+    const Matrix& mat = matrices_[b.matrix];
+    const float alpha = static_cast<float>(-lr), decay = static_cast<float>(1.0 - lr * weight_decay_);
     Tensor wv = mat.param.narrow(0, b.r0, b.rn);
-    if (whole_rows) {
+    if (b.cn == mat.param.shape[1]) {
       kernels::axpby(wv, direction, alpha, decay);
     } else {
       // A column block of the storage is strided and axpby needs contiguous operands: W = I·P·α + W·β.
@@ -451,7 +478,6 @@ class Shampoo final : public Optimizer {
     }
   }
 
-  Communicator* group_;
   ShampooConfig config_;
   Grafting grafting_;
   double lr_, weight_decay_;
@@ -470,7 +496,6 @@ class Shampoo final : public Optimizer {
     float* block_grad;    // the block's gradient, copied when it is a column range of the storage
     float* momentum_hat;  // Ĝ = M / bc1
     float* graft_dir;     // P_graft
-    float* precond_dir;   // L⁻ Ĝ R⁻
     float* product;       // L⁻ Ĝ; before that, the transposed column block (cn x rn)
     float* factor;        // L or R scaled by 1/bc2 for its inverse root (n x n)
   };
@@ -478,7 +503,13 @@ class Shampoo final : public Optimizer {
   Scratch scratch_{};
   Tensor eye_;
   PhaseSeconds phases_;
-  int64_t root_failures_ = 0;  // every failed refresh over the run (checkpointed)
+  int64_t root_failures_ = 0;  // every failed refresh over the run, on every rank (checkpointed)
+  std::unique_ptr<Communicator> local_;  // the group of one when no group is given
+  Communicator* group_ = nullptr;
+  int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's blocks)
+  bool bf16_ = false;
+  kernels::Buffer segment_buf_, send_, gathered_, unpacked_;
+  int64_t comm_bytes_ = 0;
 };
 
 }  // namespace

@@ -34,6 +34,8 @@ class Communicator {
   virtual void all_reduce_max(float* data, int64_t n) = 0;
   // out (size() · n elements) = every rank's `in` (n elements), in rank order.
   virtual void all_gather(const float* in, float* out, int64_t n) = 0;
+  // The same over raw bytes (bf16 payloads): out (size() · bytes) = every rank's `in`, in rank order.
+  virtual void all_gather_bytes(const void* in, void* out, int64_t bytes) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // Point-to-point: `n` floats to / from rank `peer` of this group, matched in the order they

@@ -2,6 +2,7 @@
 #include "worker/parallel/communicator.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace precon::worker {
@@ -23,6 +24,9 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_max(int64_t*, int64_t) override {}
   void all_reduce_max(float*, int64_t) override {}
   void all_gather(const float* in, float* out, int64_t n) override { std::copy(in, in + n, out); }
+  void all_gather_bytes(const void* in, void* out, int64_t bytes) override {
+    std::memcpy(out, in, static_cast<size_t>(bytes));
+  }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float*, int64_t) override { return std::make_unique<Done>(); }
   void broadcast(void*, int64_t, int) override {}
   std::unique_ptr<PendingCollective> start_send(const float*, int64_t, int) override { no_peer(); }

@@ -64,6 +64,9 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const float* in, float* out, int64_t n) override {
     check_mpi(MPI_Allgather(in, count(n), MPI_FLOAT, out, count(n), MPI_FLOAT, comm_), "allgather");
   }
+  void all_gather_bytes(const void* in, void* out, int64_t bytes) override {
+    check_mpi(MPI_Allgather(in, count(bytes), MPI_BYTE, out, count(bytes), MPI_BYTE, comm_), "allgather");
+  }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
     auto pending = std::make_unique<MpiPending>();
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, pending->request()), "iallreduce");

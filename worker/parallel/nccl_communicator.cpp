@@ -68,6 +68,10 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclAllGather(in, out, static_cast<size_t>(n), ncclFloat32, comm_, 0), "all-gather");
     check_cuda(cudaStreamSynchronize(0), "stream synchronize");
   }
+  void all_gather_bytes(const void* in, void* out, int64_t bytes) override {
+    check_nccl(ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, comm_, 0), "all-gather");
+    check_cuda(cudaStreamSynchronize(0), "stream synchronize");
+  }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
     if (!on_device(data)) {
       all_reduce_sum(data, n);

@@ -76,9 +76,11 @@ StageOptimizers::StageOptimizers(std::vector<std::unique_ptr<Optimizer>> stages,
 std::vector<NamedState> StageOptimizers::state_tensors() {
   std::vector<NamedState> out;
   std::set<std::string> seen;
-  for (auto& stage : stages_)
-    for (NamedState& s : stage->state_tensors())
+  for (size_t i = 0; i < stages_.size(); ++i)
+    for (NamedState& s : stages_[i]->state_tensors()) {
+      s.primary = s.primary && static_cast<int>(i) == own_;
       if (seen.insert(s.name).second) out.push_back(std::move(s));
+    }
   return out;
 }
 
@@ -113,7 +115,6 @@ void StageOptimizers::copy_shared_state() {
 void StageOptimizers::gather(Communicator& world, const ParallelContext& par) {
   for (size_t s = 0; s < stages_.size(); ++s) {
     const int root = par.stage_leader(static_cast<int>(s));
-    for (const NamedState& state : stages_[s]->state_tensors()) broadcast_tensor(world, state.tensor, root, state.name);
     json scalars = stages_[s]->state_scalars();
     broadcast_json(world, scalars, root, world.rank() == root);
     if (world.rank() != root) stages_[s]->load_state_scalars(scalars);

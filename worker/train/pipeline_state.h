@@ -21,7 +21,8 @@ namespace precon::worker {
 GptStage pipeline_stage(const ParallelContext& par, int s, int64_t micro_batches);
 
 // One optimizer per stage; step() steps this rank's stage. The state lists every tensor once
-// (the tied embedding's from the first stage), with the names a single-process optimizer gives.
+// (the tied embedding's from the first stage), with the names a single-process optimizer gives;
+// only the own stage's entries can be primary (written by this rank: the others' are stale here).
 class StageOptimizers final : public Optimizer {
  public:
   StageOptimizers(std::vector<std::unique_ptr<Optimizer>> stages, int own);
@@ -34,12 +35,14 @@ class StageOptimizers final : public Optimizer {
   void load_state_scalars(const nlohmann::json& scalars) override;
   PhaseSeconds phase_seconds() const override { return stages_[own_]->phase_seconds(); }
   int64_t inverse_root_failures() const override { return stages_[own_]->inverse_root_failures(); }
+  int64_t comm_bytes() const override { return stages_[own_]->comm_bytes(); }
   std::string routing_summary() const override { return stages_[own_]->routing_summary(); }
 
   // After a resume: the state of the tied embedding, loaded into the first stage's optimizer,
   // copied to the last stage's.
   void copy_shared_state();
-  // Collective over the world: every stage's optimizer state from its leader to every rank.
+  // Collective over the world: every stage's optimizer counters from its leader to every rank
+  // (the state tensors are written to checkpoints by the ranks that hold them).
   void gather(Communicator& world, const ParallelContext& par);
 
  private:

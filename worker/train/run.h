@@ -51,9 +51,10 @@ struct Run {
   PhaseSeconds prev_phases;         // optimizer phase totals at the last metrics record
   double prev_comm_seconds = 0;     // gradient all-reduce wait at the last metrics record
   int64_t prev_comm_bytes = 0;
+  int64_t prev_optim_bytes = 0;     // the optimizer's own collectives at the last metrics record
   int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
   int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
-  RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective}; }
+  RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective, par.world.get()}; }
 };
 
 // Parses the config, checks the layout against the launched ranks, prepares the run directory,

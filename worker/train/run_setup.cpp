@@ -109,7 +109,11 @@ void build_optimizer(Run& run) {
     OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
     // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
     // per-matrix work is shared out over all of them.
-    if (s == run.par.pp_rank() && run.par.stage->size() > 1) hooks.group = run.par.stage.get();
+    if (s == run.par.pp_rank() && run.par.stage->size() > 1) {
+      hooks.group = run.par.stage.get();  // stage rank = data index · tensor + tensor rank
+      hooks.tp = run.par.tp.get();
+      hooks.tensor = run.par.tensor;
+    }
     stages.push_back(make_optimizer(run.cfg().optimizer, oparams, run.device, hooks));
   }
   if (run.par.pipeline == 1) {

@@ -1,11 +1,17 @@
 #include "worker/train/train_state.h"
 
+#include <unistd.h>
+
+#include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "kernels/backend.h"
+#include "kernels/linalg.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/common/error.h"
@@ -33,36 +39,101 @@ std::string config_hash(const TrialConfig& config) {
 
 namespace {
 
-// Streams the optimizer's state tensors; host-resident contiguous fp32 ones without a copy.
-void write_optimizer_safetensors(ByteSink& out, Optimizer& optimizer) {
-  std::vector<NamedState> states = optimizer.state_tensors();
+constexpr const char* kOptimizerIndex = "optimizer.json";
+constexpr const char* kPerturbEnv = "PRECON_FAULT_PERTURB_REPLICA";
+
+int group_rank(const RunState& state) { return state.group ? state.group->rank() : 0; }
+int group_size(const RunState& state) { return state.group ? state.group->size() : 1; }
+
+std::string shard_name(int rank, int ranks) {
+  if (ranks == 1) return "optimizer.safetensors";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", rank, ranks);
+  return buf;
+}
+
+// The entries this rank writes (the primary holder of each), with host copies where needed.
+struct ShardEntries {
   std::vector<std::vector<float>> host;
   std::vector<SafetensorsEntry> entries;
-  for (size_t i = 0; i < states.size(); ++i) {
-    const k::Tensor& t = states[i].tensor;
+};
+
+ShardEntries shard_entries(Optimizer& optimizer) {
+  ShardEntries out;
+  std::vector<NamedState> states = optimizer.state_tensors();
+  out.host.reserve(states.size());
+  for (const NamedState& s : states) {
+    if (!s.primary) continue;
+    const k::Tensor& t = s.tensor;
     const void* data = t.data;
     if (t.device != k::Device::cpu || t.dtype != k::DType::f32 || !t.contiguous()) {
-      std::vector<float>& copy = host.emplace_back(t.numel());
+      std::vector<float>& copy = out.host.emplace_back(t.numel());
       k::Tensor dst = t;
       dst.data = copy.data();
       dst.device = k::Device::cpu;
       k::copy(dst, t);
       data = copy.data();
     }
-    std::vector<int64_t> shape(t.shape.begin(), t.shape.begin() + t.ndim);
-    entries.push_back({states[i].name, SafetensorsDType::F32, shape, data});
+    out.entries.push_back({s.name, SafetensorsDType::F32, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim), data});
   }
-  write_safetensors(out, entries, {{"producer", "precon"}});
+  return out;
 }
 
-void load_optimizer(const std::filesystem::path& path, Optimizer& optimizer) {
-  SafetensorsFile file = SafetensorsFile::open(path);
-  std::vector<NamedState> states = optimizer.state_tensors();
-  for (const NamedState& s : states) {
-    const SafetensorsTensor* t = file.find(s.name);
-    if (!t) throw CheckpointError(path.string() + ": optimizer state " + s.name + " is missing");
+// optimizer.json: every entry of every shard with its file, global shape and offset (entries are
+// whole tensors, so the offset is zero and the shape global; the fields keep the format open to
+// split entries).
+json optimizer_index(const std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>>& shards) {
+  json entries = json::array();
+  for (const auto& [file, list] : shards) {
+    for (const SafetensorsEntry& e : list) {
+      entries.push_back({{"name", e.name}, {"file", file}, {"global_shape", e.shape},
+                         {"offset", std::vector<int64_t>(e.shape.size(), 0)}, {"shape", e.shape}});
+    }
+  }
+  return {{"format", 1}, {"entries", entries}};
+}
+
+// Where each saved optimizer entry lies: name -> (file, shape), from optimizer.json, or from a
+// checkpoint of one process written before the index existed (optimizer.safetensors alone).
+std::map<std::string, std::pair<std::string, std::vector<int64_t>>> read_index(const std::filesystem::path& dir) {
+  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> out;
+  if (!std::filesystem::exists(dir / kOptimizerIndex)) {
+    SafetensorsFile file = SafetensorsFile::open(dir / "optimizer.safetensors");
+    for (const SafetensorsTensor& t : file.tensors()) out[t.name] = {"optimizer.safetensors", t.shape};
+    return out;
+  }
+  try {
+    std::vector<uint8_t> bytes = read_file(dir / kOptimizerIndex);
+    const json index = json::parse(bytes.begin(), bytes.end());
+    for (const json& e : index.at("entries")) {
+      const auto shape = e.at("global_shape").get<std::vector<int64_t>>();
+      if (e.at("shape").get<std::vector<int64_t>>() != shape)
+        throw CheckpointError((dir / kOptimizerIndex).string() + ": entry " + e.at("name").get<std::string>() +
+                              " is a part of its tensor; this precon reads whole entries only");
+      out[e.at("name").get<std::string>()] = {e.at("file").get<std::string>(), shape};
+    }
+  } catch (const json::exception& e) {
+    throw CheckpointError((dir / kOptimizerIndex).string() + ": not a valid optimizer index: " + e.what());
+  }
+  return out;
+}
+
+// Reads every state tensor this rank holds from whichever shard has it; then checks over the
+// group that the checkpoint's entries are each held by exactly one writer now.
+void load_optimizer(const std::filesystem::path& dir, const RunState& state) {
+  const auto index = read_index(dir);
+  std::map<std::string, SafetensorsFile> files;
+  int64_t primaries = 0;
+  for (const NamedState& s : state.optimizer->state_tensors()) {
+    primaries += s.primary;
+    auto it = index.find(s.name);
+    if (it == index.end()) throw CheckpointError(dir.string() + ": optimizer state " + s.name + " is missing");
+    const std::string& file = it->second.first;
+    if (!files.count(file)) files.emplace(file, SafetensorsFile::open(dir / file));
+    const SafetensorsTensor* t = files.at(file).find(s.name);
+    if (!t) throw CheckpointError((dir / file).string() + ": optimizer state " + s.name + " is missing");
     if (t->dtype != SafetensorsDType::F32 || t->numel() != s.tensor.numel())
-      throw CheckpointError(path.string() + ": optimizer state " + s.name + " has " + std::to_string(t->numel()) +
+      throw CheckpointError((dir / file).string() + ": optimizer state " + s.name + " has " + std::to_string(t->numel()) +
                             " elements, expected " + std::to_string(s.tensor.numel()));
     std::vector<float> host(t->numel());
     std::memcpy(host.data(), t->bytes.data(), host.size() * sizeof(float));
@@ -71,44 +142,111 @@ void load_optimizer(const std::filesystem::path& path, Optimizer& optimizer) {
     src.device = k::Device::cpu;
     k::copy(s.tensor, src);
   }
-  if (file.tensors().size() != states.size())
-    throw CheckpointError(path.string() + ": holds " + std::to_string(file.tensors().size()) +
-                          " optimizer tensors, this optimizer has " + std::to_string(states.size()));
+  double total = static_cast<double>(primaries);
+  if (state.group) state.group->all_reduce_sum(&total, 1);
+  if (static_cast<size_t>(total) != index.size())
+    throw CheckpointError(dir.string() + ": holds " + std::to_string(index.size()) + " optimizer tensors, this optimizer has " +
+                          std::to_string(static_cast<int64_t>(total)));
+}
+
+// FNV-1a over the bytes of every parameter.
+uint64_t params_checksum(const ParamStore& params) {
+  k::Tensor all = params.all_params();
+  std::vector<float> host(static_cast<size_t>(all.numel()));
+  k::copy(k::Tensor::view(host.data(), {all.numel()}), all);
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(host.data());
+  for (size_t i = 0; i < host.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// Every rank holds the whole model: after a load they must hold the same one.
+void check_replicas(const std::filesystem::path& dir, const RunState& state) {
+  if (!state.group || state.group->size() == 1) return;
+  const int rank = state.group->rank(), ranks = state.group->size();
+  if (const char* v = std::getenv(kPerturbEnv); v && std::atoi(v) == rank)
+    k::scale(state.model->params().param(0), 1.001f);
+  std::vector<int64_t> sums(static_cast<size_t>(ranks), INT64_MIN);
+  const uint64_t mine = params_checksum(state.model->params());
+  std::memcpy(&sums[static_cast<size_t>(rank)], &mine, sizeof mine);
+  state.group->all_reduce_max(sums.data(), ranks);
+  std::string differ;
+  for (int r = 1; r < ranks; ++r)
+    if (sums[static_cast<size_t>(r)] != sums[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+  if (!differ.empty())
+    throw CheckpointError("after loading " + dir.string() + " the parameters of rank(s) " + differ +
+                          " differ from rank 0's (parameter checksums compared over all " + std::to_string(ranks) +
+                          " ranks): the replicas would train different models; check that every rank reads the same "
+                          "checkpoint directory");
 }
 
 }  // namespace
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state) {
-  json trainer = {{"step", step},
-                  {"config_hash", config_hash(*state.config)},
-                  {"loader", state.loader->state()},
-                  {"optimizer", state.optimizer->state_scalars()},
-                  {"parallel",
-                   {{"tensor", state.config->parallel.tensor},
-                    {"data", state.config->parallel.data},
-                    {"pipeline", state.config->parallel.pipeline}}},
-                  {"format", 1}};
-  if (state.objective && std::isfinite(*state.objective)) {
-    trainer["objective"] = {{"metric", state.config->objective.metric},
-                            {"mode", state.config->objective.mode},
-                            {"value", *state.objective}};
+  const int rank = group_rank(state), ranks = group_size(state);
+  Communicator* group = state.group;
+  // The other ranks' shards go into a parts directory named after the first rank's pid.
+  int64_t pid = ::getpid();
+  if (group) group->broadcast(&pid, sizeof pid, 0);
+  const std::filesystem::path parts = checkpoint_parts_dir(run_dir, step, static_cast<long>(pid));
+  if (ranks > 1) {
+    if (rank == 0) {
+      std::filesystem::remove_all(parts);
+      std::filesystem::create_directories(parts);
+    }
+    group->barrier();
   }
-  std::vector<CheckpointFile> files;
-  // Streamed into the checkpoint: no in-memory copy of the weights or the optimizer state.
-  files.push_back({"model.safetensors", [&state](ByteSink& out) {
-                     write_model_safetensors(out, state.model->params(), state.config->model);
-                   }});
-  files.push_back({"optimizer.safetensors", [&state](ByteSink& out) { write_optimizer_safetensors(out, *state.optimizer); }});
-  files.push_back(CheckpointFile::from_string("trainer.json", trainer.dump(2) + "\n"));
-  files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
-  files.push_back(CheckpointFile::from_string("config.toml", config_to_toml(*state.config)));
-  std::filesystem::path dir = write_checkpoint(run_dir, step, files);
-  RetentionPolicy policy;
-  policy.keep_last = static_cast<int>(state.config->train.keep_checkpoints);
-  policy.keep_best = static_cast<int>(state.config->train.keep_best);
-  policy.minimize = state.config->objective.mode != "max";
-  policy.objective = [](const CheckpointInfo& c) { return checkpoint_objective(c.dir); };
-  apply_retention(run_dir, policy);
+  ShardEntries mine = shard_entries(*state.optimizer);
+  if (rank != 0) write_safetensors(parts / shard_name(rank, ranks), mine.entries, {{"producer", "precon"}});
+  if (ranks > 1) group->barrier();  // every shard is written and fsynced
+  std::filesystem::path dir = checkpoints_dir(run_dir) / checkpoint_dir_name(step);
+  if (rank == 0) {
+    json trainer = {{"step", step},
+                    {"config_hash", config_hash(*state.config)},
+                    {"loader", state.loader->state()},
+                    {"optimizer", state.optimizer->state_scalars()},
+                    {"parallel",
+                     {{"tensor", state.config->parallel.tensor},
+                      {"data", state.config->parallel.data},
+                      {"pipeline", state.config->parallel.pipeline}}},
+                    {"format", 1}};
+    if (state.objective && std::isfinite(*state.objective)) {
+      trainer["objective"] = {{"metric", state.config->objective.metric},
+                              {"mode", state.config->objective.mode},
+                              {"value", *state.objective}};
+    }
+    std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>> shards = {{shard_name(0, ranks), mine.entries}};
+    std::vector<SafetensorsFile> others;  // keeps the other shards' headers mapped for the index
+    for (int r = 1; r < ranks; ++r) {
+      others.push_back(SafetensorsFile::open(parts / shard_name(r, ranks)));
+      std::vector<SafetensorsEntry> list;
+      for (const SafetensorsTensor& t : others.back().tensors()) list.push_back({t.name, t.dtype, t.shape, nullptr});
+      shards.emplace_back(shard_name(r, ranks), std::move(list));
+    }
+    std::vector<CheckpointFile> files;
+    // Streamed into the checkpoint: no in-memory copy of the weights or the optimizer state.
+    files.push_back({"model.safetensors", [&state](ByteSink& out) {
+                       write_model_safetensors(out, state.model->params(), state.config->model);
+                     }});
+    files.push_back({shard_name(0, ranks), [&mine](ByteSink& out) {
+                       write_safetensors(out, mine.entries, {{"producer", "precon"}});
+                     }});
+    for (int r = 1; r < ranks; ++r) files.push_back(CheckpointFile::adopted(shard_name(r, ranks), parts / shard_name(r, ranks)));
+    files.push_back(CheckpointFile::from_string(kOptimizerIndex, optimizer_index(shards).dump(1) + "\n"));
+    files.push_back(CheckpointFile::from_string("trainer.json", trainer.dump(2) + "\n"));
+    files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
+    files.push_back(CheckpointFile::from_string("config.toml", config_to_toml(*state.config)));
+    others.clear();
+    dir = write_checkpoint(run_dir, step, files);
+    if (ranks > 1) std::filesystem::remove_all(parts);
+    RetentionPolicy policy;
+    policy.keep_last = static_cast<int>(state.config->train.keep_checkpoints);
+    policy.keep_best = static_cast<int>(state.config->train.keep_best);
+    policy.minimize = state.config->objective.mode != "max";
+    policy.objective = [](const CheckpointInfo& c) { return checkpoint_objective(c.dir); };
+    apply_retention(run_dir, policy);
+  }
+  if (ranks > 1) group->barrier();  // the checkpoint counts for every rank
   return dir;
 }
 
@@ -142,9 +280,10 @@ int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state)
   } catch (const ModelIoError& e) {
     throw CheckpointError(e.what());
   }
-  load_optimizer(dir / "optimizer.safetensors", *state.optimizer);
+  load_optimizer(dir, state);
   state.optimizer->load_state_scalars(trainer.at("optimizer"));
   state.loader->restore(trainer.at("loader").get<LoaderState>());
+  check_replicas(dir, state);
   return trainer.at("step").get<int64_t>();
 }
 

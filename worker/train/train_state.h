@@ -23,18 +23,28 @@ struct RunState {
   Optimizer* optimizer = nullptr;
   DataLoader* loader = nullptr;
   std::optional<double> objective;  // latest objective.metric value at this step, if reported
+  // Every rank of the job (null: one process). Saving and loading are collectives over it: each
+  // rank writes the optimizer state it holds and reads what it holds now, whatever layout wrote it.
+  Communicator* group = nullptr;
 };
 
 // The objective value recorded in a checkpoint's trainer.json; nullopt when absent or unreadable.
 std::optional<double> checkpoint_objective(const std::filesystem::path& dir);
 
-// Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, optimizer.safetensors,
-// trainer.json, config.json (HF's), config.toml (the run's), manifest.json) and applies
-// keep_checkpoints/keep_best.
+// Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, the optimizer state in shards:
+// optimizer.safetensors for one rank, optimizer-RRRRR-of-NNNNN.safetensors for several, each
+// rank's holding the entries it writes, and optimizer.json listing every entry's name, file,
+// global shape and offset; trainer.json, config.json (HF's), config.toml (the run's),
+// manifest.json) and applies keep_checkpoints/keep_best. A collective over state.group: the
+// checkpoint counts only once every rank has written its shard (barrier, manifest, rename), and
+// every rank returns after that.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state);
 
 // Restores a checkpoint directory into the state; returns its step. Throws CheckpointError (with
-// the directory and what did not match) when it belongs to another model or optimizer.
+// the directory and what did not match) when it belongs to another model or optimizer. Every
+// rank of state.group calls it; afterwards the ranks compare a checksum of their parameters
+// (they all hold the whole model) and throw CheckpointError naming the ranks that differ.
+// Test-only: PRECON_FAULT_PERTURB_REPLICA=RANK changes one parameter on that rank first.
 int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state);
 
 }  // namespace precon::worker

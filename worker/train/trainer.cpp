@@ -168,18 +168,26 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
   const double tokens_per_step = static_cast<double>(cfg.train.batch_size * cfg.model.seq_len);
   const PhaseSeconds ph = run.optimizer->phase_seconds();
   const PhaseSeconds& prev = run.prev_phases;
+  // Optimizer time per phase is the slowest rank's (the owners' work differs between ranks).
+  float phase[6] = {static_cast<float>(ph.total() - prev.total()),
+                    static_cast<float>(ph.newton_schulz - prev.newton_schulz),
+                    static_cast<float>(ph.statistics - prev.statistics),
+                    static_cast<float>(ph.inverse_root - prev.inverse_root),
+                    static_cast<float>(ph.grafting - prev.grafting),
+                    static_cast<float>(ph.communication - prev.communication)};
+  run.par.world->all_reduce_max(phase, 6);
   MetricRecord r{step, unix_seconds_now(),
                  {{"train_loss", stats.loss},
                   {"lr", cfg.optimizer.lr * stats.lr_scale},
                   {"grad_norm", stats.grad_norm},
                   {"tokens_per_second", tokens_per_step / stats.seconds},
                   {"step_seconds", stats.seconds},
-                  {"optim_seconds", ph.total() - prev.total()},
-                  {"optim_newton_schulz_seconds", ph.newton_schulz - prev.newton_schulz},
-                  {"optim_statistics_seconds", ph.statistics - prev.statistics},
-                  {"optim_inverse_root_seconds", ph.inverse_root - prev.inverse_root},
-                  {"optim_grafting_seconds", ph.grafting - prev.grafting},
-                  {"optim_communication_seconds", ph.communication - prev.communication}}};
+                  {"optim_seconds", phase[0]},
+                  {"optim_newton_schulz_seconds", phase[1]},
+                  {"optim_statistics_seconds", phase[2]},
+                  {"optim_inverse_root_seconds", phase[3]},
+                  {"optim_grafting_seconds", phase[4]},
+                  {"optim_communication_seconds", phase[5]}}};
   if (cfg.optimizer.name == "shampoo") {
     double failures = static_cast<double>(run.optimizer->inverse_root_failures());
     if (run.schedule) run.par.pp->all_reduce_sum(&failures, 1);  // each stage counts its own blocks
@@ -193,6 +201,11 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
     r.values.emplace_back("comm_bytes", static_cast<double>(g.bytes_sent() + run.pipe_bytes - run.prev_comm_bytes));
     run.prev_comm_seconds = g.wait_seconds();
     run.prev_comm_bytes = g.bytes_sent() + run.pipe_bytes;
+    // The optimizer's own collectives (Muon's and Shampoo's all-gathers): the busiest rank's bytes.
+    int64_t optim_bytes = run.optimizer->comm_bytes() - run.prev_optim_bytes;
+    run.par.world->all_reduce_max(&optim_bytes, 1);
+    r.values.emplace_back("optim_comm_bytes", static_cast<double>(optim_bytes));
+    run.prev_optim_bytes = run.optimizer->comm_bytes();
   }
   if (run.schedule) {
     // The bubble: each stage's time in the schedule not spent computing, over its computing
@@ -220,22 +233,22 @@ void maybe_evaluate(Run& run, int64_t step, double loss) {
           " val_loss " + std::to_string(val_loss));
 }
 
-// Under data parallelism every rank holds the same model and optimizer state: the first rank
-// writes the checkpoint, and it counts for all once the barrier after it is passed.
+// Every rank writes the optimizer state it holds and the first the rest; the checkpoint counts
+// for all once save_checkpoint returns (it ends with a barrier).
 void checkpoint(Run& run, int64_t step) {
   if (step == run.last_checkpoint && step != 0) return;
   auto t0 = std::chrono::steady_clock::now();
   if (run.stages) {
-    // Each stage stepped its own rows: every rank now takes the others' from their leaders.
+    // Each stage stepped its own rows: every rank now takes the others' from their leaders (and
+    // the stages' optimizer counters; their state tensors are written by their holders).
     gather_stage_params(*run.par.world, run.par, run.model->params());
     run.stages->gather(*run.par.world, run.par);
   }
+  fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
   if (run.par.first()) {
-    fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
     run.metrics->sync();
     run.log("checkpoint " + dir.filename().string() + " (" + std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
   }
-  run.par.world->barrier();
   run.last_checkpoint = step;
 }
 
