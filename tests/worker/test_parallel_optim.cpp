@@ -75,7 +75,8 @@ TEST_F(ParallelOptim, OptimizerStateIsWrittenOnceByItsOwners) {
   EXPECT_EQ(files, (std::set<std::string>{"optimizer-00000-of-00002.safetensors", "optimizer-00001-of-00002.safetensors"}));
   EXPECT_EQ(momenta[0], 4);  // 8 matrices, 4 owned by each rank
   EXPECT_EQ(momenta[1], 4);
-  for (const auto& f : read_json(ckpt / "manifest.json")["files"]) files.erase(f["name"].get<std::string>());
+  const nlohmann::json manifest = read_json(ckpt / "manifest.json");
+  for (const auto& f : manifest["files"]) files.erase(f["name"].get<std::string>());
   EXPECT_TRUE(files.empty()) << "every shard is in the manifest";
 }
 

@@ -135,14 +135,15 @@ class Muon final : public Optimizer {
         kernels::cast(Tensor::view(send_.data(), {segment_}, kernels::DType::bf16, device_), segment());
         group_->all_gather_bytes(send_.data(), gathered_.data(), segment_ * 2);
         kernels::cast(gathered(ranks), Tensor::view(gathered_.data(), {ranks * segment_}, kernels::DType::bf16, device_));
-      } else {
+      } else if (ranks > 1) {
         group_->all_gather(segment().f32(), static_cast<float*>(gathered_.data()), segment_);
       }
       if (ranks > 1) comm_bytes_ += segment_ * (bf16_ ? 2 : 4);
     }
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
-    const float* all = static_cast<float*>(bf16_ ? unpacked_.data() : gathered_.data());
+    // One rank: its own segment is everything (no copy; the buffers may be device memory).
+    const float* all = static_cast<float*>(bf16_ ? unpacked_.data() : group_->size() > 1 ? gathered_.data() : segment_buf_.data());
     for (Matrix& m : matrices_) {
       Tensor o = m.update;
       for (const Piece& p : m.pieces) {
@@ -309,7 +310,7 @@ class Muon final : public Optimizer {
     bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
     segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
-    gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
+    if (ranks > 1) gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
     if (bf16_) {
       send_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * 2);
       unpacked_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
@@ -383,6 +384,22 @@ class Muon final : public Optimizer {
     const std::vector<std::vector<Span>> list = problems(m, dim);
     if (list.size() == 1) {
       kernels::newton_schulz(o, u, ns_);
+      return;
+    }
+    if (mode_ != "blockwise" || m.split_dim < 0) {
+      // The Q/K/V blocks as one batch: rows of the storage, or of its transpose when it is
+      // (fan_in, fan_out); no row-by-row copies (they would be thousands of device copies).
+      const int64_t block = m.param.shape[m.qkv_dim] / m.blocks;
+      if (m.qkv_dim == 0) {
+        kernels::newton_schulz(Tensor::view(o.data, {m.blocks, block, cols}, kernels::DType::f32, device_),
+                               Tensor::view(u.data, {m.blocks, block, cols}, kernels::DType::f32, device_), ns_);
+        return;
+      }
+      Tensor t = make_view(work + rows * cols, {cols, rows}, device_);
+      kernels::transpose(t, u);
+      kernels::newton_schulz(Tensor::view(t.data, {m.blocks, block, rows}, kernels::DType::f32, device_),
+                             Tensor::view(t.data, {m.blocks, block, rows}, kernels::DType::f32, device_), ns_);
+      kernels::transpose(o, t);
       return;
     }
     for (const std::vector<Span>& spans : list) {

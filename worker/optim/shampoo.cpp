@@ -16,6 +16,10 @@
 // Blocks: each dim is cut into chunks of max_preconditioner_dim (the last one shorter); every
 // block has its own M, V, L, R, L⁻, R⁻ and failure count, and its own grafting norm. Each of these
 // state kinds is one allocation holding every block's tensor, blocks in parameter-table order.
+// With several ranks (OptimizerHooks::group) each block has one owner, greedily by refresh cost;
+// only the owner holds and updates the block's state and computes its direction, one all-gather
+// per step (optimizer.shampoo.comm_dtype) hands all directions to all, and every rank applies
+// them; a refresh ends with one max over the blocks' failure flags, so failures count globally.
 #include <algorithm>
 #include <cmath>
 
@@ -167,7 +171,7 @@ class Shampoo final : public Optimizer {
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
     segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
-    gathered_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
+    if (ranks > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
     if (bf16_) {
       send_ = kernels::Buffer(device, static_cast<size_t>(segment_) * 2);
       unpacked_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
@@ -208,14 +212,15 @@ class Shampoo final : public Optimizer {
         group_->all_gather_bytes(send_.data(), gathered_.data(), segment_ * 2);
         kernels::cast(Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_),
                       Tensor::view(gathered_.data(), {ranks * segment_}, kernels::DType::bf16, device_));
-      } else {
+      } else if (ranks > 1) {
         group_->all_gather(seg.f32(), static_cast<float*>(gathered_.data()), segment_);
       }
       if (ranks > 1) comm_bytes_ += segment_ * (bf16_ ? 2 : 4);
     }
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
-    float* all = static_cast<float*>(bf16_ ? unpacked_.data() : gathered_.data());
+    // One rank: its own segment is everything (no copy; the buffers may be device memory).
+    float* all = static_cast<float*>(bf16_ ? unpacked_.data() : group_->size() > 1 ? gathered_.data() : segment_buf_.data());
     for (const Block& b : blocks_) apply(b, scratch(all + b.owner * segment_ + b.offset, b.rn, b.cn), lr);
   }
 
