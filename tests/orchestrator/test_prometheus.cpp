@@ -271,7 +271,7 @@ TEST_F(Metrics, RunningTrialSeriesMatchTheStoreAndGoWhenItEnds) {
   EXPECT_TRUE(val_stored) << "val_loss " << val << " is not a stored value";
   EXPECT_GT(e.value("precon_trial_tokens_per_second", labels).value_or(0), 0.0);
   EXPECT_GT(e.value("precon_trial_step_seconds", labels).value_or(0), 0.0);
-  for (const char* phase : {"newton_schulz", "statistics", "inverse_root", "grafting"})
+  for (const char* phase : {"newton_schulz", "statistics", "inverse_root", "grafting", "communication"})
     EXPECT_GE(e.value("precon_trial_optimizer_seconds", {{"trial", trial}, {"phase", phase}}).value_or(-1), 0.0) << phase;
   EXPECT_EQ(e.value("precon_trial_inverse_root_failures_total", labels), 0.0);
   EXPECT_EQ(e.value("precon_trials", {{"state", "running"}}), 1.0);
