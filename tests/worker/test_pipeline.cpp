@@ -2,7 +2,8 @@
 // parallel.pipeline stages (1F1B, point-to-point activations, one optimizer per stage, the tied
 // embedding on the first and the last stage) must follow the trajectory one process follows, for
 // every optimizer, at PP=2, PP=2×TP=2 and PP=2×DP=2, and at PP=4 and an uneven split on four
-// layers; checkpoints written at one layout resume at the other; a killed stage ends the job and a
+// layers; checkpoints written at one layout resume at the other (PP2 -> PP1, PP1 -> PP2,
+// PP2×DP2 -> PP1); a killed stage ends the job and a
 // signal to one stage checkpoints every stage at one step.
 #include <gtest/gtest.h>
 
@@ -90,7 +91,8 @@ TEST_F(Pipeline, FourStagesAndAnUnevenSplitOfFourLayersFollowTheSingleProcessRun
 }
 
 TEST_F(Pipeline, CheckpointsOfTwoStagesResumeInOneProcessAndTheOtherWay) {
-  // Shampoo: the most state (factors, roots, grafting, failure counters) split over the stages.
+  // Shampoo: the most state (factors, roots, grafting, failure counters) split over the stages,
+  // and over the owners within a stage.
   // Validation at 5 and 10 in every run, so that the interrupted ones have the same records.
   const fs::path cfg = config(kOptimizers[2], 10);
   const std::string pp1 = std::string(kMicro) + " --set train.eval_every=5", pp2 = pp1 + " --set parallel.pipeline=2";
@@ -105,6 +107,14 @@ TEST_F(Pipeline, CheckpointsOfTwoStagesResumeInOneProcessAndTheOtherWay) {
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1: resumed from"), std::string::npos) << r.output;
   expect_same_trajectory("straight", "pp1_pp2", 10);
+  // PP2×DP2 -> PP1: within each stage the blocks' state lies with their owners, who write it.
+  ASSERT_EQ(run(mpirun(4) + trainer(cfg, "pp2dp2_pp1", "--set train.eval_every=5 --set train.micro_batch_size=1 "
+                                                       "--set parallel.pipeline=2 --set parallel.data=2 --set train.steps=5"))
+                .status,
+            0);
+  r = run(trainer(cfg, "pp2dp2_pp1", pp1));
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_trajectory("straight", "pp2dp2_pp1", 10);
 }
 
 TEST_F(Pipeline, ALayoutThePipelineCannotTakeIsAConfigError) {
