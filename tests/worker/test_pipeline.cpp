@@ -3,8 +3,8 @@
 // embedding on the first and the last stage) must follow the trajectory one process follows, for
 // every optimizer, at PP=2, PP=2×TP=2 and PP=2×DP=2, and at PP=4 and an uneven split on four
 // layers; checkpoints written at one layout resume at the other (PP2 -> PP1, PP1 -> PP2,
-// PP2×DP2 -> PP1); a killed stage ends the job and a
-// signal to one stage checkpoints every stage at one step.
+// PP2×DP2 -> PP1); a killed stage ends the job and a signal to one stage checkpoints every stage
+// at one step.
 #include <gtest/gtest.h>
 
 #include <chrono>
