@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/common/error.h"
+#include "worker/common/fault_hook.h"
 
 namespace precon::worker {
 
@@ -160,7 +161,8 @@ fs::path write_checkpoint(const fs::path& run_dir, int64_t step, const std::vect
   const std::string name = checkpoint_dir_name(step);
   const fs::path final_dir = root / name;
   const fs::path tmp = root / (name + kTempMarker + std::to_string(::getpid()));
-  const int kill_after = fault_kill_after();
+  int kill_after = fault_kill_after();
+  if (const FaultPoint f = fault_point("ckpt"); f.step == step) kill_after = static_cast<int>(f.count);
   std::error_code ec;
   try {
     if (!fs::exists(root)) {

@@ -8,7 +8,8 @@
 // directories are removed by latest_good_checkpoint().
 //
 // Test-only fault hook: with PRECON_FAULT_CKPT_KILL_AFTER_FILES=N in the environment, the
-// writer SIGKILLs its own process after N files are written (before the manifest/rename).
+// writer SIGKILLs its own process after N files are written (before the manifest/rename);
+// PRECON_FAULT_KILL_AT=ckpt:S:N does so in the checkpoint of step S only (worker/common/fault_hook.h).
 // Thread-safety: one writer per run directory; functions are otherwise reentrant.
 #pragma once
 

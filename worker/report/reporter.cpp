@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/common/fault_hook.h"
+
 namespace precon::worker {
 
 namespace {
@@ -165,6 +167,7 @@ void Reporter::run() {
     if (!backlog_warning.empty()) warn(std::exchange(backlog_warning, {}));
   };
 
+  const int64_t kill_after_step = fault_point("report").step;  // test-only (fault_hook.h)
   for (;;) {
     if (batch.empty()) {
       std::unique_lock lock(mutex_);
@@ -180,6 +183,7 @@ void Reporter::run() {
     log_backlog();
 
     Outcome outcome = send(conn, body);
+    if (kill_after_step >= 0 && outcome == Outcome::kDelivered && batch.back().step >= kill_after_step) fault_kill();
     if (outcome == Outcome::kTooLarge && batch.size() == 1) outcome = Outcome::kDrop;
     switch (outcome) {
       case Outcome::kDelivered:

@@ -54,6 +54,7 @@ struct Run {
   int64_t prev_optim_bytes = 0;     // the optimizer's own collectives at the last metrics record
   int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
   int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
+  int64_t kill_fault_step = -1;     // test-only: PRECON_FAULT_KILL_AT=step:S (worker/common/fault_hook.h)
   RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective, par.world.get()}; }
 };
 

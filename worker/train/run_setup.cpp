@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "kernels/backend.h"
+#include "worker/common/fault_hook.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/model/model_io.h"
 #include "worker/parallel/nccl_communicator.h"
@@ -173,6 +174,7 @@ void open_outputs(Run& run) {
   if (const char* f = std::getenv("PRECON_FAULT_RANK_ERROR"); f && std::strchr(f, ':') &&
       std::atoi(f) == run.par.world->rank())
     run.rank_fault_step = std::atoll(std::strchr(f, ':') + 1);
+  run.kill_fault_step = fault_point("step").step;
 }
 
 }  // namespace precon::worker

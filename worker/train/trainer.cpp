@@ -16,6 +16,7 @@
 
 #include "kernels/nn.h"
 #include "worker/ckpt/checkpoint.h"
+#include "worker/common/fault_hook.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -291,6 +292,7 @@ TrainOutcome step_loop(Run& run) {
     optimizer_step(run, step, stats.lr_scale, grad_scale);
     stats.seconds = seconds_since(t0);
     log_step(run, step, stats);
+    if (step == run.kill_fault_step) fault_kill();
     maybe_evaluate(run, step, stats.loss);
     if (auto outcome = checkpoint_or_stop(run, step)) return *outcome;
   }
@@ -310,6 +312,10 @@ void finish(Run& run) {
 void install_requeue_signal_handlers() {
   std::signal(SIGUSR1, on_requeue_signal);
   std::signal(SIGTERM, on_requeue_signal);
+  // A stop signal that reached the launcher before this process could handle it (a Slurm
+  // time-limit warning during the job's setup lines) is passed on in the environment.
+  if (const char* s = std::getenv("PRECON_STOP_SIGNAL"); s && (std::strcmp(s, "USR1") == 0 || std::strcmp(s, "TERM") == 0))
+    g_requeue.store(true);
 }
 bool requeue_signal_received() { return g_requeue.load(); }
 void reset_requeue_signal() { g_requeue.store(false); }

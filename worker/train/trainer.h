@@ -46,7 +46,9 @@ class TrainingError : public WorkerError {
 TrainOutcome train(const TrainOptions& options);
 
 // Installs SIGUSR1/SIGTERM handlers that make train() checkpoint at the next step boundary and
-// return TrainOutcome::requeue. Called by main; tests may call it too.
+// return TrainOutcome::requeue. PRECON_STOP_SIGNAL=USR1 or TERM in the environment counts as
+// that signal received at start (the Slurm batch script passes on a stop that arrived before
+// the trainer ran). Called by main; tests may call it too.
 void install_requeue_signal_handlers();
 bool requeue_signal_received();
 void reset_requeue_signal();
