@@ -1,6 +1,11 @@
 #include "orchestrator/exec/slurm_executor.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <cstdlib>
@@ -31,6 +36,32 @@ void write_file(const fs::path& path, const std::string& text, fs::perms perms =
   fs::permissions(tmp, perms, ec);
   fs::rename(tmp, path, ec);
   if (ec) throw ExecError("cannot write " + path.string() + ": " + ec.message());
+}
+
+// A file only its owner can read, created so from the start (never wider for a moment), then
+// renamed into place.
+void write_private_file(const fs::path& path, const std::string& text) {
+  const fs::path tmp = path.string() + ".tmp";
+  ::unlink(tmp.c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, S_IRUSR | S_IWUSR);
+  if (fd < 0) throw ExecError("cannot create " + tmp.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw ExecError("cannot write " + tmp.string() + ": " + std::strerror(e));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int e = errno;
+    ::unlink(tmp.c_str());
+    throw ExecError("cannot write " + path.string() + ": " + std::strerror(e));
+  }
 }
 
 int64_t to_int(const std::string& s, int64_t fallback) {
@@ -111,6 +142,8 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
       fs::create_directories(spec.run_dir, ec);
       if (ec) throw ExecError("cannot create run directory " + spec.run_dir.string() + ": " + ec.message());
       fs::remove(status_path(Handle{"slurm", "", "", spec.trial_id, spec.attempt, spec.run_dir}), ec);
+      if (auto token = spec.env.find(kTrialTokenEnv); token != spec.env.end())
+        write_private_file(slurm_token_path(spec.run_dir, spec.attempt), token->second + "\n");
       const fs::path script = slurm_script_path(spec.run_dir, spec.attempt);
       write_file(script, trial_script(spec, options_.script), kScript);
       ready.push_back(i);
@@ -280,6 +313,7 @@ std::vector<std::pair<Handle, ExitStatus>> SlurmExecutor::poll() {
   // means Slurm did not answer, and nothing can be concluded this time.
   if (!q.ok() && q.err.find("Invalid job id") == std::string::npos) return ended;
   const auto rows = parse_squeue(q.out);
+  std::error_code ec_ignored;
 
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     auto row = rows.find(it->handle.external_id);
@@ -294,6 +328,8 @@ std::vector<std::pair<Handle, ExitStatus>> SlurmExecutor::poll() {
       it->seen_running = it->state == "RUNNING";
       ++it;
     } else {
+      // The job has ended for good: nothing reads its token any more.
+      fs::remove(slurm_token_path(it->handle.run_dir, it->base_attempt), ec_ignored);
       it = jobs_.erase(it);
     }
   }

@@ -128,6 +128,10 @@ fs::path slurm_script_path(const fs::path& run_dir, int64_t attempt) {
   return run_dir / ("slurm-" + std::to_string(attempt) + ".sh");
 }
 
+fs::path slurm_token_path(const fs::path& run_dir, int64_t attempt) {
+  return run_dir / ("slurm-" + std::to_string(attempt) + ".token");
+}
+
 std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& options) {
   const worker::ResourcesConfig& r = spec.resources;
   std::ostringstream s;
@@ -139,38 +143,52 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
     << "# Ranks: srun starts " << r.nodes * r.ntasks_per_node << " precon-train process(es) with SLURM_PROCID,\n"
     << "# SLURM_NODEID and SLURM_NTASKS set. SIGUSR1 (time-limit warning, preemption notice) makes the\n"
     << "# trainer checkpoint and exit " << worker::kExitRequeue << "; the job then requeues itself.\n\n";
+  // The traps come first, before anything that takes time: a warning that arrives during the
+  // script's own setup is kept for the trainer.
+  s << "stop_signal=\nresend=\ntrainer=\n"
+    << "forward() {\n"
+    << "  stop_signal=$1\n"
+    << "  if [ -n \"$trainer\" ]; then resend=$1; kill -s \"$1\" \"$trainer\" 2>/dev/null; fi\n"
+    << "}\n"
+    << "trap 'forward USR1' USR1\n"
+    << "trap 'forward TERM' TERM\n\n";
   s << "run_dir=" << shell_quote(spec.run_dir.string()) << "\n";
   s << "attempt=$((" << spec.attempt << " + ${SLURM_RESTART_COUNT:-0}))\n";
   s << "status_file=\"$run_dir/exit_status.$attempt\"\n";
-  for (const auto& [key, value] : spec.env) s << "export " << key << "=" << shell_quote(value) << "\n";
+  for (const auto& [key, value] : spec.env)
+    if (key != kTrialTokenEnv) s << "export " << key << "=" << shell_quote(value) << "\n";
+  // The report token is read from its owner-only file, never written into this script.
+  if (spec.env.count(kTrialTokenEnv) != 0) {
+    s << "IFS= read -r " << kTrialTokenEnv << " <" << shell_quote(slurm_token_path(spec.run_dir, spec.attempt).string())
+      << " || { echo 'precon: cannot read the trial token file' >&2; exit 1; }\n"
+      << "export " << kTrialTokenEnv << "\n";
+  }
   s << "export OMP_NUM_THREADS=" << cpus_per_task(spec) << "\n";
   s << "export PRECON_ATTEMPT=\"$attempt\"\n";
   s << "rm -f \"$status_file\" \"$status_file.tmp\"\n";
-  // The traps come first: a warning that arrives during slow setup lines is kept for the trainer.
-  s << "\nstop_signal=\ntrainer=\n"
-    << "forward() {\n"
-    << "  stop_signal=$1\n"
-    << "  if [ -n \"$trainer\" ]; then kill -s \"$1\" \"$trainer\" 2>/dev/null; fi\n"
-    << "}\n"
-    << "trap 'forward USR1' USR1\n"
-    << "trap 'forward TERM' TERM\n";
   if (!r.setup.empty()) {
     s << "\n# resources.setup from the recipe\n";
     for (const std::string& line : r.setup) s << line << "\n";
     s << "# end of resources.setup\n\n";
   }
+  // A stop that arrived before the trainer starts goes to it in its environment: a signal sent
+  // to srun or to the trainer before they have installed their handlers would kill them.
+  s << "launch_stop=$stop_signal\n"
+    << "if [ -n \"$launch_stop\" ]; then export PRECON_STOP_SIGNAL=\"$launch_stop\"; fi\n";
   // Several ranks are one MPI job: srun hands them their ranks through PMIx.
   s << shell_quote(options.srun) << " --kill-on-bad-exit=1" << (spec.ranks > 1 ? " --mpi=pmix" : "") << " --nodes=" << r.nodes
     << " --ntasks-per-node=" << r.ntasks_per_node << " --cpus-per-task=" << cpus_per_task(spec) << " --";
   for (const std::string& a : spec.argv) s << " " << shell_quote(a);
   s << " >>\"$run_dir/stdout.log\" 2>>\"$run_dir/stderr.log\" &\n";
-  // srun forwards a signal only once its tasks run, so a stop that is under way is sent again
-  // every 0.2 s until the trainer has exited (it checkpoints once and ignores the repeats).
+  // A stop that arrived between the check above and this line is sent like any later one. srun
+  // forwards a signal only once its tasks run, so a stop that is under way is sent again every
+  // 0.2 s until the trainer has exited (it checkpoints once and ignores the repeats).
   s << "trainer=$!\n"
+    << "if [ \"$stop_signal\" != \"$launch_stop\" ]; then resend=$stop_signal; fi\n"
     << "while kill -0 \"$trainer\" 2>/dev/null; do\n"
-    << "  if [ -n \"$stop_signal\" ]; then\n"
+    << "  if [ -n \"$resend\" ]; then\n"
     << "    sleep 0.2 & wait $!\n"
-    << "    kill -s \"$stop_signal\" \"$trainer\" 2>/dev/null\n"
+    << "    kill -s \"$resend\" \"$trainer\" 2>/dev/null\n"
     << "  else\n"
     << "    wait \"$trainer\"\n"
     << "  fi\n"

@@ -8,8 +8,14 @@
 // trainer's ranks with `srun`, forwards SIGUSR1/SIGTERM to them, records the exit status in
 // run_dir/exit_status.<attempt> (attempt = the submitted attempt + SLURM_RESTART_COUNT) and, when
 // the trainer exits with its requeue code after a SIGUSR1 (time-limit warning, preemption notice),
-// requeues the job with `scontrol requeue` while requeues remain. A job array script dispatches
-// each task to its trial's script.
+// requeues the job with `scontrol requeue` while requeues remain. A stop signal that arrives
+// before the trainer starts (during `resources.setup`) reaches it as PRECON_STOP_SIGNAL in its
+// environment instead: a signal sent while srun or the trainer starts up would kill them. A job
+// array script dispatches each task to its trial's script.
+//
+// The trial's report token (PRECON_TRIAL_TOKEN in the spec's environment) is never written into
+// the script, which other users of the cluster may read: the executor writes it to an owner-only
+// file (slurm_token_path) that the script reads when the job starts.
 // Thread-safety: free functions without shared state.
 #pragma once
 
@@ -20,6 +26,9 @@
 #include "orchestrator/exec/executor.h"
 
 namespace precon::orch {
+
+// The environment variable that carries a trial's report token.
+inline constexpr const char* kTrialTokenEnv = "PRECON_TRIAL_TOKEN";
 
 struct SlurmScriptOptions {
   int signal_lead_s = 120;   // --signal=B:USR1@N: warning before the time limit
@@ -47,6 +56,9 @@ bool same_slurm_resources(const LaunchSpec& a, const LaunchSpec& b);
 
 // Where the trial script of an attempt is written.
 std::filesystem::path slurm_script_path(const std::filesystem::path& run_dir, int64_t attempt);
+
+// Where the report token of a submitted attempt is kept (mode 0600) for its script to read.
+std::filesystem::path slurm_token_path(const std::filesystem::path& run_dir, int64_t attempt);
 
 // The trial script (validate_slurm_spec first).
 std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& options);

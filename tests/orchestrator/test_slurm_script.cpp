@@ -186,6 +186,40 @@ TEST_F(SlurmScript, RequeuesItselfOnlyAfterTheWarningSignal) {
   EXPECT_EQ(read(run / "exit_status.3"), "exit 3\n");
 }
 
+TEST_F(SlurmScript, AWarningDuringSetupReachesTheTrainerInItsEnvironmentNotAsASignal) {
+  // The warning arrives while a setup line runs (here the line sends it to the batch shell
+  // itself). A signal sent on to srun then could land before srun or the trainer handle it and
+  // kill them (exit 138): the trainer learns of it from PRECON_STOP_SIGNAL and is never signalled.
+  const fs::path run = dir_ / "run";
+  fs::create_directories(run);
+  LaunchSpec s = spec_in(run);
+  s.resources.setup = {"kill -USR1 $$"};
+  const std::string trainer =
+      "trap 'exit 9' USR1; [ \"$PRECON_STOP_SIGNAL\" = USR1 ] || exit 8; for i in $(seq 10); do sleep 0.05; done; exit 75";
+  EXPECT_EQ(run_script(s, trainer, "0"), 0);
+  EXPECT_EQ(read(run / "exit_status.1"), "exit 75\n");
+  EXPECT_EQ(read(dir_ / "scontrol"), "requeue 42\n");
+  // Without a warning the trainer's environment has no stop in it.
+  s.resources.setup = {"true"};
+  EXPECT_EQ(run_script(s, "[ -z \"$PRECON_STOP_SIGNAL\" ] || exit 8; exit 0", "0"), 0);
+}
+
+TEST_F(SlurmScript, TheReportTokenIsReadFromItsFileAndNeverWrittenIntoTheScript) {
+  const fs::path run = dir_ / "run";
+  fs::create_directories(run);
+  LaunchSpec s = spec_in(run);
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  s.env[kTrialTokenEnv] = token;
+  const std::string text = trial_script(s, {});
+  EXPECT_EQ(text.find(token), std::string::npos) << text;
+  EXPECT_NE(text.find(slurm_token_path(run, 1).string()), std::string::npos) << text;
+  std::ofstream(slurm_token_path(run, 1)) << token << "\n";
+  EXPECT_EQ(run_script(s, "[ \"$PRECON_TRIAL_TOKEN\" = " + token + " ] || exit 8; exit 0", "0"), 0);
+  // No token file: the job fails at once with the reason instead of reporting without a token.
+  fs::remove(slurm_token_path(run, 1));
+  EXPECT_EQ(run_script(s, "exit 0", "0"), 1);
+}
+
 TEST_F(SlurmScript, ArrayDispatchesEachTaskToItsTrial) {
   std::vector<LaunchSpec> specs;
   std::vector<fs::path> scripts;
