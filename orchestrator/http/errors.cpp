@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "orchestrator/store/disk_space.h"
 #include "worker/common/error.h"
 #include "worker/config/parse.h"
 
@@ -28,6 +29,8 @@ ErrorAnswer error_answer(std::exception_ptr error) {
     return client(400, "bad_recipe", e.what());
   } catch (const std::invalid_argument& e) {
     return client(400, "bad_request", e.what());
+  } catch (const DiskFullError& e) {
+    return ErrorAnswer{507, "disk_full", e.what(), e.what()};
   } catch (const worker::WorkerError& e) {
     return server("worker_error", e.what());
   } catch (const std::exception& e) {

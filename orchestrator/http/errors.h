@@ -32,6 +32,7 @@ struct ErrorAnswer {
 //   other nlohmann::json errors      400 bad_request
 //   worker::ConfigError              400 bad_recipe (a recipe or override the worker's schema refuses)
 //   std::invalid_argument            400 bad_request
+//   DiskFullError                    507 disk_full (the disk under the database; the message says what to do)
 //   other worker::WorkerError        500 worker_error (files, checkpoints, data the controller read)
 //   anything else                    500 internal
 // A 5xx is the controller's fault: the caller logs it (cause), the client sees "internal error: ...".

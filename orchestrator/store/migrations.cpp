@@ -161,19 +161,21 @@ void sql_token_hash(sqlite3_context* context, int, sqlite3_value** argv) {
 int current_version() { return kVersion; }
 
 int open_and_migrate(sql::Database& db) {
-  // WAL lets readers run beside the one writer; NORMAL syncs at checkpoints only, which is
-  // durable against a controller crash (not against power loss of the last transactions).
-  db.exec("PRAGMA journal_mode=WAL");
-  db.exec("PRAGMA synchronous=NORMAL");
-  db.exec("PRAGMA foreign_keys=ON");
-
   const std::string file = db.path().string();
-  int version = static_cast<int>(db.int_pragma("user_version"));
+  // Checked before anything is written (the journal mode lives in the file's header): a file
+  // precon must not use is left exactly as it was.
+  int version = 0;
+  int64_t app = 0;
+  try {
+    version = static_cast<int>(db.int_pragma("user_version"));
+    app = db.int_pragma("application_id");
+  } catch (const StoreError& e) {
+    throw StoreError(file + ": not a precon database, or a corrupt one (" + e.what() + "); pass another path");
+  }
   if (version > kVersion)
     throw StoreError(file + ": database schema version " + std::to_string(version) +
                      " is newer than this precon knows (" + std::to_string(kVersion) +
                      "); use the precon that wrote it, or a newer one");
-  const int64_t app = db.int_pragma("application_id");
   if (app != 0 && app != kApplicationId)
     throw StoreError(file + ": not a precon database (SQLite application_id " + std::to_string(app) +
                      "); pass another path");
@@ -182,7 +184,25 @@ int open_and_migrate(sql::Database& db) {
     if (s->step() && s->i64(0) > 0)
       throw StoreError(file + ": an SQLite database that precon did not create (it has tables but no "
                               "precon schema version); pass another path");
+  } else {
+    // Damaged pages would otherwise surface later, one query at a time, as errors in the middle
+    // of a sweep.
+    std::string problem;
+    try {
+      auto s = db.cached("PRAGMA quick_check(1)");
+      problem = s->step() ? s->text(0) : "no answer";
+    } catch (const StoreError& e) {
+      problem = e.what();
+    }
+    if (problem != "ok")
+      throw StoreError(file + ": the database is corrupt (SQLite quick_check: " + problem +
+                       "); restore it from a backup, or start precon with another --db");
   }
+  // WAL lets readers run beside the one writer; NORMAL syncs at checkpoints only, which is
+  // durable against a controller crash (not against power loss of the last transactions).
+  db.exec("PRAGMA journal_mode=WAL");
+  db.exec("PRAGMA synchronous=NORMAL");
+  db.exec("PRAGMA foreign_keys=ON");
   PRECON_SQLITE_CHECK(db.handle(),
                       sqlite3_create_function_v2(db.handle(), "precon_token_hash", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
                                                  nullptr, sql_token_hash, nullptr, nullptr, nullptr),

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <limits>
 
+#include "orchestrator/store/disk_space.h"
+
 namespace precon::orch::sql {
 
 namespace {
@@ -22,6 +24,8 @@ void fail(sqlite3* db, int rc, const std::filesystem::path& file, std::string_vi
     msg += "; the file is not a precon database (or it is damaged): move it aside or pass another path";
   if (!sql.empty()) msg += " in `" + std::string(sql) + "`";
   msg += " [" + std::filesystem::path(src).filename().string() + ":" + std::to_string(line) + "]";
+  if ((rc & 0xff) == SQLITE_FULL)
+    throw DiskFullError(file.string() + ": the disk holding the database is full; free space there (" + msg + ")");
   throw StoreError(msg);
 }
 
