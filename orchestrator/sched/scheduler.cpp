@@ -12,6 +12,7 @@
 
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
+#include "orchestrator/store/disk_space.h"
 #include "orchestrator/store/token_hash.h"
 
 namespace precon::orch {
@@ -118,6 +119,8 @@ void Scheduler::tick() {
 
 int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& specs, const fs::path& run_root) {
   return call([&]() -> int64_t {
+    // Refused whole, with the reason, rather than failing in the middle on a full disk.
+    check_disk_room(store_.path(), (specs.size() + 1) * (recipe.text.size() + 1024));
     const worker::TrialConfig& base = recipe.base.config;
     ExperimentRow exp;
     exp.name = base.experiment.name;

@@ -110,6 +110,8 @@ class Scheduler {
   void tick();
   void reconcile();
   void collect_finished();
+  void settle_ended();  // finish_attempt for each of unsettled_, in order, until one fails
+  // Throws when the store fails; the trial's attempt is then still live, for another try.
   void finish_attempt(int64_t trial_id, const ExitStatus& status);
   // An executor's note on a running attempt: an event, and the attempt's nodes once known.
   void note_attempt_state(Executor* ex, const Handle& h, const std::string& note);
@@ -152,6 +154,9 @@ class Scheduler {
 
   // Scheduler-thread state.
   std::map<int64_t, std::unique_ptr<Live>> live_;  // trials with an open attempt
+  // Attempts the executors reported ended whose outcome the store could not take yet (a full
+  // disk): the executor has forgotten them, so they are settled again at every tick until stored.
+  std::vector<std::pair<int64_t, ExitStatus>> unsettled_;
   std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
   std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
   std::map<int64_t, std::set<int64_t>> stopper_seen_;                       // trial -> steps judged

@@ -3,6 +3,7 @@
 #include "orchestrator/sched/scheduler.h"
 
 #include "orchestrator/obs/controller_metrics.h"
+#include "orchestrator/sched/metrics_backfill.h"
 #include "orchestrator/sched/scheduler_live.h"
 
 namespace precon::orch {
@@ -35,15 +36,34 @@ void Scheduler::collect_finished() {
     if (options_.metrics)
       options_.metrics->executor_polled(
           name, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), failed);
-    for (auto& [handle, note] : ex->state_changes()) note_attempt_state(ex, handle, note);
+    try {
+      for (auto& [handle, note] : ex->state_changes()) note_attempt_state(ex, handle, note);
+    } catch (const std::exception& e) {
+      log("executor " + name + ": a state note was not stored: " + e.what());
+    }
     for (auto& [handle, status] : ended) {
       for (auto& [trial_id, live] : live_) {
         if (live->handle.external_id == handle.external_id && live->executor == ex) {
-          finish_attempt(trial_id, status);
+          unsettled_.emplace_back(trial_id, status);
           break;
         }
       }
     }
+  }
+  settle_ended();
+}
+
+void Scheduler::settle_ended() {
+  while (!unsettled_.empty()) {
+    const auto [trial_id, status] = unsettled_.front();
+    try {
+      finish_attempt(trial_id, status);
+    } catch (const std::exception& e) {
+      log("trial " + std::to_string(trial_id) + ": the end of its attempt (" + status.detail +
+          ") is not stored yet, retrying: " + e.what());
+      return;
+    }
+    unsettled_.erase(unsettled_.begin());
   }
 }
 
@@ -74,83 +94,94 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
     if (!live->stop_requested && status.kind != ExitKind::requeue && status.kind != ExitKind::succeeded)
       options_.metrics->attempt_failed(live->handle.executor);
   }
-  auto trial_opt = store_.trial(trial_id);
-  if (!trial_opt) return;
-  TrialRow trial = *trial_opt;
-  auto exp = store_.experiment(trial.experiment_id);
-  // This attempt's lines only: the log holds every attempt's, and an earlier error is not this one's.
-  const std::string trainer_error =
-      status.kind == ExitKind::succeeded || status.kind == ExitKind::requeue
-          ? std::string()
-          : trainer_error_message(trial.run_dir, live->stderr_offset);
+  // A store that fails (a full disk) leaves the attempt live, for settle_ended() to try again:
+  // the executor has forgotten it, and nothing else would ever end the trial.
+  try {
+    auto trial_opt = store_.trial(trial_id);
+    if (!trial_opt) return;
+    TrialRow trial = *trial_opt;
+    auto exp = store_.experiment(trial.experiment_id);
+    // This attempt's lines only: the log holds every attempt's, and an earlier error is not this one's.
+    const std::string trainer_error =
+        status.kind == ExitKind::succeeded || status.kind == ExitKind::requeue
+            ? std::string()
+            : trainer_error_message(trial.run_dir, live->stderr_offset);
 
-  for (AttemptRow a : store_.attempts(trial_id)) {
-    if (a.id != live->attempt_id) continue;
-    a.ended_at = now_seconds();
-    a.exit_code = status.code;
-    a.detail = trainer_error.empty() ? status.detail : status.detail + ": " + trainer_error;
-    switch (status.kind) {
-      case ExitKind::succeeded: a.state = live->stop_requested ? AttemptState::stopped : AttemptState::succeeded; break;
-      case ExitKind::requeue: a.state = AttemptState::requeue; break;
-      case ExitKind::killed: a.state = AttemptState::killed; break;
-      case ExitKind::lost: a.state = AttemptState::lost; break;
-      default: a.state = AttemptState::failed;
-    }
-    store_.update_attempt(a);
-  }
-  record_checkpoints(trial);
-  {
-    std::lock_guard lock(shared_mu_);
-    stop_answers_.erase(trial_id);
-  }
-
-  if (live->stop_requested) {
-    if (status.continues) {  // the executor restarted the job; it must not run again
-      Handle next = live->handle;
-      next.attempt += 1;
-      live->executor->kill(next);
-    }
-    end_trial(trial, live->stop_state, live->stop_reason);
-    return;
-  }
-  const int64_t max_attempts = exp ? exp->max_attempts : 1;
-  switch (status.kind) {
-    case ExitKind::succeeded:
-      end_trial(trial, TrialState::completed, "trained to the last step");
-      return;
-    case ExitKind::requeue:
-      // Preempted or signalled: resumes from its checkpoint; does not count as a failure.
-      if (status.continues) {
-        continue_attempt(trial, std::move(live), status);
-        return;
+    for (AttemptRow a : store_.attempts(trial_id)) {
+      if (a.id != live->attempt_id) continue;
+      a.ended_at = now_seconds();
+      a.exit_code = status.code;
+      a.detail = trainer_error.empty() ? status.detail : status.detail + ": " + trainer_error;
+      switch (status.kind) {
+        case ExitKind::succeeded: a.state = live->stop_requested ? AttemptState::stopped : AttemptState::succeeded; break;
+        case ExitKind::requeue: a.state = AttemptState::requeue; break;
+        case ExitKind::killed: a.state = AttemptState::killed; break;
+        case ExitKind::lost: a.state = AttemptState::lost; break;
+        default: a.state = AttemptState::failed;
       }
-      trial.state = TrialState::pending;
-      store_.update_trial(trial);
-      event(trial.experiment_id, trial.id, "attempt_requeued", "worker asked to be requeued: " + status.detail);
+      store_.update_attempt(a);
+    }
+    // Reports the worker could not deliver (the controller down or its disk full near the end;
+    // a finished trial refuses late ones): metrics.jsonl has them, from the last stored step on.
+    const std::vector<MetricPoint> missed = metrics_from_step(std::filesystem::path(trial.run_dir) / "metrics.jsonl", trial.last_step);
+    if (!missed.empty()) store_.insert_metrics(trial_id, missed);
+    record_checkpoints(trial);
+    {
+      std::lock_guard lock(shared_mu_);
+      stop_answers_.erase(trial_id);
+    }
+
+    if (live->stop_requested) {
+      if (status.continues) {  // the executor restarted the job; it must not run again
+        Handle next = live->handle;
+        next.attempt += 1;
+        live->executor->kill(next);
+      }
+      end_trial(trial, live->stop_state, live->stop_reason);
       return;
-    case ExitKind::usage:
-      // A bad configuration fails the same way every time: the trial fails at once.
-      end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "not retried", trial.run_dir));
-      return;
-    default: {
-      // Requeued attempts (preemption, time limits) are not failures; count only the others.
-      int64_t failures = 0;
-      for (const AttemptRow& a : store_.attempts(trial_id))
-        failures += a.state == AttemptState::failed || a.state == AttemptState::killed || a.state == AttemptState::lost;
-      const std::string count = std::to_string(failures) + " failed attempt(s)";
-      if (failures < max_attempts) {
+    }
+    const int64_t max_attempts = exp ? exp->max_attempts : 1;
+    switch (status.kind) {
+      case ExitKind::succeeded:
+        end_trial(trial, TrialState::completed, "trained to the last step");
+        return;
+      case ExitKind::requeue:
+        // Preempted or signalled: resumes from its checkpoint; does not count as a failure.
+        if (status.continues) {
+          continue_attempt(trial, std::move(live), status);
+          return;
+        }
         trial.state = TrialState::pending;
         store_.update_trial(trial);
-        if (options_.metrics) options_.metrics->trial_failed_attempts(trial.id, exp ? exp->name : "", failures);
-        const std::string why = trainer_error.empty() ? status.detail : trainer_error + "; " + status.detail;
-        event(trial.experiment_id, trial.id, "attempt_failed",
-              "attempt " + std::to_string(trial.attempts) + " failed (" + why + "; " + std::to_string(failures) +
-                  " of " + std::to_string(max_attempts) + " allowed failures); retrying from the last checkpoint");
-        log("trial " + std::to_string(trial.id) + ": attempt failed (" + why + "), retrying");
-      } else {
-        end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "after " + count, trial.run_dir));
+        event(trial.experiment_id, trial.id, "attempt_requeued", "worker asked to be requeued: " + status.detail);
+        return;
+      case ExitKind::usage:
+        // A bad configuration fails the same way every time: the trial fails at once.
+        end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "not retried", trial.run_dir));
+        return;
+      default: {
+        // Requeued attempts (preemption, time limits) are not failures; count only the others.
+        int64_t failures = 0;
+        for (const AttemptRow& a : store_.attempts(trial_id))
+          failures += a.state == AttemptState::failed || a.state == AttemptState::killed || a.state == AttemptState::lost;
+        const std::string count = std::to_string(failures) + " failed attempt(s)";
+        if (failures < max_attempts) {
+          trial.state = TrialState::pending;
+          store_.update_trial(trial);
+          if (options_.metrics) options_.metrics->trial_failed_attempts(trial.id, exp ? exp->name : "", failures);
+          const std::string why = trainer_error.empty() ? status.detail : trainer_error + "; " + status.detail;
+          event(trial.experiment_id, trial.id, "attempt_failed",
+                "attempt " + std::to_string(trial.attempts) + " failed (" + why + "; " + std::to_string(failures) +
+                    " of " + std::to_string(max_attempts) + " allowed failures); retrying from the last checkpoint");
+          log("trial " + std::to_string(trial.id) + ": attempt failed (" + why + "), retrying");
+        } else {
+          end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "after " + count, trial.run_dir));
+        }
       }
     }
+  } catch (...) {
+    if (live) live_[trial_id] = std::move(live);
+    throw;
   }
 }
 
