@@ -26,6 +26,13 @@ class ExecError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The executor's service cannot be reached now (slurmctld down or not answering): nothing was
+// started, and the same launch can be tried again later.
+class ExecUnavailable : public ExecError {
+ public:
+  using ExecError::ExecError;
+};
+
 // One attempt to run: the program, its environment and the resources it needs.
 struct LaunchSpec {
   int64_t trial_id = 0;
@@ -137,6 +144,7 @@ class Executor {
   struct BatchResult {
     std::optional<Handle> handle;
     std::string error;
+    bool retry_later = false;  // the error was ExecUnavailable: nothing started, try again later
   };
   virtual std::vector<BatchResult> launch_batch(const std::vector<LaunchSpec>& specs, int max_concurrent);
 };

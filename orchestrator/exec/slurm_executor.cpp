@@ -81,6 +81,14 @@ std::string parsable_job_id(const std::string& out) {
   return id;
 }
 
+// sbatch could not reach slurmctld (down, restarting, overloaded): nothing was submitted.
+bool slurm_unreachable(const CommandResult& r) {
+  for (const char* text : {"Unable to contact slurm controller", "Socket timed out", "Zero Bytes were transmitted",
+                           "Slurm temporarily unable", "Slurm backup controller in standby"})
+    if (r.err.find(text) != std::string::npos) return true;
+  return r.error.find("timed out") != std::string::npos;
+}
+
 constexpr auto kScript = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
 
 }  // namespace
@@ -109,6 +117,10 @@ void SlurmExecutor::validate(const LaunchSpec& spec) const {
 std::string SlurmExecutor::submit(const fs::path& script) {
   CommandResult r = run({options_.sbatch, "--parsable", script.string()});
   const std::string id = parsable_job_id(r.out);
+  if (!r.ok() && slurm_unreachable(r)) {
+    throw ExecUnavailable("sbatch " + script.string() + ": Slurm does not answer now (" + r.message() +
+                          "); the trial waits and is submitted when slurmctld is back");
+  }
   if (!r.ok() || id.empty()) {
     throw ExecError("sbatch " + script.string() + " failed: " + r.message() +
                     (r.ok() ? " (no job id in its output: " + r.out + ")" : ""));
@@ -125,6 +137,7 @@ void SlurmExecutor::track(const Handle& h, int64_t base_attempt) {
 
 Handle SlurmExecutor::launch(const LaunchSpec& spec) {
   auto results = launch_batch({spec}, 0);
+  if (!results[0].handle && results[0].retry_later) throw ExecUnavailable(results[0].error);
   if (!results[0].handle) throw ExecError(results[0].error);
   return *results[0].handle;
 }
@@ -170,13 +183,20 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
       const std::string array_id = submit(script);
       for (size_t k = 0; k < ready.size(); ++k) ids.emplace_back(ready[k], array_id + "_" + std::to_string(k));
     } catch (const std::exception& e) {
-      for (size_t i : ready) results[i].error = e.what();
+      const bool later = dynamic_cast<const ExecUnavailable*>(&e) != nullptr;
+      for (size_t i : ready) {
+        results[i].error = e.what();
+        results[i].retry_later = later;
+      }
       return results;
     }
   } else {
     for (size_t k = 0; k < ready.size(); ++k) {
       try {
         ids.emplace_back(ready[k], submit(scripts[k]));
+      } catch (const ExecUnavailable& e) {
+        results[ready[k]].error = e.what();
+        results[ready[k]].retry_later = true;
       } catch (const std::exception& e) {
         results[ready[k]].error = e.what();
       }

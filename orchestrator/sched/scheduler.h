@@ -127,6 +127,10 @@ class Scheduler {
   // All pending trials of the experiment in one launch_batch() when their executor batches;
   // false when it does not (launch one by one).
   bool launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials);
+  // The executor said it cannot be reached (ExecUnavailable): the trial stays pending with the
+  // reason, and no launch goes to that executor for a few seconds.
+  void defer_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const std::string& why);
+  bool deferring(Executor* ex) const;
   int64_t add_attempt(int64_t trial_id, const Handle& handle);  // an open attempts row
   // stderr_offset: the size of the trainer's stderr log before the launch (this attempt's lines follow).
   void record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle,
@@ -157,6 +161,7 @@ class Scheduler {
   // Attempts the executors reported ended whose outcome the store could not take yet (a full
   // disk): the executor has forgotten them, so they are settled again at every tick until stored.
   std::vector<std::pair<int64_t, ExitStatus>> unsettled_;
+  std::map<Executor*, std::chrono::steady_clock::time_point> unavailable_until_;  // see defer_launch
   std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
   std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
   std::map<int64_t, std::set<int64_t>> stopper_seen_;                       // trial -> steps judged

@@ -93,7 +93,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   LaunchSpec spec;
   Executor* ex = prepare_launch(trial, exp, spec);
   if (ex == nullptr) return;
-  if (!ex->has_capacity(spec)) return;
+  if (!ex->has_capacity(spec) || deferring(ex)) return;
   issue_token(trial, spec);
   write_config(trial);
   Handle handle;
@@ -102,6 +102,9 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   const uintmax_t stderr_offset = stderr_size(trial.run_dir);
   try {
     handle = ex->launch(spec);
+  } catch (const ExecUnavailable& e) {
+    defer_launch(trial, exp, ex, e.what());
+    return;
   } catch (const std::exception& e) {
     end_trial(trial, TrialState::failed, std::string("launch failed: ") + e.what());
     return;
@@ -122,6 +125,7 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
     if (ex == nullptr) continue;
     if (!ex->batches()) return batcher != nullptr;  // first pending trial decides; others wait for the next tick
     if (batcher != nullptr && ex != batcher) continue;
+    if (deferring(ex)) return true;  // tried again once the executor may answer
     batcher = ex;
     issue_token(t, spec);
     write_config(t);
@@ -135,12 +139,30 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i < results.size() && results[i].handle) {
       record_launch(*rows[i], exp, batcher, *results[i].handle, stderr_offsets[i]);
+    } else if (i < results.size() && results[i].retry_later) {
+      defer_launch(*rows[i], exp, batcher, results[i].error);
     } else {
       end_trial(*rows[i], TrialState::failed,
                 std::string("launch failed: ") + (i < results.size() ? results[i].error : "no result from the executor"));
     }
   }
   return true;
+}
+
+bool Scheduler::deferring(Executor* ex) const {
+  auto it = unavailable_until_.find(ex);
+  return it != unavailable_until_.end() && std::chrono::steady_clock::now() < it->second;
+}
+
+void Scheduler::defer_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const std::string& why) {
+  unavailable_until_[ex] = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  if (options_.metrics) options_.metrics->trial_inactive(trial.id);
+  const std::string reason = "waiting to launch: " + why;
+  if (trial.reason == reason) return;
+  trial.reason = reason;
+  store_.update_trial(trial);
+  event(exp.id, trial.id, "launch_deferred", reason);
+  log("trial " + std::to_string(trial.id) + ": " + reason);
 }
 
 int64_t Scheduler::add_attempt(int64_t trial_id, const Handle& handle) {
@@ -166,6 +188,7 @@ void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executo
   if (options_.metrics) options_.metrics->attempt_started(handle.executor);
   trial.state = TrialState::running;
   trial.attempts = handle.attempt;
+  if (trial.reason.rfind("waiting to launch: ", 0) == 0) trial.reason.clear();
   if (trial.started_at == 0) trial.started_at = now_seconds();
   store_.update_trial(trial);
   event(exp.id, trial.id, "attempt_started",
