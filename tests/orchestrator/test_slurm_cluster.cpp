@@ -4,156 +4,16 @@
 // killed with SIGKILL mid-sweep, a two-node job's ranks, a data-parallel trial over both nodes as one
 // MPI job (run, preempted and resumed), and the 100-trial submit time.
 // Without a reachable cluster these tests are skipped, except under CI=true, where they fail.
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <future>
 #include <regex>
 #include <set>
 
-#include "orchestrator/exec/slurm_command.h"
-#include "orchestrator/exec/slurm_executor.h"
-#include "orchestrator/service/controller.h"
-#include "tests/orchestrator/controller_fixture.h"
+#include "orchestrator/sched/scheduler.h"
+#include "orchestrator/store/token_hash.h"
+#include "tests/orchestrator/serve_process.h"
+#include "tests/orchestrator/slurm_cluster_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
-
-using nlohmann::json;
-using std::chrono::seconds;
-
-CommandResult slurm(const std::vector<std::string>& argv) { return run_command(argv, seconds(30)); }
-
-// The job's Slurm state, "" once Slurm no longer lists it as active.
-std::string active_state(const std::string& job) {
-  CommandResult r = slurm({"squeue", "-h", "-r", "-j", job, "-o", "%T"});
-  return r.ok() ? r.out.substr(0, r.out.find('\n')) : "";
-}
-
-// MPI ranks started under the sanitizer build skip leak checking (OpenMPI's unloaded plugins
-// leave allocations LeakSanitizer cannot attribute; tests/worker/test_parallel.cpp). They get it
-// from this process's environment through the controller, sbatch and srun.
-class RanksSkipLeakChecks {
- public:
-  RanksSkipLeakChecks() {
-    if (const char* v = std::getenv("ASAN_OPTIONS")) saved_ = v;
-    had_ = std::getenv("ASAN_OPTIONS") != nullptr;
-    ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
-  }
-  ~RanksSkipLeakChecks() {
-    if (had_) ::setenv("ASAN_OPTIONS", saved_.c_str(), 1);
-    else ::unsetenv("ASAN_OPTIONS");
-  }
-
- private:
-  std::string saved_;
-  bool had_ = false;
-};
-
-class SlurmCluster : public ControllerFixture {
- protected:
-  void SetUp() override {
-    ControllerFixture::SetUp();
-    if (std::getenv("SLURM_CONF") == nullptr && fs::exists("/tmp/precon-slurm/slurm.conf"))
-      ::setenv("SLURM_CONF", "/tmp/precon-slurm/slurm.conf", 1);
-    CommandResult r = slurm({"sinfo", "-h", "-o", "%t"});
-    if (!r.ok()) {
-      const std::string why = "no Slurm cluster answers (" + r.message() +
-                              "); start one with `deploy/slurm/cluster.sh up` and export SLURM_CONF";
-      const char* ci = std::getenv("CI");
-      if (ci != nullptr && std::string(ci) == "true") GTEST_FAIL() << why;
-      GTEST_SKIP() << why;
-    }
-  }
-
-  std::unique_ptr<orch::Controller> start(int signal_lead_s = 120, const fs::path& trainer = PRECON_TRAIN_BIN) {
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.trainer = trainer;
-    o.admin_token = "admin-secret";
-    o.poll_interval = std::chrono::milliseconds(100);
-    o.stop_grace = std::chrono::milliseconds(3000);
-    o.slurm = "on";
-    o.slurm_poll_interval = std::chrono::milliseconds(300);
-    o.slurm_signal_lead_s = signal_lead_s;
-    o.log = [](const std::string&) {};
-    auto c = std::make_unique<orch::Controller>(o);
-    c->start();
-    return c;
-  }
-  // A tiny trial on Slurm; `resources` goes into [resources], `rest` after it.
-  std::string slurm_recipe(int steps, const std::string& resources, const std::string& rest) const {
-    return recipe(steps, "[resources]\nexecutor = \"slurm\"\n" + resources + rest);
-  }
-  json trials(const std::string& url, int64_t id) {
-    return get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
-  }
-  json trial(const std::string& url, int64_t tid) { return get(url, "/api/v1/trials/" + std::to_string(tid)); }
-  json losses(const std::string& url, int64_t tid) {
-    return get(url, "/api/v1/trials/" + std::to_string(tid) + "/metrics?name=train_loss&max_points=0")["metrics"]
-        ["train_loss"];
-  }
-  // train_loss per step of an uninterrupted local run of the trial's own config, in one process.
-  std::map<int64_t, double> reference_losses(const fs::path& config) {
-    const fs::path run = config.parent_path().parent_path() / ("reference-" + config.parent_path().filename().string());
-    CommandResult r = run_command({PRECON_TRAIN_BIN, "--config", config.string(), "--run-dir", run.string(), "--set",
-                                   "parallel.data=1", "--set", "resources.executor=local"},
-                                  seconds(300));
-    EXPECT_TRUE(r.ok()) << r.message();
-    std::map<int64_t, double> out;
-    std::ifstream in(run / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      json j = json::parse(line, nullptr, false);
-      if (j.is_object() && j.contains("train_loss") && j["train_loss"].is_number())
-        out[j["step"].get<int64_t>()] = j["train_loss"].get<double>();
-    }
-    return out;
-  }
-  // An uninterrupted local run of the trial's stored config, started at once (it runs while the
-  // Slurm job does).
-  std::future<std::map<int64_t, double>> start_reference(const std::string& url, int64_t tid) {
-    const fs::path config = fs::path(trial(url, tid)["run_dir"].get<std::string>()) / "config.toml";
-    EXPECT_TRUE(wait_for([&] { return fs::exists(config); }, seconds(30)));
-    return std::async(std::launch::async, [this, config] { return reference_losses(config); });
-  }
-  // Two attempts, both runs of the same Slurm job (requeued inside Slurm): the first asked to be
-  // requeued, the second finished; the curve is the uninterrupted one.
-  void expect_requeued_once(const std::string& url, int64_t tid, int steps,
-                            std::future<std::map<int64_t, double>> reference, double rel_tol = 0) {
-    const json t = trial(url, tid);
-    EXPECT_EQ(t["state"], "completed") << t.dump();
-    ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
-    EXPECT_EQ(t["attempts"][0]["state"], "requeue");
-    EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
-    EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
-    EXPECT_EQ(t["attempts"][1]["external_id"], t["attempts"][0]["external_id"]);
-    expect_same_curve(url, tid, steps, std::move(reference), rel_tol);
-  }
-  // The stored curve is one continuous run identical to the uninterrupted one: bit for bit, or
-  // within rel_tol relative where the ranks' sums reassociate.
-  void expect_same_curve(const std::string& url, int64_t tid, int steps, std::future<std::map<int64_t, double>> ref,
-                         double rel_tol = 0) {
-    const std::map<int64_t, double> want = ref.get();
-    ASSERT_EQ(want.size(), static_cast<size_t>(steps));
-    const json m = losses(url, tid);
-    ASSERT_EQ(m["steps"].size(), static_cast<size_t>(steps));
-    for (int i = 0; i < steps; ++i) {
-      ASSERT_EQ(m["steps"][i], i + 1);
-      const double got = m["values"][i].get<double>(), expected = want.at(i + 1);
-      if (rel_tol == 0)
-        ASSERT_EQ(got, expected) << "step " << i + 1;
-      else
-        ASSERT_LT(std::fabs(got - expected) / expected, rel_tol) << "step " << i + 1 << ": " << got << " vs " << expected;
-    }
-  }
-};
 
 TEST_F(SlurmCluster, FourTrialSweepRunsAsOneThrottledJobArray) {
   auto c = start();
@@ -250,14 +110,15 @@ TEST_F(SlurmCluster, PreemptionSignalCheckpointsRequeuesAndResumesTheSameCurve) 
 }
 
 TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) {
-  // A one-minute limit and a 60 s lead: Slurm sends the warning at its first time-limit check
-  // (every 30 s). The first run waits in its setup line so that the warning lands in it; the
-  // trainer gets the warning as soon as it starts, checkpoints and asks to be requeued.
+  // A one-minute limit and a 60 s lead: Slurm sends the warning at the first time-limit check of
+  // each run (every 30 s). The first run waits in its setup line, so that the warning lands there:
+  // the trainer learns of it at its start (PRECON_STOP_SIGNAL; a signal then could kill srun or
+  // the trainer before they handle it, exit 138), checkpoints after its first step and asks to be
+  // requeued. A later run may be warned again before it ends (its check comes 0-30 s after its
+  // start); it then checkpoints and requeues too, so the runs are two or more, all of one job.
   auto c = start(60);
   const std::string url = c->url();
-  // With a checkpoint every step: long enough that the first run's trainer is still training when
-  // the pending warning reaches it, short enough that the second run ends before its own warning.
-  const int steps = 250;
+  const int steps = 60;
   const int64_t id = submit(url, slurm_recipe(steps,
                                               "time_limit = \"1\"\nsetup = [\"if [ \\\"${SLURM_RESTART_COUNT:-0}\\\" = 0 ]; "
                                               "then sleep 45 & wait $!; fi\"]\n",
@@ -265,8 +126,22 @@ TEST_F(SlurmCluster, TimeLimitWarningCheckpointsRequeuesAndResumesTheSameCurve) 
                                               "\"train.checkpoint_every\" = [1]\n\"train.keep_checkpoints\" = [2]\n"));
   const int64_t tid = trials(url, id)[0]["id"];
   auto reference = start_reference(url, tid);
-  ASSERT_TRUE(done(url, id, seconds(150)));
-  expect_requeued_once(url, tid, steps, std::move(reference));
+  ASSERT_TRUE(done(url, id, seconds(240)));
+  const json t = trial(url, tid);
+  EXPECT_EQ(t["state"], "completed") << t.dump();
+  const json& a = t["attempts"];
+  ASSERT_GE(a.size(), 2u) << t.dump();
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["external_id"], a[0]["external_id"]) << a.dump();
+    EXPECT_EQ(a[i]["state"], i + 1 < a.size() ? "requeue" : "succeeded") << a.dump();
+    if (i + 1 < a.size()) {
+      EXPECT_EQ(a[i]["exit_code"], 75) << a.dump();
+    }
+  }
+  const std::string log = get(url, "/api/v1/trials/" + std::to_string(tid) + "/logs?stream=stderr&lines=2000")["text"];
+  EXPECT_NE(log.find("signal received: checkpointed at step 1;"), std::string::npos) << log;
+  EXPECT_EQ(log.find("exit code 138"), std::string::npos) << log;
+  expect_same_curve(url, tid, steps, std::move(reference));
   c->stop();
 }
 
@@ -314,6 +189,55 @@ TEST_F(SlurmCluster, ConfigErrorFailsAtOnceWithTheTrainersLine) {
   EXPECT_NE(reason.find("optimizer.muon.ns_steps"), std::string::npos) << reason;
   EXPECT_NE(reason.find("exit code 2: configuration error, not retried"), std::string::npos) << reason;
   c->stop();
+}
+
+TEST_F(SlurmCluster, ReportTokenReachesTheJobButNoFileOthersCanReadNorSlurmsJobRecord) {
+  SlurmExecutorOptions o;
+  o.poll_interval = std::chrono::milliseconds(200);
+  SlurmExecutor ex(o);
+  LaunchSpec s;
+  s.trial_id = 1;
+  s.attempt = 1;
+  s.label = "token";
+  s.run_dir = dir_ / "token";
+  const std::string token = random_hex_token();
+  s.env[kTrialTokenEnv] = token;
+  // The job proves it got the token by its hash; the token itself is never written anywhere.
+  s.argv = {"/bin/sh", "-c", "printf %s \"$PRECON_TRIAL_TOKEN\" | sha256sum >" + (s.run_dir / "seen").string()};
+  s.resources.executor = "slurm";
+  Handle h = ex.launch(s);
+  const fs::path token_file = slurm_token_path(s.run_dir, 1);
+  ASSERT_TRUE(fs::exists(token_file));
+  EXPECT_EQ(fs::status(token_file).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  int scanned = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+    if (!e.is_regular_file()) continue;
+    std::ifstream in(e.path(), std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const bool others_read = (e.status().permissions() & (fs::perms::group_read | fs::perms::others_read)) != fs::perms::none;
+    if (others_read) {
+      EXPECT_EQ(text.find(token), std::string::npos) << e.path() << " is readable by others";
+    }
+    scanned += others_read;
+  }
+  EXPECT_GE(scanned, 1);  // the batch script at least
+  for (const std::vector<std::string>& show : {std::vector<std::string>{"scontrol", "show", "job", "-d", h.external_id},
+                                               std::vector<std::string>{"squeue", "-h", "-j", h.external_id, "-o", "%all"}}) {
+    CommandResult r = slurm(show);
+    EXPECT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(r.out.find(token), std::string::npos) << r.out;
+  }
+  std::optional<ExitStatus> end;
+  ASSERT_TRUE(wait_for([&] {
+    for (auto& [handle, status] : ex.poll()) end = status;
+    return end.has_value();
+  }, seconds(60)));
+  EXPECT_EQ(end->kind, ExitKind::succeeded) << end->detail;
+  std::ifstream seen(s.run_dir / "seen");
+  std::string hash;
+  seen >> hash;
+  EXPECT_EQ(hash, hash_token(token));
+  EXPECT_FALSE(fs::exists(token_file));  // removed once the job ended for good
 }
 
 TEST_F(SlurmCluster, TwoNodeJobStartsOneRankPerNode) {
@@ -442,16 +366,18 @@ TEST_F(SlurmCluster, AdoptedJobThatRequeuedWhileNobodyWatchedReportsEachRunOnce)
   s.attempt = 1;
   s.label = "adopt";
   s.run_dir = dir_ / "adopt";
+  const fs::path started = s.run_dir / "started";
   s.argv = {"/bin/sh", "-c",
-            "trap 'exit 75' USR1; if [ \"$PRECON_ATTEMPT\" = 1 ]; then sleep 60 & wait; fi; exit 0"};
+            "trap 'exit 75' USR1; if [ \"$PRECON_ATTEMPT\" = 1 ]; then : >" + started.string() +
+                "; sleep 60 & wait; fi; exit 0"};
   s.resources.executor = "slurm";
   Handle h;
   {
     SlurmExecutor first(o);
     h = first.launch(s);
   }
-  ASSERT_TRUE(wait_for([&] { return active_state(h.external_id) == "RUNNING"; }, seconds(30)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // srun has started the task
+  // The task runs and handles the signal (srun forwards one only to running tasks).
+  ASSERT_TRUE(wait_for([&] { return fs::exists(started); }, seconds(30)));
   ASSERT_TRUE(slurm({"scancel", "--signal=USR1", "--batch", h.external_id}).ok());
   ASSERT_TRUE(wait_for([&] { return fs::exists(s.run_dir / "exit_status.2"); }, seconds(60)));
   SlurmExecutor second(o);
@@ -461,8 +387,8 @@ TEST_F(SlurmCluster, AdoptedJobThatRequeuedWhileNobodyWatchedReportsEachRunOnce)
     for (auto& r : second.poll()) reports.push_back(r);
     return reports.size() >= 2;
   }, seconds(30)));
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  for (auto& r : second.poll()) reports.push_back(r);
+  // Both runs reported and the job is no longer tracked: nothing more can be reported.
+  EXPECT_EQ(second.running(), 0u);
   ASSERT_EQ(reports.size(), 2u);
   EXPECT_EQ(reports[0].first.attempt, 1);
   EXPECT_EQ(reports[0].second.kind, ExitKind::requeue) << reports[0].second.detail;
@@ -474,42 +400,26 @@ TEST_F(SlurmCluster, AdoptedJobThatRequeuedWhileNobodyWatchedReportsEachRunOnce)
 }
 
 TEST_F(SlurmCluster, ControllerKilledMidSweepRestartsAndEveryTrialEndsOnce) {
-  const uint16_t port = static_cast<uint16_t>(20000 + (::getpid() + 7) % 20000);
-  const std::string url = "http://127.0.0.1:" + std::to_string(port);
-  auto serve = [&] {
-    pid_t pid = fork();
-    if (pid == 0) {
-      const std::string db = (dir_ / "precon.db").string(), runs = (dir_ / "runs").string(), p = std::to_string(port);
-      ::setenv("PRECON_TOKEN", "admin-secret", 1);
-      std::freopen((dir_ / "serve.log").c_str(), "a", stderr);
-      execl(PRECON_BIN, PRECON_BIN, "serve", "--db", db.c_str(), "--runs", runs.c_str(), "--port", p.c_str(),
-            "--slurm", "on", "--slurm-poll-interval", "0.3", (char*)nullptr);
-      _exit(127);
-    }
-    wait_for([&] {
-      try {
-        return http_request(url, "GET", "/healthz").status == 200;
-      } catch (const std::exception&) {
-        return false;
-      }
-    }, seconds(20));
-    return pid;
-  };
-  pid_t controller = serve();
+  ServeProcess controller(dir_, {"--slurm", "on", "--slurm-poll-interval", "0.3"});
+  ASSERT_TRUE(controller.start());
+  const std::string url = controller.url();
   const int steps = 200;
   const int64_t id = submit(url, slurm_recipe(steps, "", "[sweep]\nmax_concurrent = 2\n[sweep.parameters]\n"
                                                          "\"optimizer.lr\" = [0.001, 0.002, 0.003]\n"
                                                          "\"train.checkpoint_every\" = [1]\n"
                                                          "\"train.keep_checkpoints\" = [2]\n"));
+  int64_t running = 0;
   ASSERT_TRUE(wait_for([&] {
-    int running = 0;
-    for (const json& x : trials(url, id)) running += x["last_step"].get<int64_t>() > 20;
-    return running >= 1;
+    for (const json& x : trials(url, id))
+      if (x["last_step"].get<int64_t>() > 20) running = x["id"];
+    return running != 0;
   }, seconds(60)));
-  ::kill(controller, SIGKILL);
-  ::waitpid(controller, nullptr, 0);
-  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // jobs keep running in Slurm meanwhile
-  controller = serve();
+  const fs::path metrics = fs::path(trial(url, running)["run_dir"].get<std::string>()) / "metrics.jsonl";
+  controller.kill9();
+  // The job keeps training in Slurm while no controller runs: its metrics.jsonl grows.
+  const auto size = fs::file_size(metrics);
+  EXPECT_TRUE(wait_for([&] { return fs::file_size(metrics) > size + 2000; }, seconds(60)));
+  ASSERT_TRUE(controller.start());
   ASSERT_TRUE(done(url, id, seconds(180)));
   const json events = get(url, "/api/v1/events?limit=10000&experiment=" + std::to_string(id));
   const json ts = trials(url, id);
@@ -526,8 +436,7 @@ TEST_F(SlurmCluster, ControllerKilledMidSweepRestartsAndEveryTrialEndsOnce) {
     const json m = losses(url, tid);
     ASSERT_EQ(m["steps"].size(), static_cast<size_t>(steps));
   }
-  ::kill(controller, SIGTERM);
-  ::waitpid(controller, nullptr, 0);
+  controller.terminate();
 }
 
 // Not a timed assertion: prints how long submitting 100 trials takes (the target is < 5 s).
