@@ -4,8 +4,8 @@
 #include <sstream>
 
 #include "kernels/backend.h"
-#include "worker/common/fault_hook.h"
 #include "worker/ckpt/checkpoint.h"
+#include "worker/common/fault_hook.h"
 #include "worker/model/model_io.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/train/run.h"
