@@ -333,7 +333,6 @@ std::vector<std::pair<Handle, ExitStatus>> SlurmExecutor::poll() {
   // means Slurm did not answer, and nothing can be concluded this time.
   if (!q.ok() && q.err.find("Invalid job id") == std::string::npos) return ended;
   const auto rows = parse_squeue(q.out);
-  std::error_code ec_ignored;
 
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     auto row = rows.find(it->handle.external_id);
@@ -348,8 +347,6 @@ std::vector<std::pair<Handle, ExitStatus>> SlurmExecutor::poll() {
       it->seen_running = it->state == "RUNNING";
       ++it;
     } else {
-      // The job has ended for good: nothing reads its token any more.
-      fs::remove(slurm_token_path(it->handle.run_dir, it->base_attempt), ec_ignored);
       it = jobs_.erase(it);
     }
   }
