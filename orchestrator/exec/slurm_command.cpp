@@ -14,6 +14,20 @@ extern char** environ;
 
 namespace precon::orch {
 
+namespace {
+
+// The controller's environment without the admin token: sbatch hands its whole environment to
+// the job (--export=ALL), and a job authenticates with its own trial token only.
+std::vector<char*> command_environment() {
+  std::vector<char*> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+    if (std::strncmp(*e, "PRECON_TOKEN=", 13) != 0) env.push_back(*e);
+  env.push_back(nullptr);
+  return env;
+}
+
+}  // namespace
+
 std::string CommandResult::message() const {
   std::string m = !err.empty() ? err : !error.empty() ? error : "exit code " + std::to_string(exit_code);
   while (!m.empty() && (m.back() == '\n' || m.back() == ' ')) m.pop_back();
@@ -56,7 +70,8 @@ CommandResult run_command(const std::vector<std::string>& argv, std::chrono::mil
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, argv[0].c_str(), &fa, &attr, args.data(), environ);
+  std::vector<char*> env = command_environment();
+  int rc = ::posix_spawnp(&pid, argv[0].c_str(), &fa, &attr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
   ::close(out_pipe[1]);

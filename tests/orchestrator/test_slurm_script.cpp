@@ -324,5 +324,18 @@ TEST(SlurmCommand, CapturesOutputAndReportsFailures) {
   EXPECT_NE(slow.message().find("timed out"), std::string::npos);
 }
 
+// sbatch passes its environment on to the job: the controller's admin token must not be in it.
+TEST(SlurmCommand, CommandsDoNotInheritTheAdminToken) {
+  ::setenv("PRECON_TOKEN", "admin-secret-for-this-test", 1);
+  ::setenv("PRECON_TOKEN_LIKE", "kept", 1);
+  CommandResult r = run_command({"/usr/bin/env"}, std::chrono::seconds(10));
+  ::unsetenv("PRECON_TOKEN");
+  ::unsetenv("PRECON_TOKEN_LIKE");
+  ASSERT_EQ(r.exit_code, 0) << r.message();
+  EXPECT_EQ(r.out.find("admin-secret-for-this-test"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("PRECON_TOKEN_LIKE=kept"), std::string::npos);
+  EXPECT_NE(r.out.find("PATH="), std::string::npos);
+}
+
 }  // namespace
 }  // namespace precon::orch
