@@ -39,6 +39,8 @@ test_packages=(
   systemd
   # Slurm executor tests: a real two-node cluster on this machine (deploy/slurm/cluster.sh)
   slurm-wlm slurmctld slurmd slurm-client munge
+  # load tests (tests/load): an HTTP benchmarking tool for the read side
+  wrk
 )
 if [ "$quickstart" -eq 0 ]; then
   packages+=("${test_packages[@]}")

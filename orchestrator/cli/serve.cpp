@@ -24,6 +24,7 @@ struct ServeOptions {
   std::string web_dir;
   AdminTokenOptions token;
   int cpu_slots = 0;
+  size_t metric_cache_points = 0;
   std::string advertise;
   std::string slurm = "auto";
   double slurm_poll_s = 2.0;
@@ -44,6 +45,8 @@ void add_serve(CLI::App& app) {
                   "the controller's URL as workers (Slurm compute nodes) reach it, e.g. http://login01:8080; "
                   "default: http://<bind>:<port>, this host's name when bound to 0.0.0.0");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for local trials (0 = all cores)");
+  cmd->add_option("--metric-cache-points", o->metric_cache_points,
+                  "metric points kept in memory for queries (0 = the default, about 4M points or 100 MB)");
   cmd->add_option("--slurm", o->slurm, "Slurm executor: auto (when sbatch is on PATH), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();
@@ -68,6 +71,7 @@ void add_serve(CLI::App& app) {
       co.web_dir = web.dir;
       co.admin_token = token;
       co.cpu_slots = o->cpu_slots;
+      co.metric_cache_points = o->metric_cache_points;
       co.advertise_url = o->advertise;
       co.slurm = o->slurm;
       co.slurm_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o->slurm_poll_s * 1000));

@@ -213,6 +213,28 @@ int64_t sweep_size(const Recipe& recipe) {
   return total;
 }
 
+namespace {
+
+// The one cap, from the recipe's numbers alone: nothing is expanded or reserved before it.
+void check_sweep_size(const Recipe& recipe) {
+  const SweepConfig& sweep = recipe.sweep;
+  const int64_t total = sweep_size(recipe);
+  if (total <= kMaxSweepTrials) return;
+  const std::string count = total == std::numeric_limits<int64_t>::max() ? std::string("too many") : std::to_string(total);
+  if (sweep.method == "random") {
+    // Only reachable when the key table's range for sweep.samples is wider than the cap.
+    throw ConfigError(recipe.source, 0, "sweep.samples",
+                      "asks for " + count + " trials, more than " + std::to_string(kMaxSweepTrials) +
+                          " (the most one experiment holds); split the search into several experiments");
+  }
+  const SweepParam& first = sweep.parameters.empty() ? sweep.grids.front().front() : sweep.parameters.front();
+  throw ConfigError(first.line ? recipe.source : "--set", first.line, "sweep",
+                    "the grid has " + count + " trials, more than " + std::to_string(kMaxSweepTrials) +
+                        "; use sweep.method = \"random\" with sweep.samples, or fewer values");
+}
+
+}  // namespace
+
 std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
   const SweepConfig& sweep = recipe.sweep;
   std::vector<TrialSpec> trials;
@@ -226,6 +248,7 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
     issues.throw_if_any();
     return trials;
   }
+  check_sweep_size(recipe);
   if (sweep.method == "random") {
     Rng rng(static_cast<uint64_t>(sweep.seed));
     trials.reserve(static_cast<size_t>(sweep.samples));
@@ -239,14 +262,6 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
     return trials;
   }
   const int64_t total = sweep_size(recipe);
-  if (total > kMaxGridTrials) {
-    const SweepParam& first = sweep.parameters.empty() ? sweep.grids.front().front() : sweep.parameters.front();
-    throw ConfigError(first.line ? recipe.source : "--set", first.line, "sweep",
-                      "the grid has " + (total == std::numeric_limits<int64_t>::max() ? std::string("too many")
-                                                                                      : std::to_string(total)) +
-                          " trials, more than " + std::to_string(kMaxGridTrials) +
-                          "; use sweep.method = \"random\" with sweep.samples, or fewer values");
-  }
   trials.reserve(static_cast<size_t>(total));
   int64_t index = 0;
   for (const auto& dims : sub_grids(sweep)) {

@@ -24,8 +24,10 @@ struct TrialSpec {
   std::string config_toml;     // worker::config_to_toml(config): what the trial stores and runs
 };
 
-// Grids larger than this are refused (random search is the tool for big spaces).
-constexpr int64_t kMaxGridTrials = 100000;
+// Sweeps larger than this are refused, whatever the method (grids, [[sweep.grid]] unions, random
+// samples), before any trial is made. The key table's range for sweep.samples is the same number
+// (tests/orchestrator/test_sweep.cpp holds them together).
+constexpr int64_t kMaxSweepTrials = 100000;
 
 // Trials of the recipe:
 // - no sweep: one trial, the base config;
@@ -36,8 +38,9 @@ constexpr int64_t kMaxGridTrials = 100000;
 // - random: `samples` draws, each key in order of appearance; lists and `choice` uniformly,
 //   `uniform` in [lo, hi], `log_uniform` uniformly in log space, `int_uniform` an integer in
 //   [lo, hi] both inclusive.
-// Throws worker::ConfigError for a grid over kMaxGridTrials or a trial that fails the worker's
-// cross-key checks (the message names the trial's values).
+// Throws worker::ConfigError for a sweep over kMaxSweepTrials (naming the key, its line and both
+// numbers; nothing is allocated first) or a trial that fails the worker's cross-key checks (the
+// message names the trial's values).
 std::vector<TrialSpec> expand_sweep(const Recipe& recipe);
 
 // The number of trials expand_sweep makes, without making them (saturates at INT64_MAX).

@@ -78,11 +78,13 @@ void Scheduler::event(int64_t experiment_id, int64_t trial_id, const std::string
 void Scheduler::start() {
   if (started_) return;
   started_ = true;
-  // Tokens and objectives of every unfinished experiment, for report handlers.
-  for (const ExperimentRow& exp : store_.experiments()) {
+  // Objectives, and the tokens of trials that were given one (no other trial can report), for
+  // report handlers.
+  {
     std::lock_guard lock(shared_mu_);
-    objective_metric_[exp.id] = exp.objective_metric;
-    for (const TrialRow& t : store_.trials(exp.id)) tokens_[t.id] = {t.token_hash, exp.id, is_terminal(t.state)};
+    for (const ExperimentRow& exp : store_.experiments()) objective_metric_[exp.id] = exp.objective_metric;
+    for (const TrialBrief& t : store_.trials_with_tokens())
+      tokens_[t.id] = {t.token_hash, t.experiment_id, is_terminal(t.state)};
   }
   timer_ = std::make_unique<boost::asio::steady_timer>(io_);
   thread_ = std::thread([this] {
@@ -159,9 +161,9 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     }
     const int64_t id = store_.create_experiment(exp, rows);
     {
+      // Its trials get their tokens at launch (issue_token); until then none can report.
       std::lock_guard lock(shared_mu_);
       objective_metric_[id] = exp.objective_metric;
-      for (const TrialRow& t : store_.trials(id)) tokens_[t.id] = {"", id, false};
     }
     event(id, 0, "experiment_submitted",
           "experiment " + exp.name + " with " + std::to_string(specs.size()) + " trial(s)");

@@ -3,6 +3,7 @@
 #include "orchestrator/sched/scheduler.h"
 
 #include <fstream>
+#include <map>
 
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
@@ -15,23 +16,43 @@ namespace fs = std::filesystem;
 using sched_detail::now_seconds;
 using sched_detail::stderr_size;
 
+namespace {
+
+// Pending trials looked at per experiment and pass: a pass costs the same for an experiment of
+// ten trials and one of a hundred thousand (the rest wait for later passes, a few a second).
+constexpr size_t kLaunchWindow = 256;
+
+int64_t count_of(const std::map<TrialState, int64_t>& counts, TrialState s) {
+  auto it = counts.find(s);
+  return it == counts.end() ? 0 : it->second;
+}
+
+}  // namespace
+
 void Scheduler::launch_ready() {
   int64_t queued = 0;
-  for (const ExperimentRow& exp : store_.experiments()) {
-    if (exp.state != ExperimentState::running) continue;
-    std::vector<TrialRow> trials = store_.trials(exp.id);
-    if (launch_batched(exp, trials)) continue;
-    int64_t running = 0;
-    for (const TrialRow& t : trials) running += t.state == TrialState::running;
+  for (const ExperimentRow& exp : store_.experiments_in_state(ExperimentState::running)) {
+    const std::map<TrialState, int64_t> counts = store_.trial_state_counts(exp.id);
+    const int64_t pending = count_of(counts, TrialState::pending);
+    int64_t running = count_of(counts, TrialState::running);
+    queued += pending;
+    if (pending == 0) continue;
+    std::vector<TrialRow> trials = store_.pending_trials(exp.id, kLaunchWindow);
+    if (launch_batched(exp, trials)) {
+      for (const TrialRow& t : trials) queued -= t.state != TrialState::pending;
+      continue;
+    }
     for (TrialRow& t : trials) {
       if (running >= exp.max_concurrent) break;
-      if (t.state != TrialState::pending) continue;
       const size_t before = live_.size();
       launch(t, exp);
-      if (live_.size() == before) break;  // no capacity now
+      queued -= t.state != TrialState::pending;
+      if (live_.size() == before) {
+        if (t.state == TrialState::pending) break;  // no capacity now
+        continue;                                     // it failed to launch and has ended
+      }
       ++running;
     }
-    for (const TrialRow& t : trials) queued += t.state == TrialState::pending;
   }
   if (options_.metrics) options_.metrics->set_queue_length(queued);
 }

@@ -217,7 +217,7 @@ void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& 
   store_.update_trial(trial);
   {
     std::lock_guard lock(shared_mu_);
-    tokens_[trial.id].finished = true;
+    if (auto it = tokens_.find(trial.id); it != tokens_.end()) it->second.finished = true;
   }
   event(trial.experiment_id, trial.id, std::string("trial_") + trial_state_name(state), reason);
   log("trial " + std::to_string(trial.id) + " " + trial_state_name(state) + ": " + reason);
@@ -227,12 +227,10 @@ void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& 
 void Scheduler::maybe_finish_experiment(int64_t experiment_id) {
   auto exp = store_.experiment(experiment_id);
   if (!exp || exp->state != ExperimentState::running) return;
-  bool cancelled = false;
-  for (const TrialRow& t : store_.trials(experiment_id)) {
-    if (!is_terminal(t.state)) return;
-    cancelled |= t.state == TrialState::cancelled;
-  }
-  const ExperimentState state = cancelled ? ExperimentState::cancelled : ExperimentState::completed;
+  // From the index on (experiment, state): ending each of N trials costs O(log N), not O(N).
+  const std::map<TrialState, int64_t> counts = store_.trial_state_counts(experiment_id);
+  if (counts.count(TrialState::pending) || counts.count(TrialState::running)) return;
+  const ExperimentState state = counts.count(TrialState::cancelled) ? ExperimentState::cancelled : ExperimentState::completed;
   store_.set_experiment_state(experiment_id, state, now_seconds());
   event(experiment_id, 0, std::string("experiment_") + experiment_state_name(state),
         "experiment " + exp->name + " " + experiment_state_name(state));

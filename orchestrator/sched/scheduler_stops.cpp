@@ -11,6 +11,7 @@
 namespace precon::orch {
 
 using nlohmann::json;
+using sched_detail::now_seconds;
 
 void Scheduler::request_stop(int64_t trial_id, TrialState final_state, const std::string& reason) {
   auto trial = store_.trial(trial_id);
@@ -74,18 +75,17 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
     s.interval = std::max<int64_t>(1, es.value("interval", int64_t{1}));
     stopper = std::make_unique<EarlyStopper>(s);
     // History from the store (a restarted controller has no curves in memory).
-    for (const TrialRow& t : store_.trials(exp_id))
-      for (const MetricPoint& p : store_.metrics(t.id, exp->objective_metric))
-        if (std::isfinite(p.value)) curves_[exp_id][t.id][p.step] = p.value;
+    for (int64_t id : store_.trials_with_metrics(exp_id))
+      for (const MetricPoint& p : store_.metrics(id, exp->objective_metric))
+        if (std::isfinite(p.value)) curves_[exp_id][id][p.step] = p.value;
   }
   // A resent or resumed step was judged already: each point is decided once.
   auto& own = curves_[exp_id][trial_id];
   if (own.count(step) && stopper_seen_[trial_id].count(step)) return;
   own[step] = value;
   stopper_seen_[trial_id].insert(step);
-  std::set<int64_t> completed;
-  for (const TrialRow& t : store_.trials(exp_id))
-    if (t.state == TrialState::completed) completed.insert(t.id);
+  const std::vector<int64_t> done = store_.trial_ids(exp_id, TrialState::completed);
+  const std::set<int64_t> completed(done.begin(), done.end());
   StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed);
   if (options_.metrics) options_.metrics->early_stop_decision(d.stop);
   if (!d.stop) return;
@@ -98,9 +98,23 @@ bool Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reas
     const auto exp = store_.experiment(experiment_id);
     if (!exp) throw std::out_of_range("no experiment " + std::to_string(experiment_id));
     if (exp->state != ExperimentState::running) return false;
-    for (const TrialRow& t : store_.trials(experiment_id))
-      if (!is_terminal(t.state)) request_stop(t.id, TrialState::cancelled, reason);
+    // Pending trials end in one transaction (an event each), however many there are; only the
+    // running ones need a stop request each.
+    const std::vector<int64_t> cancelled = store_.cancel_pending_trials(experiment_id, reason, now_seconds());
+    {
+      std::lock_guard lock(shared_mu_);
+      for (int64_t id : cancelled)
+        if (auto it = tokens_.find(id); it != tokens_.end()) it->second.finished = true;
+    }
+    if (options_.metrics)
+      for (int64_t id : cancelled) options_.metrics->trial_ended(id);
+    if (!cancelled.empty())
+      log("experiment " + std::to_string(experiment_id) + ": " + std::to_string(cancelled.size()) +
+          " pending trial(s) cancelled: " + reason);
+    for (int64_t id : store_.trial_ids(experiment_id, TrialState::running))
+      request_stop(id, TrialState::cancelled, reason);
     event(experiment_id, 0, "experiment_cancel", reason);
+    maybe_finish_experiment(experiment_id);
     return true;
   });
 }

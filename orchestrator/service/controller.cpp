@@ -74,6 +74,7 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
   metrics_ = std::make_unique<ControllerMetrics>();
   store_ = std::make_unique<Store>(options_.db);
+  if (options_.metric_cache_points > 0) store_->set_metric_cache_limit(options_.metric_cache_points);
   store_->set_write_observer([m = metrics_.get()](const char* op, double seconds) { m->store_write(op, seconds); });
   LocalExecutorOptions lo;
   lo.cpu_slots = options_.cpu_slots;
@@ -98,6 +99,7 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   so.bind = options_.bind;
   so.port = options_.port;
   so.log = options_.log;
+  so.threads = 4;  // a slow page (a big sweep's dashboard) leaves others, /healthz included, answered
   so.on_request = [m = metrics_.get()](const Request& req, const Response& resp, double seconds) {
     m->http_request(req.route, resp.status, seconds);
   };

@@ -33,6 +33,7 @@ struct ControllerOptions {
   std::string admin_token;                     // required by routes that change state
   int cpu_slots = 0;                           // local executor CPU slots; 0 = all cores
   std::vector<int> gpu_ids;                    // local executor GPUs
+  size_t metric_cache_points = 0;              // metric series cache budget; 0 = the store's default
   std::chrono::milliseconds poll_interval{250};
   std::chrono::milliseconds stop_grace{20000};
   std::string advertise_url;                   // how workers reach this controller (Slurm compute

@@ -1,5 +1,6 @@
 #include "orchestrator/service/queries.h"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -36,12 +37,18 @@ std::string label_of(const TrialRow& t) {
 
 BestReport best_report(const Store& store, const ExperimentRow& exp) {
   std::vector<BestTrial> trials;
+  // Only trials that reported are read: in a big sweep most wait, and have nothing to rank.
+  const std::vector<int64_t> reported = store.trials_with_metrics(exp.id);
   for (const TrialRow& t : store.trials(exp.id)) {
     BestTrial b;
     b.id = t.id;
     b.label = label_of(t);
     b.state = t.state;
     b.reason = t.reason;
+    if (!std::binary_search(reported.begin(), reported.end(), t.id)) {
+      trials.push_back(std::move(b));
+      continue;
+    }
     for (const MetricPoint& p : store.metrics(t.id, exp.objective_metric)) b.objective[p.step] = p.value;
     // Training seconds up to each step: the sum of recorded step times, scaled up when only every
     // log_every-th step was recorded.
@@ -62,9 +69,13 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
   return rank_trials(trials, s);
 }
 
-json trial_summary_json(const Store& store, const TrialRow& t, const ExperimentRow& exp) {
+json trial_summary_json(const Store& store, const TrialRow& t, const ExperimentRow& exp, bool has_metrics) {
   json j = trial_json(t);
   j["label"] = label_of(t);
+  if (!has_metrics) {
+    for (const char* k : {"objective", "objective_step", "train_loss", "step_seconds"}) j[k] = nullptr;
+    return j;
+  }
   auto last = store.last_metric(t.id, exp.objective_metric);
   j["objective"] = last && std::isfinite(last->value) ? json(last->value) : json(nullptr);
   j["objective_step"] = last ? json(last->step) : json(nullptr);

@@ -19,7 +19,9 @@ ExperimentRow find_experiment(const Store& store, const std::string& id_or_name)
 BestReport best_report(const Store& store, const ExperimentRow& experiment);
 
 // A trial's summary row: state, params, last objective value, steps, seconds per step.
-nlohmann::json trial_summary_json(const Store& store, const TrialRow& trial, const ExperimentRow& experiment);
+// has_metrics false: the trial is known to have none (Store::trials_with_metrics), nothing is read.
+nlohmann::json trial_summary_json(const Store& store, const TrialRow& trial, const ExperimentRow& experiment,
+                                  bool has_metrics = true);
 
 // Every metric of a trial (or one), each downsampled to max_points.
 nlohmann::json trial_metrics_json(const Store& store, int64_t trial_id, const std::string& name, size_t max_points);

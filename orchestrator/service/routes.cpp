@@ -34,6 +34,15 @@ TrialRow trial_or_404(const Store& store, const Request& req) {
 // 401 bad_token for an unknown trial or a wrong token (one answer, so ids cannot be probed; it
 // comes before anything about the trial is looked at), 409 trial_finished once the trial ended.
 
+// Summary rows of the trials; only those that reported are looked up in the metrics.
+json trial_summaries_json(const Store& store, const std::vector<TrialRow>& rows, const ExperimentRow& e) {
+  const std::vector<int64_t> reported = store.trials_with_metrics(e.id);
+  json trials = json::array();
+  for (const TrialRow& t : rows)
+    trials.push_back(trial_summary_json(store, t, e, std::binary_search(reported.begin(), reported.end(), t.id)));
+  return trials;
+}
+
 // Worker clocks may run ahead of the controller's a little; a time further out is garbage.
 constexpr double kMaxClockSkewSeconds = 86400;
 
@@ -114,7 +123,7 @@ void Controller::add_routes() {
 
   r.add({"GET", "/api/v1/experiments", [&](Request&) {
            json list = json::array();
-           for (const ExperimentRow& e : store.experiments()) list.push_back(experiment_json(e, store.trials(e.id)));
+           for (const ExperimentRow& e : store.experiments()) list.push_back(experiment_json(e, store.trial_state_counts(e.id)));
            return json_response({{"experiments", list}});
          }, false, "experiments_list", nullptr});
 
@@ -134,15 +143,14 @@ void Controller::add_routes() {
            const int64_t id =
                submit_recipe(body["recipe"].get<std::string>(), body.value("source", "recipe.toml"), overrides);
            auto exp = store_->experiment(id);
-           return json_response(experiment_json(*exp, store_->trials(id)), 201);
+           return json_response(experiment_json(*exp, store_->trial_state_counts(id)), 201);
          }, true, "experiments_submit", nullptr});
 
   r.add({"GET", "/api/v1/experiments/{id}", [&](Request& req) {
            ExperimentRow e = experiment_or_404(store, req);
-           json j = experiment_json(e, store.trials(e.id), true);
-           json trials = json::array();
-           for (const TrialRow& t : store.trials(e.id)) trials.push_back(trial_summary_json(store, t, e));
-           j["trial_list"] = trials;
+           const std::vector<TrialRow> rows = store.trials(e.id);
+           json j = experiment_json(e, rows, true);
+           j["trial_list"] = trial_summaries_json(store, rows, e);
            return json_response(j);
          }, false, "experiment_show", nullptr});
 
@@ -157,9 +165,7 @@ void Controller::add_routes() {
 
   r.add({"GET", "/api/v1/experiments/{id}/trials", [&](Request& req) {
            ExperimentRow e = experiment_or_404(store, req);
-           json trials = json::array();
-           for (const TrialRow& t : store.trials(e.id)) trials.push_back(trial_summary_json(store, t, e));
-           return json_response({{"trials", trials}});
+           return json_response({{"trials", trial_summaries_json(store, store.trials(e.id), e)}});
          }, false, "experiment_trials", nullptr});
 
   r.add({"GET", "/api/v1/experiments/{id}/best", [&](Request& req) {

@@ -29,10 +29,10 @@ json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr
 
 // The best objective point of a trial (min or max by the experiment's mode). Downsampling keeps
 // every bucket's extremes, so a downsampled read still holds the exact best value.
-std::optional<MetricPoint> best_point(const Store& store, const TrialRow& t, const ExperimentRow& e) {
+std::optional<MetricPoint> best_point(const Store& store, int64_t trial_id, const ExperimentRow& e) {
   std::optional<MetricPoint> best;
   const bool max = e.objective_mode == "max";
-  for (const MetricPoint& p : store.metrics(t.id, e.objective_metric, 256)) {
+  for (const MetricPoint& p : store.metrics(trial_id, e.objective_metric, 256)) {
     if (!std::isfinite(p.value)) continue;
     if (!best || (max ? p.value > best->value : p.value < best->value)) best = p;
   }
@@ -44,35 +44,45 @@ double last_value(const Store& store, int64_t trial, const std::string& name) {
   return p ? p->value : std::numeric_limits<double>::quiet_NaN();
 }
 
-// One row of the experiment page's trial table.
-json trial_row_json(const Store& store, const TrialRow& t, const ExperimentRow& e, double now) {
+bool contains(const std::vector<int64_t>& sorted, int64_t id) {
+  return std::binary_search(sorted.begin(), sorted.end(), id);
+}
+
+// One row of the experiment page's trial table; has_metrics false: the trial reported nothing
+// (Store::trials_with_metrics) and no series is looked up.
+json trial_row_json(const Store& store, const TrialRow& t, const ExperimentRow& e, double now, bool has_metrics) {
   json j = trial_json(t);
-  const auto best = best_point(store, t, e);
+  j["seconds"] = t.started_at > 0 ? json((t.ended_at > 0 ? t.ended_at : now) - t.started_at) : json(nullptr);
+  if (!has_metrics) {
+    for (const char* k : {"objective_best", "objective_best_step", "objective_last", "train_loss", "tokens_per_second",
+                          "step_seconds"})
+      j[k] = nullptr;
+    return j;
+  }
+  const auto best = best_point(store, t.id, e);
   j["objective_best"] = best ? json(best->value) : json(nullptr);
   j["objective_best_step"] = best ? json(best->step) : json(nullptr);
   j["objective_last"] = finite_or_null(last_value(store, t.id, e.objective_metric));
   j["train_loss"] = finite_or_null(last_value(store, t.id, "train_loss"));
   j["tokens_per_second"] = finite_or_null(last_value(store, t.id, "tokens_per_second"));
   j["step_seconds"] = finite_or_null(last_value(store, t.id, "step_seconds"));
-  j["seconds"] = t.started_at > 0 ? json((t.ended_at > 0 ? t.ended_at : now) - t.started_at) : json(nullptr);
   return j;
 }
 
 // An experiments-list row: the stored experiment, its best objective over all trials, when its
-// first trial started and how long it has run.
+// first trial started and how long it has run. Reads no trial row: counts and the first start
+// come from indexes, and only the trials that reported are looked up in the metrics.
 json experiment_row_json(const Store& store, const ExperimentRow& e, double now) {
-  const std::vector<TrialRow> trials = store.trials(e.id);
-  json j = experiment_json(e, trials);
+  json j = experiment_json(e, store.trial_state_counts(e.id));
   std::optional<MetricPoint> best;
   int64_t best_trial = 0;
-  double started = 0;
+  const double started = store.first_trial_start(e.id);
   const bool max = e.objective_mode == "max";
-  for (const TrialRow& t : trials) {
-    if (t.started_at > 0 && (started == 0 || t.started_at < started)) started = t.started_at;
-    const auto b = best_point(store, t, e);
+  for (int64_t id : store.trials_with_metrics(e.id)) {
+    const auto b = best_point(store, id, e);
     if (b && (!best || (max ? b->value > best->value : b->value < best->value))) {
       best = b;
-      best_trial = t.id;
+      best_trial = id;
     }
   }
   j["objective_best"] = best ? json(best->value) : json(nullptr);
@@ -126,8 +136,18 @@ json experiment_curves_json(const Store& store, const std::vector<TrialRow>& tri
   };
   std::vector<Loaded> loaded;
   double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+  std::set<int64_t> experiments;
+  for (const TrialRow& t : trials) experiments.insert(t.experiment_id);
+  std::vector<int64_t> reported;
+  for (int64_t id : experiments)
+    for (int64_t trial : store.trials_with_metrics(id)) reported.push_back(trial);
+  std::sort(reported.begin(), reported.end());
   for (const TrialRow& t : trials) {
     Loaded l{t.id, {}, {}};
+    if (!contains(reported, t.id)) {
+      loaded.push_back(std::move(l));
+      continue;
+    }
     // Four points per bin on average keep the bins' means close to the raw series'.
     const std::vector<MetricPoint> series = store.metrics(t.id, name, points * 4);
     const double origin = t.started_at > 0 ? t.started_at : (series.empty() ? 0 : series.front().time);
@@ -192,11 +212,12 @@ void add_dashboard_routes(Router& r, const Store& store) {
            const ExperimentRow e = experiment_or_404(store, req);
            const double now = now_seconds();
            const std::vector<TrialRow> trials = store.trials(e.id);
+           const std::vector<int64_t> reported = store.trials_with_metrics(e.id);
            json j = experiment_json(e, trials, true);
            std::set<std::string> swept;
            json rows = json::array();
            for (const TrialRow& t : trials) {
-             json row = trial_row_json(store, t, e, now);
+             json row = trial_row_json(store, t, e, now, contains(reported, t.id));
              if (row["params"].is_object())
                for (auto& [k, v] : row["params"].items()) swept.insert(k);
              rows.push_back(std::move(row));

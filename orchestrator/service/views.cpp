@@ -32,16 +32,32 @@ json layout_json(const std::string& config_toml) {
 }
 }  // namespace
 
-std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials) {
+std::map<TrialState, int64_t> count_states(const std::vector<TrialRow>& trials) {
+  std::map<TrialState, int64_t> counts;
+  for (const TrialRow& t : trials) ++counts[t.state];
+  return counts;
+}
+
+std::map<std::string, int64_t> state_counts(const std::map<TrialState, int64_t>& by_state) {
   std::map<std::string, int64_t> counts;
   for (TrialState s : {TrialState::pending, TrialState::running, TrialState::completed, TrialState::failed,
                        TrialState::cancelled, TrialState::pruned})
     counts[trial_state_name(s)] = 0;
-  for (const TrialRow& t : trials) ++counts[trial_state_name(t.state)];
+  for (const auto& [s, n] : by_state) counts[trial_state_name(s)] += n;
   return counts;
 }
 
+std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials) {
+  return state_counts(count_states(trials));
+}
+
 json experiment_json(const ExperimentRow& e, const std::vector<TrialRow>& trials, bool with_recipe) {
+  return experiment_json(e, count_states(trials), with_recipe);
+}
+
+json experiment_json(const ExperimentRow& e, const std::map<TrialState, int64_t>& counts, bool with_recipe) {
+  int64_t total = 0;
+  for (const auto& [s, n] : counts) total += n;
   json j = {{"id", e.id},
             {"name", e.name},
             {"description", e.description},
@@ -54,8 +70,8 @@ json experiment_json(const ExperimentRow& e, const std::vector<TrialRow>& trials
             {"recipe_path", e.recipe_path},
             {"created_at", e.created_at},
             {"ended_at", e.ended_at > 0 ? json(e.ended_at) : json(nullptr)},
-            {"trials", trials.size()},
-            {"trial_states", state_counts(trials)}};
+            {"trials", total},
+            {"trial_states", state_counts(counts)}};
   if (with_recipe) {
     j["recipe"] = e.recipe_text;
     j["overrides"] = parse_or_string(e.overrides_json);

@@ -13,6 +13,9 @@
 namespace precon::orch {
 
 nlohmann::json experiment_json(const ExperimentRow& e, const std::vector<TrialRow>& trials, bool with_recipe = false);
+// The same from per-state counts (Store::trial_state_counts(id)), without reading the trials.
+nlohmann::json experiment_json(const ExperimentRow& e, const std::map<TrialState, int64_t>& counts,
+                               bool with_recipe = false);
 nlohmann::json trial_json(const TrialRow& t, bool with_config = false);
 nlohmann::json attempt_json(const AttemptRow& a);
 nlohmann::json checkpoint_json(const CheckpointRow& c);
@@ -21,6 +24,8 @@ nlohmann::json metric_points_json(const std::vector<MetricPoint>& points);
 
 // Trials per state, e.g. {"pending": 2, "running": 1, ...}.
 std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials);
+std::map<std::string, int64_t> state_counts(const std::map<TrialState, int64_t>& counts);
+std::map<TrialState, int64_t> count_states(const std::vector<TrialRow>& trials);
 
 // The last `lines` lines of a text file ("" when missing); reads only the file's tail.
 std::string tail_file(const std::string& path, size_t lines);

@@ -145,6 +145,13 @@ FROM (SELECT experiment_id, id, idx FROM trials ORDER BY experiment_id, idx) GRO
 ALTER TABLE trials RENAME COLUMN token TO token_hash;
 UPDATE trials SET token_hash = precon_token_hash(token_hash) WHERE token_hash <> '';
 )sql",
+    // 5: an experiment's trials by state, and its started ones, straight from indexes: the
+    // scheduler's pass, cancelling and the lists then read no trial row (a row's state sits after
+    // its config text, which spills into overflow pages) however many trials it holds.
+    R"sql(
+CREATE INDEX trials_by_experiment_state ON trials(experiment_id, state);
+CREATE INDEX trials_started ON trials(experiment_id, started_at) WHERE started_at > 0;
+)sql",
 };
 
 constexpr int kVersion = static_cast<int>(std::size(kMigrations));

@@ -151,7 +151,7 @@ SeriesCache::Reading SeriesCache::read(Key key, const std::function<void(Series&
       auto it = map_.find(key);
       if (it != map_.end()) {
         e = it->second;
-        e->last_used = ++tick_;
+        if (e->listed) touch_locked(e, key);
       }
     }
     if (!e) {
@@ -162,7 +162,7 @@ SeriesCache::Reading SeriesCache::read(Key key, const std::function<void(Series&
       auto [it, inserted] = map_.emplace(key, fresh);
       if (!inserted) loading.unlock();  // another reader got there first
       e = it->second;
-      e->last_used = ++tick_;
+      if (e->listed) touch_locked(e, key);
     }
     if (loading.owns_lock()) {
       try {
@@ -180,6 +180,8 @@ SeriesCache::Reading SeriesCache::read(Key key, const std::function<void(Series&
       e->pending = {};
       e->loading = false;
       e->size = e->data.steps.size();
+      total_ += e->size;
+      touch_locked(e, key);
       evict_locked(e.get());
     }
     if (loading.owns_lock()) loading.unlock();
@@ -195,7 +197,8 @@ void SeriesCache::seed(Key key) {
   if (!inserted) return;
   it->second = std::make_shared<Entry>();
   it->second->loading = false;
-  it->second->last_used = ++tick_;
+  touch_locked(it->second, key);
+  evict_locked(it->second.get());
 }
 
 void SeriesCache::apply(Key key, std::span<const SeriesPoint> points) {
@@ -210,18 +213,15 @@ void SeriesCache::apply(Key key, std::span<const SeriesPoint> points) {
       return;
     }
   }
-  {
-    std::unique_lock w(e->mu);
-    const size_t before = e->data.steps.size();
-    e->data.merge(points);
-    e->size = e->data.steps.size();
-    grown_ += e->data.steps.size() - before;
-  }
-  if (grown_ > budget_ / 16) {
-    std::lock_guard g(mu_);
-    grown_ = 0;
-    evict_locked(nullptr);
-  }
+  std::unique_lock w(e->mu);
+  e->data.merge(points);
+  const size_t now = e->data.steps.size();
+  std::lock_guard g(mu_);
+  // Counted only while it is still cached: an eviction in between took its old size off.
+  if (!e->listed) return;
+  total_ += now - e->size;
+  e->size = now;
+  evict_locked(nullptr);
 }
 
 void SeriesCache::set_budget(size_t points) {
@@ -232,23 +232,38 @@ void SeriesCache::set_budget(size_t points) {
 
 size_t SeriesCache::cached_points() const {
   std::lock_guard g(mu_);
-  size_t total = 0;
-  for (const auto& [key, e] : map_) total += e->size;
-  return total;
+  return total_;
+}
+
+size_t SeriesCache::cached_series() const {
+  std::lock_guard g(mu_);
+  return map_.size();
+}
+
+uint64_t SeriesCache::eviction_steps() const {
+  std::lock_guard g(mu_);
+  return eviction_steps_;
+}
+
+void SeriesCache::touch_locked(const std::shared_ptr<Entry>& e, Key key) {
+  if (e->listed) {
+    recency_.splice(recency_.begin(), recency_, e->recency);
+    return;
+  }
+  recency_.push_front(key);
+  e->recency = recency_.begin();
+  e->listed = true;
 }
 
 void SeriesCache::evict_locked(const Entry* keep) {
-  size_t total = 0;
-  for (const auto& [key, e] : map_) total += e->size;
-  if (total <= budget_ && map_.size() <= kMaxSeries) return;
-  std::vector<std::pair<uint64_t, Key>> order;
-  for (const auto& [key, e] : map_)
-    if (!e->loading && e.get() != keep) order.emplace_back(e->last_used.load(), key);
-  std::sort(order.begin(), order.end());
-  for (const auto& [used, key] : order) {
-    if (total <= budget_ && map_.size() <= kMaxSeries) break;
-    auto it = map_.find(key);
-    total -= it->second->size;
+  // Series still loading are not listed: they are neither counted nor dropped until loaded.
+  while ((total_ > budget_ || map_.size() > kMaxSeries) && !recency_.empty()) {
+    ++eviction_steps_;
+    auto it = map_.find(recency_.back());
+    if (it->second.get() == keep) break;  // the least recently used is the one just touched: nothing older
+    total_ -= it->second->size;
+    it->second->listed = false;
+    recency_.pop_back();
     map_.erase(it);
   }
 }

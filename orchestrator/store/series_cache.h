@@ -2,12 +2,15 @@
 // a scan of two vectors instead of a million-row SQL read. A series is loaded from SQLite on
 // its first query and kept current by the writer after each commit (appends, and in-place
 // replacement for resent steps). The least recently queried series are dropped when the
-// cached points exceed a budget. Thread-safety: all methods may be called from any thread.
+// cached points exceed a budget: a recency list and a running total make every read, update and
+// eviction O(1) (amortised) under the cache's lock, however many series are cached.
+// Thread-safety: all methods may be called from any thread.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -57,11 +60,13 @@ class SeriesCache {
   struct Entry {
     std::shared_mutex mu;  // guards data; held exclusively while loading
     Series data;
-    std::atomic<size_t> size{0};
-    std::atomic<uint64_t> last_used{0};
     bool failed = false;                   // the load threw; readers retry
-    bool loading = true;                   // guarded by SeriesCache::mu_
-    std::vector<SeriesPoint> pending;      // commits seen while loading; guarded by mu_
+    // Guarded by SeriesCache::mu_:
+    bool loading = true;
+    std::vector<SeriesPoint> pending;      // commits seen while loading
+    size_t size = 0;                       // points counted in SeriesCache::total_
+    bool listed = false;                   // in the recency list (loaded and not evicted)
+    std::list<Key>::iterator recency;      // its place there when listed
   };
 
   // A series held for reading (shared lock).
@@ -91,15 +96,22 @@ class SeriesCache {
 
   void set_budget(size_t points);
   size_t cached_points() const;
+  size_t cached_series() const;
+  // Entries examined by evictions so far (tests: eviction is O(1) per series dropped).
+  uint64_t eviction_steps() const;
 
  private:
+  // Marks the entry most recently used (listing it when it is not).
+  void touch_locked(const std::shared_ptr<Entry>& e, Key key);
+  // Drops least recently used series until the budget holds (never `keep`, never one loading).
   void evict_locked(const Entry* keep);
 
   mutable std::mutex mu_;
   std::map<Key, std::shared_ptr<Entry>> map_;
+  std::list<Key> recency_;  // loaded series, most recently used first
   size_t budget_;
-  uint64_t tick_ = 0;
-  std::atomic<size_t> grown_{0};  // points appended since the last budget check
+  size_t total_ = 0;        // points of the listed series
+  uint64_t eviction_steps_ = 0;
 };
 
 }  // namespace precon::orch

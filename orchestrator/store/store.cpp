@@ -1,5 +1,6 @@
 // Experiments, trials, attempts, checkpoints and events; the connections. Metric series are in
 // store_metrics.cpp.
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -201,20 +202,22 @@ int64_t Store::create_experiment(ExperimentRow e, std::vector<TrialRow> trials) 
     s->run();
   }
   const int64_t id = db.last_insert_rowid();
+  auto s = db.cached(
+      "INSERT INTO trials (experiment_id, idx, params_json, config_toml, state, reason, run_dir, "
+      "token_hash, attempts, last_step, created_at, started_at, ended_at) "
+      "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   for (const TrialRow& t : trials) {
-    auto s = db.cached(
-        "INSERT INTO trials (experiment_id, idx, params_json, config_toml, state, reason, run_dir, "
-        "token_hash, attempts, last_step, created_at, started_at, ended_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     s->bind_all(id, t.index, t.params_json, t.config_toml, trial_state_name(t.state), t.reason, t.run_dir,
                 t.token_hash, t.attempts, t.last_step, t.created_at, t.started_at, t.ended_at);
     s->run();
-    if (t.run_dir.empty() && !e.run_root.empty()) {
-      // Named after the trial's id, known only now: the directory carries the one identifier.
-      const int64_t trial_id = db.last_insert_rowid();
-      auto u = db.cached("UPDATE trials SET run_dir = ? WHERE id = ?");
-      u->bind_all((std::filesystem::path(e.run_root) / trial_dir_name(trial_id)).string(), trial_id).run();
-    }
+    s->reset();
+  }
+  if (!e.run_root.empty()) {
+    // Named after the trials' ids, known only now: the directory carries the one identifier.
+    // One statement for all of them: <run_root>/trial-<id>, as trial_dir_name() spells it.
+    std::string prefix = (std::filesystem::path(e.run_root) / trial_dir_name(0)).string();
+    prefix.pop_back();
+    db.cached("UPDATE trials SET run_dir = ? || id WHERE experiment_id = ? AND run_dir = ''")->bind_all(prefix, id).run();
   }
   tx.commit();
   return id;
@@ -231,6 +234,11 @@ std::optional<ExperimentRow> Store::experiment_by_name(const std::string& name) 
 
 std::vector<ExperimentRow> Store::experiments() const {
   return query(*impl_, select(kExperimentCols, "FROM experiments ORDER BY id DESC"), read_experiment);
+}
+
+std::vector<ExperimentRow> Store::experiments_in_state(ExperimentState state) const {
+  return query(*impl_, select(kExperimentCols, "FROM experiments WHERE state = ? ORDER BY id"), read_experiment,
+               experiment_state_name(state));
 }
 
 void Store::set_experiment_state(int64_t id, ExperimentState state, double ended_at) {
@@ -257,6 +265,80 @@ std::map<TrialState, int64_t> Store::trial_state_counts() const {
   while (s->step())
     if (auto state = parse_trial_state(s->text(0))) counts[*state] = s->i64(1);
   return counts;
+}
+
+std::map<TrialState, int64_t> Store::trial_state_counts(int64_t experiment_id) const {
+  auto r = impl_->reader();
+  auto s = r.db().cached("SELECT state, COUNT(*) FROM trials WHERE experiment_id = ? GROUP BY state");
+  s->bind(1, experiment_id);
+  std::map<TrialState, int64_t> counts;
+  while (s->step())
+    if (auto state = parse_trial_state(s->text(0))) counts[*state] = s->i64(1);
+  return counts;
+}
+
+double Store::first_trial_start(int64_t experiment_id) const {
+  auto r = impl_->reader();
+  auto s = r.db().cached("SELECT min(started_at) FROM trials WHERE experiment_id = ? AND started_at > 0");
+  s->bind(1, experiment_id);
+  return s->step() ? s->f64(0) : 0;
+}
+
+std::vector<TrialRow> Store::pending_trials(int64_t experiment_id, size_t limit) const {
+  // Ids follow the sweep order within an experiment (its trials are inserted in order), so the
+  // index on (experiment_id, state) hands them over already sorted.
+  return query(*impl_, select(kTrialCols, "FROM trials WHERE experiment_id = ? AND state = 'pending' ORDER BY id LIMIT ?"),
+               read_trial, experiment_id, static_cast<int64_t>(limit));
+}
+
+std::vector<int64_t> Store::trial_ids(int64_t experiment_id, TrialState state) const {
+  auto r = impl_->reader();
+  auto s = r.db().cached("SELECT id FROM trials WHERE experiment_id = ? AND state = ? ORDER BY id");
+  s->bind_all(experiment_id, trial_state_name(state));
+  std::vector<int64_t> ids;
+  while (s->step()) ids.push_back(s->i64(0));
+  return ids;
+}
+
+std::vector<int64_t> Store::trials_with_metrics(int64_t experiment_id) const {
+  auto r = impl_->reader();
+  auto s = r.db().cached(
+      "SELECT id FROM trials t WHERE experiment_id = ? AND EXISTS (SELECT 1 FROM metrics WHERE trial_id = t.id) "
+      "ORDER BY id");
+  s->bind(1, experiment_id);
+  std::vector<int64_t> ids;
+  while (s->step()) ids.push_back(s->i64(0));
+  return ids;
+}
+
+std::vector<TrialBrief> Store::trials_with_tokens() const {
+  auto r = impl_->reader();
+  auto s = r.db().cached("SELECT id, experiment_id, state, token_hash FROM trials WHERE token_hash <> '' ORDER BY id");
+  std::vector<TrialBrief> rows;
+  while (s->step())
+    rows.push_back({s->i64(0), s->i64(1), parse_state<TrialState>(kTrialStates, s->text(2), "trial"), s->text(3)});
+  return rows;
+}
+
+std::vector<int64_t> Store::cancel_pending_trials(int64_t experiment_id, const std::string& reason, double when) {
+  WriteGuard g(*impl_, "cancel_pending_trials");
+  auto& db = *impl_->writer;
+  sql::Transaction tx(db);
+  db.cached(
+        "INSERT INTO events (time, experiment_id, trial_id, kind, message, data_json) "
+        "SELECT ?1, experiment_id, id, 'trial_cancelled', ?2, '{}' FROM trials "
+        "WHERE experiment_id = ?3 AND state = 'pending' ORDER BY id")
+      ->bind_all(when, reason, experiment_id)
+      .run();
+  auto u = db.cached(
+      "UPDATE trials SET state = 'cancelled', reason = ?1, ended_at = ?2 "
+      "WHERE experiment_id = ?3 AND state = 'pending' RETURNING id");
+  u->bind_all(reason, when, experiment_id);
+  std::vector<int64_t> ids;
+  while (u->step()) ids.push_back(u->i64(0));
+  tx.commit();
+  std::sort(ids.begin(), ids.end());
+  return ids;
 }
 
 void Store::set_write_observer(std::function<void(const char* op, double seconds)> observer) {

@@ -73,6 +73,14 @@ struct TrialRow {
   double created_at = 0, started_at = 0, ended_at = 0;
 };
 
+// What report authentication needs of a trial (store.trials_with_tokens()).
+struct TrialBrief {
+  int64_t id = 0;
+  int64_t experiment_id = 0;
+  TrialState state = TrialState::pending;
+  std::string token_hash;
+};
+
 struct AttemptRow {
   int64_t id = 0;
   int64_t trial_id = 0;
@@ -136,12 +144,28 @@ class Store {
   std::optional<ExperimentRow> experiment(int64_t id) const;
   std::optional<ExperimentRow> experiment_by_name(const std::string& name) const;  // newest with that name
   std::vector<ExperimentRow> experiments() const;  // newest first
+  std::vector<ExperimentRow> experiments_in_state(ExperimentState state) const;  // oldest first
   void set_experiment_state(int64_t id, ExperimentState state, double ended_at);
 
   std::optional<TrialRow> trial(int64_t id) const;
   std::vector<TrialRow> trials(int64_t experiment_id) const;  // by index
   std::vector<TrialRow> trials_in_state(TrialState state) const;
   std::map<TrialState, int64_t> trial_state_counts() const;  // over every experiment; absent = 0
+  // The experiment's trials by state (absent = 0), and when its first trial started (0 = none),
+  // from indexes: no trial row is read.
+  std::map<TrialState, int64_t> trial_state_counts(int64_t experiment_id) const;
+  double first_trial_start(int64_t experiment_id) const;
+  // At most `limit` pending trials of the experiment, in sweep order.
+  std::vector<TrialRow> pending_trials(int64_t experiment_id, size_t limit) const;
+  // Ids of the experiment's trials in `state`, from the index.
+  std::vector<int64_t> trial_ids(int64_t experiment_id, TrialState state) const;
+  // The experiment's trials that have stored metrics, by id (one index probe each).
+  std::vector<int64_t> trials_with_metrics(int64_t experiment_id) const;
+  // Trials that were given a report token (the others cannot have reported), any experiment.
+  std::vector<TrialBrief> trials_with_tokens() const;
+  // Ends every pending trial of the experiment as cancelled with `reason`, each with a
+  // trial_cancelled event, in one transaction of two statements. Returns their ids.
+  std::vector<int64_t> cancel_pending_trials(int64_t experiment_id, const std::string& reason, double when);
   // Writes every mutable field of the row (state, reason, attempts, last_step, times, run_dir).
   // last_step only rises (insert_metrics may have raised it since the row was read).
   void update_trial(const TrialRow& trial);

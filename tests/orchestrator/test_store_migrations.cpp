@@ -65,7 +65,7 @@ INSERT INTO events (time, kind) VALUES (1, 'trial_started');
 )sql");
   {
     Store s(path_);
-    EXPECT_EQ(s.schema_version(), 4);
+    EXPECT_EQ(s.schema_version(), 5);
     EXPECT_EQ(s.experiment(1)->state, ExperimentState::completed);
     EXPECT_EQ(s.metric_names(1), (std::vector<std::string>{"acc", "loss"}));
     auto loss = s.metrics(1, "loss");
@@ -78,7 +78,7 @@ INSERT INTO events (time, kind) VALUES (1, 'trial_started');
     EXPECT_EQ(s.events_since(0, 0).size(), 2u);  // with version 3's note on trial names
   }
   Store again(path_);  // already current: nothing to apply
-  EXPECT_EQ(again.schema_version(), 4);
+  EXPECT_EQ(again.schema_version(), 5);
   EXPECT_EQ(again.metrics(1, "loss")[1].value, 1.0);
   EXPECT_EQ(again.events_since(0, 0).size(), 2u);
 }
@@ -111,7 +111,7 @@ INSERT INTO events (time, experiment_id, trial_id, kind, message) VALUES (6, 2, 
   }
   raw_sql(path_, sql);
   Store s(path_);
-  EXPECT_EQ(s.schema_version(), 4);
+  EXPECT_EQ(s.schema_version(), 5);
   // The identifiers: ids unchanged, the sweep index kept as an order, run directories where they are.
   std::vector<int64_t> ids;
   for (const TrialRow& t : s.trials(2)) {
@@ -147,7 +147,7 @@ INSERT INTO trials (id, experiment_id, idx, state, token, created_at) VALUES
 )sql");
   {
     Store s(path_);
-    EXPECT_EQ(s.schema_version(), 4);
+    EXPECT_EQ(s.schema_version(), 5);
     EXPECT_EQ(s.trial(1)->token_hash, hash_token("0123456789abcdef0123456789abcdef"));
     EXPECT_TRUE(token_matches("0123456789abcdef0123456789abcdef", s.trial(1)->token_hash));
     EXPECT_EQ(s.trial(2)->token_hash, "");  // never launched: nothing to hash

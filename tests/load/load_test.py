@@ -1,0 +1,368 @@
+#!/usr/bin/python3
+"""Load on a real `precon serve` holding --trials trials: reads from wrk, a report flood from
+--workers simulated workers, each reporting for its own trial with that trial's own token.
+
+    tests/load/load_test.py --precon build/orchestrator/precon [--duration 600] [--check]
+
+The controller launches its trials as it always does; its trainer is a stand-in (precon-train
+beside a copy of the precon program, see SHIM) that hands the flood its trial's token and report
+URL and waits until it is released. The flood posts batches of steps for several metrics as fast
+as the controller answers; wrk meanwhile reads the API (health, lists, the dashboard, a trial's
+series, /metrics). At the end every stand-in is released, the experiment is cancelled, the server
+is stopped with SIGTERM, and the points in the database are counted against those the controller
+acknowledged. The controller's RSS is sampled every second; it is bounded when the median of the
+last quarter of the run after the warm-up is within 10% of the median of the first quarter.
+
+Prints one table: per side the requests, p50/p99 latency and errors; points acknowledged, stored
+and lost; RSS after the warm-up, at the end and its maximum. With --check it exits 1 unless there
+are zero errors, zero lost points and the RSS stays bounded.
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import sqlite3
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+
+# The stand-in trainer. argv: --config C --run-dir D --report-url U --trial-id N. It writes its
+# trial id, token and report URL to D/worker.ready and blocks on the FIFO D/release.
+SHIM = r"""#!/bin/sh
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --run-dir) dir=$2; shift ;;
+    --report-url) url=$2; shift ;;
+    --trial-id) id=$2; shift ;;
+  esac
+  shift
+done
+mkfifo "$dir/release" || exit 3
+printf '%s %s %s\n' "$id" "$PRECON_TRIAL_TOKEN" "$url" > "$dir/worker.tmp"
+mv "$dir/worker.tmp" "$dir/worker.ready"
+read line < "$dir/release"
+exit 0
+"""
+
+RECIPE = """
+[experiment]
+name = "load"
+[model]
+n_layer = 1
+n_head = 2
+d_model = 16
+seq_len = 16
+vocab_size = 64
+[data]
+train = "{dir}/train.bin"
+val = "{dir}/val.bin"
+[train]
+steps = 1000000
+batch_size = 2
+threads = 1
+[optimizer]
+name = "adamw"
+[sweep]
+method = "random"
+samples = {trials}
+seed = 1
+max_concurrent = {workers}
+[sweep.parameters]
+"optimizer.lr" = {{ log_uniform = [1e-4, 1e-2] }}
+"""
+
+# wrk's script: a round of read routes per connection, and a JSON summary at the end.
+WRK_LUA = r"""
+local paths = {PATHS}
+local i = 0
+request = function()
+  i = i + 1
+  return wrk.format("GET", paths[(i % #paths) + 1])
+end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('WRK {"requests": %d, "p50": %f, "p99": %f, "max": %f, "connect": %d, "read": %d, ' ..
+                         '"write": %d, "status": %d, "timeout": %d}\n',
+                         summary.requests, latency:percentile(50) / 1e6, latency:percentile(99) / 1e6,
+                         latency.max / 1e6, e.connect, e.read, e.write, e.status, e.timeout))
+end
+"""
+
+METRICS = ("train_loss", "lr", "tokens_per_second")
+RECORDS_PER_BATCH = 8
+
+
+def write_shard(path, tokens):
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack("<%dH" % len(tokens), *tokens))
+
+
+def wait_for(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise RuntimeError("timed out waiting for " + what)
+        time.sleep(0.1)
+
+
+def release_all(work):
+    """Releases every stand-in blocked on its FIFO (one that has gone has no reader: ENXIO)."""
+    for root, _, files in os.walk(os.path.join(work, "runs")):
+        if "release" in files:
+            try:
+                fd = os.open(os.path.join(root, "release"), os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:
+                continue
+            os.write(fd, b"go\n")
+            os.close(fd)
+
+
+def percentile(values, q):
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))]
+
+
+class Worker(threading.Thread):
+    """One simulated worker: its trial, its token, one keep-alive connection."""
+
+    def __init__(self, trial, token, url, stop):
+        super().__init__(daemon=True)
+        self.trial, self.token, self.stop = trial, token, stop
+        u = urllib.parse.urlsplit(url)
+        self.host, self.port, self.path = u.hostname, u.port, u.path
+        self.latencies, self.errors, self.acked, self.step = [], [], 0, 0
+
+    def run(self):
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+        headers = {"Content-Type": "application/json", "Authorization": "Bearer " + self.token}
+        while not self.stop.is_set():
+            records = []
+            for k in range(RECORDS_PER_BATCH):
+                s = self.step + k
+                records.append({"step": s, "time": time.time(),
+                                "values": {"train_loss": 4.0 / (1 + s * 1e-3), "lr": 1e-3, "tokens_per_second": 1e4 + s}})
+            body = json.dumps({"trial": self.trial, "records": records})
+            t0 = time.monotonic()
+            try:
+                conn.request("POST", self.path, body, headers)
+                r = conn.getresponse()
+                payload = r.read()
+                ok = r.status == 200 and json.loads(payload).get("ok") is True
+                if not ok:
+                    self.errors.append("HTTP %d %s" % (r.status, payload[:200]))
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                ok = False
+                self.errors.append(repr(e))
+                conn.close()
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=30)
+            self.latencies.append(time.monotonic() - t0)
+            if ok:
+                self.acked += len(records) * len(METRICS)
+                self.step += RECORDS_PER_BATCH
+        conn.close()
+
+
+class RssSampler(threading.Thread):
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid, self.samples, self.stop = pid, [], threading.Event()
+
+    def run(self):
+        t0 = time.monotonic()
+        while not self.stop.is_set():
+            try:
+                with open("/proc/%d/status" % self.pid) as f:
+                    kb = int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+                self.samples.append((time.monotonic() - t0, kb / 1024.0))
+            except (OSError, AttributeError):
+                pass
+            self.stop.wait(1.0)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--precon", required=True)
+    ap.add_argument("--wrk", default=shutil.which("wrk") or "wrk")
+    ap.add_argument("--trials", type=int, default=1000)
+    ap.add_argument("--workers", type=int, default=64)
+    ap.add_argument("--duration", type=float, default=60, help="seconds of load")
+    ap.add_argument("--warmup", type=float, default=None,
+                    help="seconds before the RSS baseline (default: 60, or a third of a shorter run)")
+    ap.add_argument("--cache-points", type=int, default=200000,
+                    help="the controller's metric cache budget (--metric-cache-points)")
+    ap.add_argument("--check", action="store_true", help="exit 1 on errors, lost points or RSS growth over 10%%")
+    args = ap.parse_args()
+    warmup = args.warmup if args.warmup is not None else min(60.0, args.duration / 3)
+    if not shutil.which(args.wrk):
+        print("load_test: wrk is missing (deploy/install-deps.sh installs it)", file=sys.stderr)
+        return 1
+
+    work = tempfile.mkdtemp(prefix="precon-load-")
+    server = None
+    try:
+        bindir = os.path.join(work, "bin")
+        os.makedirs(bindir)
+        shutil.copy2(os.path.abspath(args.precon), os.path.join(bindir, "precon"))
+        with open(os.path.join(bindir, "precon-train"), "w") as f:
+            f.write(SHIM)
+        os.chmod(os.path.join(bindir, "precon-train"), 0o755)
+        tokens = [i % 64 for i in range(4096)]
+        write_shard(os.path.join(work, "train.bin"), tokens)
+        write_shard(os.path.join(work, "val.bin"), tokens[:1024])
+        admin = "a" * 32
+        db = os.path.join(work, "precon.db")
+        log = open(os.path.join(work, "serve.log"), "wb")
+        server = subprocess.Popen(
+            [os.path.join(bindir, "precon"), "serve", "--db", db, "--port", "0", "--cpus", str(args.workers),
+             "--slurm", "off", "--runs", os.path.join(work, "runs"), "--admin-token", admin,
+             "--metric-cache-points", str(args.cache_points)],
+            stderr=subprocess.PIPE, stdout=log, cwd=work)
+        url = None
+        for line in server.stderr:
+            log.write(line)
+            m = re.search(rb"precon serve: (http://\S+) \(database", line)
+            if m:
+                url = m.group(1).decode()
+                break
+        if url is None:
+            raise RuntimeError("precon serve did not start; see " + log.name)
+        threading.Thread(target=lambda: [log.write(l) for l in server.stderr], daemon=True).start()
+        u = urllib.parse.urlsplit(url)
+
+        def call(method, path, body=None, token=None):
+            conn = http.client.HTTPConnection(u.hostname, u.port, timeout=120)
+            headers = {"Content-Type": "application/json"}
+            if token:
+                headers["Authorization"] = "Bearer " + token
+            conn.request(method, path, None if body is None else json.dumps(body), headers)
+            r = conn.getresponse()
+            payload = r.read()
+            conn.close()
+            return r.status, json.loads(payload) if payload else None
+
+        status, exp = call("POST", "/api/v1/experiments",
+                           {"recipe": RECIPE.format(dir=work, trials=args.trials, workers=args.workers)}, admin)
+        if status != 201:
+            raise RuntimeError("submit answered %d: %s" % (status, exp))
+        exp_id = exp["id"]
+        runs = None
+
+        def ready():
+            nonlocal runs
+            found = []
+            for root, _, files in os.walk(os.path.join(work, "runs")):
+                if "worker.ready" in files:
+                    found.append(os.path.join(root, "worker.ready"))
+            runs = found
+            return len(found) >= args.workers
+
+        wait_for(ready, 120, "%d stand-in workers to start" % args.workers)
+        stop = threading.Event()
+        workers = []
+        for path in runs[:args.workers]:
+            with open(path) as f:
+                trial, token, report_url = f.read().split()
+            workers.append(Worker(int(trial), token, report_url, stop))
+        first_trial = min(w.trial for w in workers)
+        paths = ["/healthz", "/api/v1/experiments", "/api/v1/dashboard/experiments",
+                 "/api/v1/experiments/%d/trials" % exp_id, "/api/v1/trials/%d/metrics?max_points=200" % first_trial,
+                 "/api/v1/dashboard/experiments/%d/curves?points=200" % exp_id, "/metrics"]
+        lua = os.path.join(work, "reads.lua")
+        with open(lua, "w") as f:
+            f.write(WRK_LUA.replace("{PATHS}", "{" + ", ".join('"%s"' % p for p in paths) + "}"))
+        rss = RssSampler(server.pid)
+        rss.start()
+        for w in workers:
+            w.start()
+        wrk = subprocess.run([args.wrk, "-t2", "-c16", "-d%ds" % int(args.duration), "--timeout", "10s", "-s", lua, url],
+                             capture_output=True, text=True)
+        stop.set()
+        for w in workers:
+            w.join()
+        rss.stop.set()
+        rss.join()
+        m = re.search(r"^WRK (\{.*\})$", wrk.stdout, re.M)
+        if wrk.returncode != 0 or not m:
+            raise RuntimeError("wrk failed: %s %s" % (wrk.stdout, wrk.stderr))
+        reads = json.loads(m.group(1))
+        read_errors = sum(reads[k] for k in ("connect", "read", "write", "status", "timeout"))
+
+        # Stand-ins are released into a cancelled experiment: nothing new starts, every trial ends.
+        status, _ = call("POST", "/api/v1/experiments/%d/cancel" % exp_id, {}, admin)
+        if status != 200:
+            raise RuntimeError("cancel answered %d" % status)
+        release_all(work)
+        wait_for(lambda: call("GET", "/api/v1/experiments")[1]["experiments"][0]["state"] != "running", 120,
+                 "the experiment to end")
+        server.send_signal(signal.SIGTERM)
+        server.wait(60)
+        server = None
+
+        acked = {w.trial: w.acked for w in workers}
+        with sqlite3.connect(db) as c:
+            stored = dict(c.execute("SELECT trial_id, count(*) FROM metrics GROUP BY trial_id").fetchall())
+        lost = sum(max(0, n - stored.get(t, 0)) for t, n in acked.items())
+        write_lat = [x for w in workers for x in w.latencies]
+        write_errors = [e for w in workers for e in w.errors]
+        # Bounded: no growth from the window after the warm-up to the end of the run (medians of
+        # the first and last quarter after it, so one busy second does not decide); the maximum is
+        # printed beside it.
+        base = [kb for t, kb in rss.samples if t >= warmup]
+        quarter = max(1, len(base) // 4)
+        rss_base = percentile(base[:quarter], 0.5)
+        rss_end = percentile(base[-quarter:], 0.5)
+        rss_max = max(base) if base else float("nan")
+        growth = rss_end / rss_base - 1 if base else float("nan")
+
+        print("load: %d trials, %d workers, %.0f s (RSS baseline at %.0f s)" % (args.trials, args.workers,
+                                                                              args.duration, warmup))
+        print("%-7s %9s %9s %9s %9s %7s" % ("side", "requests", "p50 ms", "p99 ms", "max ms", "errors"))
+        print("%-7s %9d %9.2f %9.2f %9.2f %7d" % ("reads", reads["requests"], reads["p50"] * 1e3, reads["p99"] * 1e3,
+                                                 reads["max"] * 1e3, read_errors))
+        print("%-7s %9d %9.2f %9.2f %9.2f %7d" % ("reports", len(write_lat), percentile(write_lat, 0.5) * 1e3,
+                                                 percentile(write_lat, 0.99) * 1e3, max(write_lat or [0]) * 1e3,
+                                                 len(write_errors)))
+        print("points: acknowledged %d, stored %d, lost %d" % (sum(acked.values()), sum(stored.get(t, 0) for t in acked),
+                                                              lost))
+        print("controller RSS: %.1f MiB after the warm-up, %.1f MiB at the end (%+.1f%%), max %.1f MiB (%+.1f%%); "
+              "at start %.1f MiB" % (rss_base, rss_end, growth * 100, rss_max, (rss_max / rss_base - 1) * 100,
+                                     rss.samples[0][1] if rss.samples else float("nan")))
+        if rss.samples:
+            step = max(1, len(rss.samples) // 10)
+            print("RSS MiB over time: " + ", ".join("%.0fs %.1f" % (t, kb) for t, kb in rss.samples[::step]))
+        for e in write_errors[:5]:
+            print("  report error: " + e)
+        if args.check:
+            problems = []
+            if read_errors or write_errors:
+                problems.append("%d read and %d report errors" % (read_errors, len(write_errors)))
+            if lost:
+                problems.append("%d points lost" % lost)
+            if not growth <= 0.10:
+                problems.append("RSS grew %.1f%% from after the warm-up to the end" % (growth * 100))
+            if problems:
+                print("load_test: FAILED: " + "; ".join(problems), file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        release_all(work)  # none outlives the test
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
