@@ -29,6 +29,9 @@ test_packages=(
   libopenmpi-dev openmpi-bin
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  # fuzz targets (tests/fuzz) and the ThreadSanitizer build: clang, its libFuzzer and sanitizer
+  # runtimes (compiler-rt), and LLVM's OpenMP for the kernels when clang compiles them
+  clang libclang-rt-dev libomp-dev
   # reference tests against PyTorch
   python3 python3-numpy python3-torch python3-optuna
   # dashboard browser tests: headless Chromium driven by Selenium

@@ -4,6 +4,7 @@
 #include "orchestrator/http/server.h"
 
 #include "orchestrator/http/printable.h"
+#include "orchestrator/http/request_reader.h"
 
 #include <algorithm>
 #include <atomic>
@@ -46,48 +47,6 @@ constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 // Connections over the caps still being answered 503 and drained; beyond this they are closed
 // unanswered, so a flood cannot grow the refusals either.
 constexpr size_t kMaxRefusing = 64;
-
-std::string_view sv(beast::string_view s) { return {s.data(), s.size()}; }
-
-std::string lower(std::string_view s) {
-  std::string out(s);
-  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
-  return out;
-}
-
-using RequestHeader = bhttp::request_parser<bhttp::string_body>::value_type;
-
-// Beast frames a request body by Content-Length or a final "chunked" coding, and takes any
-// other Transfer-Encoding as "no body": that body would then be read as the next request. We
-// decode no transfer coding but chunked: anything else answers 501 (RFC 9112 6.1), both framings
-// at once 400, and either closes the connection. nullopt when the framing is fine.
-std::optional<Response> framing_refusal(const RequestHeader& header) {
-  auto [first, last] = header.equal_range(bhttp::field::transfer_encoding);
-  if (first == last) return std::nullopt;
-  if (header.count(bhttp::field::content_length) > 0) {
-    return error_response(400, "bad_framing", "the request has both Content-Length and Transfer-Encoding");
-  }
-  std::vector<std::string> codings;
-  std::string sent;
-  for (auto it = first; it != last; ++it) {
-    sent += (sent.empty() ? "" : ", ") + std::string(sv(it->value()));
-    for (auto coding : bhttp::token_list(it->value())) codings.push_back(lower(sv(coding)));
-  }
-  if (codings.size() == 1 && codings[0] == "chunked") return std::nullopt;
-  return error_response(501, "unsupported_transfer_encoding",
-                        "Transfer-Encoding \"" + sent + "\" is not supported: send the body as it is, or chunked");
-}
-
-// The request as the router sees it, from the header (and the body when read).
-Request to_request(const RequestHeader& header, std::string body, const std::string& remote) {
-  Request request = make_request(std::string(header.method_string()), sv(header.target()), std::move(body));
-  for (const auto& field : header) {
-    auto [it, inserted] = request.headers.emplace(lower(sv(field.name_string())), std::string(field.value()));
-    if (!inserted) it->second += ", " + std::string(field.value());
-  }
-  request.remote = remote;
-  return request;
-}
 
 }  // namespace
 
@@ -198,19 +157,11 @@ class Session : public std::enable_shared_from_this<Session> {
   // "100 Continue". Either way the unread body ends the connection.
   void on_header(beast::error_code ec) {
     if (ec) return on_read_error(ec);
-    const RequestHeader& header = parser_->get();
-    if (std::optional<Response> refused = framing_refusal(header)) return answer_and_close(std::move(*refused));
-    if (!parser_->is_done()) {
-      std::optional<Response> refused;
-      Request request;
-      try {
-        request = to_request(header, "", remote_);
-        refused = state_.router.refuse_before_body(request);
-      } catch (...) {
-        refused = error_response(error_answer(std::current_exception()));
-      }
-      if (refused) return answer_and_close(std::move(*refused), request.route);
+    std::string route;
+    if (std::optional<Response> refused = header_refusal(*parser_, state_.router, remote_, route)) {
+      return answer_and_close(std::move(*refused), std::move(route));
     }
+    const RequestHeader& header = parser_->get();
     if (!beast::iequals(header[bhttp::field::expect], "100-continue")) return read_body();
     net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
                      [self = shared_from_this()](beast::error_code ec, size_t) {
@@ -232,16 +183,8 @@ class Session : public std::enable_shared_from_this<Session> {
           408, "request_timeout",
           "the request was not complete within " + std::to_string(state_.options.read_timeout.count()) + " ms"));
     }
-    if (ec == bhttp::error::body_limit) {
-      return answer_and_close(error_response(
-          413, "payload_too_large", "the request body exceeds the limit of " + std::to_string(state_.options.body_limit) + " bytes"));
-    }
-    if (ec == bhttp::error::header_limit) {
-      return answer_and_close(error_response(431, "headers_too_large", "the request headers are too large"));
-    }
-    if (ec.category() == bhttp::make_error_code(bhttp::error::bad_target).category() && ec != bhttp::error::end_of_stream &&
-        ec != bhttp::error::partial_message) {
-      return answer_and_close(error_response(400, "bad_request", "malformed HTTP request: " + ec.message()));
+    if (std::optional<Response> answer = parse_error_answer(ec, state_.options.body_limit)) {
+      return answer_and_close(std::move(*answer));
     }
     close();  // peer gone mid-request, stop(): nobody to answer
   }
@@ -269,18 +212,10 @@ class Session : public std::enable_shared_from_this<Session> {
     const unsigned version = message.version();
     const bool head = message.method() == bhttp::verb::head;
     Request request;
-    Response response;
     double seconds = 0;
-    try {
-      request = to_request(message, std::move(message.body()), remote_);
-      const auto start = std::chrono::steady_clock::now();
-      response = state_.router.dispatch(request);
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    } catch (...) {
-      const ErrorAnswer answer = error_answer(std::current_exception());
-      if (answer.status >= 500) state_.log("answering " + request.method + " " + request.path + " failed: " + answer.cause);
-      response = error_response(answer);
-    }
+    std::optional<std::string> failure;
+    Response response = answer_request(message, state_.router, remote_, request, seconds, failure);
+    if (failure) state_.log("answering " + request.method + " " + request.path + " failed: " + *failure);
     report(request, response, seconds);
     send(std::move(response), keep_alive, version, head);
   }

@@ -148,7 +148,8 @@ void collect(const toml::table& table, const std::string& prefix, const std::str
       }
     }
     const int column = static_cast<int>(node.source().begin.column);
-    issues.attempt([&] { out.push_back({leaf_param(key, node, source, allow_distributions), column}); });
+    // node is passed by an init-capture: clang 14 (the fuzz build) cannot capture a structured binding.
+    issues.attempt([&, &node = node] { out.push_back({leaf_param(key, node, source, allow_distributions), column}); });
   }
 }
 
@@ -192,10 +193,10 @@ void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfi
     } else if (n == "early_stop" && node.is_table()) {
       for (auto&& [ename, enode] : *node.as_table()) {
         const std::string key = "sweep.early_stop." + std::string(ename.str());
-        issues.attempt([&] { worker::set_sweep_key(out, key, enode, source, line_of(enode)); });
+        issues.attempt([&, &enode = enode] { worker::set_sweep_key(out, key, enode, source, line_of(enode)); });
       }
     } else {
-      issues.attempt([&] { worker::set_sweep_key(out, "sweep." + n, node, source, line); });
+      issues.attempt([&, &node = node] { worker::set_sweep_key(out, "sweep." + n, node, source, line); });
     }
   }
 }

@@ -1,11 +1,8 @@
 // The controller's HTTP API: one flat route table; handlers are named functions over the store,
 // the scheduler and the queries shared with the CLI.
 #include <algorithm>
-#include <charconv>
-#include <chrono>
-#include <cmath>
-#include <limits>
 
+#include "orchestrator/service/api_bodies.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
 #include "orchestrator/service/routes_dashboard.h"
@@ -29,11 +26,6 @@ TrialRow trial_or_404(const Store& store, const Request& req) {
   return *t;
 }
 
-// Reports are refused whole, never cut to fit: a worker must learn that its points were not
-// stored. Answers (all {"error": {"code", "message"}}): 400 bad_report for a malformed body,
-// 401 bad_token for an unknown trial or a wrong token (one answer, so ids cannot be probed; it
-// comes before anything about the trial is looked at), 409 trial_finished once the trial ended.
-
 // Summary rows of the trials; only those that reported are looked up in the metrics.
 json trial_summaries_json(const Store& store, const std::vector<TrialRow>& rows, const ExperimentRow& e) {
   const std::vector<int64_t> reported = store.trials_with_metrics(e.id);
@@ -41,73 +33,6 @@ json trial_summaries_json(const Store& store, const std::vector<TrialRow>& rows,
   for (const TrialRow& t : rows)
     trials.push_back(trial_summary_json(store, t, e, std::binary_search(reported.begin(), reported.end(), t.id)));
   return trials;
-}
-
-// Worker clocks may run ahead of the controller's a little; a time further out is garbage.
-constexpr double kMaxClockSkewSeconds = 86400;
-
-// A client's value quoted in an error message, cut short.
-std::string brief(const json& value) {
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  return text.size() > 40 ? text.substr(0, 40) + "..." : text;
-}
-
-// "trial": a positive decimal id, as a string of digits only or a JSON integer.
-int64_t report_trial(const json& body) {
-  const json& t = body["trial"];
-  int64_t id = 0;
-  bool ok = false;
-  if (t.is_string()) {
-    const std::string& s = t.get_ref<const std::string&>();
-    const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), id);
-    ok = !s.empty() && s.front() != '-' && s.front() != '+' && ec == std::errc() && ptr == s.data() + s.size();
-  } else if (t.is_number_unsigned()) {
-    ok = t.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    id = ok ? static_cast<int64_t>(t.get<uint64_t>()) : 0;
-  } else if (t.is_number_integer()) {
-    id = t.get<int64_t>();
-    ok = true;
-  }
-  if (!ok || id <= 0) throw HttpError(400, "bad_report", "\"trial\" must be a trial id (a positive integer), got " + brief(t));
-  return id;
-}
-
-// {"trial": "<id>", "records": [{"step", "time", "values": {name: value | null}}]}
-std::vector<MetricPoint> report_points(const json& body) {
-  if (!body.contains("records") || !body["records"].is_array())
-    throw HttpError(400, "bad_report", "expected {\"trial\": ..., \"records\": [...]}");
-  const double latest = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
-                        kMaxClockSkewSeconds;
-  std::vector<MetricPoint> points;
-  for (const json& r : body["records"]) {
-    if (!r.is_object() || !r.contains("values") || !r["values"].is_object())
-      throw HttpError(400, "bad_report", "each record needs an integer \"step\" and a \"values\" object");
-    // A step is a non-negative int64: nlohmann holds 2^63..2^64-1 as unsigned (get<int64_t> would
-    // wrap them negative) and larger ones as floating point.
-    const json& s = r.value("step", json());
-    const bool step_ok = (s.is_number_unsigned() && s.get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) ||
-                         (s.is_number_integer() && !s.is_number_unsigned() && s.get<int64_t>() >= 0);
-    if (!step_ok) throw HttpError(400, "bad_report", "\"step\" must be an integer from 0 to 2^63-1, got " + brief(s));
-    const int64_t step = s.get<int64_t>();
-    double time = 0;
-    if (r.contains("time")) {
-      if (!r["time"].is_number() || !(r["time"].get<double>() >= 0 && r["time"].get<double>() <= latest))
-        throw HttpError(400, "bad_report",
-                        "\"time\" must be unix seconds, not negative nor more than a day ahead, got " + brief(r["time"]));
-      time = r["time"].get<double>();
-    }
-    for (auto& [name, v] : r["values"].items()) {
-      const bool printable_name = std::all_of(name.begin(), name.end(), [](char c) {
-        return static_cast<unsigned char>(c) >= 0x20 && c != 0x7f;
-      });
-      if (name.empty() || name.size() > 128 || !printable_name)
-        throw HttpError(400, "bad_report", "metric names are 1 to 128 characters without control characters");
-      if (!v.is_number() && !v.is_null())
-        throw HttpError(400, "bad_report", "metric \"" + name + "\" must be a number or null");
-      points.push_back({name, step, v.is_null() ? NAN : v.get<double>(), time});
-    }
-  }
-  return points;
 }
 
 }  // namespace
@@ -128,20 +53,9 @@ void Controller::add_routes() {
          }, false, "experiments_list", nullptr});
 
   r.add({"POST", "/api/v1/experiments", [this](Request& req) {
-           json body = json_body(req);
-           if (!body.is_object() || !body.contains("recipe") || !body["recipe"].is_string())
-             throw HttpError(400, "bad_request", "expected {\"recipe\": \"<TOML text>\", \"source\": ..., \"overrides\": [...]}");
-           std::vector<std::string> overrides;
-           if (body.contains("overrides")) {
-             if (!body["overrides"].is_array()) throw HttpError(400, "bad_request", "\"overrides\" must be an array");
-             for (const json& o : body["overrides"]) {
-               if (!o.is_string()) throw HttpError(400, "bad_request", "overrides are \"key=value\" strings");
-               overrides.push_back(o.get<std::string>());
-             }
-           }
+           const SubmissionBody body = parse_submission_body(req);
            // A recipe the schema refuses (worker::ConfigError) answers 400 bad_recipe (errors.h).
-           const int64_t id =
-               submit_recipe(body["recipe"].get<std::string>(), body.value("source", "recipe.toml"), overrides);
+           const int64_t id = submit_recipe(body.recipe, body.source, body.overrides);
            auto exp = store_->experiment(id);
            return json_response(experiment_json(*exp, store_->trial_state_counts(id)), 201);
          }, true, "experiments_submit", nullptr});
@@ -231,15 +145,13 @@ void Controller::add_routes() {
 
   // Workers authenticate with their trial's token, checked by the scheduler (the router only
   // refuses a report without any token, before its body is read).
+  // 401 bad_token for an unknown trial or a wrong token (one answer, so ids cannot be probed; it
+  // comes before anything about the trial is looked at), 409 trial_finished once the trial ended.
   r.add({"POST", "/api/v1/report", [this](Request& req) {
-           json body = json_body(req);
-           if (!body.is_object() || !body.contains("trial"))
-             throw HttpError(400, "bad_report", "expected {\"trial\": \"<id>\", \"records\": [...]}");
-           const int64_t trial = report_trial(body);
-           std::vector<MetricPoint> points = report_points(body);
+           const ReportBody body = parse_report_body(req);
            ReportAnswer answer;
            try {
-             answer = scheduler_->report(trial, bearer_token(req), points);
+             answer = scheduler_->report(body.trial, bearer_token(req), body.points);
            } catch (const ReportRefused& e) {
              if (e.kind == ReportRefused::kFinished) throw HttpError(409, "trial_finished", e.what());
              throw HttpError(401, "bad_token", e.what());

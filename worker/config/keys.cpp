@@ -560,14 +560,23 @@ const KeySpec* find_key(std::string_view name) {
 }
 
 std::string closest_key(std::string_view name, const std::vector<std::string>& extra) {
+  const size_t limit = std::max<size_t>(2, name.size() / 4);
+  // The distance is at least the difference in length: candidates that cannot come within the
+  // limit are skipped before the quadratic comparison (a recipe may hold a hostile, megabyte-long
+  // key; without this its suggestion took seconds of the controller's time per key).
+  const auto too_far = [&](std::string_view candidate) {
+    return (name.size() > candidate.size() ? name.size() - candidate.size() : candidate.size() - name.size()) > limit;
+  };
   std::string best;
   size_t best_d = std::string::npos;
   auto consider = [&](const std::string& candidate) {
-    size_t d = edit_distance(name, candidate);
+    size_t d = too_far(candidate) ? std::string::npos : edit_distance(name, candidate);
     // Also match on the last component alone ("ns_step" -> "optimizer.muon.ns_steps").
     size_t dot = candidate.rfind('.');
-    if (dot != std::string::npos && name.find('.') == std::string_view::npos)
-      d = std::min(d, edit_distance(name, std::string_view(candidate).substr(dot + 1)));
+    if (dot != std::string::npos && name.find('.') == std::string_view::npos) {
+      const std::string_view last = std::string_view(candidate).substr(dot + 1);
+      if (!too_far(last)) d = std::min(d, edit_distance(name, last));
+    }
     if (d < best_d) {
       best_d = d;
       best = candidate;
@@ -575,7 +584,7 @@ std::string closest_key(std::string_view name, const std::vector<std::string>& e
   };
   for (const KeySpec& k : recipe_keys()) consider(k.name);
   for (const std::string& e : extra) consider(e);
-  return best_d <= std::max<size_t>(2, name.size() / 4) ? best : "";
+  return best_d <= limit ? best : "";
 }
 
 std::string format_key_row(const std::string& name, const std::string& type, const std::string& def,

@@ -159,7 +159,8 @@ void walk(ParsedConfig& parsed, const toml::table& table, const std::string& pre
       walk(parsed, *sub, key, source, issues, skip);
       continue;
     }
-    issues.attempt([&] { set_key(parsed, key, node, source, line); });
+    // node is passed by an init-capture: clang 14 (the fuzz build) cannot capture a structured binding.
+    issues.attempt([&, &node = node] { set_key(parsed, key, node, source, line); });
   }
 }
 
