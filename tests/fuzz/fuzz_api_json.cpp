@@ -1,6 +1,7 @@
 // The JSON bodies the API accepts. Input: one byte choosing the body, then the bytes of the body.
 //   0  POST /api/v1/experiments: parse_submission_body, then the recipe and its overrides
-//      through parse_recipe_text and the sweep's size, as submit does before storing anything;
+//      through parse_recipe_text and the sweep's size (small sweeps expanded), as submit does
+//      before storing anything;
 //   1  POST /api/v1/report: parse_report_body;
 //   2  POST /api/v1/experiments/{id}/cancel and /api/v1/trials/{id}/cancel: the id and any body
 //      through a router with the API's patterns (the cancel routes read no body: it must not
@@ -55,7 +56,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (kind == 0) {
       const SubmissionBody body = parse_submission_body(request);
       const Recipe recipe = parse_recipe_text(body.recipe, body.source, body.overrides);
-      if (sweep_size(recipe) < 0) fail("negative sweep size");
+      const int64_t trials = sweep_size(recipe);
+      if (trials < 0) fail("negative sweep size");
+      if (trials <= 8) expand_sweep(recipe);
     } else if (kind == 1) {
       check_report(parse_report_body(request));
     } else {
