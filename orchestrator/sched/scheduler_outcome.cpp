@@ -123,7 +123,12 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
     }
     // Reports the worker could not deliver (the controller down or its disk full near the end;
     // a finished trial refuses late ones): metrics.jsonl has them, from the last stored step on.
-    const std::vector<MetricPoint> missed = metrics_from_step(std::filesystem::path(trial.run_dir) / "metrics.jsonl", trial.last_step);
+    // Only points the store lacks: the last stored step's record is usually there already.
+    std::vector<MetricPoint> missed;
+    for (MetricPoint& p : metrics_from_step(std::filesystem::path(trial.run_dir) / "metrics.jsonl", trial.last_step)) {
+      const std::optional<MetricPoint> have = store_.metric_at_or_before(trial_id, p.name, p.step);
+      if (!have || have->step != p.step) missed.push_back(std::move(p));
+    }
     if (!missed.empty()) store_.insert_metrics(trial_id, missed);
     record_checkpoints(trial);
     {
