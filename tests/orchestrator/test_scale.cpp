@@ -145,8 +145,9 @@ TEST_F(StoreScale, CancelPendingEndsOnlyPendingTrialsWithAnEventEach) {
 
 #ifdef PRECON_BIN
 TEST_F(StoreScale, RecipeCheckRefusesOversizedSweepsWithinAMemoryLimit) {
-  // Refused from the recipe's numbers, before anything is expanded: under a 1 GiB address-space
-  // limit (expanding 2e6 trials took 3 GB), with the key, the line and both numbers named.
+  // Refused from the recipe's numbers, before anything is expanded: the check's peak resident
+  // memory stays under 512 MiB (expanding 2e6 trials took 3 GB), with the key, the line and both
+  // numbers named. (Peak RSS, not an address-space limit: a CUDA build maps gigabytes of cuBLAS.)
   const fs::path random = dir_ / "random.toml", grid = dir_ / "grid.toml";
   std::ofstream(random) << "[sweep]\nmethod = \"random\"\nsamples = 2000000\n[sweep.parameters]\n"
                            "\"optimizer.lr\" = { log_uniform = [1e-4, 1e-2] }\n";
@@ -158,7 +159,16 @@ TEST_F(StoreScale, RecipeCheckRefusesOversizedSweepsWithinAMemoryLimit) {
   }
   std::ofstream(grid) << text;
   const auto check = [](const fs::path& recipe) {
-    return test::run_command("ulimit -v 1048576; exec " + std::string(PRECON_BIN) + " recipe check '" + recipe.string() + "'");
+    // The child's peak RSS (kB) on the last line, from getrusage after it exits.
+    const std::string rusage = "import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); "
+                               "print('peak_rss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); "
+                               "sys.exit(rc)";
+    test::CommandResult r = test::run_command(std::string(PRECON_PYTHON) + " -c \"" + rusage + "\" " +
+                                              std::string(PRECON_BIN) + " recipe check '" + recipe.string() + "' 2>&1");
+    const size_t at = r.output.rfind("peak_rss_kb ");
+    EXPECT_NE(at, std::string::npos) << r.output;
+    if (at != std::string::npos) EXPECT_LT(std::stol(r.output.substr(at + 12)), 512 * 1024) << r.output;
+    return r;
   };
   const test::CommandResult r = check(random);
   EXPECT_NE(r.status, 0) << r.output;
