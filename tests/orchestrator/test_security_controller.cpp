@@ -120,7 +120,8 @@ TEST_F(Security, TokensAppearInNoGetAnswerLogLineRunFileOrWorkerEnvironment) {
                                       "/api/v1/events?limit=10000", "/api/v1/dashboard/experiments",
                                       "/api/v1/dashboard/experiments/" + e,
                                       "/api/v1/dashboard/experiments/" + e + "/curves", "/"};
-  for (const json& t : get(url, "/api/v1/experiments/" + e + "/trials")["trials"]) {
+  const json listed = get(url, "/api/v1/experiments/" + e + "/trials");  // kept: the loop reads into it
+  for (const json& t : listed["trials"]) {
     const std::string tid = std::to_string(t["id"].get<int64_t>());
     for (const std::string& suffix : {"", "/metrics?max_points=0", "/logs?stream=stdout&lines=100000",
                                       "/logs?stream=stderr&lines=100000"})
