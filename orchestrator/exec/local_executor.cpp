@@ -178,9 +178,34 @@ void LocalExecutor::release(const Attempt& a) {
   }
 }
 
+std::optional<Handle> LocalExecutor::earlier_launch(const LaunchSpec& spec) const {
+  std::ifstream record(launch_record_path(spec.run_dir, spec.attempt));
+  std::string line, id;
+  while (std::getline(record, line)) {
+    if (line.rfind("wrapper=", 0) == 0) id = line.substr(8);
+  }
+  pid_t pid = 0;
+  unsigned long long ticks = 0;
+  if (!parse_external_id(id, pid, ticks)) return std::nullopt;
+  Handle h;
+  h.executor = name();
+  h.external_id = id;
+  h.nodes = hostname_;
+  h.trial_id = spec.trial_id;
+  h.attempt = spec.attempt;
+  h.run_dir = spec.run_dir;
+  return h;
+}
+
 Handle LocalExecutor::launch(const LaunchSpec& spec) {
   validate(spec);
   std::lock_guard lock(mu_);
+  if (std::optional<Handle> earlier = earlier_launch(spec)) {
+    // Started by a controller that died before recording it: the same attempt, still running
+    // or with its end in the status file. Starting it again would run the trainer twice.
+    if (std::optional<ExitStatus> ended = adopt_locked(*earlier)) ended_unpolled_.emplace_back(*earlier, *ended);
+    return *earlier;
+  }
   int free_gpus = static_cast<int>(std::count(gpu_used_.begin(), gpu_used_.end(), false));
   if (spec.total_cpus() > cpu_slots_ - cpus_used_ || spec.gpus > free_gpus) {
     throw ExecError("no free slots for trial " + std::to_string(spec.trial_id) + ": needs " +
@@ -222,6 +247,7 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   cmd.stdout_path = spec.run_dir / "stdout.log";
   cmd.stderr_path = trainer_stderr_path(spec.run_dir);
   cmd.status_path = status_path;
+  cmd.identity_path = launch_record_path(spec.run_dir, spec.attempt);
   {
     std::ofstream record(launch_record_path(spec.run_dir, spec.attempt), std::ios::trunc);
     record << "cpus=" << spec.total_cpus() << "\ngpus=" << join_ids(gpus) << "\n";
@@ -278,7 +304,8 @@ std::optional<ExitStatus> LocalExecutor::check_ended(Attempt& a) {
 
 std::vector<std::pair<Handle, ExitStatus>> LocalExecutor::poll() {
   std::lock_guard lock(mu_);
-  std::vector<std::pair<Handle, ExitStatus>> ended;
+  std::vector<std::pair<Handle, ExitStatus>> ended = std::move(ended_unpolled_);
+  ended_unpolled_.clear();
   for (auto it = attempts_.begin(); it != attempts_.end();) {
     if (auto s = check_ended(*it)) {
       release(*it);
@@ -315,6 +342,10 @@ std::optional<ExitStatus> LocalExecutor::adopt(const Handle& h) {
     throw ExecError("the local executor cannot adopt an attempt of executor '" + h.executor + "'");
   }
   std::lock_guard lock(mu_);
+  return adopt_locked(h);
+}
+
+std::optional<ExitStatus> LocalExecutor::adopt_locked(const Handle& h) {
   for (const auto& a : attempts_) {
     if (a.handle.external_id == h.external_id) return std::nullopt;
   }

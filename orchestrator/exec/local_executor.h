@@ -12,7 +12,11 @@
 // pages copy-on-write. Because the status is in a file, a controller killed with `kill -9`
 // and restarted can adopt() its running attempts (pid + /proc start time guard against pid
 // reuse) and still learn how each one ended, so every attempt's end is reported exactly once.
-// run_dir/launch.<attempt> records the slots an attempt holds so that adopt() can reserve them.
+// run_dir/launch.<attempt> records the slots an attempt holds so that adopt() can reserve them,
+// and the wrapper appends its own id (wrapper=<pid>:<start ticks>) to it before it starts the
+// program. A controller killed after the fork but before it recorded the attempt launches the
+// same attempt number again after its restart: launch() then finds that wrapper and takes it
+// over (as adopt() would) instead of starting the trainer a second time.
 //
 // The program runs in the controller's working directory (relative paths in argv mean what
 // they mean to the controller), with stdin from /dev/null and stdout/stderr appended to
@@ -82,6 +86,11 @@ class LocalExecutor : public Executor {
 
   // Non-blocking: the attempt's final status if it has ended (and is then reaped), or nullopt.
   std::optional<ExitStatus> check_ended(Attempt& a);
+  // adopt() with mu_ held.
+  std::optional<ExitStatus> adopt_locked(const Handle& h);
+  // The handle of a wrapper an earlier controller started for this attempt, from the launch
+  // record; nullopt when the record names none.
+  std::optional<Handle> earlier_launch(const LaunchSpec& spec) const;
   void send(const Handle& h, int sig, bool mark_killed);
   void reserve(Attempt& a, int cpus, const std::vector<int>& gpus);
   void release(const Attempt& a);
@@ -93,6 +102,7 @@ class LocalExecutor : public Executor {
   int cpus_used_ = 0;
   std::string hostname_;
   std::vector<Attempt> attempts_;
+  std::vector<std::pair<Handle, ExitStatus>> ended_unpolled_;  // taken over by launch() already ended
 };
 
 }  // namespace precon::orch

@@ -61,6 +61,7 @@ struct ForkPlan {
   std::vector<std::string> argv_storage, env_storage;
   std::vector<char*> argv, envp;
   std::string status_path, status_tmp;
+  std::string identity_path;  // empty: none
   std::string exec_error;  // written to stderr.log when execve fails, followed by errno
   int null_fd = -1, out_fd = -1, err_fd = -1;
   int max_fd = 1024;
@@ -106,6 +107,45 @@ void write_status_file(const ForkPlan& p, int status) {
   ::rename(p.status_tmp.c_str(), p.status_path.c_str());
 }
 
+// Appends "wrapper=<pid>:<start ticks>\n" (field 22 of /proc/self/stat) to p.identity_path.
+// Async-signal-safe: open/read/write/close on a stack buffer.
+void write_identity(const ForkPlan& p) {
+  if (p.identity_path.empty()) return;
+  char stat[1024];
+  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ssize_t n = ::read(fd, stat, sizeof stat - 1);
+  ::close(fd);
+  if (n <= 0) return;
+  size_t close_paren = 0;  // the command name may itself contain ')' or spaces
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i)
+    if (stat[i] == ')') close_paren = i;
+  if (close_paren == 0) return;
+  unsigned long ticks = 0;
+  int field = 2;
+  bool digits = false;
+  for (size_t i = close_paren + 1; i < static_cast<size_t>(n); ++i) {
+    if (stat[i] == ' ') {
+      if (field == 22) break;
+      ++field;
+    } else if (field == 22 && stat[i] >= '0' && stat[i] <= '9') {
+      ticks = ticks * 10 + static_cast<unsigned long>(stat[i] - '0');
+      digits = true;
+    }
+  }
+  if (!digits) return;
+  char line[64] = "wrapper=";
+  size_t len = 8;
+  len += format_uint(line + len, static_cast<unsigned long>(::getpid()));
+  line[len++] = ':';
+  len += format_uint(line + len, ticks);
+  line[len++] = '\n';
+  fd = ::open(p.identity_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  write_all(fd, line, len);
+  ::close(fd);
+}
+
 // The forked child of the controller. Never returns; async-signal-safe calls only.
 [[noreturn]] void run_wrapper(const ForkPlan& p) {
   ::setpgid(0, 0);
@@ -129,6 +169,7 @@ void write_status_file(const ForkPlan& p, int status) {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 
+  write_identity(p);
   int status = 0;
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -176,6 +217,7 @@ pid_t spawn_wrapped(const WrappedCommand& cmd) {
   plan.envp.push_back(nullptr);
   plan.status_path = cmd.status_path.string();
   plan.status_tmp = plan.status_path + ".tmp";
+  plan.identity_path = cmd.identity_path.string();
   plan.exec_error = "precon local executor: cannot execute " + plan.exe + ": errno ";
   Fd null_fd(open_high("/dev/null", O_RDONLY));
   Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0644));

@@ -22,6 +22,10 @@ struct WrappedCommand {
   std::filesystem::path stdout_path;            // appended, created if absent
   std::filesystem::path stderr_path;            // appended, created if absent
   std::filesystem::path status_path;            // "exit N\n" or "signal N\n" when the program ends
+  // When set, the wrapper appends "wrapper=<pid>:<start ticks>\n" here before it starts the
+  // program, so whoever finds the program running can tell which process runs it even when
+  // the caller died before it learnt the pid.
+  std::filesystem::path identity_path;
 };
 
 // Forks the wrapper, which leads a new process group (pgid = its pid), runs the program with

@@ -192,7 +192,7 @@ nlohmann::json json_body(const Request& request) {
   }
   try {
     return nlohmann::json::parse(request.body);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past double
     throw HttpError(400, "bad_json", std::string("the request body is not valid JSON: ") + e.what());
   }
 }

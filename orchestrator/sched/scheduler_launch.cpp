@@ -2,6 +2,9 @@
 // of their next attempt, Slurm-style batches (job arrays), and the records a launch leaves.
 #include "orchestrator/sched/scheduler.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <map>
 
@@ -21,6 +24,15 @@ namespace {
 // Pending trials looked at per experiment and pass: a pass costs the same for an experiment of
 // ten trials and one of a hundred thousand (the rest wait for later passes, a few a second).
 constexpr size_t kLaunchWindow = 256;
+
+// Fault injection (tests/faults): PRECON_FAULT_CONTROLLER_DIE=<point> ends the controller as
+// kill -9 would at that point of a launch, between two of its writes.
+void die_if_fault(const char* point) {
+  const char* fault = std::getenv("PRECON_FAULT_CONTROLLER_DIE");
+  if (fault == nullptr || std::strcmp(fault, point) != 0) return;
+  std::fprintf(stderr, "precon serve: fault injected: dying %s\n", point);
+  std::_Exit(137);
+}
 
 int64_t count_of(const std::map<TrialState, int64_t>& counts, TrialState s) {
   auto it = counts.find(s);
@@ -130,6 +142,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
     end_trial(trial, TrialState::failed, std::string("launch failed: ") + e.what());
     return;
   }
+  die_if_fault("after_spawn");
   record_launch(trial, exp, ex, handle, stderr_offset);
 }
 
@@ -157,6 +170,7 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
   }
   if (batcher == nullptr) return false;
   std::vector<Executor::BatchResult> results = batcher->launch_batch(specs, static_cast<int>(exp.max_concurrent));
+  die_if_fault("after_spawn");
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i < results.size() && results[i].handle) {
       record_launch(*rows[i], exp, batcher, *results[i].handle, stderr_offsets[i]);
@@ -201,6 +215,7 @@ void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executo
                               uintmax_t stderr_offset) {
   auto live = std::make_unique<Live>();
   live->attempt_id = add_attempt(trial.id, handle);
+  die_if_fault("after_attempt");
   live->handle = handle;
   live->executor = ex;
   live->start_step = trial.last_step;

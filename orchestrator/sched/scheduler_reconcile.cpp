@@ -2,6 +2,8 @@
 // run) or settled, so that no trial is lost or run twice.
 #include "orchestrator/sched/scheduler.h"
 
+#include <algorithm>
+
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
 
@@ -36,6 +38,15 @@ void Scheduler::reconcile() {
     live->handle = h;
     live->executor = it->second;
     live_[a.trial_id] = std::move(live);
+    if (trial->state == TrialState::pending) {
+      // The controller died between recording the attempt and marking the trial running: as
+      // pending it would be launched a second time beside the attempt adopted here.
+      TrialRow t = *trial;
+      t.state = TrialState::running;
+      t.attempts = std::max(t.attempts, a.number);
+      if (t.started_at == 0) t.started_at = a.started_at;
+      store_.update_trial(t);
+    }
     if (options_.metrics) {
       auto exp = store_.experiment(trial->experiment_id);
       options_.metrics->trial_active(a.trial_id, exp ? exp->name : "");

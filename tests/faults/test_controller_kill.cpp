@@ -71,5 +71,44 @@ TEST_F(ControllerKill, EveryTrialEndsOnceAfterRepeatedKillNine) {
   table_row("kill -9 controller (local)", 3, restarts, lost, bad == 0 && lost == 0 ? "each trial ended once" : "FAILED");
 }
 
+// The controller dies at a chosen point of its first launch (PRECON_FAULT_CONTROLLER_DIE): right
+// after the worker was spawned but before the attempt was recorded, or after the attempt row but
+// before the trial was marked running. Restarted, it must neither lose the worker nor start the
+// trial a second time beside it.
+class ControllerDiesMidLaunch : public FaultFixture, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ControllerDiesMidLaunch, TheTrialRunsOnceAndEndsOnce) {
+  ServeProcess controller(dir_, {"--cpus", "2", "--slurm", "off"});
+  controller.set_env("PRECON_FAULT_CONTROLLER_DIE", GetParam());
+  ASSERT_TRUE(controller.start());
+  const std::string url = controller.url();
+  const int64_t id = submit(url, recipe(300, ""));
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(controller.wait_exit(seconds(60))) << "the fault did not end the controller:\n" << controller.log();
+  ASSERT_NE(controller.log().find(std::string("fault injected: dying ") + GetParam()), std::string::npos)
+      << controller.log();
+  controller.clear_env();
+  ASSERT_TRUE(controller.start());
+  ASSERT_TRUE(done(url, id, seconds(300)));
+  const json ts = trials_of(url, id);
+  ASSERT_EQ(ts.size(), 1u);
+  const int64_t tid = ts[0]["id"];
+  const json t = trial_json(url, tid);
+  EXPECT_EQ(t["state"], "completed") << t.dump();
+  const json events = get(url, "/api/v1/events?limit=1000&experiment=" + std::to_string(id));
+  EXPECT_EQ(endings_and_adoptions(events, tid).endings, 1);
+  EXPECT_EQ(t["attempts"].size(), 1u) << t.dump();
+  std::ifstream in(fs::path(t["run_dir"].get<std::string>()) / "stderr.log");
+  int starts = 0;
+  for (std::string line; std::getline(in, line);) starts += line.find("] routing: ") != std::string::npos;
+  EXPECT_EQ(starts, 1) << "the trainer was started " << starts << " times";
+  const json m = get(url, "/api/v1/trials/" + std::to_string(tid) + "/metrics?name=train_loss&max_points=0")
+      ["metrics"]["train_loss"];
+  EXPECT_EQ(m["steps"].size(), 300u);
+  controller.terminate();
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, ControllerDiesMidLaunch, ::testing::Values("after_spawn", "after_attempt"));
+
 }  // namespace
 }  // namespace precon::orch::testing

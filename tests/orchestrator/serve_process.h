@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,7 @@ class ServeProcess {
       pid_ = fork();
       if (pid_ == 0) {
         ::setenv("PRECON_TOKEN", "admin-secret", 1);
+        for (const auto& [key, value] : env_) ::setenv(key.c_str(), value.c_str(), 1);
         std::freopen((dir_ / "serve.log").c_str(), "a", stderr);
         std::vector<std::string> a = {PRECON_BIN, "serve", "--db", (dir_ / "precon.db").string(), "--runs",
                                       (dir_ / "runs").string(), "--port", std::to_string(port_)};
@@ -64,6 +66,21 @@ class ServeProcess {
     ADD_FAILURE() << "precon serve did not start:\n" << log();
     return false;
   }
+  // Environment variables set for the next start()s (fault injection).
+  void set_env(const std::string& key, const std::string& value) { env_[key] = value; }
+  void clear_env() { env_.clear(); }
+  // Waits up to `timeout` for the controller to exit by itself; true when it did.
+  bool wait_exit(std::chrono::seconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      if (::waitpid(pid_, nullptr, WNOHANG) == pid_) {
+        pid_ = -1;
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return pid_ <= 0;
+  }
   void kill9() { end(SIGKILL); }
   void terminate() { end(SIGTERM); }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
@@ -83,6 +100,7 @@ class ServeProcess {
   std::vector<std::string> args_;
   uint16_t port_ = 0;
   pid_t pid_ = -1;
+  std::map<std::string, std::string> env_;
 };
 
 }  // namespace precon::orch::testing

@@ -141,6 +141,8 @@ TEST(HttpRouter, HandlerExceptionsMapToTheErrorShape) {
   expect_error(r.status, r.body, 400, "bad_json");
   r = call("POST", "/json", "");
   expect_error(r.status, r.body, 400, "bad_json");
+  r = call("POST", "/json", "{\"a\": 1e999}");  // a number past double is a bad body, not a server error
+  expect_error(r.status, r.body, 400, "bad_json");
   EXPECT_EQ(call("POST", "/json", "{\"a\": 1}").body, "{\"a\":1}");
   r = call("POST", "/raw_parse", "nope");
   expect_error(r.status, r.body, 400, "bad_json");

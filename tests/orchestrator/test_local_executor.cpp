@@ -438,6 +438,48 @@ TEST_F(LocalExecutorTest, AdoptRunningAttemptInTheSameProcess) {
   EXPECT_EQ(second.running(), 0u);
 }
 
+// A controller killed after the fork but before it recorded the attempt launches the same
+// attempt number again after its restart: the program must not start a second time.
+TEST_F(LocalExecutorTest, RelaunchOfAnUnrecordedAttemptTakesOverItsWrapper) {
+  auto first = std::make_unique<LocalExecutor>(slots(4));
+  LaunchSpec running = sh("relaunch_running", "");
+  running.argv = {"/bin/sh", "-c", R"(echo start >> "$1/starts"; while [ ! -e "$1/go" ]; do sleep 0.02; done; exit 3)",
+                  "sh", running.run_dir.string()};
+  LaunchSpec ended = sh("relaunch_ended", "");
+  ended.argv = {"/bin/sh", "-c", R"(echo start >> "$1/starts"; exit 75)", "sh", ended.run_dir.string()};
+  const Handle h_running = launch(*first, running);
+  const Handle h_ended = launch(*first, ended);
+  ASSERT_TRUE(wait_until([&] { return fs::exists(running.run_dir / "starts"); }));
+  ASSERT_TRUE(wait_until([&] { return !alive(pid_of(h_ended)); }));
+  first.reset();  // died before the scheduler learnt either handle
+
+  LocalExecutor second(slots(4));
+  const Handle again_running = second.launch(running);
+  const Handle again_ended = second.launch(ended);
+  EXPECT_EQ(again_running.external_id, h_running.external_id);
+  EXPECT_EQ(again_ended.external_id, h_ended.external_id);
+  EXPECT_EQ(second.running(), 1u);
+  EXPECT_EQ(second.free_cpu_slots(), 3);
+  ExitStatus e = wait_exit(second, again_ended);
+  EXPECT_EQ(e.kind, ExitKind::requeue) << e.detail;
+  EXPECT_EQ(e.code, 75);
+  touch(running.run_dir / "go");
+  ExitStatus r = wait_exit(second, again_running);
+  EXPECT_EQ(r.kind, ExitKind::failed) << r.detail;
+  EXPECT_EQ(r.code, 3);
+  EXPECT_EQ(read_text(running.run_dir / "starts"), "start\n");  // started once, not twice
+  EXPECT_EQ(read_text(ended.run_dir / "starts"), "start\n");
+  EXPECT_EQ(second.free_cpu_slots(), 4);
+
+  LaunchSpec next = running;  // the next attempt number is a new launch
+  next.attempt = 2;
+  ::unlink((running.run_dir / "go").c_str());
+  touch(running.run_dir / "go");
+  ExitStatus n = wait_exit(second, launch(second, next));
+  EXPECT_EQ(n.code, 3);
+  EXPECT_EQ(read_text(running.run_dir / "starts"), "start\nstart\n");
+}
+
 TEST_F(LocalExecutorTest, AdoptFinishedAttemptReturnsStatusFromFile) {
   auto first = std::make_unique<LocalExecutor>(slots(2));
   LaunchSpec s = sh("adopt_finished", "exit 75");

@@ -192,6 +192,10 @@ TEST(Bpe, EncodesByRankWithTinyVocabulary) {
 
   std::ofstream(t.vocab) << "#version: 0.2\nl l x\n";
   EXPECT_NE(data_error([&] { Gpt2Bpe b(t.encoder, t.vocab); }).find("line 2"), std::string::npos);
+
+  std::ofstream(t.encoder) << "{\"h\": 1e999}";  // a number past double: a DataError, not an escaped exception
+  msg = data_error([&] { Gpt2Bpe b(t.encoder, t.vocab); });
+  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
 }
 
 TEST(Prepare, Gpt2BpeUsesEndOfTextBetweenDocuments) {

@@ -184,6 +184,7 @@ TEST(Safetensors, ValidationNamesFileAndTensor) {
   EXPECT_TRUE(has(err(ok, 4), "outside the data section")) << err(ok, 4);
   EXPECT_TRUE(has(err(ok, 12), "trailing bytes")) << err(ok, 12);
   EXPECT_TRUE(has(err("{not json", 0), "not valid JSON"));
+  EXPECT_TRUE(has(err(R"({"a":{"dtype":"F32","shape":[1e999],"data_offsets":[0,8]}})", 8), "not valid JSON"));
   EXPECT_TRUE(has(err(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,4]}})", 4),
                   "tensor \"a\": dtype \"Q4\" is not a safetensors dtype (BOOL, U8, I8"));
   EXPECT_TRUE(has(err(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8), "needs 12 bytes"));

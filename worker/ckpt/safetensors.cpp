@@ -184,7 +184,7 @@ void SafetensorsFile::parse_header(std::span<const std::byte> all) {
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text, text + len);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past double
     throw fail(std::string("header is not valid JSON (") + e.what() + ")");
   }
   if (!header.is_object()) throw fail("header is not a JSON object");

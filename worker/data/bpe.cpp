@@ -157,7 +157,7 @@ Gpt2Bpe::Gpt2Bpe(const fs::path& encoder_json, const fs::path& vocab_bpe) : enco
   nlohmann::json enc;
   try {
     enc = nlohmann::json::parse(raw.begin(), raw.end());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past double
     throw DataError("GPT-2 encoder " + encoder_json.string() + " is not valid JSON (" + e.what() + ")");
   }
   if (!enc.is_object() || enc.empty()) throw DataError("GPT-2 encoder " + encoder_json.string() + " is not a {token: id} object");
