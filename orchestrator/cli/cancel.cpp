@@ -30,7 +30,7 @@ void add_cancel(CLI::App& app) {
         throw std::runtime_error("experiment " + std::to_string(id) + " already finished (" +
                                  orch::experiment_state_name(exp.state) + "); nothing to cancel");
       }
-      call_controller("POST", "/api/v1/experiments/" + std::to_string(id) + "/cancel");
+      call_controller("POST", "/api/v1/experiments/" + std::to_string(id) + "/cancel", {}, std::chrono::minutes(2));
       std::cout << "experiment " << id << ": cancel requested\n";
     });
   });

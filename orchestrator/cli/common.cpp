@@ -122,11 +122,12 @@ std::string token_source() {
 }
 }  // namespace
 
-json call_controller(const std::string& method, const std::string& target, const json& body) {
+json call_controller(const std::string& method, const std::string& target, const json& body,
+                     std::chrono::milliseconds timeout) {
   std::map<std::string, std::string> headers{{"Authorization", "Bearer " + admin_token()},
                                              {"Content-Type", "application/json"}};
   const std::string url = controller_url();
-  orch::ClientResponse r = orch::http_request(url, method, target, body.is_null() ? "" : body.dump(), headers);
+  orch::ClientResponse r = orch::http_request(url, method, target, body.is_null() ? "" : body.dump(), headers, timeout);
   json j = json::parse(r.body, nullptr, false);
   if (r.status >= 400) {
     std::string msg = !j.is_discarded() && j.contains("error") ? j["error"].value("message", r.body) : r.body;

@@ -2,6 +2,8 @@
 // print tables, how errors become exit codes.
 #pragma once
 
+#include <chrono>
+
 #include <CLI/CLI.hpp>
 
 #include <filesystem>
@@ -46,7 +48,8 @@ std::string admin_token();
 
 // HTTP call to the controller with the admin token; throws with the server's error message
 // (invalid_argument for a 400, which exits 2) and the controller's address.
-nlohmann::json call_controller(const std::string& method, const std::string& target, const nlohmann::json& body = {});
+nlohmann::json call_controller(const std::string& method, const std::string& target, const nlohmann::json& body = {},
+                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // An experiment by id or name, a trial by id; not found: an error naming the database.
 orch::ExperimentRow lookup_experiment(const orch::Store& store, const std::string& id_or_name);

@@ -169,6 +169,9 @@ void run_command(const RunOptions& o) {
   controller.stop();
   for (const orch::TrialRow& t : store.trials(id))
     if (t.state == orch::TrialState::failed) exit_code() = 1;
+  // A sweep that did not run to its end is not a success: 130 when stopped from this terminal
+  // (as a shell reports an interrupted command), 1 when cancelled from elsewhere.
+  if (done.state == orch::ExperimentState::cancelled) exit_code() = cancel_sent ? 130 : 1;
 }
 
 }  // namespace

@@ -20,8 +20,11 @@ void add_submit(CLI::App& app) {
       // controller checks the keys.
       std::string text;
       worker::read_toml_file(*recipe, &text);
+      // A sweep of 100,000 trials takes the controller seconds to expand and store (tens of
+      // seconds on a busy machine): more than the 10 s a read is given.
       nlohmann::json r = call_controller("POST", "/api/v1/experiments",
-                                         {{"recipe", text}, {"source", *recipe}, {"overrides", *overrides}});
+                                         {{"recipe", text}, {"source", *recipe}, {"overrides", *overrides}},
+                                         std::chrono::minutes(5));
       if (global().json) std::cout << r.dump(2) << "\n";
       else std::cout << "experiment " << r["id"] << " (" << r["name"].get<std::string>() << "): " << r["trials"]
                      << " trial(s) submitted to " << controller_url() << "\n";

@@ -418,11 +418,17 @@ std::optional<Response> Router::resolve(Request& request, const Entry*& found_en
   return std::nullopt;
 }
 
-Response Router::unauthorized(const Route& route) {
-  Response response = error_response(
-      401, "unauthorized",
-      route.authorize ? "missing or wrong token for this route"
-                      : "this route changes state: send \"Authorization: Bearer <token>\" with the controller's admin token");
+Response Router::unauthorized(const Route& route, const Request& request) {
+  const bool sent = request.headers.count("authorization") != 0;
+  std::string message;
+  if (route.authorize) message = sent ? "wrong token for this route" : "this route needs a token and none was sent";
+  else if (!sent)
+    message = "this route changes state: send \"Authorization: Bearer <token>\" with the controller's admin token";
+  else if (bearer_token(request).empty())
+    message = "the Authorization header is not \"Bearer <token>\"; this route needs the controller's admin token";
+  else
+    message = "the token sent is not this controller's admin token (a trial's token or one of another controller?)";
+  Response response = error_response(401, "unauthorized", message);
   response.headers["WWW-Authenticate"] = "Bearer";
   return response;
 }
@@ -431,7 +437,7 @@ std::optional<Response> Router::refuse_before_body(Request& request) const {
   try {
     const Entry* entry = nullptr;
     if (std::optional<Response> refused = resolve(request, entry)) return refused;
-    if (!authorized(*entry, request)) return unauthorized(entry->route);
+    if (!authorized(*entry, request)) return unauthorized(entry->route, request);
     return std::nullopt;
   } catch (...) {
     return error_response(error_answer(std::current_exception()));
@@ -443,7 +449,7 @@ Response Router::dispatch(Request& request) const {
   if (std::optional<Response> refused = resolve(request, entry)) return std::move(*refused);
   const Route* route = &entry->route;
   try {
-    if (!authorized(*entry, request)) return unauthorized(*route);
+    if (!authorized(*entry, request)) return unauthorized(*route, request);
     return route->handler(request);
   } catch (...) {
     const ErrorAnswer answer = error_answer(std::current_exception());

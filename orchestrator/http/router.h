@@ -106,7 +106,7 @@ class Router {
   bool authorized(const Entry& entry, const Request& request) const;
   // The refusal for a request no handler will see, or nullopt and its entry (params filled).
   std::optional<Response> resolve(Request& request, const Entry*& entry) const;
-  static Response unauthorized(const Route& route);
+  static Response unauthorized(const Route& route, const Request& request);
 
   RouterOptions options_;
   std::vector<Entry> entries_;

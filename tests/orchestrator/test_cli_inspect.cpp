@@ -107,6 +107,61 @@ TEST_F(CliInspect, LsShowAndBestDescribeAFinishedSweep) {
   EXPECT_FALSE(fs::exists(dir_ / "fresh.db")) << "run started a controller for a missing recipe";
 }
 
+// `precon run` in the background with its output in dir_/<name>.out; its pid.
+pid_t start_run(const fs::path& dir, const std::string& recipe_file, const std::string& name) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string out = (dir / (name + ".out")).string();
+    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, STDOUT_FILENO);
+    ::dup2(fd, STDERR_FILENO);
+    if (::chdir(dir.c_str()) != 0) ::_exit(126);
+    ::execl(PRECON_BIN, PRECON_BIN, "run", recipe_file.c_str(), "--cpus", "1", "--db", (name + ".db").c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// A sweep that did not run to its end does not exit 0: Ctrl-C (SIGINT) cancels it and exits 130,
+// a cancel from another terminal makes `precon run` exit 1.
+TEST_F(CliInspect, RunThatWasStoppedOrCancelledIsNotASuccess) {
+  std::ofstream(dir_ / "long.toml") << recipe(1000000, "");
+  const auto running = [&](const std::string& db) {
+    return wait_for([&] {
+      const fs::path p = dir_ / db;
+      if (!fs::exists(p)) return false;
+      try {
+        Store store(p);
+        for (const TrialRow& t : store.trials(1))
+          if (t.state == TrialState::running && t.last_step > 0) return true;
+      } catch (const std::exception&) {
+      }
+      return false;
+    }, std::chrono::seconds(60));
+  };
+  const auto exit_of = [](pid_t pid) {
+    int raw = 0;
+    return ::waitpid(pid, &raw, 0) == pid && WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  };
+
+  pid_t pid = start_run(dir_, "long.toml", "interrupted");
+  ASSERT_TRUE(running("interrupted.db")) << read_file(dir_ / "interrupted.out");
+  ::kill(pid, SIGINT);
+  EXPECT_EQ(exit_of(pid), 130) << read_file(dir_ / "interrupted.out");
+  std::string out = read_file(dir_ / "interrupted.out");
+  EXPECT_NE(out.find("interrupted: stopping the trials"), std::string::npos) << out;
+  EXPECT_NE(out.find("experiment 1 cancelled"), std::string::npos) << out;
+
+  pid = start_run(dir_, "long.toml", "elsewhere");
+  ASSERT_TRUE(running("elsewhere.db")) << read_file(dir_ / "elsewhere.out");
+  const test::CommandResult c = precon("cancel 1 --db elsewhere.db");
+  EXPECT_EQ(c.status, 0) << c.output;
+  EXPECT_EQ(exit_of(pid), 1) << read_file(dir_ / "elsewhere.out");
+  out = read_file(dir_ / "elsewhere.out");
+  EXPECT_NE(out.find("experiment 1 cancelled"), std::string::npos) << out;
+}
+
 TEST_F(CliInspect, CompareAndLogsReadTrialsAndRefuseUnknownOnes) {
   ASSERT_NO_FATAL_FAILURE(run_sweep());
   Store store(dir_ / "precon.db");

@@ -93,6 +93,17 @@ TEST(HttpRouter, AdminTokenAndCustomAuthorization) {
   Request wrong = make_request("POST", "/api/v1/trials/1/cancel");
   wrong.headers["authorization"] = "Bearer s3cre";
   expect_error(router.dispatch(wrong).status, router.dispatch(wrong).body, 401, "unauthorized");
+  // The message says what was wrong: nothing sent, a header that is not a bearer token, or a
+  // token that is not the admin token.
+  EXPECT_NE(error_of(r.body)["message"].get<std::string>().find("send \"Authorization: Bearer <token>\""),
+            std::string::npos) << r.body;
+  EXPECT_NE(error_of(router.dispatch(wrong).body)["message"].get<std::string>().find("not this controller's admin token"),
+            std::string::npos);
+  Request basic = make_request("POST", "/api/v1/trials/1/cancel");
+  basic.headers["authorization"] = "Basic czNjcmV0";
+  r = router.dispatch(basic);
+  expect_error(r.status, r.body, 401, "unauthorized");
+  EXPECT_NE(error_of(r.body)["message"].get<std::string>().find("is not \"Bearer <token>\""), std::string::npos) << r.body;
 
   Request right = make_request("POST", "/api/v1/trials/1/cancel");
   right.headers["authorization"] = "bearer  s3cret ";
