@@ -142,6 +142,29 @@ Handle SlurmExecutor::launch(const LaunchSpec& spec) {
   return *results[0].handle;
 }
 
+std::optional<Handle> SlurmExecutor::earlier_job(const LaunchSpec& spec) const {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(spec.run_dir, ec)) {
+    const std::string file = e.path().filename().string();
+    constexpr std::string_view kPrefix = "slurm_job.";
+    if (file.rfind(kPrefix, 0) != 0 || file.find(".tmp") != std::string::npos) continue;
+    std::ifstream in(e.path());
+    std::string line;
+    int64_t base = -1;
+    while (std::getline(in, line))
+      if (line.rfind("base_attempt=", 0) == 0) base = to_int(line.substr(13), -1);
+    if (base != spec.attempt) continue;
+    Handle h;
+    h.executor = name();
+    h.external_id = file.substr(kPrefix.size());
+    h.trial_id = spec.trial_id;
+    h.attempt = spec.attempt;
+    h.run_dir = spec.run_dir;
+    return h;
+  }
+  return std::nullopt;
+}
+
 std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector<LaunchSpec>& specs,
                                                                int max_concurrent) {
   std::vector<BatchResult> results(specs.size());
@@ -149,6 +172,13 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
   std::vector<fs::path> scripts;
   for (size_t i = 0; i < specs.size(); ++i) {
     const LaunchSpec& spec = specs[i];
+    if (std::optional<Handle> earlier = earlier_job(spec)) {
+      // Submitted by a controller that died before recording it: the same attempt, pending,
+      // running or ended. Submitting it again would run the trial twice.
+      adopt(*earlier);
+      results[i].handle = *earlier;
+      continue;
+    }
     try {
       validate(spec);
       std::error_code ec;

@@ -16,7 +16,9 @@
 // attempt: poll() reports the run that ended as `requeue` with `continues` set, and from then on
 // the same job id is attempt + 1 (attempt = submitted attempt + SLURM_RESTART_COUNT).
 // run_dir/slurm_job.<job id> records the submitted attempt so that adopt() can rebuild that
-// numbering after a controller restart.
+// numbering after a controller restart, and so that a controller that died between sbatch and
+// recording the attempt, asked after its restart to launch the same attempt, takes that job
+// over instead of submitting a second one.
 //
 // Thread-safety: every method may be called from any thread (one mutex; Slurm commands run
 // while it is held, so calls are serialised).
@@ -79,6 +81,9 @@ class SlurmExecutor : public Executor {
 
   std::string submit(const std::filesystem::path& script);  // job id, or throws ExecError
   void track(const Handle& h, int64_t base_attempt);
+  // The job an earlier controller submitted for this attempt (its run_dir/slurm_job.<id> record
+  // names the attempt), or nullopt.
+  std::optional<Handle> earlier_job(const LaunchSpec& spec) const;
   Decision judge(Job& job, const SqueueRow* row);
   // Restart count and final fields of a job from scontrol, or sacct when scontrol forgot it.
   std::map<std::string, std::string> job_record(const std::string& id);

@@ -79,6 +79,47 @@ TEST_F(SlurmFaults, ControllerKilledRepeatedlyDuringASweepEveryTrialEndsOnce) {
   table_row("kill -9 controller (Slurm)", 3, restarts, lost, bad == 0 && lost == 0 ? "each trial ended once" : "FAILED");
 }
 
+// The controller dies between sbatch and recording the attempt (PRECON_FAULT_CONTROLLER_DIE=
+// after_spawn), or between the attempt row and marking the trial running (after_attempt).
+// Restarted, it takes the submitted job over: one job, one trainer start, one ending.
+TEST_F(SlurmFaults, ControllerDiesMidLaunchTheJobRunsOnce) {
+  for (const char* point : {"after_spawn", "after_attempt"}) {
+    SCOPED_TRACE(point);
+    const fs::path dir = dir_ / point;
+    fs::create_directories(dir);
+    ServeProcess controller(dir, {"--slurm", "on", "--slurm-poll-interval", "0.3"});
+    controller.set_env("PRECON_FAULT_CONTROLLER_DIE", point);
+    ASSERT_TRUE(controller.start());
+    const std::string url = controller.url();
+    const int64_t id = submit(url, slurm_recipe(100, "", ""));
+    ASSERT_GT(id, 0);
+    ASSERT_TRUE(controller.wait_exit(seconds(60))) << "the fault did not end the controller:\n" << controller.log();
+    ASSERT_NE(controller.log().find(std::string("fault injected: dying ") + point), std::string::npos)
+        << controller.log();
+    controller.clear_env();
+    ASSERT_TRUE(controller.start());
+    ASSERT_TRUE(done(url, id, seconds(180)));
+    const json ts = trials(url, id);
+    ASSERT_EQ(ts.size(), 1u);
+    const int64_t tid = ts[0]["id"];
+    const json t = trial(url, tid);
+    EXPECT_EQ(t["state"], "completed") << t.dump();
+    EXPECT_EQ(t["attempts"].size(), 1u) << t.dump();
+    const json events = get(url, "/api/v1/events?limit=1000&experiment=" + std::to_string(id));
+    EXPECT_EQ(endings_and_adoptions(events, tid).endings, 1);
+    int jobs = 0;
+    for (const fs::directory_entry& e : fs::directory_iterator(t["run_dir"].get<std::string>()))
+      jobs += e.path().filename().string().rfind("slurm_job.", 0) == 0;
+    EXPECT_EQ(jobs, 1) << "sbatch ran " << jobs << " times for one attempt";
+    std::ifstream in(fs::path(t["run_dir"].get<std::string>()) / "stderr.log");
+    int starts = 0;
+    for (std::string line; std::getline(in, line);) starts += line.find("] routing: ") != std::string::npos;
+    EXPECT_EQ(starts, 1) << "the trainer was started " << starts << " times";
+    EXPECT_EQ(losses(url, tid)["steps"].size(), 100u);
+    controller.terminate();
+  }
+}
+
 // slurmctld stops mid-run and comes back: the running job reports on, a sweep submitted meanwhile
 // waits with the reason, and both complete once Slurm answers again.
 TEST_F(SlurmFaults, SlurmctldDownWhileTheControllerRunsThenBack) {
