@@ -2,11 +2,13 @@
 # Builds precon and runs every test:
 #   1. Release build (CUDA backend compiled when nvcc is present), all tests;
 #   2. AddressSanitizer + UndefinedBehaviorSanitizer build of the tests (CPU), all tests;
-#   3. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 30 s from its
+#   3. ThreadSanitizer build of the controller's tests (precon_orch_tests and the programs they
+#      start), those tests;
+#   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 30 s from its
 #      seed corpus, two at a time.
 # Usage: tests/run.sh            (after deploy/install-deps.sh)
 # Environment: PRECON_JOBS (parallel build/test jobs, default nproc), PRECON_SKIP_ASAN=1,
-#   PRECON_SKIP_FUZZ=1.
+#   PRECON_SKIP_TSAN=1, PRECON_SKIP_FUZZ=1.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,6 +30,26 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs"
+fi
+
+if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
+  echo "== ThreadSanitizer build of the controller's tests =="
+  # -O1 -g1: a quicker build with line numbers in the reports.
+  cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_TSAN=ON \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF
+  cmake --build "$root/build-tsan" -j "$jobs" --target precon_orch_tests
+  echo "== ThreadSanitizer: controller tests =="
+  # libgomp (OpenMP, and OpenBLAS's OpenMP build) is not built with ThreadSanitizer: its thread
+  # pool hands work to threads through synchronisation TSan cannot see, so every parallel loop in
+  # a trainer these tests start would be reported. OMP_THREAD_LIMIT=1 keeps every OpenMP region
+  # on the thread that enters it (train.threads cannot raise it), so no uninstrumented thread
+  # exists; the controller's own threads (HTTP, scheduler, executors, reporters) are all ours and
+  # instrumented. Left out: ParallelTrial (ranks under mpirun: OpenMPI's own threads are not
+  # instrumented either) and PrometheusServer (a real Prometheus scraping; the Release and ASan
+  # builds run it).
+  OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1 \
+    ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" -L controller \
+    -E '^(ParallelTrial|PrometheusServer)\.'
 fi
 
 if [ "${PRECON_SKIP_FUZZ:-0}" != "1" ]; then

@@ -188,8 +188,10 @@ std::string fmt_number(const json& v, int precision) {
 std::string fmt_time(double t) {
   if (t <= 0) return "-";
   std::time_t tt = static_cast<std::time_t>(t);
+  std::tm local{};
+  ::localtime_r(&tt, &local);
   char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&tt));
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &local);
   return buf;
 }
 

@@ -370,8 +370,8 @@ HttpServer::HttpServer(const Router& router, ServerOptions options)
 
 HttpServer::~HttpServer() { stop(); }
 
-void HttpServer::start() {
-  if (started_ || stopped_) throw ServerError("the HTTP server can be started only once");
+void HttpServer::listen() {
+  if (listening_ || stopped_) throw ServerError("the HTTP server can listen only once");
   State& s = *state_;
   const std::string where = s.options.bind + ":" + std::to_string(s.options.port);
   beast::error_code ec;
@@ -394,6 +394,13 @@ void HttpServer::start() {
   if (!ec) s.acceptor->listen(net::socket_base::max_listen_connections, ec);
   if (ec) throw ServerError("cannot listen on " + where + ": " + ec.message());
   port_ = s.acceptor->local_endpoint().port();
+  listening_ = true;
+}
+
+void HttpServer::start() {
+  if (started_ || stopped_) throw ServerError("the HTTP server can be started only once");
+  if (!listening_) listen();
+  State& s = *state_;
   started_ = true;
   s.do_accept();
   for (int i = 0; i < s.options.threads; ++i) {

@@ -65,10 +65,13 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Binds and listens, then spawns the io threads. Throws ServerError saying what to do when
-  // the address is malformed or taken. Once only.
+  // Binds and listens without answering: connections wait in the backlog until start(), so a
+  // caller can learn the port and finish setting up what the handlers use first. Throws
+  // ServerError saying what to do when the address is malformed or taken. Once only.
+  void listen();
+  // listen() unless done, then accepts and spawns the io threads. Once only.
   void start();
-  uint16_t port() const;    // the bound port (after start)
+  uint16_t port() const;    // the bound port (after listen)
   std::string url() const;  // "http://127.0.0.1:PORT" (IPv6 in brackets)
   // Stops accepting, closes idle connections, lets requests in progress finish (their answers
   // carry "Connection: close") for up to stop_timeout, then cuts the rest and joins the
@@ -81,6 +84,7 @@ class HttpServer {
   std::unique_ptr<State> state_;
   std::vector<std::thread> threads_;
   uint16_t port_ = 0;
+  bool listening_ = false;
   bool started_ = false;
   bool stopped_ = false;
 };

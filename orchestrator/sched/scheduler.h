@@ -10,6 +10,7 @@
 // the per-trial runtime state they share.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <functional>
@@ -97,7 +98,7 @@ class Scheduler {
   // Runs fn on the scheduler thread and waits for it.
   template <class Fn>
   auto call(Fn&& fn) -> decltype(fn()) {
-    if (std::this_thread::get_id() == thread_id_) return fn();
+    if (std::this_thread::get_id() == thread_id_.load()) return fn();
     std::packaged_task<decltype(fn())()> task(std::forward<Fn>(fn));
     auto result = task.get_future();
     post([&task] { task(); });
@@ -153,7 +154,7 @@ class Scheduler {
   boost::asio::io_context io_;
   std::unique_ptr<boost::asio::steady_timer> timer_;
   std::thread thread_;
-  std::thread::id thread_id_;
+  std::atomic<std::thread::id> thread_id_;  // set by the scheduler thread, read by call() anywhere
   bool started_ = false;
 
   // Scheduler-thread state.

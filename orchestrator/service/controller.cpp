@@ -109,7 +109,9 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
 Controller::~Controller() { stop(); }
 
 void Controller::start() {
-  server_->start();  // first, so the report URL handed to workers has the real port
+  // Listening first, so the report URL handed to workers has the real port; answering only once
+  // the scheduler the handlers call exists (an adopted worker reports at once after a restart).
+  server_->listen();
   SchedulerOptions so;
   so.report_url = worker_facing_url(options_.bind, server_->port(), options_.advertise_url) + "/api/v1/report";
   so.trainer = options_.trainer;
@@ -121,6 +123,7 @@ void Controller::start() {
   if (slurm_) executors["slurm"] = slurm_.get();
   scheduler_ = std::make_unique<Scheduler>(*store_, executors, so);
   scheduler_->start();
+  server_->start();
   // After a restart, the dashboard's first look at a running trial should not wait for SQLite.
   stopping_ = false;
   warmer_ = std::thread([this] {

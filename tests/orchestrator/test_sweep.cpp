@@ -46,7 +46,7 @@ TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
     EXPECT_EQ(c.model.seq_len, 128);
     EXPECT_EQ(c.model.vocab_size, 256);
     EXPECT_EQ(c.train.batch_size, 16);
-    EXPECT_EQ(c.train.steps, 1000);
+    EXPECT_EQ(c.train.steps, 500);
     EXPECT_EQ(c.train.eval_every, 50);
     EXPECT_EQ(c.train.eval_batches, 8);
     EXPECT_EQ(c.train.checkpoint_every, 250);

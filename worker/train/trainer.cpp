@@ -35,9 +35,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 void default_log(const std::string& line) {
+  // Called from the reporter's thread too: localtime_r, not std::localtime's shared buffer.
   std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
   char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", std::localtime(&now));
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d %H:%M:%S", &local);
   std::fprintf(stderr, "[%s] %s\n", stamp, line.c_str());
 }
 
