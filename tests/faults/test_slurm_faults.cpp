@@ -127,12 +127,18 @@ TEST_F(SlurmFaults, ControllerDiesMidLaunchTheJobRunsOnce) {
 // does not pass at_stop + 20 within 60 s). Suspect: the trainer runs under srun, whose output
 // forwarding may stall without slurmctld, blocking the trainer's per-step stderr writes. Open in
 // issue 16.
-TEST_F(SlurmFaults, DISABLED_SlurmctldDownWhileTheControllerRunsThenBack) {
+TEST_F(SlurmFaults, SlurmctldDownWhileTheControllerRunsThenBack) {
+  // The run must outlast the outage on a loaded machine too (stopping slurmctld and seeing it gone
+  // can take tens of seconds there): each step of these trainers lasts at least 70 ms.
+  ::setenv("PRECON_FAULT_STEP_PACE_MS", "70", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("PRECON_FAULT_STEP_PACE_MS"); }
+  } unset;
   auto c = start();
   const std::string url = c->url();
-  const int steps = 1000;  // a checkpoint every step: slow enough to outlast the outage
+  const int steps = 1000;
   const int64_t id = submit(url, slurm_recipe(steps, "", "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"
-                                                         "\"train.checkpoint_every\" = [1]\n"
+                                                         "\"train.checkpoint_every\" = [10]\n"
                                                          "\"train.keep_checkpoints\" = [2]\n"));
   const int64_t tid = trials(url, id)[0]["id"];
   auto reference = start_reference(url, tid);
@@ -145,6 +151,7 @@ TEST_F(SlurmFaults, DISABLED_SlurmctldDownWhileTheControllerRunsThenBack) {
   ::kill(ctld, SIGTERM);
   ASSERT_TRUE(wait_for([&] { return !slurm({"sinfo", "-h"}).ok(); }, seconds(30)));
   const int64_t at_stop = trial(url, tid)["last_step"];
+  ASSERT_LT(at_stop, steps - 100) << "the run got too near its end before the outage to show that it goes on";
   // A sweep submitted meanwhile waits for Slurm, pending with the reason, instead of failing.
   const int64_t later = submit(url, slurm_recipe(10, "", ""));
   EXPECT_TRUE(wait_for([&] { return trial(url, tid)["last_step"].get<int64_t>() > at_stop + 20; }, seconds(60)));

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -175,6 +176,8 @@ void open_outputs(Run& run) {
       std::atoi(f) == run.par.world->rank())
     run.rank_fault_step = std::atoll(std::strchr(f, ':') + 1);
   run.kill_fault_step = fault_point("step").step;
+  // A run that lasts long enough for an outage in a test, whatever the machine's speed.
+  if (const char* f = std::getenv("PRECON_FAULT_STEP_PACE_MS")) run.step_pace_ms = std::max(0LL, std::atoll(f));
 }
 
 }  // namespace precon::worker

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <sstream>
+#include <thread>
 #include <tuple>
 
 #include "kernels/nn.h"
@@ -296,6 +297,7 @@ TrainOutcome step_loop(Run& run) {
     stats.seconds = seconds_since(t0);
     log_step(run, step, stats);
     if (step == run.kill_fault_step) fault_kill();
+    if (run.step_pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(run.step_pace_ms));
     maybe_evaluate(run, step, stats.loss);
     if (auto outcome = checkpoint_or_stop(run, step)) return *outcome;
   }
