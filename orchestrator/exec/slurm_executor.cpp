@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -20,6 +21,10 @@ namespace precon::orch {
 namespace fs = std::filesystem;
 
 namespace {
+
+double wall_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 fs::path status_path(const Handle& h) { return h.run_dir / ("exit_status." + std::to_string(h.attempt)); }
 fs::path job_record_path(const fs::path& run_dir, const std::string& id) { return run_dir / ("slurm_job." + id); }
@@ -128,10 +133,12 @@ std::string SlurmExecutor::submit(const fs::path& script) {
   return id;
 }
 
-void SlurmExecutor::track(const Handle& h, int64_t base_attempt) {
+void SlurmExecutor::track(const Handle& h, int64_t base_attempt, int64_t pending_limit, double submitted_at) {
   Job j;
   j.handle = h;
   j.base_attempt = base_attempt;
+  j.pending_limit = pending_limit;
+  j.submitted_at = submitted_at;
   jobs_.push_back(std::move(j));
 }
 
@@ -242,12 +249,16 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
     h.trial_id = spec.trial_id;
     h.attempt = spec.attempt;
     h.run_dir = spec.run_dir;
+    const int64_t pending_limit = slurm_time_seconds(spec.resources.pending_limit).value_or(0);
+    const double submitted_at = wall_seconds();
     try {
-      write_file(job_record_path(spec.run_dir, id), "base_attempt=" + std::to_string(spec.attempt) + "\n");
+      write_file(job_record_path(spec.run_dir, id), "base_attempt=" + std::to_string(spec.attempt) +
+                                                        "\npending_limit=" + std::to_string(pending_limit) +
+                                                        "\nsubmitted_at=" + std::to_string(submitted_at) + "\n");
     } catch (const std::exception&) {
       // Only adopt() after a restart needs it, and it falls back to the attempt it is given.
     }
-    track(h, spec.attempt);
+    track(h, spec.attempt, pending_limit, submitted_at);
     results[i].handle = h;
   }
   return results;
@@ -305,6 +316,19 @@ SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
   j.reason = reason;
   if (state == "RUNNING") j.seen_running = true;
   const bool active = slurm_state_active(state);
+  if (state == "PENDING" && j.pending_limit > 0 && !j.seen_running && !j.cancelled &&
+      j.handle.attempt == j.base_attempt && wall_seconds() - j.submitted_at > static_cast<double>(j.pending_limit)) {
+    // It never started: waiting longer is the user's choice (resources.pending_limit), not ours.
+    run({options_.scancel, id});
+    j.cancelled = true;
+    ExitStatus s;
+    s.kind = ExitKind::usage;  // the same job would wait the same way again
+    s.detail = "Slurm job " + id + " stayed PENDING" + (reason.empty() || reason == "None" ? "" : " (" + reason + ")") +
+               " for " + std::to_string(static_cast<int64_t>(wall_seconds() - j.submitted_at)) +
+               " s, longer than resources.pending_limit (" + std::to_string(j.pending_limit) +
+               " s); it was cancelled";
+    return {true, s};
+  }
 
   if (auto file = read_exit_status_file(status_path(j.handle))) {
     ExitStatus s = *file;
@@ -406,12 +430,16 @@ std::optional<ExitStatus> SlurmExecutor::adopt(const Handle& h) {
   std::lock_guard lock(mu_);
   for (const Job& j : jobs_)
     if (j.handle.external_id == h.external_id) return std::nullopt;
-  int64_t base = h.attempt;
+  int64_t base = h.attempt, pending_limit = 0;
+  double submitted_at = wall_seconds();  // a record without the time: counted from now
   std::ifstream in(job_record_path(h.run_dir, h.external_id));
   std::string line;
-  while (std::getline(in, line))
+  while (std::getline(in, line)) {
     if (line.rfind("base_attempt=", 0) == 0) base = to_int(line.substr(13), h.attempt);
-  track(h, std::min(base, h.attempt));
+    if (line.rfind("pending_limit=", 0) == 0) pending_limit = to_int(line.substr(14), 0);
+    if (line.rfind("submitted_at=", 0) == 0) submitted_at = std::strtod(line.c_str() + 13, nullptr);
+  }
+  track(h, std::min(base, h.attempt), pending_limit, submitted_at);
   last_poll_ = {};
   return std::nullopt;  // the next poll() reports it if it already ended
 }

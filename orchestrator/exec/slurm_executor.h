@@ -73,6 +73,8 @@ class SlurmExecutor : public Executor {
     std::string state, reason;
     bool seen_running = false;
     bool cancelled = false;    // scancel sent
+    int64_t pending_limit = 0;  // seconds it may wait before its first run (resources.pending_limit); 0 = any
+    double submitted_at = 0;    // wall-clock seconds of the sbatch, from its run_dir/slurm_job.<id> record
   };
   struct Decision {
     bool report = false;
@@ -80,7 +82,7 @@ class SlurmExecutor : public Executor {
   };
 
   std::string submit(const std::filesystem::path& script);  // job id, or throws ExecError
-  void track(const Handle& h, int64_t base_attempt);
+  void track(const Handle& h, int64_t base_attempt, int64_t pending_limit, double submitted_at);
   // The job an earlier controller submitted for this attempt (its run_dir/slurm_job.<id> record
   // names the attempt), or nullopt.
   std::optional<Handle> earlier_job(const LaunchSpec& spec) const;

@@ -210,4 +210,46 @@ ExitStatus slurm_exit_status(const std::string& state_in, const std::string& exi
   return s;
 }
 
+std::optional<int64_t> slurm_time_seconds(const std::string& text) {
+  if (text.empty() || text == "INFINITE" || text == "UNLIMITED") return 0;
+  int64_t days = 0;
+  std::string rest = text;
+  const size_t dash = rest.find('-');
+  const bool has_days = dash != std::string::npos;
+  std::vector<int64_t> parts;
+  const auto number = [](const std::string& s) -> std::optional<int64_t> {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    return std::stoll(s);
+  };
+  if (has_days) {
+    auto d = number(rest.substr(0, dash));
+    if (!d) return std::nullopt;
+    days = *d;
+    rest = rest.substr(dash + 1);
+  }
+  std::istringstream in(rest);
+  for (std::string field; std::getline(in, field, ':');) {
+    auto v = number(field);
+    if (!v) return std::nullopt;
+    parts.push_back(*v);
+  }
+  if (parts.empty() || parts.size() > 3 || (!rest.empty() && rest.back() == ':')) return std::nullopt;
+  int64_t h = 0, m = 0, sec = 0;
+  if (has_days) {  // D-H, D-H:M, D-H:M:S
+    h = parts[0];
+    if (parts.size() > 1) m = parts[1];
+    if (parts.size() > 2) sec = parts[2];
+  } else if (parts.size() == 1) {  // M
+    m = parts[0];
+  } else if (parts.size() == 2) {  // M:S
+    m = parts[0];
+    sec = parts[1];
+  } else {  // H:M:S
+    h = parts[0];
+    m = parts[1];
+    sec = parts[2];
+  }
+  return ((days * 24 + h) * 60 + m) * 60 + sec;
+}
+
 }  // namespace precon::orch

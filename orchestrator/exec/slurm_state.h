@@ -46,6 +46,10 @@ bool slurm_state_active(const std::string& state);
 // True for states in which a requeued job waits for its next run.
 bool slurm_state_waiting(const std::string& state);
 
+// A Slurm time ("M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S") in seconds; 0 for "",
+// "INFINITE" and "UNLIMITED"; nullopt for anything else.
+std::optional<int64_t> slurm_time_seconds(const std::string& text);
+
 // How an attempt ended when Slurm reports the job in a final state with ExitCode "rc:signal":
 // COMPLETED/FAILED by exit code (75 = requeue), CANCELLED = killed, TIMEOUT = failed (no
 // checkpoint was written on the way out), NODE_FAIL/BOOT_FAIL = lost, OUT_OF_MEMORY = failed,

@@ -255,5 +255,31 @@ TEST_F(SlurmFaults, JobThatStaysPendingShowsSlurmsReasonAndCancels) {
   table_row("job left PENDING", 1, 0, 0, !HasFailure() ? "reason shown (" + note + "), cancelled" : "FAILED");
 }
 
+TEST_F(SlurmFaults, JobPendingPastItsLimitIsCancelledAndTheTrialFailsWithSlurmsReason) {
+  ASSERT_TRUE(slurm({"scontrol", "update", "PartitionName=batch", "State=DOWN"}).ok());
+  struct PartitionBackUp {
+    ~PartitionBackUp() { slurm({"scontrol", "update", "PartitionName=batch", "State=UP"}); }
+  } back_up;
+  auto c = start();
+  const std::string url = c->url();
+  // Retries allowed: a job that cannot start is not retried, since its next one would wait the same.
+  const int64_t id = submit(url, slurm_recipe(10, "partition = \"batch\"\npending_limit = \"0:03\"\n",
+                                              "[sweep]\nmax_attempts = 3\n[sweep.parameters]\n\"train.checkpoint_every\" = [5]\n"));
+  const int64_t tid = trials(url, id)[0]["id"];
+  ASSERT_TRUE(done(url, id, seconds(60)));
+  const json t = trial(url, tid);
+  EXPECT_EQ(t["state"], "failed") << t.dump();
+  const std::string reason = t["reason"];
+  EXPECT_NE(reason.find("stayed PENDING (PartitionDown)"), std::string::npos) << reason;
+  EXPECT_NE(reason.find("resources.pending_limit (3 s)"), std::string::npos) << reason;
+  ASSERT_EQ(t["attempts"].size(), 1u) << t.dump();
+  EXPECT_EQ(t["attempts"][0]["state"], "failed") << t.dump();
+  const std::string job = t["attempts"][0]["external_id"];
+  EXPECT_TRUE(wait_for([&] { return active_state(job).empty(); }, seconds(30))) << active_state(job);
+  c->stop();
+  table_row("job PENDING past resources.pending_limit", 1, 0, 0,
+            !HasFailure() ? "cancelled, trial failed with Slurm's reason, not retried" : "FAILED");
+}
+
 }  // namespace
 }  // namespace precon::orch::testing

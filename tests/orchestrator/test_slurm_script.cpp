@@ -274,6 +274,20 @@ TEST(SlurmState, ParsesSqueueScontrolAndSacct) {
   EXPECT_FALSE(parse_sacct("16|COMPLETED|0:0\n", "15"));
 }
 
+TEST(SlurmState, TimesInEverySlurmFormat) {
+  // The forms sbatch's --time takes (its man page), against seconds worked out by hand.
+  EXPECT_EQ(slurm_time_seconds("90"), 5400);          // minutes
+  EXPECT_EQ(slurm_time_seconds("2:30"), 150);         // minutes:seconds
+  EXPECT_EQ(slurm_time_seconds("01:02:03"), 3723);    // hours:minutes:seconds
+  EXPECT_EQ(slurm_time_seconds("2-3"), 183600);       // days-hours
+  EXPECT_EQ(slurm_time_seconds("1-00:30"), 88200);    // days-hours:minutes
+  EXPECT_EQ(slurm_time_seconds("1-1:1:1"), 90061);    // days-hours:minutes:seconds
+  EXPECT_EQ(slurm_time_seconds(""), 0);
+  EXPECT_EQ(slurm_time_seconds("UNLIMITED"), 0);
+  for (const char* bad : {"1:2:3:4", "a", "1-", "-1", "1::2", "1:", "1-2-3", "1.5"})
+    EXPECT_FALSE(slurm_time_seconds(bad).has_value()) << bad;
+}
+
 TEST(SlurmState, EveryStateMaps) {
   for (const char* s : {"PENDING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                         "CONFIGURING", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT"})

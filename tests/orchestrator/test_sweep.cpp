@@ -114,6 +114,16 @@ TEST(Sweep, ShippedRecipesExpand) {
   }
 }
 
+TEST(Sweep, TheGpuClusterExampleIsAValidRecipe) {
+  // deploy/slurm/gpu-cluster.toml: 2 nodes × 8 ranks, data parallel over 16, a day's pending limit.
+  auto trials = expand_sweep(parse_recipe_file(std::string(PRECON_SOURCE_DIR) + "/deploy/slurm/gpu-cluster.toml"));
+  ASSERT_EQ(trials.size(), 1u);
+  const worker::TrialConfig& c = trials[0].config;
+  EXPECT_EQ(c.resources.nodes * c.resources.ntasks_per_node, c.parallel.data * c.parallel.tensor);
+  EXPECT_EQ(c.train.batch_size % c.parallel.data, 0);
+  EXPECT_EQ(c.resources.pending_limit, "1-00:00:00");
+}
+
 TEST(Sweep, GridIsTheProductFirstKeySlowest) {
   Recipe r = parse_recipe_text(R"(
 [sweep.parameters]

@@ -119,6 +119,7 @@ struct ResourcesConfig {
   int64_t cpus_per_task = 0;       // 0 = executor default
   std::string mem;                 // e.g. "16G"
   std::string time_limit;          // Slurm time, e.g. "01:00:00"
+  std::string pending_limit;       // Slurm time a job may wait before it first runs; "" = no limit
   std::string partition, account, qos, constraint;
   std::vector<std::string> sbatch_args;  // extra sbatch options, validated
   std::vector<std::string> setup;        // shell lines run before the trainer (module loads)

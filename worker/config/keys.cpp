@@ -351,6 +351,13 @@ std::vector<KeySpec> build_table() {
                   .pattern(R"((INFINITE|UNLIMITED|([0-9]{1,4}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2}))",
                            "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. \"01:30:00\"")
                   .sbatch("time"));
+  k.push_back(trial("resources.pending_limit", "",
+                    "Slurm only: the longest a trial's job may stay PENDING before it first runs, as a Slurm "
+                    "time (e.g. \"2:00:00\"); past it the job is cancelled and the trial fails with Slurm's "
+                    "reason. \"\" = wait as long as it takes",
+                    T(resources.pending_limit))
+                  .pattern(R"((([0-9]{1,4}-)?[0-9]{1,5}(:[0-9]{1,2}){0,2})?)",
+                           "minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS, e.g. \"2:00:00\""));
   k.push_back(trial("resources.partition", "", "Slurm partition", T(resources.partition))
                   .pattern(kSlurmName, kSlurmNameText).sbatch("partition"));
   k.push_back(trial("resources.account", "", "Slurm account", T(resources.account))
