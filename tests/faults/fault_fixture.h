@@ -55,9 +55,44 @@ inline Series read_metrics_jsonl(const fs::path& file) {
   return out;
 }
 
+// How many times precon-train started in a run directory: each start logs its routing line once
+// (a second process for one attempt would log twice).
+inline int trainer_starts(const fs::path& run_dir) {
+  std::ifstream in(run_dir / "stderr.log");
+  int starts = 0;
+  for (std::string line; std::getline(in, line);) starts += line.find("] routing: ") != std::string::npos;
+  return starts;
+}
+
 template <class Base>
 class FaultFixtureOf : public Base {
  protected:
+  // Starts `controller` armed with PRECON_FAULT_CONTROLLER_DIE=point, submits `recipe`, waits
+  // until the fault has ended the controller, and starts it again unarmed on the same database.
+  // The experiment's id, or 0 after a failure (reported here).
+  int64_t submit_then_die_at(ServeProcess& controller, const std::string& point, const std::string& recipe) {
+    controller.set_env("PRECON_FAULT_CONTROLLER_DIE", point);
+    if (!controller.start()) {
+      ADD_FAILURE() << "the controller did not start:\n" << controller.log();
+      return 0;
+    }
+    const int64_t id = Base::submit(controller.url(), recipe);
+    if (id <= 0) return 0;
+    if (!controller.wait_exit(seconds(60))) {
+      ADD_FAILURE() << "the fault did not end the controller:\n" << controller.log();
+      return 0;
+    }
+    if (controller.log().find("fault injected: dying " + point) == std::string::npos) {
+      ADD_FAILURE() << "the controller ended, but not at the fault:\n" << controller.log();
+      return 0;
+    }
+    controller.clear_env();
+    if (!controller.start()) {
+      ADD_FAILURE() << "the controller did not start again:\n" << controller.log();
+      return 0;
+    }
+    return id;
+  }
   // The deterministic metrics of an uninterrupted run of `config`, in one process.
   Series reference_run(const fs::path& config, const std::string& name) {
     const fs::path run = this->dir_ / ("reference-" + name);

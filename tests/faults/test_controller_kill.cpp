@@ -56,11 +56,8 @@ TEST_F(ControllerKill, EveryTrialEndsOnceAfterRepeatedKillNine) {
       ASSERT_TRUE(a[i]["ended_at"].is_number()) << a.dump();
       EXPECT_LE(a[i]["ended_at"].get<double>(), a[i + 1]["started_at"].get<double>()) << a.dump();
     }
-    // The trainer was started once per attempt (a second process for one attempt would log twice).
-    std::ifstream in(fs::path(t["run_dir"].get<std::string>()) / "stderr.log");
-    int starts = 0;
-    for (std::string line; std::getline(in, line);) starts += line.find("] routing: ") != std::string::npos;
-    EXPECT_EQ(starts, static_cast<int>(a.size())) << a.dump();
+    // The trainer was started once per attempt.
+    EXPECT_EQ(trainer_starts(t["run_dir"].get<std::string>()), static_cast<int>(a.size())) << a.dump();
     const json m = get(url, "/api/v1/trials/" + std::to_string(tid) + "/metrics?name=train_loss&max_points=0")
         ["metrics"]["train_loss"];
     lost += steps - static_cast<int>(m["steps"].size());
@@ -79,16 +76,9 @@ class ControllerDiesMidLaunch : public FaultFixture, public ::testing::WithParam
 
 TEST_P(ControllerDiesMidLaunch, TheTrialRunsOnceAndEndsOnce) {
   ServeProcess controller(dir_, {"--cpus", "2", "--slurm", "off"});
-  controller.set_env("PRECON_FAULT_CONTROLLER_DIE", GetParam());
-  ASSERT_TRUE(controller.start());
-  const std::string url = controller.url();
-  const int64_t id = submit(url, recipe(300, ""));
+  const int64_t id = submit_then_die_at(controller, GetParam(), recipe(300, ""));
   ASSERT_GT(id, 0);
-  ASSERT_TRUE(controller.wait_exit(seconds(60))) << "the fault did not end the controller:\n" << controller.log();
-  ASSERT_NE(controller.log().find(std::string("fault injected: dying ") + GetParam()), std::string::npos)
-      << controller.log();
-  controller.clear_env();
-  ASSERT_TRUE(controller.start());
+  const std::string url = controller.url();
   ASSERT_TRUE(done(url, id, seconds(300)));
   const json ts = trials_of(url, id);
   ASSERT_EQ(ts.size(), 1u);
@@ -98,9 +88,7 @@ TEST_P(ControllerDiesMidLaunch, TheTrialRunsOnceAndEndsOnce) {
   const json events = get(url, "/api/v1/events?limit=1000&experiment=" + std::to_string(id));
   EXPECT_EQ(endings_and_adoptions(events, tid).endings, 1);
   EXPECT_EQ(t["attempts"].size(), 1u) << t.dump();
-  std::ifstream in(fs::path(t["run_dir"].get<std::string>()) / "stderr.log");
-  int starts = 0;
-  for (std::string line; std::getline(in, line);) starts += line.find("] routing: ") != std::string::npos;
+  const int starts = trainer_starts(t["run_dir"].get<std::string>());
   EXPECT_EQ(starts, 1) << "the trainer was started " << starts << " times";
   const json m = get(url, "/api/v1/trials/" + std::to_string(tid) + "/metrics?name=train_loss&max_points=0")
       ["metrics"]["train_loss"];
