@@ -1,6 +1,12 @@
 // The trial config: key table, TOML parsing, errors with file/line/key, overrides, round trip.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 
@@ -200,6 +206,45 @@ TEST(Config, TomlRoundTripKeepsEveryValue) {
   EXPECT_DOUBLE_EQ(again.config.optimizer.lr, 0.0123);
   EXPECT_EQ(again.config.resources.setup[1], "echo \"hi\"");
   EXPECT_EQ(again.config.optimizer.muon.coefficient_list[0][0], 3.4445);
+}
+
+// The text of a float as configs and checkpoints have always written it: the shortest %g that
+// reads back the same, found by trying every precision (the slow way, as a reference).
+std::string shortest_g_by_trial(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  for (int prec = 1; prec < 17; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, v);
+    if (std::strtod(buf, nullptr) == v) {
+      s = buf;
+      break;
+    }
+  }
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
+  return s;
+}
+
+TEST(Config, FloatsAreWrittenAsTheyAlwaysWere) {
+  const KeySpec* lr = find_key("optimizer.lr");
+  ASSERT_NE(lr, nullptr);
+  std::mt19937_64 rng(7);
+  std::vector<double> values = {0.0, 1.0, 100.0, 1e-4, 3e-3, 0.1, 1.0 / 3.0, 2.5e-7, 1e22, 123456789.0,
+                                5e-324, 1.7976931348623157e308, 0.30000000000000004, 9007199254740993.0};
+  std::uniform_real_distribution<double> exponent(-12, 12);
+  for (int i = 0; i < 20000; ++i) values.push_back(std::pow(10.0, exponent(rng)));
+  for (int i = 0; i < 2000; ++i) {  // arbitrary bit patterns, powers of two (uneven rounding gaps) among them
+    uint64_t bits = rng() & 0x7fefffffffffffffull;
+    double v;
+    std::memcpy(&v, &bits, sizeof v);
+    values.push_back(v);
+    values.push_back(std::ldexp(1.0, static_cast<int>(rng() % 2000) - 1000));
+  }
+  TrialConfig c;
+  for (double v : values) {
+    c.optimizer.lr = v;
+    ASSERT_EQ(value_text(c, *lr), shortest_g_by_trial(v)) << std::hexfloat << v;
+  }
 }
 
 TEST(Config, DefaultConfigRoundTrips) {

@@ -1,8 +1,10 @@
 #include "worker/config/keys.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "kernels/newton_schulz.h"
@@ -432,18 +434,31 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-std::string number_text(double v) {
+// Significant digits of the shortest text that reads back as v (std::to_chars finds it without
+// trial and error): no %g precision below it can read back the same.
+int shortest_digits(double v) {
   char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
-  // Shortest text that reads back the same.
-  for (int prec = 1; prec < 17; ++prec) {
+  const auto r = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
+  std::string digits;
+  for (const char* c = buf; c < r.ptr && *c != 'e'; ++c)
+    if (*c >= '0' && *c <= '9') digits += *c;
+  const size_t first = digits.find_first_not_of('0');
+  if (first == std::string::npos) return 1;
+  const size_t last = digits.find_last_not_of('0');
+  return static_cast<int>(last - first + 1);
+}
+
+std::string number_text(double v) {
+  // Shortest %g text that reads back the same (the text checkpoints and stored configs already
+  // hold), searched from the shortest possible precision up: usually found at the first try.
+  char buf[64];
+  int prec = std::isfinite(v) ? std::max(1, shortest_digits(v)) : 17;
+  for (; prec < 17; ++prec) {
     std::snprintf(buf, sizeof buf, "%.*g", prec, v);
-    if (std::stod(buf) == v) {
-      s = buf;
-      break;
-    }
+    if (std::strtod(buf, nullptr) == v) break;  // not stod: it throws for subnormal values
   }
+  if (prec == 17) std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
   if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // stays a TOML float
   return s;
 }
