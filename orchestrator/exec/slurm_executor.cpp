@@ -43,6 +43,20 @@ void write_file(const fs::path& path, const std::string& text, fs::perms perms =
   if (ec) throw ExecError("cannot write " + path.string() + ": " + ec.message());
 }
 
+// What a restarted controller needs to take the job over: the attempt it began as, and what its
+// pending limit counts from. Best effort: false when it could not be written.
+bool write_job_record(const fs::path& run_dir, const std::string& id, int64_t base_attempt, int64_t pending_limit,
+                      double submitted_at) {
+  try {
+    write_file(job_record_path(run_dir, id), "base_attempt=" + std::to_string(base_attempt) +
+                                                 "\npending_limit=" + std::to_string(pending_limit) +
+                                                 "\nsubmitted_at=" + std::to_string(submitted_at) + "\n");
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 // A file only its owner can read, created so from the start (never wider for a moment), then
 // renamed into place.
 void write_private_file(const fs::path& path, const std::string& text) {
@@ -251,13 +265,8 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
     h.run_dir = spec.run_dir;
     const int64_t pending_limit = slurm_time_seconds(spec.resources.pending_limit).value_or(0);
     const double submitted_at = wall_seconds();
-    try {
-      write_file(job_record_path(spec.run_dir, id), "base_attempt=" + std::to_string(spec.attempt) +
-                                                        "\npending_limit=" + std::to_string(pending_limit) +
-                                                        "\nsubmitted_at=" + std::to_string(submitted_at) + "\n");
-    } catch (const std::exception&) {
-      // Only adopt() after a restart needs it, and it falls back to the attempt it is given.
-    }
+    // Only adopt() after a restart needs it, and it falls back to the attempt it is given.
+    write_job_record(spec.run_dir, id, spec.attempt, pending_limit, submitted_at);
     track(h, spec.attempt, pending_limit, submitted_at);
     results[i].handle = h;
   }
@@ -316,7 +325,18 @@ SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
   j.reason = reason;
   if (state == "RUNNING") j.seen_running = true;
   const bool active = slurm_state_active(state);
-  if (state == "PENDING" && j.pending_limit > 0 && !j.seen_running && !j.cancelled &&
+  // A task held back by its own array's throttle (sweep.max_concurrent) waits for its siblings,
+  // not for the cluster: its clock starts when the throttle lets it go.
+  const bool throttled = state == "PENDING" && reason == "JobArrayTaskLimit";
+  if (throttled) {
+    j.throttled = true;
+  } else if (j.throttled) {
+    j.throttled = false;
+    j.submitted_at = wall_seconds();
+    // Unwritten, a restart counts from the sbatch: at worst the limit ends the wait sooner.
+    if (j.pending_limit > 0) write_job_record(j.handle.run_dir, id, j.base_attempt, j.pending_limit, j.submitted_at);
+  }
+  if (state == "PENDING" && !throttled && j.pending_limit > 0 && !j.seen_running && !j.cancelled &&
       j.handle.attempt == j.base_attempt && wall_seconds() - j.submitted_at > static_cast<double>(j.pending_limit)) {
     // It never started: waiting longer is the user's choice (resources.pending_limit), not ours.
     run({options_.scancel, id});

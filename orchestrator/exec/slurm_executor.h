@@ -74,7 +74,9 @@ class SlurmExecutor : public Executor {
     bool seen_running = false;
     bool cancelled = false;    // scancel sent
     int64_t pending_limit = 0;  // seconds it may wait before its first run (resources.pending_limit); 0 = any
-    double submitted_at = 0;    // wall-clock seconds of the sbatch, from its run_dir/slurm_job.<id> record
+    double submitted_at = 0;    // wall-clock seconds of the sbatch, from its run_dir/slurm_job.<id> record,
+                                // or of the end of its wait behind its own array's throttle
+    bool throttled = false;     // last seen PENDING (JobArrayTaskLimit): waiting for its siblings
   };
   struct Decision {
     bool report = false;

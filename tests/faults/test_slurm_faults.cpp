@@ -268,5 +268,31 @@ TEST_F(SlurmFaults, JobPendingPastItsLimitIsCancelledAndTheTrialFailsWithSlurmsR
             !HasFailure() ? "cancelled, trial failed with Slurm's reason, not retried" : "FAILED");
 }
 
+TEST_F(SlurmFaults, TheLimitDoesNotCountAWaitBehindTheSweepsOwnThrottle) {
+  // Two trials in one array throttled to one at a time: the second waits (JobArrayTaskLimit) for
+  // the first, paced to last longer than the 3-second limit, and still runs.
+  ::setenv("PRECON_FAULT_STEP_PACE_MS", "40", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("PRECON_FAULT_STEP_PACE_MS"); }
+  } unset;
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t id = submit(url, slurm_recipe(150, "pending_limit = \"0:03\"\n",
+                                              "[sweep]\nmax_concurrent = 1\n[sweep.parameters]\n"
+                                              "\"optimizer.lr\" = [0.001, 0.002]\n"));
+  ASSERT_TRUE(done(url, id, seconds(120)));
+  const json ts = trials(url, id);
+  ASSERT_EQ(ts.size(), 2u);
+  for (const json& t : ts) EXPECT_EQ(t["state"], "completed") << ts.dump();
+  const json events = get(url, "/api/v1/events?limit=1000&experiment=" + std::to_string(id));
+  bool throttled = false;
+  for (const json& e : events["events"])
+    throttled |= e["message"].get<std::string>().find("PENDING (JobArrayTaskLimit)") != std::string::npos;
+  EXPECT_TRUE(throttled) << "no trial waited behind the throttle, so this tested nothing: " << events.dump();
+  c->stop();
+  table_row("array task throttled past resources.pending_limit", 2, 0, 0,
+            !HasFailure() ? "its wait behind max_concurrent was not counted; both completed" : "FAILED");
+}
+
 }  // namespace
 }  // namespace precon::orch::testing
