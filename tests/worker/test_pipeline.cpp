@@ -4,7 +4,7 @@
 // every optimizer, at PP=2, PP=2×TP=2 and PP=2×DP=2, and at PP=4 and an uneven split on four
 // layers; checkpoints written at one layout resume at the other (PP2 -> PP1, PP1 -> PP2,
 // PP2×DP2 -> PP1); a killed stage ends the job and a signal to one stage checkpoints every stage
-// at one step.
+// at one step; each stage holds only its own parameters (memory divided by the stages).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -115,6 +115,29 @@ TEST_F(Pipeline, CheckpointsOfTwoStagesResumeInOneProcessAndTheOtherWay) {
   r = run(trainer(cfg, "pp2dp2_pp1", pp1));
   ASSERT_EQ(r.status, 0) << r.output;
   expect_same_trajectory("straight", "pp2dp2_pp1", 10);
+}
+
+TEST_F(Pipeline, EachStageHoldsOnlyItsOwnParametersAndResumesAtTheSameLayout) {
+  // The fixture's model (n_layer 2, d_model 32, seq_len 16, vocab 61 padded to 64), by hand:
+  // wte 64·32 = 2048, wpe 16·32 = 512, a block 12704 (ln_1 64, c_attn 3072 + 96, attn.c_proj
+  // 1024 + 32, ln_2 64, c_fc 4096 + 128, mlp.c_proj 4096 + 32), ln_f 64: 28032 in all. Stage 0
+  // holds wte, wpe and block 0 (15264); stage 1 block 1, ln_f and the tied wte (14816).
+  const fs::path cfg = config(kOptimizers[0], 10);
+  const std::string pp1 = std::string(kMicro) + " --set train.eval_every=5", pp2 = pp1 + " --set parallel.pipeline=2";
+  ASSERT_EQ(run(trainer(cfg, "straight", pp1)).status, 0);
+  Result r = run(mpirun(2) + trainer(cfg, "pp2", pp2 + " --set train.steps=5"));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0: parameters: 15264 of the model's 28032 held on this rank (pipeline stage 0)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 1: parameters: 14816 of the model's 28032 held on this rank (pipeline stage 1)"),
+            std::string::npos)
+      << r.output;
+  // The last stage's tied-embedding moments come back by name from the first stage's shard.
+  r = run(mpirun(2) + trainer(cfg, "pp2", pp2));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1: resumed from"), std::string::npos) << r.output;
+  expect_same_trajectory("straight", "pp2", 10);
 }
 
 TEST_F(Pipeline, ALayoutThePipelineCannotTakeIsAConfigError) {

@@ -36,10 +36,10 @@ struct Gpt::Acts {
   bool grads_ready = false;
 };
 
-std::vector<size_t> gpt_stage_rows(const ParamStore& params, const GptStage& stage) {
+std::vector<size_t> gpt_stage_rows(const std::vector<ParamSpec>& table, const GptStage& stage) {
   std::vector<size_t> rows;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const std::string& name = params.spec(i).name;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const std::string& name = table[i].name;
     bool mine = false;
     if (name == "wte.weight") mine = stage.embedding || stage.head;
     else if (name == "wpe.weight") mine = stage.embedding;
@@ -60,12 +60,14 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
       L0_(stage.first_layer), L1_(stage.end_layer < 0 ? config.n_layer : stage.end_layer), tp_(tp),
       tp_size_(tp ? tp->size() : 1), tp_rank_(tp ? tp->rank() : 0), Cl_(C_ / tp_size_), NHl_(NH_ / tp_size_),
       Vpl_(Vp_ / tp_size_), device_(device), act_(precision == "bf16" ? DType::bf16 : DType::f32) {
-  params_ = std::make_unique<ParamStore>(gpt2_param_table(config), device);
   if (L0_ < 0 || L1_ > L_ || L0_ > L1_ || stage.slots < 1)
     throw std::invalid_argument("Gpt: stage blocks [" + std::to_string(L0_) + ", " + std::to_string(L1_) +
                                 ") with " + std::to_string(stage.slots) + " slot(s) do not fit n_layer = " +
                                 std::to_string(L_));
-  stage_rows_ = gpt_stage_rows(*params_, stage_);
+  // A pipeline stage allocates its own rows only: memory divided by the stages.
+  std::vector<ParamSpec> table = gpt2_param_table(config);
+  stage_rows_ = gpt_stage_rows(table, stage_);
+  params_ = std::make_unique<ParamStore>(table, device, stage_rows_);
   if (tp_size_ > 1) {
     if (device != k::Device::cpu || act_ != DType::f32)
       throw std::invalid_argument("tensor parallelism runs on the CPU in fp32 in this precon-train");
@@ -74,7 +76,7 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
                                   std::to_string(NH_) + " and the padded vocabulary " + std::to_string(Vp_));
     std::vector<ParamSpec> shards;
     for (const ParamSpec& spec : params_->table()) shards.push_back(tp_shard_spec(spec, tp_size_));
-    shard_ = std::make_unique<ParamStore>(std::move(shards), device);
+    shard_ = std::make_unique<ParamStore>(std::move(shards), device, stage_rows_);
   }
   const ParamStore& p = *params_;
   wte_ = p.index("wte.weight");
@@ -220,10 +222,16 @@ void Gpt::init_random(uint64_t seed) {
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L_));
   for (size_t i = 0; i < params_->size(); ++i) {
     const ParamSpec& p = params_->spec(i);
+    const bool random = p.kind == ParamKind::matrix || p.kind == ParamKind::embedding || p.kind == ParamKind::position;
+    if (!params_->resident(i)) {  // another stage's row: its draws still advance the one stream
+      if (random)
+        for (int64_t j = 0; j < p.numel(); ++j) normal(rng);
+      continue;
+    }
     std::vector<float> host(params_->param(i).numel(), 0.0f);
     const bool residual_proj = p.name.find("c_proj.weight") != std::string::npos;
     const bool ln_weight = p.kind == ParamKind::norm && p.name.find(".weight") != std::string::npos;
-    if (p.kind == ParamKind::matrix || p.kind == ParamKind::embedding || p.kind == ParamKind::position) {
+    if (random) {
       const float std = residual_proj ? residual_std : 0.02f;
       for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded wte rows stay zero
     } else if (ln_weight) {

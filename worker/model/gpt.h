@@ -33,7 +33,10 @@ struct GptStage {
 };
 
 // The parameter table rows a stage computes with, in table order (wte on both ends of a pipeline).
-std::vector<size_t> gpt_stage_rows(const ParamStore& params, const GptStage& stage);
+std::vector<size_t> gpt_stage_rows(const std::vector<ParamSpec>& table, const GptStage& stage);
+inline std::vector<size_t> gpt_stage_rows(const ParamStore& params, const GptStage& stage) {
+  return gpt_stage_rows(params.table(), stage);
+}
 
 class Gpt {
  public:
@@ -43,7 +46,7 @@ class Gpt {
   // and this rank computes with its shard; params() still holds the full model, which the
   // optimizer updates and checkpoints save, and each forward takes the shard from it.
   // stage: the whole model by default; a pipeline stage computes only its blocks, and its
-  // params() still holds the full model (the other stages' rows are left as they are).
+  // params() hold only its own rows (ParamStore's resident rows; the others get no memory).
   Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
       Communicator* tp = nullptr, const GptStage& stage = {});
   ~Gpt();

@@ -18,6 +18,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 void write_model_safetensors(ByteSink& out, const ParamStore& params, const ModelConfig& config) {
   // Contiguous fp32 parameters in host memory are written from where they are; others (on a
   // GPU, strided) are gathered to the host first.
+  if (!params.holds_all())
+    throw ModelIoError("model.safetensors needs every parameter, and this pipeline stage holds only its own: "
+                       "gather the stages first");
   std::vector<std::vector<float>> host;
   std::vector<SafetensorsEntry> entries;
   for (size_t i = 0; i < params.size(); ++i) {
@@ -65,6 +68,7 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
                          "expects " + shape_text(spec.shape) + ": the checkpoint was written for a different " +
                          "model shape (check model.n_layer/n_head/d_model/seq_len/vocab_size)");
     }
+    if (!params.resident(i)) continue;  // another pipeline stage's row
     std::vector<float> host(spec.numel());
     try {
       safetensors_to_f32(*t, host);

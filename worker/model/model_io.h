@@ -22,13 +22,14 @@ class ModelIoError : public WorkerError {
 };
 
 // Safetensors of the visible parameters (real vocabulary) in table order, F32, streamed to `out`
-// (host-resident parameters are not copied), or as bytes.
+// (host-resident parameters are not copied), or as bytes. Needs a store that holds every row.
 void write_model_safetensors(ByteSink& out, const ParamStore& params, const ModelConfig& config);
 std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const ModelConfig& config);
 
 // Loads every parameter from a safetensors file. Missing or extra tensors, other shapes (a
 // checkpoint of a different model) or dtypes give a ModelIoError naming the file and tensor.
-// F32 and BF16 are accepted; padded vocabulary rows are zeroed.
+// F32 and BF16 are accepted; padded vocabulary rows are zeroed. A pipeline stage's store takes
+// its own rows (every tensor is still checked).
 void load_model_safetensors(ParamStore& params, const std::filesystem::path& path);
 
 // HF GPT-2 config.json for this model.

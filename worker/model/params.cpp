@@ -120,12 +120,21 @@ Tensor storage_view(void* base, int64_t offset, const ParamSpec& p, kernels::Dev
 }
 }  // namespace
 
-ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device) : table_(std::move(table)) {
-  for (const ParamSpec& p : table_) total_ += p.storage_numel();
+ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device, std::vector<size_t> resident)
+    : table_(std::move(table)), resident_(table_.size(), resident.empty()) {
+  for (size_t i : resident) resident_.at(i) = true;
+  for (size_t i = 0; i < table_.size(); ++i)
+    if (resident_[i]) total_ += table_[i].storage_numel();
   param_buf_ = kernels::Buffer(device, total_ * sizeof(float));
   grad_buf_ = kernels::Buffer(device, total_ * sizeof(float));
   int64_t offset = 0;
-  for (const ParamSpec& p : table_) {
+  for (size_t i = 0; i < table_.size(); ++i) {
+    const ParamSpec& p = table_[i];
+    if (!resident_[i]) {  // no memory: an empty view where the row would start
+      params_.push_back(Tensor::view(static_cast<float*>(param_buf_.data()) + offset, {0}, kernels::DType::f32, device));
+      grads_.push_back(Tensor::view(static_cast<float*>(grad_buf_.data()) + offset, {0}, kernels::DType::f32, device));
+      continue;
+    }
     params_.push_back(storage_view(param_buf_.data(), offset, p, device));
     grads_.push_back(storage_view(grad_buf_.data(), offset, p, device));
     offset += p.storage_numel();
@@ -136,7 +145,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device) : t
 
 Tensor ParamStore::visible_param(size_t i) const {
   const ParamSpec& p = table_[i];
-  return p.storage_rows > 0 ? params_[i].narrow(0, 0, p.shape[0]) : params_[i];
+  return p.storage_rows > 0 && resident_[i] ? params_[i].narrow(0, 0, p.shape[0]) : params_[i];
 }
 
 size_t ParamStore::index(const std::string& name) const {

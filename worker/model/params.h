@@ -3,6 +3,7 @@
 // sharding. Names and storage layouts are Hugging Face GPT-2's (Conv1D weights stored (in, out)).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,13 +54,17 @@ void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, i
 std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 
 // One allocation for all parameters and one for all gradients, carved into named views in
-// table order (the llm.c habit). Gradients share the parameter layout.
+// table order (the llm.c habit). Gradients share the parameter layout. A pipeline stage holds
+// only its own rows (`resident`, by table index; empty = every row): the others keep their spec
+// but get no memory, their param() and grad() are empty views (numel 0).
 class ParamStore {
  public:
-  ParamStore(std::vector<ParamSpec> table, kernels::Device device);
+  ParamStore(std::vector<ParamSpec> table, kernels::Device device, std::vector<size_t> resident = {});
   const std::vector<ParamSpec>& table() const { return table_; }
   size_t size() const { return table_.size(); }
   const ParamSpec& spec(size_t i) const { return table_[i]; }
+  bool resident(size_t i) const { return resident_[i]; }
+  bool holds_all() const { return std::find(resident_.begin(), resident_.end(), false) == resident_.end(); }
   // Storage views (wte with its padded rows): what the model and the optimizers work on.
   kernels::Tensor param(size_t i) const { return params_[i]; }
   kernels::Tensor grad(size_t i) const { return grads_[i]; }
@@ -68,13 +73,14 @@ class ParamStore {
   kernels::Tensor param(const std::string& name) const;
   kernels::Tensor grad(const std::string& name) const;
   size_t index(const std::string& name) const;  // throws std::out_of_range with the name
-  kernels::Tensor all_params() const;  // flat view of every parameter
+  kernels::Tensor all_params() const;  // flat view of every resident parameter
   kernels::Tensor all_grads() const;
-  int64_t total_numel() const { return total_; }
+  int64_t total_numel() const { return total_; }  // of the resident rows' storage
   void zero_grads();
 
  private:
   std::vector<ParamSpec> table_;
+  std::vector<bool> resident_;
   kernels::Buffer param_buf_, grad_buf_;
   std::vector<kernels::Tensor> params_, grads_;
   int64_t total_ = 0;

@@ -1,8 +1,6 @@
 #include "worker/train/pipeline_state.h"
 
 #include <cmath>
-#include <map>
-#include <set>
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
@@ -15,12 +13,6 @@ namespace k = kernels;
 using nlohmann::json;
 
 namespace {
-
-void broadcast_tensor(Communicator& world, const k::Tensor& t, int root, const std::string& what) {
-  if (t.device != k::Device::cpu || t.dtype != k::DType::f32 || !t.contiguous())
-    throw WorkerError("pipeline checkpoint: " + what + " is not a contiguous fp32 host tensor");
-  world.broadcast(t.data, t.numel() * static_cast<int64_t>(sizeof(float)), root);
-}
 
 void broadcast_json(Communicator& world, json& value, int root, bool is_root) {
   std::string text = is_root ? value.dump() : std::string();
@@ -70,63 +62,61 @@ GptStage pipeline_stage(const ParallelContext& par, int s, int64_t micro_batches
   return stage;
 }
 
-StageOptimizers::StageOptimizers(std::vector<std::unique_ptr<Optimizer>> stages, int own)
-    : stages_(std::move(stages)), own_(own) {}
+StageOptimizers::StageOptimizers(std::unique_ptr<Optimizer> own, int own_stage, int stages, std::string tied_name)
+    : own_(std::move(own)), own_stage_(own_stage), stages_(stages), tied_name_(std::move(tied_name)),
+      scalars_(static_cast<size_t>(stages)) {}
 
 std::vector<NamedState> StageOptimizers::state_tensors() {
-  std::vector<NamedState> out;
-  std::set<std::string> seen;
-  for (size_t i = 0; i < stages_.size(); ++i)
-    for (NamedState& s : stages_[i]->state_tensors()) {
-      s.primary = s.primary && static_cast<int>(i) == own_;
-      if (seen.insert(s.name).second) out.push_back(std::move(s));
-    }
-  return out;
-}
-
-std::vector<StateKind> StageOptimizers::state_kinds() const {
-  std::vector<StateKind> out;
-  for (const auto& stage : stages_)
-    for (StateKind& kind : stage->state_kinds()) out.push_back(std::move(kind));
+  std::vector<NamedState> out = own_->state_tensors();
+  if (own_stage_ > 0)
+    for (NamedState& s : out)
+      if (s.param == tied_name_) s.primary = false;
   return out;
 }
 
 json StageOptimizers::state_scalars() const {
   json out = json::object();
-  for (const auto& stage : stages_) merge_into(out, stage->state_scalars());
+  for (int s = 0; s < stages_; ++s)
+    merge_into(out, s == own_stage_ ? own_->state_scalars() : scalars_[static_cast<size_t>(s)]);
   return out;
 }
 
 void StageOptimizers::load_state_scalars(const json& scalars) {
-  for (size_t s = 0; s < stages_.size(); ++s)
-    stages_[s]->load_state_scalars(select_for(scalars, stages_[s]->state_scalars(), s == 0));
-}
-
-void StageOptimizers::copy_shared_state() {
-  std::map<std::string, k::Tensor> first;
-  for (auto& stage : stages_) {
-    for (const NamedState& s : stage->state_tensors()) {
-      auto [it, inserted] = first.emplace(s.name, s.tensor);
-      if (!inserted) k::copy(s.tensor, it->second);
-    }
-  }
+  own_->load_state_scalars(select_for(scalars, own_->state_scalars(), own_stage_ == 0));
 }
 
 void StageOptimizers::gather(Communicator& world, const ParallelContext& par) {
-  for (size_t s = 0; s < stages_.size(); ++s) {
-    const int root = par.stage_leader(static_cast<int>(s));
-    json scalars = stages_[s]->state_scalars();
+  for (int s = 0; s < stages_; ++s) {
+    const int root = par.stage_leader(s);
+    json scalars = s == own_stage_ ? own_->state_scalars() : json();
     broadcast_json(world, scalars, root, world.rank() == root);
-    if (world.rank() != root) stages_[s]->load_state_scalars(scalars);
+    scalars_[static_cast<size_t>(s)] = std::move(scalars);
   }
 }
 
-void gather_stage_params(Communicator& world, const ParallelContext& par, ParamStore& params) {
-  std::set<size_t> done;
-  for (int s = 0; s < par.pipeline; ++s) {
-    for (size_t row : gpt_stage_rows(params, pipeline_stage(par, s, 1)))
-      if (done.insert(row).second) broadcast_tensor(world, params.param(row), par.stage_leader(s), params.spec(row).name);
+std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
+                                                  const ParamStore& params) {
+  // Each row once, from the first stage that holds it, in table order on every side.
+  std::vector<int> from(params.size(), -1);
+  for (int s = par.pipeline - 1; s >= 0; --s)
+    for (size_t row : gpt_stage_rows(params, pipeline_stage(par, s, 1))) from[row] = s;
+  const int me = world.rank();
+  std::unique_ptr<ParamStore> full;
+  if (me == 0) full = std::make_unique<ParamStore>(params.table(), k::Device::cpu);
+  for (size_t row = 0; row < params.size(); ++row) {
+    const int leader = par.stage_leader(from[row]);
+    if (me == 0) {
+      const k::Tensor dst = full->param(row);
+      if (leader == 0) k::copy(dst, params.param(row));
+      else world.recv(dst.f32(), dst.numel(), leader);
+    } else if (me == leader) {
+      const k::Tensor src = params.param(row);
+      if (src.device != k::Device::cpu || !src.contiguous())
+        throw WorkerError("pipeline checkpoint: " + params.spec(row).name + " is not a contiguous host tensor");
+      world.start_send(src.f32(), src.numel(), 0)->wait();
+    }
   }
+  return full;
 }
 
 int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float scale) {

@@ -1,9 +1,10 @@
-// Pipeline parallelism's parameters, gradients and optimizer state. Every rank holds the full
-// model (as under tensor parallelism) and one optimizer per stage over that stage's rows; it
-// computes and steps its own stage only. The tied embedding lives on the first and the last
-// stage: both step it with the same summed gradient, as Megatron does. For a checkpoint every
-// stage's parameters and state are brought to every rank from the stage's leader, so the first
-// rank writes the full, layout-free model and optimizer state, and a resume at any layout loads it.
+// Pipeline parallelism's parameters, gradients and optimizer state. A rank holds its own stage's
+// parameters, gradients and optimizer state only (memory divided by the stages); it computes and
+// steps its own stage. The tied embedding lives on the first and the last stage: both step it
+// with the same summed gradient, as Megatron does. For a checkpoint the first rank gathers the
+// whole model from the stages' leaders into host memory and writes the layout-free
+// model.safetensors; each rank writes the optimizer state it owns, under the names one process
+// gives it, so a resume at any layout loads it.
 #pragma once
 
 #include <cstdint>
@@ -20,38 +21,39 @@ namespace precon::worker {
 // The GptStage of pipeline stage s under the context's layout.
 GptStage pipeline_stage(const ParallelContext& par, int s, int64_t micro_batches);
 
-// One optimizer per stage; step() steps this rank's stage. The state lists every tensor once
-// (the tied embedding's from the first stage), with the names a single-process optimizer gives;
-// only the own stage's entries can be primary (written by this rank: the others' are stale here).
+// This rank's stage's optimizer, with the counters of the others for checkpoints. The state lists
+// the own stage's tensors with the names a single-process optimizer gives; on the last stage the
+// tied embedding's are not primary (the first stage writes them; a resume loads both by name).
 class StageOptimizers final : public Optimizer {
  public:
-  StageOptimizers(std::vector<std::unique_ptr<Optimizer>> stages, int own);
-  void step(const StepContext& ctx) override { stages_[own_]->step(ctx); }
+  StageOptimizers(std::unique_ptr<Optimizer> own, int own_stage, int stages, std::string tied_name);
+  void step(const StepContext& ctx) override { own_->step(ctx); }
   std::vector<NamedState> state_tensors() override;
-  std::vector<StateKind> state_kinds() const override;
-  // Objects merged key by key, counters summed; loading hands each stage the keys it has (the
-  // counters to the first stage).
+  std::vector<StateKind> state_kinds() const override { return own_->state_kinds(); }
+  // Every stage's (after gather()) merged key by key, counters summed; loading hands the own
+  // stage the keys it has (the counters to the first stage).
   nlohmann::json state_scalars() const override;
   void load_state_scalars(const nlohmann::json& scalars) override;
-  PhaseSeconds phase_seconds() const override { return stages_[own_]->phase_seconds(); }
-  int64_t inverse_root_failures() const override { return stages_[own_]->inverse_root_failures(); }
-  int64_t comm_bytes() const override { return stages_[own_]->comm_bytes(); }
-  std::string routing_summary() const override { return stages_[own_]->routing_summary(); }
+  PhaseSeconds phase_seconds() const override { return own_->phase_seconds(); }
+  int64_t inverse_root_failures() const override { return own_->inverse_root_failures(); }
+  int64_t comm_bytes() const override { return own_->comm_bytes(); }
+  std::string routing_summary() const override { return own_->routing_summary(); }
 
-  // After a resume: the state of the tied embedding, loaded into the first stage's optimizer,
-  // copied to the last stage's.
-  void copy_shared_state();
   // Collective over the world: every stage's optimizer counters from its leader to every rank
   // (the state tensors are written to checkpoints by the ranks that hold them).
   void gather(Communicator& world, const ParallelContext& par);
 
  private:
-  std::vector<std::unique_ptr<Optimizer>> stages_;
-  int own_;
+  std::unique_ptr<Optimizer> own_;
+  int own_stage_, stages_;
+  std::string tied_name_;                 // the tied embedding's parameter name
+  std::vector<nlohmann::json> scalars_;   // each stage's counters, as of the last gather()
 };
 
-// Collective over the world: every stage's parameters from its leader to every rank.
-void gather_stage_params(Communicator& world, const ParallelContext& par, ParamStore& params);
+// Collective over the world: the whole model, from every stage's leader, in a host store on the
+// first rank (nullptr on the others), for model.safetensors.
+std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
+                                                  const ParamStore& params);
 
 // After the schedule: sums this stage's gradients over its tensor- and data-parallel ranks, scales
 // them by `scale`, and sums the tied embedding's between the first and the last stage. Returns

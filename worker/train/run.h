@@ -56,7 +56,9 @@ struct Run {
   int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
   int64_t kill_fault_step = -1;     // test-only: PRECON_FAULT_KILL_AT=step:S (worker/common/fault_hook.h)
   int64_t step_pace_ms = 0;         // test-only: PRECON_FAULT_STEP_PACE_MS sleeps after each step
-  RunState state() { return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective, par.world.get()}; }
+  RunState state() {
+    return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective, par.world.get(), par.stage.get()};
+  }
 };
 
 // Parses the config, checks the layout against the launched ranks, prepares the run directory,

@@ -100,30 +100,33 @@ void build_data(Run& run) {
   }
 }
 
-// Each rank steps its own stage's optimizer; the others' are filled for checkpoints (pipeline_state.h).
+// Each rank steps its own stage's optimizer over its own rows (pipeline_state.h).
 void build_optimizer(Run& run) {
   const ParamStore& store = run.model->params();
-  std::vector<std::unique_ptr<Optimizer>> stages;
-  for (int s = 0; s < run.par.pipeline; ++s) {
-    std::vector<OptimParam> oparams;
-    for (size_t i : gpt_stage_rows(store, pipeline_stage(run.par, s, 1)))
-      oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
-    OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
-    // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
-    // per-matrix work is shared out over all of them.
-    if (s == run.par.pp_rank() && run.par.stage->size() > 1) {
-      hooks.group = run.par.stage.get();  // stage rank = data index · tensor + tensor rank
-      hooks.tp = run.par.tp.get();
-      hooks.tensor = run.par.tensor;
-    }
-    stages.push_back(make_optimizer(run.cfg().optimizer, oparams, run.device, hooks));
+  std::vector<OptimParam> oparams;
+  for (size_t i : run.model->stage_rows()) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
+  // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
+  // per-matrix work is shared out over all of them.
+  if (run.par.stage->size() > 1) {
+    hooks.group = run.par.stage.get();  // stage rank = data index · tensor + tensor rank
+    hooks.tp = run.par.tp.get();
+    hooks.tensor = run.par.tensor;
   }
+  std::unique_ptr<Optimizer> own = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
   if (run.par.pipeline == 1) {
-    run.optimizer = std::move(stages.front());
+    run.optimizer = std::move(own);
   } else {
-    auto composite = std::make_unique<StageOptimizers>(std::move(stages), run.par.pp_rank());
+    auto composite = std::make_unique<StageOptimizers>(std::move(own), run.par.pp_rank(), run.par.pipeline,
+                                                       store.spec(store.index("wte.weight")).name);
     run.stages = composite.get();
     run.optimizer = std::move(composite);
+  }
+  if (run.par.pipeline > 1) {
+    int64_t whole = 0;
+    for (const ParamSpec& spec : store.table()) whole += spec.storage_numel();
+    run.log("parameters: " + std::to_string(store.total_numel()) + " of the model's " + std::to_string(whole) +
+            " held on this rank (pipeline stage " + std::to_string(run.par.pp_rank()) + ")");
   }
   // Under tensor parallelism one sum over the stage assembles each full gradient from its shards
   // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
@@ -152,7 +155,6 @@ void resume_run(Run& run) {
   }
   if (!dir) return;
   run.start = load_checkpoint(*dir, run.state());
-  if (run.stages) run.stages->copy_shared_state();
   run.objective = checkpoint_objective(*dir);
   run.log("resumed from " + dir->string() + " at step " + std::to_string(run.start));
 }

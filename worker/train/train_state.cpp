@@ -160,24 +160,29 @@ uint64_t params_checksum(const ParamStore& params) {
   return h;
 }
 
-// Every rank holds the whole model: after a load they must hold the same one.
+// The ranks of state.replicas hold the same parameters: after a load they must hold the same ones.
 void check_replicas(const std::filesystem::path& dir, const RunState& state) {
-  if (!state.group || state.group->size() == 1) return;
-  const int rank = state.group->rank(), ranks = state.group->size();
+  Communicator* group = state.replicas ? state.replicas : state.group;
+  if (!group || group->size() == 1) return;
+  const int rank = group->rank(), ranks = group->size();
   if (const char* v = std::getenv(kPerturbEnv); v && std::atoi(v) == rank)
     k::scale(state.model->params().param(0), 1.001f);
-  std::vector<int64_t> sums(static_cast<size_t>(ranks), INT64_MIN);
+  // Each rank's checksum and its rank in the whole job (the names in the message).
+  std::vector<int64_t> sums(static_cast<size_t>(ranks), INT64_MIN), job_rank(static_cast<size_t>(ranks), INT64_MIN);
   const uint64_t mine = params_checksum(state.model->params());
   std::memcpy(&sums[static_cast<size_t>(rank)], &mine, sizeof mine);
-  state.group->all_reduce_max(sums.data(), ranks);
+  job_rank[static_cast<size_t>(rank)] = state.group ? state.group->rank() : rank;
+  group->all_reduce_max(sums.data(), ranks);
+  group->all_reduce_max(job_rank.data(), ranks);
   std::string differ;
   for (int r = 1; r < ranks; ++r)
-    if (sums[static_cast<size_t>(r)] != sums[0]) differ += (differ.empty() ? "" : ", ") + std::to_string(r);
+    if (sums[static_cast<size_t>(r)] != sums[0])
+      differ += (differ.empty() ? "" : ", ") + std::to_string(job_rank[static_cast<size_t>(r)]);
   if (!differ.empty())
-    throw CheckpointError("after loading " + dir.string() + " the parameters of rank(s) " + differ +
-                          " differ from rank 0's (parameter checksums compared over all " + std::to_string(ranks) +
-                          " ranks): the replicas would train different models; check that every rank reads the same "
-                          "checkpoint directory");
+    throw CheckpointError("after loading " + dir.string() + " the parameters of rank(s) " + differ + " differ from rank " +
+                          std::to_string(job_rank[0]) + "'s (parameter checksums compared over the " +
+                          std::to_string(ranks) + " ranks that hold them): the replicas would train different models; "
+                          "check that every rank reads the same checkpoint directory");
 }
 
 }  // namespace
@@ -226,7 +231,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
     std::vector<CheckpointFile> files;
     // Streamed into the checkpoint: no in-memory copy of the weights or the optimizer state.
     files.push_back({"model.safetensors", [&state](ByteSink& out) {
-                       write_model_safetensors(out, state.model->params(), state.config->model);
+                       write_model_safetensors(out, state.full_params ? *state.full_params : state.model->params(),
+                                               state.config->model);
                      }});
     files.push_back({shard_name(0, ranks), [&mine](ByteSink& out) {
                        write_safetensors(out, mine.entries, {{"producer", "precon"}});

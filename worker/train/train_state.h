@@ -26,6 +26,12 @@ struct RunState {
   // Every rank of the job (null: one process). Saving and loading are collectives over it: each
   // rank writes the optimizer state it holds and reads what it holds now, whatever layout wrote it.
   Communicator* group = nullptr;
+  // The ranks that hold the same parameters (a pipeline stage's; null: the whole group): a load
+  // compares their checksums.
+  Communicator* replicas = nullptr;
+  // Written as model.safetensors instead of the model's own parameters (which, on a pipeline
+  // stage, are only that stage's): the whole model gathered on the first rank.
+  const ParamStore* full_params = nullptr;
 };
 
 // The objective value recorded in a checkpoint's trainer.json; nullopt when absent or unreadable.
@@ -42,8 +48,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
 
 // Restores a checkpoint directory into the state; returns its step. Throws CheckpointError (with
 // the directory and what did not match) when it belongs to another model or optimizer. Every
-// rank of state.group calls it; afterwards the ranks compare a checksum of their parameters
-// (they all hold the whole model) and throw CheckpointError naming the ranks that differ.
+// rank of state.group calls it; afterwards the ranks of state.replicas compare a checksum of
+// their parameters and throw CheckpointError naming the ranks that differ.
 // Test-only: PRECON_FAULT_PERTURB_REPLICA=RANK changes one parameter on that rank first.
 int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state);
 

@@ -243,13 +243,17 @@ void maybe_evaluate(Run& run, int64_t step, double loss) {
 void checkpoint(Run& run, int64_t step) {
   if (step == run.last_checkpoint && step != 0) return;
   auto t0 = std::chrono::steady_clock::now();
+  RunState state = run.state();
+  std::unique_ptr<ParamStore> whole;
   if (run.stages) {
-    // Each stage stepped its own rows: every rank now takes the others' from their leaders (and
-    // the stages' optimizer counters; their state tensors are written by their holders).
-    gather_stage_params(*run.par.world, run.par, run.model->params());
+    // Each rank holds its own stage: the first gathers the whole model from the stages' leaders
+    // for model.safetensors, and every rank the stages' optimizer counters (their state tensors
+    // are written by the ranks that hold them).
+    whole = gather_model_to_first(*run.par.world, run.par, run.model->params());
+    state.full_params = whole.get();
     run.stages->gather(*run.par.world, run.par);
   }
-  fs::path dir = save_checkpoint(run.options->run_dir, step, run.state());
+  fs::path dir = save_checkpoint(run.options->run_dir, step, state);
   if (run.par.first()) {
     run.metrics->sync();
     run.log("checkpoint " + dir.filename().string() + " (" + std::to_string(seconds_since(t0)).substr(0, 5) + " s)");
