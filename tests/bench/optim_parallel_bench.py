@@ -5,8 +5,9 @@
    one process vs DP=2 duplicated (every rank does all the work) vs DP=2 owners; Muon's full step
    and Shampoo's refresh step (precondition_frequency 1), on L6 C384 and (--gpt2) GPT-2 124M shapes.
    Targets: owners >= 1.7x faster than duplicated (Muon), >= 1.7x faster than one rank (Shampoo).
-2. Bytes communicated per step and rank at DP=2 (precon-train's metrics: the gradient all-reduce
-   comm_bytes plus the optimizer's all-gathers optim_comm_bytes) for AdamW, Muon fp32/bf16 and
+2. Bytes communicated per step and rank at DP=2 (precon-train's metrics: the gradient sums
+   comm_bytes, all-reduced or, for Muon's matrices, reduced to their owner, plus the optimizer's
+   all-gathers optim_comm_bytes; ring/tree costs, the busiest rank's) for AdamW, Muon fp32/bf16 and
    Shampoo fp32/bf16, as a ratio of AdamW's. Target: Muon <= 1.25x AdamW (Moonlight's bound).
 
 Usage: tests/bench/optim_parallel_bench.py [--build build] [--gpt2] [--repeats 3]
@@ -63,7 +64,7 @@ def main():
         out = subprocess.run(MPIRUN + [bench, "--model", model, "--repeats", str(a.repeats)], check=True, env=ENV,
                              capture_output=True, text=True).stdout
         print(out, end="")
-    print("\n== bytes per step and rank at DP=2, L6 C384 (gradient all-reduce + optimizer all-gathers) ==")
+    print("\n== bytes per step and rank at DP=2, L6 C384 (gradient sums + optimizer all-gathers) ==")
     with tempfile.TemporaryDirectory() as work:
         write_shard(os.path.join(work, "train.bin"), 20000, 256)
         cases = [("adamw", "adamw", ""),

@@ -1,9 +1,13 @@
-// The distributed optimizers in the trainer: Muon's tensor-parallel modes and all-gather dtype,
+// The distributed optimizers in the trainer: Muon's gradients reduced to their owners (values,
+// norm, bytes against AdamW's), its tensor-parallel modes and all-gather dtype,
 // Shampoo's owned blocks, optimizer state written in shards by its owners and read back at
 // another layout, and the replica checksum after a load.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <string>
@@ -93,6 +97,74 @@ TEST_F(ParallelOptim, MuonUpdatesGatheredInBf16HalveTheBytesAndStayClose) {
   // bf16 keeps 8 bits of mantissa: the updates differ by ~0.4 %, the loss by far less after 20
   // steps (measured ~1e-4 relative); a lost or misplaced update would move it by 1e-2.
   expect_same_trajectory("fp32", "bf16", 20, 3e-3);
+}
+
+TEST_F(ParallelOptim, GradientsReducedToTheirRootsMatchTheOneProcessSums) {
+  // GradientSync with roots on three ranks (tests/worker/grad_sync_check.cpp): the root's sum,
+  // zeros elsewhere, the norm counting each gradient once, the bytes each rank sends.
+  Result r = run(mpirun(3) + PRECON_GRAD_SYNC_CHECK);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("all gradient sync checks passed on 3 ranks"), std::string::npos) << r.output;
+}
+
+TEST_F(ParallelOptim, MuonWithGradientsReducedToOwnersFollowsTheSingleProcessRun) {
+  // DP=2 fp32 Muon: each matrix's gradient is summed on its owner only. The loss and the clipped
+  // global norm (train.grad_clip 1 clips every step here) follow the single process; so do
+  // TP2×DP2 duplicated (one owner among four ranks), distributed (the matrices stay all-reduced)
+  // and blockwise (against TP2 alone, whose gradients are all-reduced: it depends on the TP layout).
+  const fs::path cfg = config(kMuon);
+  const std::string log1 = " --set train.log_every=1";
+  ASSERT_EQ(run(trainer(cfg, "one", log1)).status, 0);
+  Result r = run(mpirun(2) + trainer(cfg, "dp2", "--set parallel.data=2" + log1));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0: gradients: 8 of 28 tensors reduced to the one rank that reads them"),
+            std::string::npos) << r.output;
+  auto same_norms = [&](const std::string& a, const std::string& b) {
+    const auto x = series(a, "grad_norm"), y = series(b, "grad_norm");
+    ASSERT_EQ(x.size(), 20u) << a;
+    ASSERT_EQ(y.size(), 20u) << b;
+    double worst = 0;
+    for (const auto& [step, v] : x) worst = std::max(worst, std::fabs(v - y.at(step)) / v);
+    std::printf("%s vs %s grad_norm: max relative difference %.3g\n", a.c_str(), b.c_str(), worst);
+    EXPECT_LT(worst, mpitest::kLossTolerance) << a << " vs " << b;
+  };
+  expect_same_trajectory("one", "dp2", 20);
+  same_norms("one", "dp2");
+  const std::string tp2dp2 = "--set parallel.tensor=2 --set parallel.data=2" + log1;
+  for (const char* mode : {"duplicated", "distributed"}) {
+    SCOPED_TRACE(mode);
+    r = run(mpirun(4) + trainer(cfg, mode, tp2dp2 + " --set optimizer.muon.tp_mode=" + mode));
+    ASSERT_EQ(r.status, 0) << r.output;
+    const bool reduced = r.output.find("rank 0: gradients: 8 of 28 tensors reduced") != std::string::npos;
+    EXPECT_EQ(reduced, std::string(mode) == "duplicated") << r.output;
+    expect_same_trajectory("one", mode, 20);
+    same_norms("one", mode);
+  }
+  const std::string blockwise = " --set optimizer.muon.tp_mode=blockwise";
+  ASSERT_EQ(run(mpirun(2) + trainer(cfg, "tp2_blockwise", "--set parallel.tensor=2" + log1 + blockwise)).status, 0);
+  r = run(mpirun(4) + trainer(cfg, "tp2dp2_blockwise", tp2dp2 + blockwise));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 0: gradients: 8 of 28 tensors reduced"), std::string::npos) << r.output;
+  expect_same_trajectory("tp2_blockwise", "tp2dp2_blockwise", 20);
+  same_norms("tp2_blockwise", "tp2dp2_blockwise");
+}
+
+TEST_F(ParallelOptim, MuonFp32SendsAtMostAQuarterMoreBytesThanAdamW) {
+  // Moonlight's bound at DP=2 on the same model: the gradient sums plus the optimizer's
+  // all-gathers per step and rank (comm_bytes + optim_comm_bytes, the busiest rank's each). An
+  // all-reduce of every gradient plus the all-gather of the updates would be ~1.44x here.
+  auto bytes = [&](const std::string& run_dir) {
+    const auto grad = series(run_dir, "comm_bytes"), optim = series(run_dir, "optim_comm_bytes");
+    EXPECT_EQ(grad.size(), 20u) << run_dir;
+    return grad.empty() ? 0.0 : grad.rbegin()->second + optim.at(grad.rbegin()->first);
+  };
+  const std::string sets = "--set parallel.data=2 --set train.log_every=1";
+  ASSERT_EQ(run(mpirun(2) + trainer(config(mpitest::kOptimizers[0]), "adamw", sets)).status, 0);
+  ASSERT_EQ(run(mpirun(2) + trainer(config(kMuon), "muon", sets + " --set optimizer.muon.comm_dtype=fp32")).status, 0);
+  const double adamw = bytes("adamw"), muon = bytes("muon");
+  std::printf("bytes per step: adamw %.0f, muon fp32 %.0f (%.3fx)\n", adamw, muon, muon / adamw);
+  ASSERT_GT(adamw, 0);
+  EXPECT_LE(muon, 1.25 * adamw);
 }
 
 TEST_F(ParallelOptim, ShampooTensorParallelFollowsTheSingleProcessRunAndReshards) {

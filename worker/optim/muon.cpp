@@ -16,6 +16,7 @@
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
 #include "worker/optim/shards.h"
+#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -68,7 +69,8 @@ std::vector<OptimParam> select(const std::vector<OptimParam>& params, bool matri
 
 // Who computes what with several ranks (OptimizerHooks::group, every rank holding the full model
 // and gradient): each matrix has one owner, chosen greedily by Newton–Schulz cost, which alone
-// keeps its momentum and orthogonalises it; one all-gather (optimizer.muon.comm_dtype) hands every
+// keeps its momentum, reads its gradient (so the trainer sums it there only: gradient_roots) and
+// orthogonalises it; one all-gather (optimizer.muon.comm_dtype) hands every
 // update to every rank and all apply them alike. tp_mode (tensor = TP ranks, Megatron's names):
 //   duplicated:  the owner (any rank) orthogonalises the whole matrix: the single-process result;
 //   distributed: the owner is a data-parallel index; each rank of that tensor-parallel group keeps
@@ -112,7 +114,10 @@ class Muon final : public Optimizer {
     }
     tp_ = hooks.tp;
     mode_ = tensor_ > 1 ? config_.tp_mode : "duplicated";
-    for (const OptimParam& p : select(params, true)) add_matrix(p);
+    roots_.assign(params.size(), -1);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (params[i].spec->kind == ParamKind::matrix) add_matrix(params[i], i);
+    }
     assign_and_allocate();
   }
 
@@ -138,7 +143,7 @@ class Muon final : public Optimizer {
       } else if (ranks > 1) {
         group_->all_gather(segment().f32(), static_cast<float*>(gathered_.data()), segment_);
       }
-      if (ranks > 1) comm_bytes_ += segment_ * (bf16_ ? 2 : 4);
+      comm_bytes_ += sent_by_all_gather(segment_ * (bf16_ ? 2 : 4), group_->size());
     }
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
@@ -172,6 +177,9 @@ class Muon final : public Optimizer {
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
   int64_t comm_bytes() const override { return comm_bytes_; }
+  // Only the owner reads a matrix's gradient (its momentum lives there); under tp_mode
+  // distributed every rank of the owning tensor-parallel group does, so those stay all-reduced.
+  std::vector<int> gradient_roots() const override { return group_->size() > 1 ? roots_ : std::vector<int>{}; }
   std::string routing_summary() const override {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.param.numel();
@@ -191,6 +199,7 @@ class Muon final : public Optimizer {
   };
   struct Matrix {
     std::string name;
+    size_t index = 0;  // in the parameters given to the constructor
     Tensor param, grad, momentum;
     Tensor update;  // the unpacked update of pieces that are not whole (distributed)
     int qkv = 1;          // Q/K/V blocks along the fan_out storage dim (1 = none)
@@ -203,13 +212,14 @@ class Muon final : public Optimizer {
     std::vector<Piece> pieces;
   };
 
-  void add_matrix(const OptimParam& p) {
+  void add_matrix(const OptimParam& p, size_t index) {
     const ParamSpec& s = *p.spec;
     if (s.shape.size() != 2 || s.fan_in <= 0 || s.fan_out <= 0) {
       throw OptimizerError("muon: " + s.name + " is routed as a matrix but has no 2-D shape / fan dims");
     }
     Matrix m;
     m.name = s.name;
+    m.index = index;
     m.param = visible(p.param, s);
     m.grad = visible(p.grad, s);
     m.qkv = std::max(1, s.qkv_blocks);
@@ -288,6 +298,7 @@ class Muon final : public Optimizer {
       } else {
         m.owner = by_rank[i];
         m.holds_state = me == m.owner;
+        roots_[m.index] = m.owner;
         Piece p;
         p.rank = m.owner;
         p.shape = {rows, cols};
@@ -425,6 +436,7 @@ class Muon final : public Optimizer {
   std::string mode_;
   bool bf16_ = false;
   std::vector<Matrix> matrices_;
+  std::vector<int> roots_;  // gradient_roots()
   StateBuffer momentum_{"momentum"};
   std::vector<size_t> momentum_handle_;
   std::map<std::string, bool> primary_;

@@ -81,9 +81,14 @@ class Optimizer {
   // Inverse-root computations that failed (keeping the previous root) over the whole run, resumes
   // included; 0 for optimizers without inverse roots. Reported as inverse_root_failures.
   virtual int64_t inverse_root_failures() const { return 0; }
-  // Bytes this rank sent in the optimizer's own collectives since construction (the payload each
-  // collective is given, as GradientSync::bytes_sent counts the gradient all-reduce).
+  // Bytes this rank sent in the optimizer's own collectives since construction, counted as
+  // GradientSync::bytes_sent counts the gradient's (worker/parallel/comm_cost.h).
   virtual int64_t comm_bytes() const { return 0; }
+  // Per parameter given to the factory, in that order: the group rank (OptimizerHooks::group)
+  // that alone reads its gradient, or -1 when every rank does. The trainer may then reduce that
+  // gradient to its root only (GradientSync); the other ranks find zeros there. Empty: every rank
+  // reads every gradient.
+  virtual std::vector<int> gradient_roots() const { return {}; }
   // One line per group: how many tensors and parameters go to each optimizer.
   virtual std::string routing_summary() const = 0;
 };

@@ -29,6 +29,7 @@
 #include "kernels/nn.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
+#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -215,7 +216,7 @@ class Shampoo final : public Optimizer {
       } else if (ranks > 1) {
         group_->all_gather(seg.f32(), static_cast<float*>(gathered_.data()), segment_);
       }
-      if (ranks > 1) comm_bytes_ += segment_ * (bf16_ ? 2 : 4);
+      comm_bytes_ += sent_by_all_gather(segment_ * (bf16_ ? 2 : 4), static_cast<int>(ranks));
     }
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;

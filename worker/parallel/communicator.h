@@ -37,6 +37,9 @@ class Communicator {
   // The same over raw bytes (bf16 payloads): out (size() · bytes) = every rank's `in`, in rank order.
   virtual void all_gather_bytes(const void* in, void* out, int64_t bytes) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) = 0;
+  // The sum over the group into `root`'s `data` only: the other ranks send theirs and keep it as
+  // it was (half an all-reduce's bytes, for a result that one rank alone needs).
+  virtual std::unique_ptr<PendingCollective> start_reduce_sum(float* data, int64_t n, int root) = 0;
   virtual void broadcast(void* data, int64_t bytes, int root) = 0;
   // Point-to-point: `n` floats to / from rank `peer` of this group, matched in the order they
   // were posted. start_send returns at once and the buffer must stay untouched until the returned

@@ -1,14 +1,24 @@
 #include "worker/parallel/grad_sync.h"
 
 #include <chrono>
+#include <cmath>
 #include <stdexcept>
+#include <string>
 
+#include "kernels/backend.h"
 #include "kernels/linalg.h"
+#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker {
 
-GradientSync::GradientSync(Communicator& dp, const ParamStore& params, int64_t bucket_bytes)
-    : dp_(dp), params_(params), bucket_bytes_(bucket_bytes) {
+GradientSync::GradientSync(Communicator& dp, const ParamStore& params, std::vector<int> roots, int64_t bucket_bytes)
+    : dp_(dp), params_(params), roots_(std::move(roots)), bucket_bytes_(bucket_bytes) {
+  if (!roots_.empty() && roots_.size() != params.size())
+    throw std::logic_error("GradientSync: " + std::to_string(roots_.size()) + " roots for " +
+                           std::to_string(params.size()) + " parameters");
+  for (int r : roots_) {
+    if (r >= dp.size()) throw std::logic_error("GradientSync: root " + std::to_string(r) + " outside the group");
+  }
   const float* base = params.all_grads().f32();
   for (size_t i = 0; i < params.size(); ++i) offset_.push_back(params.grad(i).f32() - base);
   offset_.push_back(params.total_numel());
@@ -28,11 +38,27 @@ void GradientSync::ready(size_t first, size_t end) {
   for (auto& p : inflight_) p->poke();
 }
 
+// One collective per maximal run of the bucket with the same root: the bucket's memory is
+// contiguous, so each run is too.
 void GradientSync::launch() {
   if (lo_ == hi_) return;
-  const int64_t n = offset_[hi_] - offset_[lo_];
-  inflight_.push_back(dp_.start_all_reduce_sum(params_.all_grads().f32() + offset_[lo_], n));
-  bytes_sent_ += n * static_cast<int64_t>(sizeof(float));
+  float* base = params_.all_grads().f32();
+  for (size_t i = lo_; i < hi_;) {
+    size_t j = i + 1;
+    while (j < hi_ && root(j) == root(i)) ++j;
+    const int64_t n = offset_[j] - offset_[i];
+    const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
+    const int r = root(i);
+    if (r < 0) {
+      inflight_.push_back(dp_.start_all_reduce_sum(base + offset_[i], n));
+      bytes_sent_ += sent_by_all_reduce(bytes, dp_.size());
+    } else {
+      inflight_.push_back(dp_.start_reduce_sum(base + offset_[i], n, r));
+      bytes_sent_ += sent_by_reduce(bytes, dp_.size(), r == dp_.rank());
+      if (r != dp_.rank()) foreign_.emplace_back(offset_[i], n);
+    }
+    i = j;
+  }
   ++buckets_;
   hi_ = lo_;
 }
@@ -43,8 +69,32 @@ void GradientSync::finish(float scale) {
   for (auto& p : inflight_) p->wait();
   wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   inflight_.clear();
-  if (scale != 1.0f) kernels::scale(params_.all_grads(), scale);
+  const kernels::Tensor all = params_.all_grads();
+  for (const auto& [offset, n] : foreign_)
+    kernels::fill_zero(kernels::Tensor::view(all.f32() + offset, {n}, kernels::DType::f32, all.device));
+  foreign_.clear();
+  if (scale != 1.0f) kernels::scale(all, scale);
   lo_ = hi_ = params_.size();
+}
+
+double GradientSync::norm() {
+  double shared = 0, own = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const int r = root(i);
+    if (r < 0) shared += kernels::sum_squares(params_.grad(i));
+    else if (r == dp_.rank()) own += kernels::sum_squares(params_.grad(i));
+  }
+  if (reduced_tensors() == 0) return std::sqrt(shared);
+  // The all-reduced part is the same on every rank: the first adds it, so it counts once.
+  double total = own + (dp_.rank() == 0 ? shared : 0.0);
+  dp_.all_reduce_sum(&total, 1);
+  return std::sqrt(total);
+}
+
+int GradientSync::reduced_tensors() const {
+  int n = 0;
+  for (int r : roots_) n += r >= 0;
+  return n;
 }
 
 }  // namespace precon::worker

@@ -72,6 +72,13 @@ class MpiCommunicator final : public Communicator {
     check_mpi(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, comm_, pending->request()), "iallreduce");
     return pending;
   }
+  std::unique_ptr<PendingCollective> start_reduce_sum(float* data, int64_t n, int root) override {
+    auto pending = std::make_unique<MpiPending>();
+    // In place on the root; elsewhere `data` is only the send buffer (the receive one is ignored).
+    const void* send = rank_ == root ? MPI_IN_PLACE : data;
+    check_mpi(MPI_Ireduce(send, data, count(n), MPI_FLOAT, MPI_SUM, root, comm_, pending->request()), "ireduce");
+    return pending;
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     check_mpi(MPI_Bcast(data, count(bytes), MPI_BYTE, root, comm_), "bcast");
   }

@@ -82,6 +82,20 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclAllReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, comm_, side_), "all-reduce");
     return std::make_unique<NcclPending>(side_);
   }
+  // The bucket all-reduce's twin: on the side stream after the compute stream's work so far; in
+  // place on the root, and the other ranks' receive buffer is ignored by NCCL.
+  std::unique_ptr<PendingCollective> start_reduce_sum(float* data, int64_t n, int root) override {
+    if (!on_device(data)) {
+      stage(data, n * static_cast<int64_t>(sizeof(float)), [&](void* d) {
+        check_nccl(ncclReduce(d, d, static_cast<size_t>(n), ncclFloat32, ncclSum, root, comm_, 0), "reduce");
+      });
+      return std::make_unique<NcclPending>(side_);
+    }
+    check_cuda(cudaEventRecord(ready_, 0), "event record");
+    check_cuda(cudaStreamWaitEvent(side_, ready_, 0), "stream wait");
+    check_nccl(ncclReduce(data, data, static_cast<size_t>(n), ncclFloat32, ncclSum, root, comm_, side_), "reduce");
+    return std::make_unique<NcclPending>(side_);
+  }
   void broadcast(void* data, int64_t bytes, int root) override {
     stage(data, bytes, [&](void* d) { check_nccl(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, 0), "broadcast"); });
   }

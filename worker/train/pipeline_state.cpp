@@ -5,6 +5,7 @@
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
 #include "worker/common/error.h"
+#include "worker/parallel/comm_cost.h"
 #include "worker/train/pipeline_schedule.h"
 
 namespace precon::worker {
@@ -132,7 +133,7 @@ int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float 
     const int64_t n = (last.f32() + last.numel()) - first;
     if (par.stage->size() > 1) {
       par.stage->all_reduce_sum(first, n);
-      bytes += n * static_cast<int64_t>(sizeof(float));
+      bytes += sent_by_all_reduce(n * static_cast<int64_t>(sizeof(float)), par.stage->size());
     }
     if (scale != 1.0f) k::scale(k::Tensor::view(first, {n}), scale);
     i = j;
@@ -140,7 +141,7 @@ int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float 
   if (par.embedding) {
     const k::Tensor wte = p.grad(p.index("wte.weight"));
     par.embedding->all_reduce_sum(wte.f32(), wte.numel());
-    bytes += wte.numel() * static_cast<int64_t>(sizeof(float));
+    bytes += sent_by_all_reduce(wte.numel() * static_cast<int64_t>(sizeof(float)), par.embedding->size());
   }
   return bytes;
 }

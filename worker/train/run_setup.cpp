@@ -130,8 +130,23 @@ void build_optimizer(Run& run) {
   }
   // Under tensor parallelism one sum over the stage assembles each full gradient from its shards
   // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
-  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store);
+  // Either way a group rank is the stage rank the optimizer's roots name (data index · tensor +
+  // tensor rank). Under data parallelism a gradient only its owner reads (Muon's matrices) is
+  // reduced to that owner; pipeline stages sum theirs apart (sum_stage_gradients), all-reduced.
+  std::vector<int> roots;
+  if (run.par.pipeline == 1 && run.par.data > 1) {
+    const std::vector<int> by_param = run.optimizer->gradient_roots();
+    if (!by_param.empty()) {
+      const std::vector<size_t> rows = gpt_stage_rows(store, pipeline_stage(run.par, 0, 1));
+      roots.assign(store.size(), -1);
+      for (size_t j = 0; j < rows.size(); ++j) roots[rows[j]] = by_param.at(j);
+    }
+  }
+  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store, roots);
   run.log("routing: " + run.optimizer->routing_summary());
+  if (run.grad_sync->reduced_tensors() > 0)
+    run.log("gradients: " + std::to_string(run.grad_sync->reduced_tensors()) + " of " + std::to_string(store.size()) +
+            " tensors reduced to the one rank that reads them, the rest all-reduced");
   if (run.par.world->size() > 1)
     run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
             ", " + std::to_string(run.par.tensor) + " tensor-parallel, " + std::to_string(run.par.pipeline) +

@@ -114,8 +114,9 @@ std::string last_good(const Run& run) {
 }
 
 // Zeroes the gradients, runs the forward and backward passes over this rank's micro-batches
-// (the last one's backward starts the gradient all-reduce bucket by bucket), and leaves the mean
-// gradient of the whole global batch in every rank's buffer. Returns the training loss.
+// (the last one's backward starts the gradient sums bucket by bucket), and leaves the mean
+// gradient of the whole global batch in every rank's buffer, or for a gradient with a root
+// (GradientSync) in the root's only. Returns the training loss.
 double forward_backward(Run& run, const Batch& batch, int64_t step) {
   run.model->zero_grads();
   const float scale = 1.0f / static_cast<float>(run.slice / run.micro * run.par.data);
@@ -148,11 +149,9 @@ double forward_backward(Run& run, const Batch& batch, int64_t step) {
 }
 
 // The global gradient norm, and the scale that clips it to train.grad_clip (1 when it fits).
+// Without pipelining a gradient reduced to its owner is whole there only: GradientSync counts it.
 std::pair<double, float> clip_gradients(Run& run) {
-  const ParamStore& store = run.model->params();
-  std::vector<k::Tensor> grads;
-  for (size_t i = 0; i < store.size(); ++i) grads.push_back(store.grad(i));
-  const double grad_norm = run.schedule ? pipeline_grad_norm(run.par, *run.model) : k::global_norm(grads);
+  const double grad_norm = run.schedule ? pipeline_grad_norm(run.par, *run.model) : run.grad_sync->norm();
   const double clip = run.cfg().train.grad_clip;
   return {grad_norm, (clip > 0 && grad_norm > clip) ? static_cast<float>(clip / grad_norm) : 1.0f};
 }
@@ -199,18 +198,19 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
     r.values.emplace_back("inverse_root_failures", failures);
   }
   if (run.par.world->size() > 1) {
-    // Gradient all-reduce since the last record: the time the step waited for it after the
-    // backward, and the bytes this rank sent into it.
+    // Gradient sums since the last record: the time the step waited for them after the
+    // backward, and the bytes sent into them; then the optimizer's own collectives (Muon's and
+    // Shampoo's all-gathers). Bytes are the busiest rank's: a reduce's root sends nothing.
     const GradientSync& g = *run.grad_sync;
     r.values.emplace_back("comm_wait_seconds", g.wait_seconds() - run.prev_comm_seconds);
-    r.values.emplace_back("comm_bytes", static_cast<double>(g.bytes_sent() + run.pipe_bytes - run.prev_comm_bytes));
     run.prev_comm_seconds = g.wait_seconds();
+    int64_t bytes[2] = {g.bytes_sent() + run.pipe_bytes - run.prev_comm_bytes,
+                        run.optimizer->comm_bytes() - run.prev_optim_bytes};
     run.prev_comm_bytes = g.bytes_sent() + run.pipe_bytes;
-    // The optimizer's own collectives (Muon's and Shampoo's all-gathers): the busiest rank's bytes.
-    int64_t optim_bytes = run.optimizer->comm_bytes() - run.prev_optim_bytes;
-    run.par.world->all_reduce_max(&optim_bytes, 1);
-    r.values.emplace_back("optim_comm_bytes", static_cast<double>(optim_bytes));
     run.prev_optim_bytes = run.optimizer->comm_bytes();
+    run.par.world->all_reduce_max(bytes, 2);
+    r.values.emplace_back("comm_bytes", static_cast<double>(bytes[0]));
+    r.values.emplace_back("optim_comm_bytes", static_cast<double>(bytes[1]));
   }
   if (run.schedule) {
     // The bubble: each stage's time in the schedule not spent computing, over its computing
