@@ -19,6 +19,7 @@ import os
 import random
 import struct
 import subprocess
+import sys
 import tempfile
 
 ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE",
@@ -59,6 +60,10 @@ def main():
     a = ap.parse_args()
     bench = os.path.join(a.build, "tests", "bench", "precon_optim_parallel_bench")
     trainer = os.path.join(a.build, "worker", "precon-train")
+    for path, target in ((bench, "precon_optim_parallel_bench"), (trainer, "precon-train")):
+        if not os.access(path, os.X_OK):
+            sys.exit(f"{path} is missing: build it first (cmake --build {a.build} --target {target}; "
+                     "benchmarks need -DPRECON_BUILD_BENCHMARKS=ON)")
     print("== optimizer step, seconds ==")
     for model in ["l6c384"] + (["gpt2"] if a.gpt2 else []):
         out = subprocess.run(MPIRUN + [bench, "--model", model, "--repeats", str(a.repeats)], check=True, env=ENV,
