@@ -47,29 +47,31 @@ void PipelineSchedule::forward(const Batch& b, int64_t index, bool compute_grad,
   else send(model_.stage_output(), stage_ + 1);
 }
 
-void PipelineSchedule::backward(int64_t index) {
+void PipelineSchedule::backward(int64_t index, const Gpt::GradsReady& ready) {
   model_.select_slot(static_cast<int>(index % model_.stage().slots));
   if (stage_ < stages_ - 1) {
     k::Tensor dout = model_.output_grad();
     pp_.recv(dout.f32(), dout.numel(), stage_ + 1);
   }
   const auto t0 = std::chrono::steady_clock::now();
-  model_.backward();
+  model_.backward(ready);
   times_.busy += since(t0);
   if (stage_ > 0) send(model_.input_grad(), stage_ - 1);
 }
 
-double PipelineSchedule::train(const std::vector<Batch>& micro) {
+double PipelineSchedule::train(const std::vector<Batch>& micro, const Gpt::GradsReady& ready) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t m = static_cast<int64_t>(micro.size());
   const int64_t warmup = std::min<int64_t>(stages_ - stage_ - 1, m), steady = m - warmup;
   double loss = 0.0;
   for (int64_t i = 0; i < warmup; ++i) forward(micro[i], i, true, loss);
+  // Micro-batch m - 1's backward is the last: its gradients are final as it reports them.
+  const auto last = [&](int64_t i) { return i == m - 1 ? ready : Gpt::GradsReady{}; };
   for (int64_t i = 0; i < steady; ++i) {
     forward(micro[warmup + i], warmup + i, true, loss);
-    backward(i);
+    backward(i, last(i));
   }
-  for (int64_t i = steady; i < m; ++i) backward(i);
+  for (int64_t i = steady; i < m; ++i) backward(i, last(i));
   finish_sends();
   times_.total += since(t0);
   return loss;

@@ -33,9 +33,11 @@ class PipelineSchedule {
   // rank is the stage.
   PipelineSchedule(Gpt& model, Communicator& pp);
 
-  // Forward and backward over every micro-batch, accumulating this stage's gradients. Returns the
-  // sum of the micro-batches' mean losses on the last stage, 0 on the others.
-  double train(const std::vector<Batch>& micro);
+  // Forward and backward over every micro-batch, accumulating this stage's gradients; `ready`
+  // goes to the last micro-batch's backward (Gpt::backward), so the gradient sums can start
+  // while it runs. Returns the sum of the micro-batches' mean losses on the last stage, 0 on the
+  // others.
+  double train(const std::vector<Batch>& micro, const Gpt::GradsReady& ready = {});
   // Forward only (validation): the same sum.
   double evaluate(const std::vector<Batch>& micro);
 
@@ -43,7 +45,7 @@ class PipelineSchedule {
 
  private:
   void forward(const Batch& b, int64_t index, bool compute_grad, double& loss);
-  void backward(int64_t index);
+  void backward(int64_t index, const Gpt::GradsReady& ready = {});
   void send(const kernels::Tensor& t, int peer);
   void finish_sends();
 

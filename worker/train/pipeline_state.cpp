@@ -138,12 +138,15 @@ int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float 
     if (scale != 1.0f) k::scale(k::Tensor::view(first, {n}), scale);
     i = j;
   }
-  if (par.embedding) {
-    const k::Tensor wte = p.grad(p.index("wte.weight"));
-    par.embedding->all_reduce_sum(wte.f32(), wte.numel());
-    bytes += sent_by_all_reduce(wte.numel() * static_cast<int64_t>(sizeof(float)), par.embedding->size());
-  }
-  return bytes;
+  return bytes + sum_tied_embedding(par, model);
+}
+
+int64_t sum_tied_embedding(const ParallelContext& par, const Gpt& model) {
+  if (!par.embedding) return 0;
+  const ParamStore& p = model.params();
+  const k::Tensor wte = p.grad(p.index("wte.weight"));
+  par.embedding->all_reduce_sum(wte.f32(), wte.numel());
+  return sent_by_all_reduce(wte.numel() * static_cast<int64_t>(sizeof(float)), par.embedding->size());
 }
 
 double pipeline_grad_norm(const ParallelContext& par, const Gpt& model) {

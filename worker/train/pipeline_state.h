@@ -59,6 +59,9 @@ std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const Par
 // them by `scale`, and sums the tied embedding's between the first and the last stage. Returns
 // the bytes this rank all-reduced.
 int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float scale);
+// Only the last part of that: the tied embedding's sum between the first and the last stage (for
+// a stage whose own sums ran bucket by bucket during its last backward). Returns the bytes.
+int64_t sum_tied_embedding(const ParallelContext& par, const Gpt& model);
 
 // The global gradient norm: this stage's squared norm (the tied embedding counted once, on the
 // first stage) summed over the stages.

@@ -35,6 +35,9 @@ struct Run {
   int64_t slice = 0;                 // sequences of the global batch this rank computes
   int64_t micro = 0;                 // sequences per forward/backward (slice / micro = micro-batches)
   std::unique_ptr<GradientSync> grad_sync;  // one stage: bucketed and overlapped with the backward
+  // Pipeline stages without tensor parallelism: grad_sync sums the stage's data-parallel replicas
+  // during the last micro-batch's backward (with tensor parallelism the sums follow the schedule).
+  bool overlap_stage_sums = false;
   std::unique_ptr<Gpt> model;
   std::unique_ptr<PipelineSchedule> schedule;  // several stages: 1F1B
   StageOptimizers* stages = nullptr;           // several stages: the optimizer, one per stage

@@ -144,6 +144,9 @@ void build_optimizer(Run& run) {
   }
   run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store, roots);
   run.log("routing: " + run.optimizer->routing_summary());
+  run.overlap_stage_sums = run.par.pipeline > 1 && run.par.tensor == 1 && run.par.data > 1;
+  if (run.overlap_stage_sums)
+    run.log("gradients: this stage's data-parallel sums run bucket by bucket during its last micro-batch's backward");
   if (run.grad_sync->reduced_tensors() > 0)
     run.log("gradients: " + std::to_string(run.grad_sync->reduced_tensors()) + " of " + std::to_string(store.size()) +
             " tensors reduced to the one rank that reads them, the rest all-reduced");

@@ -121,7 +121,22 @@ double forward_backward(Run& run, const Batch& batch, int64_t step) {
   run.model->zero_grads();
   const float scale = 1.0f / static_cast<float>(run.slice / run.micro * run.par.data);
   double loss = 0.0;
-  if (run.schedule) {
+  if (run.schedule && run.overlap_stage_sums) {
+    // The stage's data-parallel sums start bucket by bucket during its last backward. The last
+    // stage's backward does not report the tied wte (its embedding lies on the first stage): it
+    // is summed with the rows this stage does not hold, which take no memory, then with the first
+    // stage's copy.
+    GradientSync& sync = *run.grad_sync;
+    size_t lowest = run.model->params().size();
+    const Gpt::GradsReady ready = [&](size_t first, size_t end) {
+      sync.ready(first, end);
+      lowest = first;
+    };
+    loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch), ready));
+    if (lowest > 0 && run.model->stage().head) sync.ready(0, lowest);
+    sync.finish(scale);
+    run.pipe_bytes += sum_tied_embedding(run.par, *run.model);
+  } else if (run.schedule) {
     loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch)));
     run.model->place_grads_for_sum();
     run.pipe_bytes += sum_stage_gradients(run.par, *run.model, scale);
