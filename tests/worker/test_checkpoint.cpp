@@ -137,6 +137,16 @@ TEST(Checkpoint, MissingPiecesAndNoGoodCheckpoint) {
   EXPECT_NE(verify_checkpoint(d)->find("manifest.json missing"), std::string::npos);
   std::ofstream(d / "manifest.json") << "{\"step\": 5, \"files\": [{\"name\": 3}]}";
   EXPECT_NE(verify_checkpoint(d)->find("manifest.json is malformed"), std::string::npos);
+  // Numbers that are not the integers they stand for (found by fuzz_checkpoint: reading 5e112 as a
+  // size was undefined behaviour).
+  std::ofstream(d / "manifest.json") << "{\"step\": 5.5, \"files\": []}";
+  EXPECT_EQ(verify_checkpoint(d), "manifest.json: step 5.5 is not an integer");
+  std::ofstream(d / "manifest.json") << "{\"step\": 5, \"files\": [{\"name\": \"model.safetensors\", \"size\": 5e112, "
+                                        "\"crc32\": \"0\"}]}";
+  EXPECT_EQ(verify_checkpoint(d), "model.safetensors: the manifest's size 5e+112 is not a byte count");
+  std::ofstream(d / "manifest.json") << "{\"step\": 5, \"files\": [{\"name\": \"model.safetensors\", \"size\": -1, "
+                                        "\"crc32\": \"0\"}]}";
+  EXPECT_EQ(verify_checkpoint(d), "model.safetensors: the manifest's size -1 is not a byte count");
   CheckpointChoice c = latest_good_checkpoint(run.path);
   EXPECT_FALSE(c.checkpoint);
   ASSERT_EQ(c.warnings.size(), 1u);

@@ -236,6 +236,9 @@ std::optional<std::string> verify_checkpoint(const fs::path& dir) {
     std::vector<uint8_t> text = read_file(manifest_path);
     manifest = nlohmann::json::parse(text.begin(), text.end());
     if (!manifest.at("files").is_array()) return std::string("manifest.json: \"files\" is not a list");
+    // Integers are checked for what they are before they are read: converting a float such as
+    // 5e112 to an integer is undefined behaviour, not an exception.
+    if (!manifest.at("step").is_number_integer()) return "manifest.json: step " + manifest.at("step").dump() + " is not an integer";
     std::optional<int64_t> dir_step = parse_checkpoint_dir_name(dir.filename().string());
     if (dir_step && manifest.at("step").get<int64_t>() != *dir_step) {
       return "manifest.json: step " + manifest.at("step").dump() + " does not match the directory name";
@@ -249,6 +252,8 @@ std::optional<std::string> verify_checkpoint(const fs::path& dir) {
       std::error_code ec;
       const uint64_t size = fs::file_size(p, ec);
       if (ec) return name + ": missing";
+      if (!f.at("size").is_number_unsigned())
+        return name + ": the manifest's size " + f.at("size").dump() + " is not a byte count";
       const uint64_t want = f.at("size").get<uint64_t>();
       if (size != want) {
         return name + ": size " + std::to_string(size) + " bytes, manifest says " + std::to_string(want) +

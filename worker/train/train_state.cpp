@@ -290,6 +290,8 @@ int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state)
   state.optimizer->load_state_scalars(trainer.at("optimizer"));
   state.loader->restore(trainer.at("loader").get<LoaderState>());
   check_replicas(dir, state);
+  if (!trainer.at("step").is_number_integer())
+    throw CheckpointError((dir / "trainer.json").string() + ": step " + trainer.at("step").dump() + " is not an integer");
   return trainer.at("step").get<int64_t>();
 }
 
