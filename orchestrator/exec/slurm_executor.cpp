@@ -313,9 +313,11 @@ SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
     reason = r.count("Reason") ? r["Reason"] : "";
   }
   if (state != j.state || reason != j.reason) {
-    // squeue lists the nodes of running and of recently ended jobs; a short run may never be
-    // seen RUNNING between two polls.
-    if (row != nullptr && !row->nodes.empty()) j.handle.nodes = row->nodes;
+    // The nodes of a run are those squeue lists while it runs: a COMPLETING job lists only the
+    // nodes still cleaning up. A short run may never be seen RUNNING between two polls: then
+    // the first list seen (squeue lists recently ended jobs' nodes too).
+    if (row != nullptr && !row->nodes.empty() && (state == "RUNNING" || j.handle.nodes.empty()))
+      j.handle.nodes = row->nodes;
     std::string note = "Slurm job " + id + " " + (state.empty() ? std::string("unknown") : state);
     if (!reason.empty() && reason != "None") note += " (" + reason + ")";
     if (state != "PENDING" && row != nullptr && !row->nodes.empty()) note += " on " + row->nodes;

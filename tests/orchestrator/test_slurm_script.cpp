@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "orchestrator/exec/slurm_command.h"
+#include "orchestrator/exec/slurm_executor.h"
 #include "orchestrator/exec/slurm_script.h"
 #include "orchestrator/exec/slurm_state.h"
 
@@ -286,6 +287,49 @@ TEST(SlurmState, TimesInEverySlurmFormat) {
   EXPECT_EQ(slurm_time_seconds("UNLIMITED"), 0);
   for (const char* bad : {"1:2:3:4", "a", "1-", "-1", "1::2", "1:", "1-2-3", "1.5"})
     EXPECT_FALSE(slurm_time_seconds(bad).has_value()) << bad;
+}
+
+TEST(SlurmExecutorNodes, AnAttemptKeepsEveryNodeItRanOnWhileItsJobCompletes) {
+  // Stand-ins for the Slurm commands. squeue shows the two-node job RUNNING, then COMPLETING on
+  // the one node still cleaning up (as Slurm does); the attempt must keep both nodes.
+  const fs::path dir = fs::temp_directory_path() / ("precon_nodes_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "bin");
+  const auto program = [&](const std::string& name, const std::string& body) {
+    const fs::path p = dir / "bin" / name;
+    std::ofstream(p) << "#!/bin/sh\n" << body << "\n";
+    fs::permissions(p, fs::perms::owner_all);
+    return p.string();
+  };
+  SlurmExecutorOptions o;
+  o.poll_interval = std::chrono::milliseconds(0);
+  o.sbatch = program("sbatch", "echo 77");
+  o.squeue = program("squeue", "n=$(cat " + (dir / "polls").string() + " 2>/dev/null || echo 0); n=$((n + 1)); echo $n > " +
+                                   (dir / "polls").string() + "\n"
+                                   "if [ $n = 1 ]; then echo '77|RUNNING|None|n[1-2]'; else echo '77|COMPLETING|None|n1'; fi");
+  o.scontrol = program("scontrol", "echo 'JobId=77 JobState=COMPLETING Restarts=0 ExitCode=0:0'");
+  o.scancel = program("scancel", "exit 0");
+  o.sacct = program("sacct", "exit 0");
+  SlurmExecutor ex(o);
+  LaunchSpec spec;
+  spec.trial_id = 1;
+  spec.attempt = 1;
+  spec.label = "nodes";
+  spec.run_dir = dir / "run";
+  spec.argv = {"/bin/true"};
+  spec.resources.executor = "slurm";
+  spec.resources.nodes = 2;
+  spec.ranks = 2;
+  const Handle h = ex.launch(spec);
+  EXPECT_EQ(h.external_id, "77");
+  EXPECT_TRUE(ex.poll().empty());  // RUNNING on n1 and n2
+  EXPECT_TRUE(ex.poll().empty());  // COMPLETING on n1
+  std::ofstream(spec.run_dir / "exit_status.1") << "exit 0\n";
+  const auto ended = ex.poll();
+  ASSERT_EQ(ended.size(), 1u);
+  EXPECT_EQ(ended[0].first.nodes, "n1,n2");
+  EXPECT_EQ(ended[0].second.kind, ExitKind::succeeded) << ended[0].second.detail;
+  fs::remove_all(dir);
 }
 
 TEST(SlurmState, EveryStateMaps) {
