@@ -44,16 +44,15 @@ void write_file(const fs::path& path, const std::string& text, fs::perms perms =
 }
 
 // What a restarted controller needs to take the job over: the attempt it began as, and what its
-// pending limit counts from. Best effort: false when it could not be written.
-bool write_job_record(const fs::path& run_dir, const std::string& id, int64_t base_attempt, int64_t pending_limit,
+// pending limit counts from. Best effort: a restart without it falls back to the attempt it is
+// given and counts the limit from then.
+void write_job_record(const fs::path& run_dir, const std::string& id, int64_t base_attempt, int64_t pending_limit,
                       double submitted_at) {
   try {
     write_file(job_record_path(run_dir, id), "base_attempt=" + std::to_string(base_attempt) +
                                                  "\npending_limit=" + std::to_string(pending_limit) +
                                                  "\nsubmitted_at=" + std::to_string(submitted_at) + "\n");
-    return true;
   } catch (const std::exception&) {
-    return false;
   }
 }
 
@@ -265,7 +264,6 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
     h.run_dir = spec.run_dir;
     const int64_t pending_limit = slurm_time_seconds(spec.resources.pending_limit).value_or(0);
     const double submitted_at = wall_seconds();
-    // Only adopt() after a restart needs it, and it falls back to the attempt it is given.
     write_job_record(spec.run_dir, id, spec.attempt, pending_limit, submitted_at);
     track(h, spec.attempt, pending_limit, submitted_at);
     results[i].handle = h;

@@ -117,10 +117,7 @@ TEST_F(SlurmFaults, ControllerDiesMidLaunchTheJobRunsOnce) {
 TEST_F(SlurmFaults, SlurmctldDownWhileTheControllerRunsThenBack) {
   // The run must outlast the outage on a loaded machine too (stopping slurmctld and seeing it gone
   // can take tens of seconds there): each step of these trainers lasts at least 70 ms.
-  ::setenv("PRECON_FAULT_STEP_PACE_MS", "70", 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("PRECON_FAULT_STEP_PACE_MS"); }
-  } unset;
+  const PacedSteps paced(70);
   auto c = start();
   const std::string url = c->url();
   const int steps = 1000;
@@ -271,10 +268,7 @@ TEST_F(SlurmFaults, JobPendingPastItsLimitIsCancelledAndTheTrialFailsWithSlurmsR
 TEST_F(SlurmFaults, TheLimitDoesNotCountAWaitBehindTheSweepsOwnThrottle) {
   // Two trials in one array throttled to one at a time: the second waits (JobArrayTaskLimit) for
   // the first, paced to last longer than the 3-second limit, and still runs.
-  ::setenv("PRECON_FAULT_STEP_PACE_MS", "40", 1);
-  struct Unset {
-    ~Unset() { ::unsetenv("PRECON_FAULT_STEP_PACE_MS"); }
-  } unset;
+  const PacedSteps paced(40);
   auto c = start();
   const std::string url = c->url();
   const int64_t id = submit(url, slurm_recipe(150, "pending_limit = \"0:03\"\n",
