@@ -293,14 +293,14 @@ TEST_F(SlurmCluster, TwoNodeDataParallelTrialRunsAsOneMpiJobAndReportsOnce) {
   auto reference = start_reference(url, tid);
   ASSERT_TRUE(done(url, id, seconds(120)));
   const json t = trial(url, tid);
+  const std::string log = get(url, "/api/v1/trials/" + std::to_string(tid) + "/logs?stream=stderr&lines=400")["text"];
   EXPECT_EQ(t["state"], "completed") << t.dump();
-  ASSERT_EQ(t["attempts"].size(), 1u) << t.dump();
+  ASSERT_EQ(t["attempts"].size(), 1u) << t.dump() << "\nstderr of every attempt:\n" << log;
   EXPECT_EQ(t["attempts"][0]["executor"], "slurm");
   EXPECT_EQ(t["attempts"][0]["nodes"], "n1,n2") << t.dump();  // every node of the job
   EXPECT_EQ(t["layout"], (json{{"tensor", 1}, {"data", 2}, {"pipeline", 1}, {"ranks", 2}, {"backend", "auto"}})) << t.dump();
   // Every step once (only rank 0 reports), on the curve of one process.
   expect_same_curve(url, tid, steps, std::move(reference), kDataParallelTolerance);
-  const std::string log = get(url, "/api/v1/trials/" + std::to_string(tid) + "/logs?stream=stderr&lines=400")["text"];
   // Both ranks are one MPI world, each line with its rank.
   for (const char* rank : {"0", "1"}) {
     const std::regex layout(std::string("rank ") + rank + R"(: layout: [^\n]*\b2 data-parallel rank\(s\) over mpi)");
