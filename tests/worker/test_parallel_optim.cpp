@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -38,22 +39,49 @@ TEST_F(ParallelOptim, MuonTensorParallelModesMatchTheirReferences) {
 }
 
 TEST_F(ParallelOptim, MuonDistributedTensorParallelFollowsTheSingleProcessRunAndReshards) {
-  // tp_mode = distributed: every rank of the owning tensor-parallel group orthogonalises its shard
-  // with the Gram matrix all-reduced; the trajectory is the single process's. Its checkpoint at
-  // step 10 resumes in one process (TP2 -> TP1) on the same trajectory.
+  // tp_mode = distributed: every rank of the owning tensor-parallel group keeps the momentum of its
+  // own shard only and orthogonalises it with the Gram matrix all-reduced; the trajectory is the
+  // single process's. The checkpoint holds each momentum as the ranks' parts (the fused QKV as
+  // three chunks a rank); it resumes in one process (TP2 -> TP1), and a one-process checkpoint
+  // resumes at TP2 (TP1 -> TP2), both on the same trajectory.
   const fs::path cfg = config(kMuon);
+  const std::string dist = "--set parallel.tensor=2 --set optimizer.muon.tp_mode=distributed";
   ASSERT_EQ(run(trainer(cfg, "one")).status, 0);
-  Result r = run(mpirun(2) + trainer(cfg, "dist", "--set parallel.tensor=2 --set optimizer.muon.tp_mode=distributed"));
+  Result r = run(mpirun(2) + trainer(cfg, "dist", dist));
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("orthogonalises 8 of 8 matrices (tp_mode distributed)"), std::string::npos) << r.output;
+  // d_model 32, 2 layers: c_attn 32x96, attn.c_proj 32x32, c_fc 32x128, mlp.c_proj 128x32 each.
+  for (const char* rank : {"0", "1"})
+    EXPECT_NE(r.output.find(std::string("muon: rank ") + rank +
+                            " orthogonalises 8 of 8 matrices (tp_mode distributed) and keeps 12288 momentum values of their 24576"),
+              std::string::npos) << r.output;
   expect_same_trajectory("one", "dist", 20);
-  r = run(mpirun(2) + trainer(cfg, "resharded",
-                              "--set parallel.tensor=2 --set optimizer.muon.tp_mode=distributed --set train.steps=10"));
+  const nlohmann::json index = read_json(dir_ / "dist" / "checkpoints" / "step_00000020" / "optimizer.json");
+  std::map<std::string, std::vector<nlohmann::json>> momenta;
+  for (const auto& e : index["entries"])
+    if (e["name"].get<std::string>().find(".momentum") != std::string::npos) momenta[e["name"]].push_back(e);
+  ASSERT_EQ(momenta.size(), 8u);
+  for (const auto& [name, parts] : momenta) {
+    const bool qkv = name.find("c_attn") != std::string::npos;
+    EXPECT_EQ(parts.size(), qkv ? 6u : 2u) << name;  // three chunks on each of two ranks, or one
+    int64_t values = 0, whole = 1;
+    for (const auto& e : parts) {
+      EXPECT_NE(e["shape"], e["global_shape"]) << e;
+      values += e["shape"][0].get<int64_t>() * e["shape"][1].get<int64_t>();
+    }
+    for (const auto& d : parts[0]["global_shape"]) whole *= d.get<int64_t>();
+    EXPECT_EQ(values, whole) << name << ": the parts tile the tensor";
+  }
+  r = run(mpirun(2) + trainer(cfg, "resharded", dist + " --set train.steps=10"));
   ASSERT_EQ(r.status, 0) << r.output;
   r = run(trainer(cfg, "resharded"));
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
   expect_same_trajectory("one", "resharded", 20);
+  ASSERT_EQ(run(trainer(cfg, "grown", "--set train.steps=10")).status, 0);
+  r = run(mpirun(2) + trainer(cfg, "grown", dist));
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+  expect_same_trajectory("one", "grown", 20);
 }
 
 TEST_F(ParallelOptim, OptimizerStateIsWrittenOnceByItsOwners) {

@@ -41,7 +41,13 @@ void StateBuffer::append_tensors(std::vector<NamedState>& out) const {
   for (size_t i = 0; i < ranges_.size(); ++i) {
     const Range& r = ranges_[i];
     const std::string block = r.block >= 0 ? ".block" + std::to_string(r.block) : "";
-    out.push_back({r.param + block + "." + kind_, get(i), r.param, r.block, kind_, r.offset});
+    NamedState& s = out.emplace_back();
+    s.name = r.param + block + "." + kind_;
+    s.tensor = get(i);
+    s.param = r.param;
+    s.block = r.block;
+    s.kind = kind_;
+    s.offset = r.offset;
   }
 }
 

@@ -74,8 +74,9 @@ std::vector<OptimParam> select(const std::vector<OptimParam>& params, bool matri
 // update to every rank and all apply them alike. tp_mode (tensor = TP ranks, Megatron's names):
 //   duplicated:  the owner (any rank) orthogonalises the whole matrix: the single-process result;
 //   distributed: the owner is a data-parallel index; each rank of that tensor-parallel group keeps
-//                the momentum, takes its own shard of the update and the group runs Newton–Schulz
-//                with the Gram matrix all-reduced each step (newton_schulz_sharded): the same result;
+//                the momentum of its own shard only (its chunks packed along the split dim, as
+//                params.h cuts the parameter), and the group runs Newton–Schulz on the shards with
+//                the Gram matrix all-reduced each step (newton_schulz_sharded): the same result;
 //   blockwise:   the owner orthogonalises each tensor-parallel shard on its own: a result that
 //                depends on parallel.tensor.
 class Muon final : public Optimizer {
@@ -161,9 +162,13 @@ class Muon final : public Optimizer {
   }
 
   std::vector<NamedState> state_tensors() override {
-    std::vector<NamedState> out;
-    momentum_.append_tensors(out);
-    for (NamedState& s : out) s.primary = primary_.at(s.param);
+    std::vector<NamedState> momenta, out;
+    momentum_.append_tensors(momenta);
+    for (NamedState& s : momenta) {
+      const Matrix& m = matrices_[matrix_index_.at(s.param)];
+      if (distributed(m)) append_parts(m, s, out);
+      else out.push_back(std::move(s));
+    }
     adamw_.append_state(out, group_->rank() == 0);
     return out;
   }
@@ -308,10 +313,12 @@ class Muon final : public Optimizer {
         p.offset = filled[p.rank];
         filled[p.rank] += p.shape[0] * p.shape[1];
       }
-      // One writer per momentum: the owner, or the first rank of the owning tensor-parallel group.
-      primary_[m.name] = distributed(m) ? me % tensor_ == 0 : true;
+      matrix_index_[m.name] = i;
       if (m.holds_state) {
-        momentum_handle_.push_back(momentum_.add(m.name, -1, {rows, cols}));
+        // distributed: this rank's shard only, shaped as its piece of the update.
+        const std::vector<int64_t> shape =
+            distributed(m) ? m.pieces[static_cast<size_t>(me % tensor_)].shape : std::vector<int64_t>{rows, cols};
+        momentum_handle_.push_back(momentum_.add(m.name, -1, shape));
       } else {
         momentum_handle_.push_back(SIZE_MAX);
       }
@@ -345,22 +352,53 @@ class Muon final : public Optimizer {
     return Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_);
   }
 
-  // This rank's share of the Newton–Schulz work, for the start-up log.
+  // A distributed matrix's momentum (this rank's shard, chunk k of every Q/K/V block packed at
+  // k·chunk along the split dim) as its parts of the whole momentum: one per chunk.
+  void append_parts(const Matrix& m, const NamedState& shard, std::vector<NamedState>& out) const {
+    const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+    const int64_t chunk = p.spans[0].length;
+    for (size_t k = 0; k < p.spans.size(); ++k) {
+      NamedState part = shard;
+      part.tensor = shard.tensor.narrow(m.split_dim, static_cast<int64_t>(k) * chunk, chunk);
+      part.offset = shard.offset + (part.tensor.f32() - shard.tensor.f32());
+      part.global_shape = {m.param.shape[0], m.param.shape[1]};
+      part.global_offset = {0, 0};
+      part.global_offset[static_cast<size_t>(m.split_dim)] = p.spans[k].start;
+      out.push_back(std::move(part));
+    }
+  }
+
+  // This rank's share of the Newton–Schulz work and the momentum it keeps, for the start-up log.
   std::string ownership_summary() const {
-    int64_t mine = 0;
-    for (const Matrix& m : matrices_) mine += m.holds_state;
+    int64_t mine = 0, held = 0, whole = 0;
+    for (const Matrix& m : matrices_) {
+      mine += m.holds_state;
+      if (m.holds_state) held += m.momentum.numel(), whole += m.param.numel();
+    }
     return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
-           std::to_string(matrices_.size()) + " matrices (tp_mode " + mode_ + ")";
+           std::to_string(matrices_.size()) + " matrices (tp_mode " + mode_ + ") and keeps " + std::to_string(held) +
+           " momentum values of their " + std::to_string(whole);
   }
 
   // The momentum update, and the direction to orthogonalise (in work memory, or the momentum).
+  // distributed: of this rank's shard, its spans of the gradient gathered first.
   Tensor momentum_and_direction(Matrix& m, const StepContext& ctx) {
     PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
     const float g_weight = config_.momentum_form == "ema" ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
+    float* work = static_cast<float*>(work_.data());
+    if (distributed(m)) {
+      const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+      Tensor g = make_view(work, p.shape, device_);
+      gather_spans(g, m.grad, m.split_dim, p.spans);
+      kernels::axpby(m.momentum, g, g_weight, mu);
+      if (!config_.nesterov) return m.momentum;
+      kernels::axpby(g, m.momentum, mu, g_weight);  // U = μM + (1−μ)sG in place of the gathered G
+      return g;
+    }
     kernels::axpby(m.momentum, m.grad, g_weight, mu);
     if (!config_.nesterov) return m.momentum;
-    Tensor u = make_view(static_cast<float*>(work_.data()), {m.param.shape[0], m.param.shape[1]}, device_);
+    Tensor u = make_view(work, {m.param.shape[0], m.param.shape[1]}, device_);
     kernels::copy(u, m.grad);
     kernels::axpby(u, m.momentum, mu, g_weight);
     return u;
@@ -373,17 +411,16 @@ class Muon final : public Optimizer {
     float* seg = static_cast<float*>(segment_buf_.data());
     if (distributed(m)) {
       // Each Q/K/V block (or the whole matrix) is one problem; this rank's shard of block k is
-      // chunk k of its piece.
+      // chunk k of its piece, and u is that piece.
       const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
       Tensor packed = make_view(seg + p.offset, p.shape, device_);
       const int per = m.qkv / m.blocks;
       const int64_t chunk = p.spans[0].length;
       for (int b = 0; b < m.blocks; ++b) {
-        const std::vector<Span> spans(p.spans.begin() + b * per, p.spans.begin() + (b + 1) * per);
         std::vector<int64_t> shape = p.shape;
         shape[m.split_dim] = per * chunk;
         Tensor x = make_view(work + rows * cols, shape, device_);
-        gather_spans(x, u, m.split_dim, spans);
+        gather_spans(x, u, m.split_dim, {Span{b * per * chunk, per * chunk}});
         newton_schulz_sharded(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
         scatter_spans(packed, x, m.split_dim, {Span{b * per * chunk, per * chunk}});
       }
@@ -439,7 +476,7 @@ class Muon final : public Optimizer {
   std::vector<int> roots_;  // gradient_roots()
   StateBuffer momentum_{"momentum"};
   std::vector<size_t> momentum_handle_;
-  std::map<std::string, bool> primary_;
+  std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
   kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_, update_buf_;
   int64_t comm_bytes_ = 0;

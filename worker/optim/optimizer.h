@@ -49,10 +49,16 @@ struct StepContext {
 // per-block state, e.g. "h.0.mlp.c_fc.weight.momentum", "h.0.attn.c_attn.weight.block2.L".
 // With several ranks each rank lists only the state it holds: the expensive state lives with the
 // owner of its matrix or block (optim/ownership.h); `primary` says which holder writes it to a
-// checkpoint, so each entry is written once.
+// checkpoint, so each entry is written once. A rank may hold only a part of a tensor (Muon's
+// momentum under tp_mode = distributed: its tensor-parallel shard): then `tensor` is that part,
+// a box at `global_offset` in a tensor of `global_shape`, and one tensor may be listed as several
+// parts (one per Q/K/V chunk). A resume reads whatever parts the checkpoint holds into the parts
+// it holds now, so the layout may change.
 struct NamedState {
   std::string name;
-  kernels::Tensor tensor;  // the whole tensor (its global shape: entries are never split)
+  kernels::Tensor tensor;  // the part this rank holds (2-D parts may be strided views: unit column stride)
+  std::vector<int64_t> global_shape;   // the whole tensor's shape; empty: tensor is the whole tensor
+  std::vector<int64_t> global_offset;  // the part's first index per dim; empty: zeros
   std::string param;       // the parameter table row it belongs to
   int block = -1;          // Shampoo block index (row-major over the parameter); -1 = the whole parameter
   std::string kind;        // the allocation it lives in: "exp_avg", "exp_avg_sq", "momentum", "L", ...

@@ -18,6 +18,7 @@
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
+#include "worker/train/optimizer_shards.h"
 
 namespace precon::worker {
 
@@ -39,115 +40,11 @@ std::string config_hash(const TrialConfig& config) {
 
 namespace {
 
-constexpr const char* kOptimizerIndex = "optimizer.json";
+constexpr const char* kOptimizerIndex = "optimizer.json";  // optimizer_shards.h
 constexpr const char* kPerturbEnv = "PRECON_FAULT_PERTURB_REPLICA";
 
 int group_rank(const RunState& state) { return state.group ? state.group->rank() : 0; }
 int group_size(const RunState& state) { return state.group ? state.group->size() : 1; }
-
-std::string shard_name(int rank, int ranks) {
-  if (ranks == 1) return "optimizer.safetensors";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", rank, ranks);
-  return buf;
-}
-
-// The entries this rank writes (the primary holder of each), with host copies where needed.
-struct ShardEntries {
-  std::vector<std::vector<float>> host;
-  std::vector<SafetensorsEntry> entries;
-};
-
-ShardEntries shard_entries(Optimizer& optimizer) {
-  ShardEntries out;
-  std::vector<NamedState> states = optimizer.state_tensors();
-  out.host.reserve(states.size());
-  for (const NamedState& s : states) {
-    if (!s.primary) continue;
-    const k::Tensor& t = s.tensor;
-    const void* data = t.data;
-    if (t.device != k::Device::cpu || t.dtype != k::DType::f32 || !t.contiguous()) {
-      std::vector<float>& copy = out.host.emplace_back(t.numel());
-      k::Tensor dst = t;
-      dst.data = copy.data();
-      dst.device = k::Device::cpu;
-      k::copy(dst, t);
-      data = copy.data();
-    }
-    out.entries.push_back({s.name, SafetensorsDType::F32, std::vector<int64_t>(t.shape.begin(), t.shape.begin() + t.ndim), data});
-  }
-  return out;
-}
-
-// optimizer.json: every entry of every shard with its file, global shape and offset (entries are
-// whole tensors, so the offset is zero and the shape global; the fields keep the format open to
-// split entries).
-json optimizer_index(const std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>>& shards) {
-  json entries = json::array();
-  for (const auto& [file, list] : shards) {
-    for (const SafetensorsEntry& e : list) {
-      entries.push_back({{"name", e.name}, {"file", file}, {"global_shape", e.shape},
-                         {"offset", std::vector<int64_t>(e.shape.size(), 0)}, {"shape", e.shape}});
-    }
-  }
-  return {{"format", 1}, {"entries", entries}};
-}
-
-// Where each saved optimizer entry lies: name -> (file, shape), from optimizer.json, or from a
-// checkpoint of one process written before the index existed (optimizer.safetensors alone).
-std::map<std::string, std::pair<std::string, std::vector<int64_t>>> read_index(const std::filesystem::path& dir) {
-  std::map<std::string, std::pair<std::string, std::vector<int64_t>>> out;
-  if (!std::filesystem::exists(dir / kOptimizerIndex)) {
-    SafetensorsFile file = SafetensorsFile::open(dir / "optimizer.safetensors");
-    for (const SafetensorsTensor& t : file.tensors()) out[t.name] = {"optimizer.safetensors", t.shape};
-    return out;
-  }
-  try {
-    std::vector<uint8_t> bytes = read_file(dir / kOptimizerIndex);
-    const json index = json::parse(bytes.begin(), bytes.end());
-    for (const json& e : index.at("entries")) {
-      const auto shape = e.at("global_shape").get<std::vector<int64_t>>();
-      if (e.at("shape").get<std::vector<int64_t>>() != shape)
-        throw CheckpointError((dir / kOptimizerIndex).string() + ": entry " + e.at("name").get<std::string>() +
-                              " is a part of its tensor; this precon reads whole entries only");
-      out[e.at("name").get<std::string>()] = {e.at("file").get<std::string>(), shape};
-    }
-  } catch (const json::exception& e) {
-    throw CheckpointError((dir / kOptimizerIndex).string() + ": not a valid optimizer index: " + e.what());
-  }
-  return out;
-}
-
-// Reads every state tensor this rank holds from whichever shard has it; then checks over the
-// group that the checkpoint's entries are each held by exactly one writer now.
-void load_optimizer(const std::filesystem::path& dir, const RunState& state) {
-  const auto index = read_index(dir);
-  std::map<std::string, SafetensorsFile> files;
-  int64_t primaries = 0;
-  for (const NamedState& s : state.optimizer->state_tensors()) {
-    primaries += s.primary;
-    auto it = index.find(s.name);
-    if (it == index.end()) throw CheckpointError(dir.string() + ": optimizer state " + s.name + " is missing");
-    const std::string& file = it->second.first;
-    if (!files.count(file)) files.emplace(file, SafetensorsFile::open(dir / file));
-    const SafetensorsTensor* t = files.at(file).find(s.name);
-    if (!t) throw CheckpointError((dir / file).string() + ": optimizer state " + s.name + " is missing");
-    if (t->dtype != SafetensorsDType::F32 || t->numel() != s.tensor.numel())
-      throw CheckpointError((dir / file).string() + ": optimizer state " + s.name + " has " + std::to_string(t->numel()) +
-                            " elements, expected " + std::to_string(s.tensor.numel()));
-    std::vector<float> host(t->numel());
-    std::memcpy(host.data(), t->bytes.data(), host.size() * sizeof(float));
-    k::Tensor src = s.tensor;
-    src.data = host.data();
-    src.device = k::Device::cpu;
-    k::copy(s.tensor, src);
-  }
-  double total = static_cast<double>(primaries);
-  if (state.group) state.group->all_reduce_sum(&total, 1);
-  if (static_cast<size_t>(total) != index.size())
-    throw CheckpointError(dir.string() + ": holds " + std::to_string(index.size()) + " optimizer tensors, this optimizer has " +
-                          std::to_string(static_cast<int64_t>(total)));
-}
 
 // FNV-1a over the bytes of every parameter.
 uint64_t params_checksum(const ParamStore& params) {
@@ -201,8 +98,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
     }
     group->barrier();
   }
-  ShardEntries mine = shard_entries(*state.optimizer);
-  if (rank != 0) write_safetensors(parts / shard_name(rank, ranks), mine.entries, {{"producer", "precon"}});
+  OptimizerShard mine = optimizer_shard(*state.optimizer);
+  if (rank != 0) write_safetensors(parts / optimizer_shard_name(rank, ranks), mine.entries, mine.metadata);
   if (ranks > 1) group->barrier();  // every shard is written and fsynced
   std::filesystem::path dir = checkpoints_dir(run_dir) / checkpoint_dir_name(step);
   if (rank == 0) {
@@ -220,13 +117,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                               {"mode", state.config->objective.mode},
                               {"value", *state.objective}};
     }
-    std::vector<std::pair<std::string, std::vector<SafetensorsEntry>>> shards = {{shard_name(0, ranks), mine.entries}};
-    std::vector<SafetensorsFile> others;  // keeps the other shards' headers mapped for the index
+    std::vector<ShardListing> shards = {{optimizer_shard_name(0, ranks), mine.entries, mine.metadata}};
     for (int r = 1; r < ranks; ++r) {
-      others.push_back(SafetensorsFile::open(parts / shard_name(r, ranks)));
-      std::vector<SafetensorsEntry> list;
-      for (const SafetensorsTensor& t : others.back().tensors()) list.push_back({t.name, t.dtype, t.shape, nullptr});
-      shards.emplace_back(shard_name(r, ranks), std::move(list));
+      const SafetensorsFile other = SafetensorsFile::open(parts / optimizer_shard_name(r, ranks));
+      ShardListing& listing = shards.emplace_back(ShardListing{optimizer_shard_name(r, ranks), {}, other.metadata()});
+      for (const SafetensorsTensor& t : other.tensors()) listing.entries.push_back({t.name, t.dtype, t.shape, nullptr});
     }
     std::vector<CheckpointFile> files;
     // Streamed into the checkpoint: no in-memory copy of the weights or the optimizer state.
@@ -234,15 +129,15 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                        write_model_safetensors(out, state.full_params ? *state.full_params : state.model->params(),
                                                state.config->model);
                      }});
-    files.push_back({shard_name(0, ranks), [&mine](ByteSink& out) {
-                       write_safetensors(out, mine.entries, {{"producer", "precon"}});
+    files.push_back({optimizer_shard_name(0, ranks), [&mine](ByteSink& out) {
+                       write_safetensors(out, mine.entries, mine.metadata);
                      }});
-    for (int r = 1; r < ranks; ++r) files.push_back(CheckpointFile::adopted(shard_name(r, ranks), parts / shard_name(r, ranks)));
+    for (int r = 1; r < ranks; ++r)
+      files.push_back(CheckpointFile::adopted(optimizer_shard_name(r, ranks), parts / optimizer_shard_name(r, ranks)));
     files.push_back(CheckpointFile::from_string(kOptimizerIndex, optimizer_index(shards).dump(1) + "\n"));
     files.push_back(CheckpointFile::from_string("trainer.json", trainer.dump(2) + "\n"));
     files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
     files.push_back(CheckpointFile::from_string("config.toml", config_to_toml(*state.config)));
-    others.clear();
     dir = write_checkpoint(run_dir, step, files);
     if (ranks > 1) std::filesystem::remove_all(parts);
     RetentionPolicy policy;
@@ -286,7 +181,7 @@ int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state)
   } catch (const ModelIoError& e) {
     throw CheckpointError(e.what());
   }
-  load_optimizer(dir, state);
+  load_optimizer_shards(dir, *state.optimizer, state.group);
   state.optimizer->load_state_scalars(trainer.at("optimizer"));
   state.loader->restore(trainer.at("loader").get<LoaderState>());
   check_replicas(dir, state);
