@@ -12,6 +12,7 @@
 
 #include "kernels/error.h"
 #include "worker/common/error.h"
+#include "worker/common/fatal_signal.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/data/prepare.h"
@@ -98,11 +99,14 @@ int main(int argc, char** argv) {
     pw::install_requeue_signal_handlers();
     // Several ranks (mpirun, srun): MPI for the collectives. One process needs no MPI at all.
     launch = pw::launch_info_from_env();
+    if (launch.world_size > 1) who = "rank " + std::to_string(launch.world_rank) + ": ";
+    pw::install_fatal_signal_report(who);
     if (launch.world_size > 1) {
       mpi = std::make_unique<pw::MpiSession>(&argc, &argv);
       world = mpi->world();
       opt.world = world.get();
       who = "rank " + std::to_string(world->rank()) + ": ";
+      pw::install_fatal_signal_report(who);  // over MPI's own handlers, which do not name the rank
       pw::select_gpu_for_local_rank(launch.local_rank);
     }
     switch (pw::train(opt)) {

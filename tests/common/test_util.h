@@ -41,4 +41,20 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command_line);
 
+// Whether this build runs under AddressSanitizer or ThreadSanitizer (which replace some of the
+// programs' own behaviour, such as precon-train's fatal-signal report).
+constexpr bool sanitized_build() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return true;
+#else
+  return false;
+#endif
+#else
+  return false;
+#endif
+}
+
 }  // namespace precon::test
