@@ -24,8 +24,9 @@ ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
 
 if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build =="
+  # -O1 -g1: half the compile time of -O2 -g under ASan+UBSan, with line numbers in the reports.
   cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_SANITIZE=ON \
-    -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF
   cmake --build "$root/build-asan" -j "$jobs"
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
