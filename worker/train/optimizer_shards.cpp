@@ -274,7 +274,7 @@ void load_optimizer_shards(const std::filesystem::path& dir, Optimizer& optimize
   if (group) group->all_reduce_sum(&held, 1);
   if (held != saved)
     throw CheckpointError(dir.string() + ": holds " + std::to_string(static_cast<int64_t>(saved)) + " optimizer state values in " +
-                          std::to_string(tensors) + " tensors, this optimizer's ranks write " +
+                          std::to_string(tensors) + " tensor(s), this optimizer's ranks write " +
                           std::to_string(static_cast<int64_t>(held)) + ": it belongs to another optimizer");
 }
 
