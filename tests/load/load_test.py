@@ -82,16 +82,34 @@ max_concurrent = {workers}
 WRK_LUA = r"""
 local paths = {PATHS}
 local i = 0
+local threads = {}
+setup = function(thread)
+  table.insert(threads, thread)
+end
 request = function()
   i = i + 1
   return wrk.format("GET", paths[(i % #paths) + 1])
 end
+-- Per thread: the answers of status 400 and above, by status.
+failed = {}
+response = function(status, headers, body)
+  if status >= 400 then
+    local key = tostring(status)
+    failed[key] = (failed[key] or 0) + 1
+  end
+end
 done = function(summary, latency, requests)
   local e = summary.errors
+  local bad = {}
+  for _, t in ipairs(threads) do
+    for k, n in pairs(t:get("failed") or {}) do
+      table.insert(bad, string.format('"%s": %d', k, n))
+    end
+  end
   io.write(string.format('WRK {"requests": %d, "p50": %f, "p99": %f, "max": %f, "connect": %d, "read": %d, ' ..
-                         '"write": %d, "status": %d, "timeout": %d}\n',
+                         '"write": %d, "status": %d, "timeout": %d, "failed": {%s}}\n',
                          summary.requests, latency:percentile(50) / 1e6, latency:percentile(99) / 1e6,
-                         latency.max / 1e6, e.connect, e.read, e.write, e.status, e.timeout))
+                         latency.max / 1e6, e.connect, e.read, e.write, e.status, e.timeout, table.concat(bad, ", ")))
 end
 """
 
@@ -347,13 +365,21 @@ def main():
         if args.check:
             problems = []
             if read_errors or write_errors:
-                problems.append("%d read and %d report errors" % (read_errors, len(write_errors)))
+                problems.append("%d read and %d report errors (reads: %s)" % (
+                    read_errors, len(write_errors),
+                    ", ".join("%s %d" % (k, reads[k]) for k in ("connect", "read", "write", "status", "timeout"))))
             if lost:
                 problems.append("%d points lost" % lost)
             if not growth <= 0.10:
                 problems.append("RSS grew %.1f%% from after the warm-up to the end" % (growth * 100))
             if problems:
-                print("load_test: FAILED: " + "; ".join(problems), file=sys.stderr)
+                if reads.get("failed"):
+                    problems.append("answers of 400 and above (status: count): %s" % reads["failed"])
+                log.flush()
+                with open(log.name, "rb") as f:
+                    tail = f.read().decode(errors="replace").splitlines()[-30:]
+                print("load_test: FAILED: " + "; ".join(problems) + "\nthe controller's last log lines:\n" +
+                      "\n".join(tail), file=sys.stderr)
                 return 1
         return 0
     finally:
