@@ -64,16 +64,6 @@ inline int trainer_starts(const fs::path& run_dir) {
   return starts;
 }
 
-// While it lives, every precon-train started from this process (Slurm jobs inherit the
-// environment) sleeps `ms` after each step (PRECON_FAULT_STEP_PACE_MS), so a run outlasts a fault
-// whatever the machine's load.
-struct PacedSteps {
-  explicit PacedSteps(int ms) { ::setenv("PRECON_FAULT_STEP_PACE_MS", std::to_string(ms).c_str(), 1); }
-  ~PacedSteps() { ::unsetenv("PRECON_FAULT_STEP_PACE_MS"); }
-  PacedSteps(const PacedSteps&) = delete;
-  PacedSteps& operator=(const PacedSteps&) = delete;
-};
-
 template <class Base>
 class FaultFixtureOf : public Base {
  protected:

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -38,6 +39,17 @@ inline uint16_t free_port() {
   ::close(fd);
   return port;
 }
+
+// While it lives, every precon-train started from this process (Slurm jobs inherit the
+// environment) sleeps `ms` after each step (PRECON_FAULT_STEP_PACE_MS), so a run outlasts a fault
+// whatever the machine's load.
+struct PacedSteps {
+  explicit PacedSteps(int ms) { ::setenv("PRECON_FAULT_STEP_PACE_MS", std::to_string(ms).c_str(), 1); }
+  ~PacedSteps() { ::unsetenv("PRECON_FAULT_STEP_PACE_MS"); }
+  PacedSteps(const PacedSteps&) = delete;
+  PacedSteps& operator=(const PacedSteps&) = delete;
+};
+
 
 class ControllerFixture : public ::testing::Test {
  protected:

@@ -391,9 +391,14 @@ TEST_F(Controller, PreconRunShowsTrialIdsAndTheFailureReason) {
 }
 
 TEST_F(Controller, RequeuedWorkerResumesAndCompletes) {
+  // 600 steps of at least 15 ms: the run is still going when the signal comes at step 30 however
+  // fast or loaded the machine (and a sanitizer build need not train thousands of steps).
+  const PacedSteps paced(15);
+  const int steps = 600;
   auto c = start();
   const std::string url = c->url();
-  const int64_t id = submit(url, recipe(8000, "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n\"train.seed\" = [7]\n"));
+  const int64_t id =
+      submit(url, recipe(steps, "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n\"train.seed\" = [7]\n"));
   const int64_t trial = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0]["id"];
   // Wait until it is well under way (a checkpoint exists), then send the signal Slurm sends
   // before a time limit.
@@ -410,7 +415,7 @@ TEST_F(Controller, RequeuedWorkerResumesAndCompletes) {
   EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
   EXPECT_EQ(t["attempts"][1]["state"], "succeeded");
   json m = get(url, "/api/v1/trials/" + std::to_string(trial) + "/metrics?name=train_loss&max_points=0")["metrics"];
-  EXPECT_EQ(m["train_loss"]["steps"].size(), 8000u);  // each step once, across both attempts
+  EXPECT_EQ(m["train_loss"]["steps"].size(), static_cast<size_t>(steps));  // each step once, across both attempts
   c->stop();
 }
 
