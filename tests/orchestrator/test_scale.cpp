@@ -241,7 +241,11 @@ TEST_F(Scale, HundredThousandTrialsSubmitListRestartCancelAndStop) {
   const int64_t ended_before = ended();  // first, so a trial ending between the two reads is allowed for
   const double updates_before = writes(*c, "update_trial");
   within("cancel", guard, [&] {
-    const ClientResponse r = post(c->url(), exp + "/cancel", "{}", "admin-secret");
+    // One write ends 100,000 trials: under ThreadSanitizer, beside other tests, that took more
+    // than the client's default 10 s once; the guard above bounds it.
+    const ClientResponse r = http_request(c->url(), "POST", exp + "/cancel", "{}",
+                                          {{"Content-Type", "application/json"}, {"Authorization", "Bearer admin-secret"}},
+                                          std::chrono::seconds(120));
     EXPECT_EQ(r.status, 200) << r.body;
     // Through the list, which counts trials from an index (the experiment's own page lists all).
     EXPECT_TRUE(wait_for([&] { return get(c->url(), "/api/v1/experiments")["experiments"][0]["state"] != "running"; },
