@@ -157,10 +157,11 @@ class Dashboard(unittest.TestCase):
         self.driver.find_element(By.ID, 'curve-logy').click()
         harness.wait_for(self.driver, lambda d: 'wall' in d.find_element(By.ID, 'curves-chart').text or
                          d.find_element(By.ID, 'curves-chart').get_attribute('data-series') == '2', 10, 'the time axis')
-        # Filtering by text keeps the matching rows.
+        # Filtering by text keeps the matching rows (the table redraws after the last keystroke's
+        # input event: wait for it rather than count at once; a CI run counted 3 once).
         self.driver.find_element(By.ID, 'trial-filter').send_keys('0.01')
-        shown = self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')
-        self.assertEqual(len(shown), 2)
+        rows = lambda d: len(d.find_elements(By.CSS_SELECTOR, '#trials tbody tr'))
+        harness.wait_for(self.driver, lambda d: rows(d) == 2, 10, 'the two rows matching 0.01')
         self.shot('experiment')
         self.assertNoConsoleErrors()
 
