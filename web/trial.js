@@ -48,7 +48,7 @@ export async function render(root, id, ctx) {
       h('h1', {}, `Trial ${id} `, stateBadge(t.state)),
       h('p', {}, params || 'no swept parameters'),
       h('p', { class: 'muted' }, `step ${t.last_step} · attempts ${t.attempts.length} · ` +
-        (t.layout ? `layout ${t.layout.tensor} tensor × ${t.layout.data} data × ${t.layout.pipeline ?? 1} pipeline = ${t.layout.ranks} rank(s) · ` : '') +
+        (t.layout ? `layout ${t.layout.tensor} tensor × ${t.layout.data} data × ${t.layout.pipeline ?? 1} pipeline${(t.layout.virtual_stages ?? 1) > 1 ? ` (× ${t.layout.virtual_stages} virtual)` : ''} = ${t.layout.ranks} rank(s) · ` : '') +
         `started ${when(t.started_at)} · ` +
         `ran ${duration(t.started_at ? (t.ended_at || Date.now() / 1000) - t.started_at : null)}` +
         (t.reason && t.state !== 'failed' ? ` · ${t.reason}` : '')),

@@ -24,6 +24,7 @@ json layout_json(const std::string& config_toml) {
     return {{"tensor", tensor},
             {"data", data},
             {"pipeline", pipeline},
+            {"virtual_stages", doc["parallel"]["virtual_stages"].value_or<int64_t>(1)},
             {"ranks", tensor * data * pipeline},
             {"backend", doc["parallel"]["backend"].value_or<std::string>("auto")}};
   } catch (const std::exception&) {

@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Pipeline parallelism on this machine, side by side in one run: PP=2 (two ranks, one thread
-each, 1F1B) against one process with two threads, on the same model, global batch and
-micro-batches, for m = 4, 8, 16 micro-batches of `--micro` sequences.
+each) with v = 1 (1F1B) and v = 2 (interleaved 1F1B, two model chunks a rank) against one process
+with two threads, on the same model, global batch and micro-batches, for m = 4, 8, 16
+micro-batches of `--micro` sequences.
 
 Prints the bubble the trainer measured (pipeline_bubble_fraction: each stage's time in the
 schedule not spent in its forward/backward passes, over the time spent in them, summed over the
-stages; median step after warm-up) next to the 1F1B theory (p - 1)/m, and tokens/s of both runs
-with their ratio.
+stages; median step after warm-up) next to the theory (p - 1)/(m v), and tokens/s of the runs
+with their ratio to the one process.
 
 Usage: tests/bench/pipeline_bench.py [--build build] [--steps 10] [--micro 2]
 """
@@ -65,22 +66,25 @@ def main():
     trainer = os.path.abspath(os.path.join(a.build, "worker", "precon-train"))
     tmp = tempfile.mkdtemp(prefix="precon_pipeline_bench_")
     write_shard(os.path.join(tmp, "train.bin"), 600000, 256)
-    print("%-14s %4s %6s %16s %15s %14s %14s %7s" % ("model", "m", "batch", "theory (p-1)/m", "measured bubble",
-                                                    "1 proc tok/s", "PP=2 tok/s", "ratio"))
+    print("%-14s %4s %2s %6s %17s %15s %14s %14s %7s" % ("model", "m", "v", "batch", "theory (p-1)/(mv)",
+                                                         "measured bubble", "1 proc tok/s", "PP=2 tok/s", "ratio"))
     for name, model in MODELS.items():
         for m in (4, 8, 16):
             batch = m * a.micro
             cfg = os.path.join(tmp, "c.toml")
             config(cfg, tmp, model, a.steps, batch, a.micro)
-            one_dir, pp_dir = os.path.join(tmp, "one"), os.path.join(tmp, "pp2")
+            one_dir = os.path.join(tmp, "one")
             one, _ = run([trainer, "--config", cfg, "--run-dir", one_dir, "--resume", "never", "--set",
                           "train.threads=2"], one_dir)
-            pp, bubble = run(["mpirun", "-np", str(STAGES), "--oversubscribe", "--bind-to", "none", trainer, "--config",
-                              cfg, "--run-dir", pp_dir, "--resume", "never", "--set", "train.threads=1", "--set",
-                              "parallel.pipeline=%d" % STAGES], pp_dir)
-            print("%-14s %4d %6d %16.3f %15.3f %14.0f %14.0f %7.2f" % (name, m, batch, (STAGES - 1) / m, bubble, one,
-                                                                      pp, pp / one))
-            sys.stdout.flush()
+            for v in (1, 2):
+                pp_dir = os.path.join(tmp, "pp2v%d" % v)
+                pp, bubble = run(["mpirun", "-np", str(STAGES), "--oversubscribe", "--bind-to", "none", trainer,
+                                  "--config", cfg, "--run-dir", pp_dir, "--resume", "never", "--set", "train.threads=1",
+                                  "--set", "parallel.pipeline=%d" % STAGES, "--set", "parallel.virtual_stages=%d" % v],
+                                 pp_dir)
+                print("%-14s %4d %2d %6d %17.3f %15.3f %14.0f %14.0f %7.2f" % (
+                    name, m, v, batch, (STAGES - 1) / (m * v), bubble, one, pp, pp / one))
+                sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -154,7 +154,15 @@ TEST_F(Pipeline, ALayoutThePipelineCannotTakeIsAConfigError) {
       {"--set parallel.pipeline=2 --set 'parallel.pipeline_layers=[1, 2]'",
        "pipeline_layers sum to 3 layers, model.n_layer = 2"},
       {"--set 'parallel.pipeline_layers=[2]' --set parallel.pipeline=2", "pipeline_layers lists 1 stage(s), parallel.pipeline = 2"},
-      {"--set parallel.virtual_stages=2", "interleaved virtual stages are not implemented"},
+      {"--set parallel.virtual_stages=2", "virtual_stages = 2 interleaves pipeline stages; it needs parallel.pipeline ≥ 2"},
+      {"--set parallel.pipeline=2 --set parallel.virtual_stages=2",
+       "pipeline × virtual_stages = 2 × 2 chunks need at least as many layers, model.n_layer = 2"},
+      {"--set model.n_layer=4 --set parallel.pipeline=2 --set parallel.virtual_stages=2 --set train.micro_batch_size=8",
+       "virtual_stages > 1 needs the micro-batches a step (batch_size / (data × micro_batch_size) = 1) to be a multiple "
+       "of parallel.pipeline = 2"},
+      {"--set model.n_layer=4 --set parallel.pipeline=2 --set parallel.virtual_stages=2 "
+       "--set 'parallel.pipeline_layers=[3, 1]'",
+       "pipeline_layers lists 2 stage(s), parallel.pipeline = 2 × virtual_stages = 2"},
       // A Slurm trial's tasks are held to every factor of the layout.
       {"--set parallel.pipeline=2 --set resources.executor=slurm --set resources.ntasks_per_node=1",
        "resources.nodes × ntasks_per_node = 1 × 1 tasks, but the layout parallel.tensor × parallel.data × "

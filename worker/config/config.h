@@ -106,8 +106,8 @@ struct ParallelConfig {
   int64_t tensor = 1;            // tensor-parallel ranks
   int64_t data = 1;              // data-parallel ranks; tensor × data × pipeline = the ranks the launcher starts
   int64_t pipeline = 1;          // pipeline stages (transformer blocks split over them, 1F1B schedule)
-  std::vector<int64_t> pipeline_layers;  // blocks per stage, first to last; empty = as even as possible
-  int64_t virtual_stages = 1;    // interleaved chunks per pipeline rank (only 1 is implemented)
+  std::vector<int64_t> pipeline_layers;  // blocks per (virtual) stage, first to last; empty = as even as possible
+  int64_t virtual_stages = 1;    // model chunks per pipeline rank, interleaved 1F1B (1 = plain 1F1B)
   std::string backend = "auto";  // "auto" (nccl on CUDA, mpi on CPU) | "mpi" | "nccl"
 };
 

@@ -293,14 +293,17 @@ std::vector<KeySpec> build_table() {
                                ? std::string("pipeline parallelism runs on the CPU in fp32 in this precon-train")
                                : std::string();
                   }));
-  k.push_back(trial("parallel.pipeline_layers", "layers", "transformer blocks per stage, first to last; empty = as even as possible",
+  k.push_back(trial("parallel.pipeline_layers", "layers", "transformer blocks per stage (per virtual stage when interleaved), first to last; empty = as even as possible",
                     T(parallel.pipeline_layers))
                   .rule([](const TrialConfig& c) {
                     const auto& l = c.parallel.pipeline_layers;
                     if (l.empty()) return std::string();
-                    if (static_cast<int64_t>(l.size()) != c.parallel.pipeline)
+                    const int64_t stages = c.parallel.pipeline * c.parallel.virtual_stages;
+                    if (static_cast<int64_t>(l.size()) != stages)
                       return "pipeline_layers lists " + std::to_string(l.size()) + " stage(s), parallel.pipeline = " +
-                             std::to_string(c.parallel.pipeline);
+                             std::to_string(c.parallel.pipeline) +
+                             (c.parallel.virtual_stages > 1 ? " × virtual_stages = " + std::to_string(c.parallel.virtual_stages)
+                                                            : std::string());
                     int64_t sum = 0;
                     for (int64_t n : l) {
                       if (n < 1) return std::string("every stage needs at least one layer (pipeline_layers holds ") +
@@ -311,14 +314,25 @@ std::vector<KeySpec> build_table() {
                                                         " layers, model.n_layer = " + std::to_string(c.model.n_layer)
                                                   : std::string();
                   }));
-  k.push_back(trial("parallel.virtual_stages", "", "interleaved model chunks per pipeline rank (only 1: plain 1F1B)",
+  k.push_back(trial("parallel.virtual_stages", "",
+                    "model chunks per pipeline rank (interleaved 1F1B); 1 = one contiguous stage a rank",
                     T(parallel.virtual_stages))
                   .range(1, 64)
                   .rule([](const TrialConfig& c) {
-                    return c.parallel.virtual_stages > 1
-                               ? std::string("interleaved virtual stages are not implemented in this precon-train; "
-                                             "use 1 (plain 1F1B) and more micro-batches to shrink the bubble")
-                               : std::string();
+                    const int64_t v = c.parallel.virtual_stages, p = c.parallel.pipeline;
+                    if (v == 1) return std::string();
+                    if (p < 2) return "virtual_stages = " + std::to_string(v) + " interleaves pipeline stages; it needs parallel.pipeline ≥ 2";
+                    if (p * v > c.model.n_layer)
+                      return "pipeline × virtual_stages = " + std::to_string(p) + " × " + std::to_string(v) +
+                             " chunks need at least as many layers, model.n_layer = " + std::to_string(c.model.n_layer);
+                    // Interleaved 1F1B walks the micro-batches in groups of one per stage.
+                    const int64_t slice = c.train.batch_size / c.parallel.data;
+                    const int64_t micro = c.train.micro_batch_size > 0 ? c.train.micro_batch_size : slice;
+                    const int64_t m = micro > 0 ? slice / micro : 0;
+                    return m % p ? "virtual_stages > 1 needs the micro-batches a step (batch_size / (data × "
+                                   "micro_batch_size) = " + std::to_string(m) + ") to be a multiple of parallel.pipeline = " +
+                                   std::to_string(p)
+                                 : std::string();
                   }));
   k.push_back(trial("parallel.backend", "", "collectives: auto = nccl on CUDA, mpi on CPU", T(parallel.backend))
                   .choices({"auto", "mpi", "nccl"})

@@ -54,7 +54,7 @@ std::vector<size_t> gpt_stage_rows(const std::vector<ParamSpec>& table, const Gp
 }
 
 Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
-         Communicator* tp, const GptStage& stage)
+         Communicator* tp, const GptStage& stage, ParamStore* shared)
     : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
       L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), stage_(stage),
       L0_(stage.first_layer), L1_(stage.end_layer < 0 ? config.n_layer : stage.end_layer), tp_(tp),
@@ -67,7 +67,15 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
   // A pipeline stage allocates its own rows only: memory divided by the stages.
   std::vector<ParamSpec> table = gpt2_param_table(config);
   stage_rows_ = gpt_stage_rows(table, stage_);
-  params_ = std::make_unique<ParamStore>(table, device, stage_rows_);
+  if (shared) {
+    for (size_t i : stage_rows_)
+      if (shared->size() != table.size() || !shared->resident(i))
+        throw std::invalid_argument("Gpt: the shared parameter store does not hold " + table[i].name);
+    params_ = shared;
+  } else {
+    own_params_ = std::make_unique<ParamStore>(table, device, stage_rows_);
+    params_ = own_params_.get();
+  }
   if (tp_size_ > 1) {
     if (device != k::Device::cpu || act_ != DType::f32)
       throw std::invalid_argument("tensor parallelism runs on the CPU in fp32 in this precon-train");
@@ -194,7 +202,9 @@ void Gpt::take_shards() {
 }
 
 void Gpt::zero_grads() {
-  params_->zero_grads();
+  if (own_params_) params_->zero_grads();
+  else
+    for (size_t i : stage_rows_) k::fill_zero(params_->grad(i));
   if (shard_) shard_->zero_grads();
 }
 

@@ -47,8 +47,11 @@ class Gpt {
   // optimizer updates and checkpoints save, and each forward takes the shard from it.
   // stage: the whole model by default; a pipeline stage computes only its blocks, and its
   // params() hold only its own rows (ParamStore's resident rows; the others get no memory).
+  // shared: a store of the table's rows that several chunks of one rank compute with (interleaved
+  // pipeline stages), which must hold this stage's rows and outlive this model; null: the model
+  // allocates its own.
   Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
-      Communicator* tp = nullptr, const GptStage& stage = {});
+      Communicator* tp = nullptr, const GptStage& stage = {}, ParamStore* shared = nullptr);
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;
@@ -74,7 +77,7 @@ class Gpt {
   // starts each range's all-reduce there, while the earlier layers are still computed.
   using GradsReady = std::function<void(size_t first, size_t end)>;
   void backward(const GradsReady& ready = {});
-  // Zeroes the gradients (the shard's too).
+  // Zeroes the gradients (the shard's too); of this stage's rows only when the store is shared.
   void zero_grads();
 
   // Pipeline stages, all (B, T, C) fp32 views of the selected slot's activations: the input a
@@ -132,7 +135,8 @@ class Gpt {
   int64_t Cl_, NHl_, Vpl_;  // this rank's share of the channels of a head group, the heads, the padded vocabulary
   kernels::Device device_;
   kernels::DType act_;
-  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<ParamStore> own_params_;  // null when the store is shared
+  ParamStore* params_ = nullptr;            // own_params_ or the shared store
   std::unique_ptr<ParamStore> shard_;  // this rank's shard of every parameter (tensor parallelism only)
   size_t wte_, wpe_, ln_f_w_, ln_f_b_;  // table rows of the non-layer parameters
   std::vector<LayerRows> layers_;

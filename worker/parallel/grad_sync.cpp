@@ -49,7 +49,8 @@ void GradientSync::launch() {
     const int64_t n = offset_[j] - offset_[i];
     const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const int r = root(i);
-    if (r < 0) {
+    if (n == 0) {  // rows of other pipeline stages: no memory here, nothing to send
+    } else if (r < 0) {
       inflight_.push_back(dp_.start_all_reduce_sum(base + offset_[i], n));
       bytes_sent_ += sent_by_all_reduce(bytes, dp_.size());
     } else {

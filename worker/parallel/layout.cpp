@@ -36,7 +36,7 @@ LaunchInfo launch_info_from_env() {
 
 std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer) {
   if (!layout.pipeline_layers.empty()) return layout.pipeline_layers;
-  const int64_t p = layout.pipeline;
+  const int64_t p = layout.pipeline * layout.virtual_stages;
   std::vector<int64_t> counts(static_cast<size_t>(p), n_layer / p);
   for (int64_t s = 0; s < n_layer % p; ++s) ++counts[static_cast<size_t>(s)];
   return counts;
@@ -67,9 +67,8 @@ ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const
   // Every rank takes part in the split; the middle stages each get a group of their own and drop it.
   std::unique_ptr<Communicator> embedding = world->split(ends ? dp * ctx.tensor + tp : per_stage + rank, pp);
   if (ends) ctx.embedding = std::move(embedding);
+  ctx.virtual_stages = static_cast<int>(layout.virtual_stages);
   ctx.stage_layers = stage_layer_counts(layout, n_layer);
-  for (int s = 0; s < pp; ++s) ctx.first_layer += ctx.stage_layers[static_cast<size_t>(s)];
-  ctx.end_layer = ctx.first_layer + ctx.stage_layers[static_cast<size_t>(pp)];
   ctx.world = std::move(world);
   return ctx;
 }

@@ -35,8 +35,10 @@ struct ParallelContext {
   int tensor = 1;
   int data = 1;
   int pipeline = 1;
-  std::vector<int64_t> stage_layers;       // transformer blocks of each stage, first to last
-  int64_t first_layer = 0, end_layer = 0;  // this stage's blocks [first_layer, end_layer)
+  // Model chunks a pipeline rank holds (interleaved 1F1B): virtual stage v·pipeline + p, for v in
+  // [0, virtual_stages), lies on pipeline rank p. 1: one contiguous stage a rank.
+  int virtual_stages = 1;
+  std::vector<int64_t> stage_layers;  // transformer blocks of each virtual stage, first to last
   int tp_rank() const { return tp->rank(); }
   int dp_rank() const { return dp->rank(); }
   int pp_rank() const { return pp->rank(); }
@@ -47,8 +49,9 @@ struct ParallelContext {
   bool first() const { return world->rank() == 0; }  // writes metrics, reports, checkpoints
 };
 
-// The transformer blocks of each stage, first to last: parallel.pipeline_layers when given, else
-// as even as possible (the earlier stages take the remainder; the last one also holds the head).
+// The transformer blocks of each (virtual) stage, first to last, pipeline × virtual_stages of them:
+// parallel.pipeline_layers when given, else as even as possible (the earlier stages take the
+// remainder; the last one also holds the head).
 std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer);
 
 // Checks the config's layout against the world's size and splits the groups (a collective: every

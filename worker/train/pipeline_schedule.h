@@ -1,9 +1,13 @@
-// Pipeline parallelism's schedule for one stage: 1F1B over a step's micro-batches (Megatron's
-// non-interleaved schedule). Stage s of P runs min(P − s − 1, m) warm-up forwards, then alternates
-// one forward and one backward, then drains the remaining backwards. Activations go to the next
-// stage and their gradients back to the previous one as point-to-point messages over the
-// pipeline group; sends are non-blocking and complete by the end of the step, receives block.
-// Thread-compatible: the training thread drives it.
+// Pipeline parallelism's schedule for one pipeline rank: 1F1B over a step's micro-batches. With
+// one model chunk a rank (Megatron's non-interleaved schedule) stage s of P runs min(P − s − 1, m)
+// warm-up forwards, then alternates one forward and one backward, then drains the remaining
+// backwards. With V chunks a rank (virtual stage v·P + s on rank s: Megatron's interleaved
+// schedule) the same shape runs over m·V chunk-micro-batches, taken in groups of P micro-batches
+// per chunk, chunks in order forwards and in reverse order backwards; the bubble shrinks to
+// (P − 1)/(m·V) for V times the messages. Activations go to the next virtual stage and their
+// gradients back to the previous one as point-to-point messages over the pipeline group (with
+// chunks, rank P − 1 hands on to rank 0); sends are non-blocking and complete by the end of the
+// step, receives block. Thread-compatible: the training thread drives it.
 #pragma once
 
 #include <cstdint>
@@ -24,19 +28,33 @@ struct PipelineTimes {
   double idle() const { return total - busy; }
 };
 
-// The activation slots a stage needs for m micro-batches under 1F1B.
-int pipeline_slots(int stage, int stages, int64_t micro_batches);
+// One entry of a rank's schedule: the forward or the backward of one micro-batch through one of
+// the rank's model chunks (chunk v computes virtual stage v·stages + stage).
+struct PipelineOp {
+  bool forward = true;
+  int chunk = 0;
+  int64_t micro = 0;
+};
+
+// The order pipeline rank `stage` of `stages` runs a step in, with `chunks` model chunks and
+// `micro_batches` micro-batches (with chunks > 1, a multiple of stages).
+std::vector<PipelineOp> pipeline_order(int stage, int stages, int chunks, int64_t micro_batches);
+// The activation slots each of the rank's chunks needs under that order: the most micro-batches
+// the chunk holds at once between their forward and their backward (at least 1).
+std::vector<int> pipeline_slots(int stage, int stages, int chunks, int64_t micro_batches);
 
 class PipelineSchedule {
  public:
-  // model: this stage's Gpt (GptStage with pipeline_slots() slots); pp: the pipeline group, whose
-  // rank is the stage.
-  PipelineSchedule(Gpt& model, Communicator& pp);
+  // chunks: this rank's model chunks in virtual-stage order, each a Gpt over its GptStage with
+  // pipeline_slots() slots; pp: the pipeline group, whose rank is the stage. With two stages and
+  // several chunks, activations and gradients share the channel from rank 1 to rank 0: the orders
+  // post them as the peer receives them (test_pipeline_schedule.cpp checks every channel).
+  PipelineSchedule(std::vector<Gpt*> chunks, Communicator& pp);
 
-  // Forward and backward over every micro-batch, accumulating this stage's gradients; `ready`
-  // goes to the last micro-batch's backward (Gpt::backward), so the gradient sums can start
-  // while it runs. Returns the sum of the micro-batches' mean losses on the last stage, 0 on the
-  // others.
+  // Forward and backward over every micro-batch, accumulating this rank's gradients; `ready` goes
+  // to each chunk's last micro-batch's backward (Gpt::backward), last chunk first, so the gradient
+  // sums can start while the earlier chunks run. Returns the sum of the micro-batches' mean losses
+  // on the rank with the head, 0 on the others.
   double train(const std::vector<Batch>& micro, const Gpt::GradsReady& ready = {});
   // Forward only (validation): the same sum.
   double evaluate(const std::vector<Batch>& micro);
@@ -44,8 +62,10 @@ class PipelineSchedule {
   const PipelineTimes& times() const { return times_; }
 
  private:
-  void forward(const Batch& b, int64_t index, bool compute_grad, double& loss);
-  void backward(int64_t index, const Gpt::GradsReady& ready = {});
+  void forward(const Batch& b, const PipelineOp& op, int slot, bool compute_grad, double& loss);
+  void backward(const PipelineOp& op, int slot, const Gpt::GradsReady& ready);
+  // Whether the chunk computes virtual stage 0 (it embeds the tokens: nothing to receive).
+  bool first_virtual(int chunk) const { return chunk == 0 && stage_ == 0; }
   void send(const kernels::Tensor& t, int peer);
   void finish_sends();
 
@@ -53,9 +73,9 @@ class PipelineSchedule {
     std::vector<float> data;
     std::unique_ptr<PendingCollective> pending;
   };
-  Gpt& model_;
+  std::vector<Gpt*> chunks_;
   Communicator& pp_;
-  int stage_, stages_;
+  int stage_, stages_, prev_, next_;
   std::deque<Outgoing> outgoing_;
   PipelineTimes times_;
 };

@@ -1,5 +1,6 @@
 #include "worker/train/pipeline_state.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/linalg.h"
@@ -50,17 +51,42 @@ json select_for(const json& saved, const json& mine, bool first) {
   return saved;
 }
 
-}  // namespace
-
-GptStage pipeline_stage(const ParallelContext& par, int s, int64_t micro_batches) {
+// Virtual stage s's blocks and ends, with one slot.
+GptStage virtual_stage(const ParallelContext& par, int s) {
   const std::vector<int64_t>& counts = par.stage_layers;
   GptStage stage;
   for (int i = 0; i < s; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
   stage.end_layer = stage.first_layer + counts[static_cast<size_t>(s)];
   stage.embedding = s == 0;
-  stage.head = s == par.pipeline - 1;
-  stage.slots = pipeline_slots(s, par.pipeline, micro_batches);
+  stage.head = s == par.pipeline * par.virtual_stages - 1;
   return stage;
+}
+}  // namespace
+
+std::vector<GptStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches) {
+  const std::vector<int> slots = pipeline_slots(p, par.pipeline, par.virtual_stages, micro_batches);
+  std::vector<GptStage> chunks;
+  for (int v = 0; v < par.virtual_stages; ++v) {
+    chunks.push_back(virtual_stage(par, v * par.pipeline + p));
+    chunks.back().slots = slots[static_cast<size_t>(v)];
+  }
+  return chunks;
+}
+
+std::vector<size_t> pipeline_rank_rows(const ParallelContext& par, const std::vector<ParamSpec>& table, int p) {
+  std::vector<size_t> rows;
+  for (int v = 0; v < par.virtual_stages; ++v)
+    for (size_t row : gpt_stage_rows(table, virtual_stage(par, v * par.pipeline + p))) rows.push_back(row);
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  return rows;
+}
+
+std::string pipeline_blocks_text(const std::vector<GptStage>& chunks) {
+  std::string text = "blocks ";
+  for (size_t i = 0; i < chunks.size(); ++i)
+    text += (i ? ", " : "") + std::to_string(chunks[i].first_layer) + " to " + std::to_string(chunks[i].end_layer - 1);
+  return text;
 }
 
 StageOptimizers::StageOptimizers(std::unique_ptr<Optimizer> own, int own_stage, int stages, std::string tied_name)
@@ -100,7 +126,7 @@ std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const Par
   // Each row once, from the first stage that holds it, in table order on every side.
   std::vector<int> from(params.size(), -1);
   for (int s = par.pipeline - 1; s >= 0; --s)
-    for (size_t row : gpt_stage_rows(params, pipeline_stage(par, s, 1))) from[row] = s;
+    for (size_t row : pipeline_rank_rows(par, params.table(), s)) from[row] = s;
   const int me = world.rank();
   std::unique_ptr<ParamStore> full;
   if (me == 0) full = std::make_unique<ParamStore>(params.table(), k::Device::cpu);
@@ -120,9 +146,8 @@ std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const Par
   return full;
 }
 
-int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float scale) {
-  const ParamStore& p = model.params();
-  const std::vector<size_t>& rows = model.stage_rows();
+int64_t sum_stage_gradients(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows,
+                            float scale) {
   int64_t bytes = 0;
   // Maximal runs of adjacent rows are contiguous gradient memory: one all-reduce each.
   for (size_t i = 0; i < rows.size();) {
@@ -138,22 +163,20 @@ int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float 
     if (scale != 1.0f) k::scale(k::Tensor::view(first, {n}), scale);
     i = j;
   }
-  return bytes + sum_tied_embedding(par, model);
+  return bytes + sum_tied_embedding(par, p);
 }
 
-int64_t sum_tied_embedding(const ParallelContext& par, const Gpt& model) {
+int64_t sum_tied_embedding(const ParallelContext& par, const ParamStore& p) {
   if (!par.embedding) return 0;
-  const ParamStore& p = model.params();
   const k::Tensor wte = p.grad(p.index("wte.weight"));
   par.embedding->all_reduce_sum(wte.f32(), wte.numel());
   return sent_by_all_reduce(wte.numel() * static_cast<int64_t>(sizeof(float)), par.embedding->size());
 }
 
-double pipeline_grad_norm(const ParallelContext& par, const Gpt& model) {
-  const ParamStore& p = model.params();
+double pipeline_grad_norm(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows) {
   const size_t wte = p.index("wte.weight");
   std::vector<k::Tensor> grads;
-  for (size_t row : model.stage_rows())
+  for (size_t row : rows)
     if (row != wte || par.first_stage()) grads.push_back(p.grad(row));
   const double norm = grads.empty() ? 0.0 : k::global_norm(grads);
   double squared = norm * norm;

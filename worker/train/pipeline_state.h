@@ -1,7 +1,7 @@
 // Pipeline parallelism's parameters, gradients and optimizer state. A rank holds its own stage's
-// parameters, gradients and optimizer state only (memory divided by the stages); it computes and
-// steps its own stage. The tied embedding lives on the first and the last stage: both step it
-// with the same summed gradient, as Megatron does. For a checkpoint the first rank gathers the
+// parameters, gradients and optimizer state only (memory divided by the stages), or with
+// interleaving its chunks', in one store; it computes and steps them. The tied embedding lives on
+// the first and the last rank: both step it with the same summed gradient, as Megatron does. For a checkpoint the first rank gathers the
 // whole model from the stages' leaders into host memory and writes the layout-free
 // model.safetensors; each rank writes the optimizer state it owns, under the names one process
 // gives it, so a resume at any layout loads it.
@@ -18,8 +18,14 @@
 
 namespace precon::worker {
 
-// The GptStage of pipeline stage s under the context's layout.
-GptStage pipeline_stage(const ParallelContext& par, int s, int64_t micro_batches);
+// The model chunks of pipeline rank p under the context's layout, in virtual-stage order: virtual
+// stage v·pipeline + p for v in [0, virtual_stages) (one chunk without interleaving), each with the
+// activation slots the schedule needs for `micro_batches`.
+std::vector<GptStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches);
+// The parameter table rows pipeline rank p holds: its chunks' rows, in table order.
+std::vector<size_t> pipeline_rank_rows(const ParallelContext& par, const std::vector<ParamSpec>& table, int p);
+// "blocks 0 to 1" for one chunk, "blocks 0 to 0, 2 to 2" for several (for the layout's log line).
+std::string pipeline_blocks_text(const std::vector<GptStage>& chunks);
 
 // This rank's stage's optimizer, with the counters of the others for checkpoints. The state lists
 // the own stage's tensors with the names a single-process optimizer gives; on the last stage the
@@ -55,16 +61,17 @@ class StageOptimizers final : public Optimizer {
 std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
                                                   const ParamStore& params);
 
-// After the schedule: sums this stage's gradients over its tensor- and data-parallel ranks, scales
-// them by `scale`, and sums the tied embedding's between the first and the last stage. Returns
-// the bytes this rank all-reduced.
-int64_t sum_stage_gradients(const ParallelContext& par, const Gpt& model, float scale);
+// After the schedule: sums the gradients of this rank's rows (pipeline_rank_rows) over its stage's
+// tensor- and data-parallel ranks, scales them by `scale`, and sums the tied embedding's between
+// the first and the last stage. Returns the bytes this rank all-reduced.
+int64_t sum_stage_gradients(const ParallelContext& par, const ParamStore& params, const std::vector<size_t>& rows,
+                            float scale);
 // Only the last part of that: the tied embedding's sum between the first and the last stage (for
 // a stage whose own sums ran bucket by bucket during its last backward). Returns the bytes.
-int64_t sum_tied_embedding(const ParallelContext& par, const Gpt& model);
+int64_t sum_tied_embedding(const ParallelContext& par, const ParamStore& params);
 
-// The global gradient norm: this stage's squared norm (the tied embedding counted once, on the
-// first stage) summed over the stages.
-double pipeline_grad_norm(const ParallelContext& par, const Gpt& model);
+// The global gradient norm: the squared norm of this rank's rows (the tied embedding counted
+// once, on the first stage) summed over the stages.
+double pipeline_grad_norm(const ParallelContext& par, const ParamStore& params, const std::vector<size_t>& rows);
 
 }  // namespace precon::worker

@@ -38,7 +38,13 @@ struct Run {
   // Pipeline stages without tensor parallelism: grad_sync sums the stage's data-parallel replicas
   // during the last micro-batch's backward (with tensor parallelism the sums follow the schedule).
   bool overlap_stage_sums = false;
-  std::unique_ptr<Gpt> model;
+  // Interleaved pipeline stages: the one store of parameters and gradients the rank's chunks share.
+  std::unique_ptr<ParamStore> rank_params;
+  // This rank's model: one Gpt (the whole model, or its pipeline stage), or one per virtual stage
+  // it computes, in virtual-stage order. Every chunk's params() is the rank's whole store.
+  std::vector<std::unique_ptr<Gpt>> chunks;
+  std::vector<size_t> rows;  // the table rows this rank holds, computes and steps, in table order
+  Gpt& model() { return *chunks.front(); }
   std::unique_ptr<PipelineSchedule> schedule;  // several stages: 1F1B
   StageOptimizers* stages = nullptr;           // several stages: the optimizer, one per stage
   PipelineTimes prev_pipe;                     // the schedule's times at the last metrics record
@@ -60,14 +66,16 @@ struct Run {
   int64_t kill_fault_step = -1;     // test-only: PRECON_FAULT_KILL_AT=step:S (worker/common/fault_hook.h)
   int64_t step_pace_ms = 0;         // test-only: PRECON_FAULT_STEP_PACE_MS sleeps after each step
   RunState state() {
-    return {&parsed.config, model.get(), optimizer.get(), loader.get(), objective, par.world.get(), par.stage.get()};
+    return {&parsed.config, chunks.front().get(), optimizer.get(), loader.get(), objective, par.world.get(),
+            par.stage.get()};
   }
 };
 
 // Parses the config, checks the layout against the launched ranks, prepares the run directory,
 // and selects the CPU threads and the device.
 void configure_run(Run& run);
-// The model (this rank's pipeline stage), initialised from train.init_from or the seed.
+// The model (this rank's pipeline stage, or its chunks of virtual stages), initialised from
+// train.init_from or the seed.
 void build_model(Run& run);
 void build_data(Run& run);
 // One stage: an optimizer over every parameter. Several: one per stage over its rows.

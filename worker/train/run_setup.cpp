@@ -72,14 +72,25 @@ void configure_run(Run& run) {
 
 void build_model(Run& run) {
   const TrialConfig& cfg = run.cfg();
-  const GptStage stage = pipeline_stage(run.par, run.par.pp_rank(), run.slice / run.micro);
-  run.model = std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), stage);
-  if (run.par.pipeline > 1) run.schedule = std::make_unique<PipelineSchedule>(*run.model, *run.par.pp);
+  const std::vector<GptStage> chunks = pipeline_chunks(run.par, run.par.pp_rank(), run.slice / run.micro);
+  run.rows = pipeline_rank_rows(run.par, gpt2_param_table(cfg.model), run.par.pp_rank());
+  // A rank with several chunks holds their rows in one store: one optimizer, one gradient buffer
+  // and one checkpoint part, as for a contiguous stage.
+  if (chunks.size() > 1)
+    run.rank_params = std::make_unique<ParamStore>(gpt2_param_table(cfg.model), run.device, run.rows);
+  for (const GptStage& chunk : chunks)
+    run.chunks.push_back(std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(),
+                                               chunk, run.rank_params.get()));
+  if (run.par.pipeline > 1) {
+    std::vector<Gpt*> models;
+    for (auto& c : run.chunks) models.push_back(c.get());
+    run.schedule = std::make_unique<PipelineSchedule>(std::move(models), *run.par.pp);
+  }
   if (!cfg.train.init_from.empty()) {
-    load_model_safetensors(run.model->params(), cfg.train.init_from);
+    load_model_safetensors(run.model().params(), cfg.train.init_from);
     run.log("initialised the model from " + cfg.train.init_from);
   } else {
-    run.model->init_random(static_cast<uint64_t>(cfg.train.seed));
+    run.model().init_random(static_cast<uint64_t>(cfg.train.seed));  // every row the (shared) store holds
   }
 }
 
@@ -102,9 +113,9 @@ void build_data(Run& run) {
 
 // Each rank steps its own stage's optimizer over its own rows (pipeline_state.h).
 void build_optimizer(Run& run) {
-  const ParamStore& store = run.model->params();
+  const ParamStore& store = run.model().params();
   std::vector<OptimParam> oparams;
-  for (size_t i : run.model->stage_rows()) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  for (size_t i : run.rows) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
   // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
   // per-matrix work is shared out over all of them.
@@ -137,9 +148,8 @@ void build_optimizer(Run& run) {
   if (run.par.pipeline == 1 && run.par.data > 1) {
     const std::vector<int> by_param = run.optimizer->gradient_roots();
     if (!by_param.empty()) {
-      const std::vector<size_t> rows = gpt_stage_rows(store, pipeline_stage(run.par, 0, 1));
       roots.assign(store.size(), -1);
-      for (size_t j = 0; j < rows.size(); ++j) roots[rows[j]] = by_param.at(j);
+      for (size_t j = 0; j < run.rows.size(); ++j) roots[run.rows[j]] = by_param.at(j);
     }
   }
   run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store, roots);
@@ -150,13 +160,17 @@ void build_optimizer(Run& run) {
   if (run.grad_sync->reduced_tensors() > 0)
     run.log("gradients: " + std::to_string(run.grad_sync->reduced_tensors()) + " of " + std::to_string(store.size()) +
             " tensors reduced to the one rank that reads them, the rest all-reduced");
-  if (run.par.world->size() > 1)
+  if (run.par.world->size() > 1) {
+    std::vector<GptStage> chunks;
+    for (const auto& c : run.chunks) chunks.push_back(c->stage());
+    const std::string virtual_stages =
+        run.par.virtual_stages > 1 ? " × " + std::to_string(run.par.virtual_stages) + " virtual" : std::string();
     run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
             ", " + std::to_string(run.par.tensor) + " tensor-parallel, " + std::to_string(run.par.pipeline) +
-            " pipeline stage(s) (this one: blocks " + std::to_string(run.par.first_layer) + " to " +
-            std::to_string(run.par.end_layer - 1) + ")" +
-            ", " + std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
+            virtual_stages + " pipeline stage(s) (this one: " + pipeline_blocks_text(chunks) + ")" + ", " +
+            std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
             " sequence(s) per step");
+  }
 }
 
 void resume_run(Run& run) {

@@ -110,7 +110,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                     {"parallel",
                      {{"tensor", state.config->parallel.tensor},
                       {"data", state.config->parallel.data},
-                      {"pipeline", state.config->parallel.pipeline}}},
+                      {"pipeline", state.config->parallel.pipeline},
+                      {"virtual_stages", state.config->parallel.virtual_stages}}},
                     {"format", 1}};
     if (state.objective && std::isfinite(*state.objective)) {
       trainer["objective"] = {{"metric", state.config->objective.metric},

@@ -96,7 +96,7 @@ double mean_over_batch(Run& run, const Batch& batch, F&& f) {
 double evaluate(Run& run) {
   double total = 0.0;
   for (const Batch& b : run.val)
-    total += run.schedule ? pipeline_mean(run, run.schedule->evaluate(micro_batches(run, b))) : mean_over_batch(run, b, [&](const Batch& part, bool) { return run.model->forward(part.inputs, part.targets, false); });
+    total += run.schedule ? pipeline_mean(run, run.schedule->evaluate(micro_batches(run, b))) : mean_over_batch(run, b, [&](const Batch& part, bool) { return run.model().forward(part.inputs, part.targets, false); });
   return run.val.empty() ? NAN : total / static_cast<double>(run.val.size());
 }
 
@@ -118,40 +118,40 @@ std::string last_good(const Run& run) {
 // gradient of the whole global batch in every rank's buffer, or for a gradient with a root
 // (GradientSync) in the root's only. Returns the training loss.
 double forward_backward(Run& run, const Batch& batch, int64_t step) {
-  run.model->zero_grads();
+  for (auto& chunk : run.chunks) chunk->zero_grads();
   const float scale = 1.0f / static_cast<float>(run.slice / run.micro * run.par.data);
   double loss = 0.0;
   if (run.schedule && run.overlap_stage_sums) {
-    // The stage's data-parallel sums start bucket by bucket during its last backward. The last
-    // stage's backward does not report the tied wte (its embedding lies on the first stage): it
-    // is summed with the rows this stage does not hold, which take no memory, then with the first
-    // stage's copy.
+    // The stage's data-parallel sums start bucket by bucket during each chunk's last backward.
+    // Each range reported extends down to the last one: the rows between belong to other ranks
+    // and take no memory. The last stage's backward does not report the tied wte (its embedding
+    // lies on the first stage): it is summed with the rows below, then with the first stage's copy.
     GradientSync& sync = *run.grad_sync;
-    size_t lowest = run.model->params().size();
-    const Gpt::GradsReady ready = [&](size_t first, size_t end) {
-      sync.ready(first, end);
+    size_t lowest = run.model().params().size();
+    const Gpt::GradsReady ready = [&](size_t first, size_t) {
+      sync.ready(first, lowest);
       lowest = first;
     };
     loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch), ready));
-    if (lowest > 0 && run.model->stage().head) sync.ready(0, lowest);
+    if (lowest > 0) sync.ready(0, lowest);
     sync.finish(scale);
-    run.pipe_bytes += sum_tied_embedding(run.par, *run.model);
+    run.pipe_bytes += sum_tied_embedding(run.par, run.model().params());
   } else if (run.schedule) {
     loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch)));
-    run.model->place_grads_for_sum();
-    run.pipe_bytes += sum_stage_gradients(run.par, *run.model, scale);
+    for (auto& chunk : run.chunks) chunk->place_grads_for_sum();
+    run.pipe_bytes += sum_stage_gradients(run.par, run.model().params(), run.rows, scale);
   } else {
     GradientSync& sync = *run.grad_sync;
     const Gpt::GradsReady ready = [&sync](size_t first, size_t end) { sync.ready(first, end); };
     loss = mean_over_batch(run, batch, [&](const Batch& part, bool last) {
-      const double micro_loss = run.model->forward(part.inputs, part.targets, true);
+      const double micro_loss = run.model().forward(part.inputs, part.targets, true);
       if (std::isfinite(micro_loss))
-        run.model->backward(last && run.par.data > 1 && run.par.tensor == 1 ? ready : Gpt::GradsReady{});
+        run.model().backward(last && run.par.data > 1 && run.par.tensor == 1 ? ready : Gpt::GradsReady{});
       return micro_loss;
     });
     if (run.par.tensor > 1) {
-      run.model->place_grads_for_sum();
-      sync.ready(0, run.model->params().size());
+      run.model().place_grads_for_sum();
+      sync.ready(0, run.model().params().size());
     }
     sync.finish(scale);
   }
@@ -166,7 +166,7 @@ double forward_backward(Run& run, const Batch& batch, int64_t step) {
 // The global gradient norm, and the scale that clips it to train.grad_clip (1 when it fits).
 // Without pipelining a gradient reduced to its owner is whole there only: GradientSync counts it.
 std::pair<double, float> clip_gradients(Run& run) {
-  const double grad_norm = run.schedule ? pipeline_grad_norm(run.par, *run.model) : run.grad_sync->norm();
+  const double grad_norm = run.schedule ? pipeline_grad_norm(run.par, run.model().params(), run.rows) : run.grad_sync->norm();
   const double clip = run.cfg().train.grad_clip;
   return {grad_norm, (clip > 0 && grad_norm > clip) ? static_cast<float>(clip / grad_norm) : 1.0f};
 }
@@ -264,7 +264,7 @@ void checkpoint(Run& run, int64_t step) {
     // Each rank holds its own stage: the first gathers the whole model from the stages' leaders
     // for model.safetensors, and every rank the stages' optimizer counters (their state tensors
     // are written by the ranks that hold them).
-    whole = gather_model_to_first(*run.par.world, run.par, run.model->params());
+    whole = gather_model_to_first(*run.par.world, run.par, run.model().params());
     state.full_params = whole.get();
     run.stages->gather(*run.par.world, run.par);
   }
