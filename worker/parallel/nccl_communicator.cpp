@@ -100,7 +100,12 @@ class NcclCommunicator final : public Communicator {
     stage(data, bytes, [&](void* d) { check_nccl(ncclBroadcast(d, d, static_cast<size_t>(bytes), ncclUint8, root, comm_, 0), "broadcast"); });
   }
   // Device buffers only (activations between pipeline stages). Both run on the compute stream,
-  // so the send's buffer is read in order with the kernels that wrote it.
+  // so the send's buffer is read in order with the kernels that wrote it. An ncclSend blocks its
+  // stream until the peer posts the matching ncclRecv, so the pipeline schedule's pattern (sends
+  // left in flight, a blocking receive next) would stall here: in 1F1B stage 0's second send
+  // waits for stage 1's receive, which comes after stage 1's gradient send, which waits for
+  // stage 0's receive queued behind that send. Pipelining on CUDA stays refused by the config
+  // until the sends in flight are grouped (ncclGroupStart/End) with the next receive.
   std::unique_ptr<PendingCollective> start_send(const float* data, int64_t n, int peer) override {
     if (!on_device(data)) throw WorkerError("NCCL send: the buffer is host memory; pipeline stages on GPUs send device tensors");
     check_nccl(ncclSend(data, static_cast<size_t>(n), ncclFloat32, peer, comm_, 0), "send");
