@@ -108,5 +108,24 @@ TEST_F(ParallelTrial, ALayoutLargerThanTheSlotsIsRefusedWithTheReason) {
       << full.dump();
 }
 
+TEST_F(ParallelTrial, AnInterleavedLayoutShowsItsVirtualStagesAndCountsOneRankAPipelineStage) {
+  auto c = start(1);
+  const std::string url = c->url();
+  // Two pipeline ranks of two chunks each: 2 ranks, not 4 (more than this controller's one slot).
+  std::string text = recipe(4, "[parallel]\npipeline = 2\nvirtual_stages = 2\n");
+  text.replace(text.find("n_layer = 1"), 11, "n_layer = 4");
+  text.replace(text.find("batch_size = 4"), 14, "batch_size = 4\nmicro_batch_size = 1");
+  const int64_t id = submit(url, text);
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(done(url, id));
+  json t = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  json full = get(url, "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()));
+  EXPECT_EQ(full["layout"], (json{{"tensor", 1}, {"data", 1}, {"pipeline", 2}, {"virtual_stages", 2}, {"ranks", 2},
+                                  {"backend", "auto"}}))
+      << full.dump();
+  EXPECT_NE(full["reason"].get<std::string>().find("needs 2 CPU slots (2 rank(s) × 1 thread(s))"), std::string::npos)
+      << full.dump();
+}
+
 }  // namespace
 }  // namespace precon::orch::testing

@@ -34,9 +34,6 @@ struct GptStage {
 
 // The parameter table rows a stage computes with, in table order (wte on both ends of a pipeline).
 std::vector<size_t> gpt_stage_rows(const std::vector<ParamSpec>& table, const GptStage& stage);
-inline std::vector<size_t> gpt_stage_rows(const ParamStore& params, const GptStage& stage) {
-  return gpt_stage_rows(params.table(), stage);
-}
 
 class Gpt {
  public:
@@ -90,7 +87,6 @@ class Gpt {
   kernels::Tensor output_grad() const;
   kernels::Tensor input_grad() const;
   const GptStage& stage() const { return stage_; }
-  const std::vector<size_t>& stage_rows() const { return stage_rows_; }
   // Tensor parallelism: writes the shard's gradients into params()'s at their place in the full
   // tensors, and the replicated ones on the group's first rank only (zeros elsewhere), so that a
   // sum over the tensor-parallel group (with the data-parallel sum, over the world) gives every

@@ -84,23 +84,23 @@ void from_host(k::Tensor t, const float* host) {
     k::copy(t.narrow(0, i, 1).reshape({t.shape[1]}), k::Tensor::view(h + i * t.shape[1], {t.shape[1]}));
 }
 
-// Whether two boxes of one tensor share a value.
-bool overlaps(const Box& a, const Box& b) {
-  for (size_t i = 0; i < a.shape.size() && i < b.shape.size(); ++i)
-    if (std::max(a.offset[i], b.offset[i]) >= std::min(a.offset[i] + a.shape[i], b.offset[i] + b.shape[i])) return false;
+// The overlap [lo, hi) of two boxes of one tensor, per dimension; false when they share no value.
+bool overlap(const Box& a, const Box& b, Shape& lo, Shape& hi) {
+  const size_t n = a.shape.size();
+  lo.assign(n, 0);
+  hi.assign(n, 0);
+  for (size_t i = 0; i < n; ++i) {
+    lo[i] = std::max(a.offset[i], b.offset[i]);
+    hi[i] = std::min(a.offset[i] + a.shape[i], b.offset[i] + b.shape[i]);
+    if (lo[i] >= hi[i]) return false;
+  }
   return true;
 }
 
-// Copies the overlap of two boxes of one tensor (each row-major, contiguous) from src into dst;
-// returns the number of values copied.
-int64_t copy_overlap(float* dst, const Box& d, const float* src, const Box& s) {
+// Copies the overlap [lo, hi) of two boxes of one tensor (each row-major, contiguous) from src
+// into dst; returns the number of values copied.
+int64_t copy_overlap(float* dst, const Box& d, const float* src, const Box& s, const Shape& lo, const Shape& hi) {
   const size_t n = d.shape.size();
-  Shape lo(n), hi(n);
-  for (size_t i = 0; i < n; ++i) {
-    lo[i] = std::max(d.offset[i], s.offset[i]);
-    hi[i] = std::min(d.offset[i] + d.shape[i], s.offset[i] + s.shape[i]);
-    if (lo[i] >= hi[i]) return 0;
-  }
   if (n == 0) {
     *dst = *src;
     return 1;
@@ -261,11 +261,12 @@ void load_optimizer_shards(const std::filesystem::path& dir, Optimizer& optimize
       if (t->dtype != SafetensorsDType::F32 || t->shape != p.box.shape)
         throw CheckpointError(where + ": optimizer state " + p.key + " is " + safetensors_dtype_name(t->dtype) + " " +
                               shape_text(t->shape) + ", its index entry says F32 " + shape_text(p.box.shape));
-      if (!overlaps(want, p.box)) continue;  // another rank's part: not copied out of the mapping
+      Shape lo, hi;
+      if (!overlap(want, p.box, lo, hi)) continue;  // another rank's part: not copied out of the mapping
       // An aligned copy: a tensor's bytes may start at any offset of the file.
       std::vector<float> stored(static_cast<size_t>(t->numel()));
       std::memcpy(stored.data(), t->bytes.data(), stored.size() * sizeof(float));
-      covered += copy_overlap(host.data(), want, stored.data(), p.box);
+      covered += copy_overlap(host.data(), want, stored.data(), p.box, lo, hi);
     }
     if (covered != volume(want.shape))
       throw CheckpointError(dir.string() + ": the entries of optimizer state " + s.name + " hold " + std::to_string(covered) +
