@@ -19,9 +19,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // The wrapper ignores these so that a stop signal (or a terminal's) sent to the process group
-// reaches the program but not the wrapper, which must outlive it to record its status.
+// reaches the program but not the wrapper, which must outlive it to record its status. It
+// catches them with a handler that does nothing rather than setting SIG_IGN, which would discard
+// one already pending: a stop sent while the wrapper starts is passed on to the program.
 constexpr int kWrapperIgnored[] = {SIGTERM, SIGINT,  SIGHUP,  SIGQUIT, SIGUSR1,
                                    SIGUSR2, SIGPIPE, SIGTTIN, SIGTTOU, SIGTSTP};
+// Of those, the ones a stop or a terminal sends to the whole group: one that reached the group
+// before the program existed is passed on to it.
+constexpr int kForwardedStops[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
 
 class Fd {
  public:
@@ -146,6 +151,8 @@ void write_identity(const ForkPlan& p) {
   ::close(fd);
 }
 
+extern "C" void ignore_signal(int) {}
+
 // The forked child of the controller. Never returns; async-signal-safe calls only.
 [[noreturn]] void run_wrapper(const ForkPlan& p) {
   ::setpgid(0, 0);
@@ -154,8 +161,10 @@ void write_identity(const ForkPlan& p) {
   sigemptyset(&sa.sa_mask);
   sa.sa_handler = SIG_DFL;
   for (int sig = 1; sig < NSIG; ++sig) ::sigaction(sig, &sa, nullptr);
-  sa.sa_handler = SIG_IGN;
+  sa.sa_handler = ignore_signal;
+  sa.sa_flags = SA_RESTART;
   for (int sig : kWrapperIgnored) ::sigaction(sig, &sa, nullptr);
+  sa.sa_flags = 0;
 
   ::dup2(p.null_fd, 0);
   ::dup2(p.out_fd, 1);
@@ -165,9 +174,14 @@ void write_identity(const ForkPlan& p) {
   if (::close_range(3, ~0U, 0) != 0) {
     for (int fd = 3; fd < p.max_fd; ++fd) ::close(fd);
   }
-  sigset_t none;
+  // Until the program is forked, the signals the wrapper ignores stay blocked (pending, not
+  // lost): the program's own copy of a stop sent after its fork is delivered when it unblocks
+  // them with their default actions, and one sent before is passed on to it below.
+  sigset_t none, held;
   sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  sigemptyset(&held);
+  for (int sig : kWrapperIgnored) sigaddset(&held, sig);
+  ::sigprocmask(SIG_SETMASK, &held, nullptr);
 
   write_identity(p);
   int status = 0;
@@ -175,6 +189,7 @@ void write_identity(const ForkPlan& p) {
   if (pid == 0) {
     sa.sa_handler = SIG_DFL;
     for (int sig : kWrapperIgnored) ::sigaction(sig, &sa, nullptr);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
     ::execve(p.exe.c_str(), p.argv.data(), p.envp.data());
     char num[24];
     size_t n = format_uint(num, static_cast<unsigned long>(errno));
@@ -188,6 +203,11 @@ void write_identity(const ForkPlan& p) {
     write_all(2, kMsg, sizeof kMsg - 1);
     status = 127 << 8;
   } else {
+    sigset_t pending;
+    if (::sigpending(&pending) == 0)
+      for (int sig : kForwardedStops)
+        if (sigismember(&pending, sig)) ::kill(pid, sig);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the wrapper's own pending copies run its empty handler
     while (::waitpid(pid, &status, 0) < 0) {
       if (errno != EINTR) {
         status = 127 << 8;

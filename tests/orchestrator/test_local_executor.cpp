@@ -377,6 +377,21 @@ TEST_F(LocalExecutorTest, SignalStopSendsTermToTheWholeGroup) {
   EXPECT_TRUE(ex.poll().empty());
 }
 
+TEST_F(LocalExecutorTest, AStopSentAsTheAttemptStartsIsNotLost) {
+  // The stop reaches the group while the wrapper is still starting the program (before it sets
+  // up its own signal handling, or before it forks the program): it must end the program all
+  // the same. Before the fix the wrapper's SIG_IGN discarded it, and the first launch already
+  // ran on for its 30 s.
+  LocalExecutor ex(slots(1));
+  for (int i = 0; i < 20; ++i) {
+    Handle h = launch(ex, spec("early" + std::to_string(i), {"/bin/sleep", "30"}));
+    ex.signal_stop(h);
+    const ExitStatus st = wait_exit(ex, h, 10.0);
+    EXPECT_EQ(st.kind, ExitKind::killed) << "launch " << i << ": " << st.detail;
+    EXPECT_EQ(st.signal, SIGTERM) << "launch " << i << ": " << st.detail;
+  }
+}
+
 TEST_F(LocalExecutorTest, KillEndsTheGroupIncludingGrandchildren) {
   LocalExecutor ex(slots(2));
   LaunchSpec s = sh("kill", "");
