@@ -111,6 +111,13 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
+  // For HttpServer::stop()'s message about connections it cuts: "<address:port> (<phase>)".
+  // Called with the registry's mutex held, which keeps the session's members alive.
+  std::string describe() const {
+    static constexpr const char* kPhases[] = {"idle", "reading a request", "answering", "closing"};
+    return remote_ + " (" + kPhases[static_cast<int>(phase_.load())] + ")";
+  }
+
   // From HttpServer::stop(): an idle connection closes now; a request being read or answered
   // finishes, and its answer closes the connection.
   void stop() {
@@ -294,7 +301,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string address_;  // the peer's IP address, for the per-address cap
   std::string remote_;   // "address:port"
   std::optional<Response> refusal_;
-  Phase phase_ = Phase::kIdle;
+  std::atomic<Phase> phase_{Phase::kIdle};  // read by describe() from HttpServer::stop()
 };
 
 }  // namespace
@@ -445,12 +452,16 @@ void HttpServer::stop() {
   for (auto& session : live) session->stop();
   live.clear();
   size_t cut = 0;
+  std::string which;
   {
     std::unique_lock lock(s.mutex);
     s.sessions_gone.wait_for(lock, s.options.stop_timeout, [&] { return s.sessions.empty(); });
     cut = s.sessions.size();
+    for (const auto& [raw, weak] : s.sessions) which += (which.empty() ? "" : ", ") + raw->describe();
   }
-  if (cut > 0) s.log("stopping: " + std::to_string(cut) + " connection(s) still busy after the stop timeout are cut");
+  if (cut > 0) {
+    s.log("stopping: " + std::to_string(cut) + " connection(s) still busy after the stop timeout are cut: " + which);
+  }
   s.io->stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();

@@ -2,8 +2,10 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include "orchestrator/store/token_hash.h"
 
@@ -163,6 +165,27 @@ void sql_token_hash(sqlite3_context* context, int, sqlite3_value** argv) {
   sqlite3_result_text(context, hash.data(), static_cast<int>(hash.size()), SQLITE_TRANSIENT);
 }
 
+// Switching a file to WAL takes an exclusive lock and answers SQLITE_BUSY at once, without the
+// busy handler, while another process reads or migrates it; so it is retried here, for as long as
+// any other statement would wait.
+void use_wal(sql::Database& db) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    const int rc = sqlite3_exec(db.handle(), "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
+    if (rc != SQLITE_BUSY || std::chrono::steady_clock::now() > give_up) {
+      PRECON_SQLITE_CHECK(db.handle(), rc, db.path(), "PRAGMA journal_mode=WAL");
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+StoreError newer_schema(const std::string& file, int version) {
+  return StoreError(file + ": database schema version " + std::to_string(version) +
+                    " is newer than this precon knows (" + std::to_string(kVersion) +
+                    "); use the precon that wrote it, or a newer one");
+}
+
 }  // namespace
 
 int current_version() { return kVersion; }
@@ -170,25 +193,30 @@ int current_version() { return kVersion; }
 int open_and_migrate(sql::Database& db) {
   const std::string file = db.path().string();
   // Checked before anything is written (the journal mode lives in the file's header): a file
-  // precon must not use is left exactly as it was.
+  // precon must not use is left exactly as it was. Another process (a second controller, or
+  // `precon ls` while `precon run` starts) may be creating the same file right now: the checks
+  // read one snapshot, and each step below re-reads the version under the write lock.
   int version = 0;
   int64_t app = 0;
+  int64_t objects = 0;
   try {
+    sql::Transaction snapshot(db, sql::Transaction::Read);
     version = static_cast<int>(db.int_pragma("user_version"));
     app = db.int_pragma("application_id");
+    if (version == 0) {
+      auto s = db.cached("SELECT count(*) FROM sqlite_schema");
+      objects = s->step() ? s->i64(0) : 0;
+    }
+    snapshot.commit();
   } catch (const StoreError& e) {
     throw StoreError(file + ": not a precon database, or a corrupt one (" + e.what() + "); pass another path");
   }
-  if (version > kVersion)
-    throw StoreError(file + ": database schema version " + std::to_string(version) +
-                     " is newer than this precon knows (" + std::to_string(kVersion) +
-                     "); use the precon that wrote it, or a newer one");
+  if (version > kVersion) throw newer_schema(file, version);
   if (app != 0 && app != kApplicationId)
     throw StoreError(file + ": not a precon database (SQLite application_id " + std::to_string(app) +
                      "); pass another path");
   if (version == 0) {
-    auto s = db.cached("SELECT count(*) FROM sqlite_schema");
-    if (s->step() && s->i64(0) > 0)
+    if (objects > 0)
       throw StoreError(file + ": an SQLite database that precon did not create (it has tables but no "
                               "precon schema version); pass another path");
   } else {
@@ -207,18 +235,21 @@ int open_and_migrate(sql::Database& db) {
   }
   // WAL lets readers run beside the one writer; NORMAL syncs at checkpoints only, which is
   // durable against a controller crash (not against power loss of the last transactions).
-  db.exec("PRAGMA journal_mode=WAL");
+  use_wal(db);
   db.exec("PRAGMA synchronous=NORMAL");
   db.exec("PRAGMA foreign_keys=ON");
   PRECON_SQLITE_CHECK(db.handle(),
                       sqlite3_create_function_v2(db.handle(), "precon_token_hash", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC,
                                                  nullptr, sql_token_hash, nullptr, nullptr, nullptr),
                       db.path(), "precon_token_hash");
-  for (; version < kVersion; ++version) {
+  while (version < kVersion) {
     sql::Transaction tx(db);
+    version = static_cast<int>(db.int_pragma("user_version"));  // another process may have moved it on
+    if (version > kVersion) throw newer_schema(file, version);
+    if (version == kVersion) break;
     db.exec(kMigrations[version]);
     db.exec("PRAGMA application_id=" + std::to_string(kApplicationId));
-    db.exec("PRAGMA user_version=" + std::to_string(version + 1));
+    db.exec("PRAGMA user_version=" + std::to_string(++version));
     tx.commit();
   }
   return version;

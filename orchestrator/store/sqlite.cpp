@@ -139,7 +139,7 @@ int64_t Database::int_pragma(std::string_view name) {
 int64_t Database::last_insert_rowid() const { return sqlite3_last_insert_rowid(db_); }
 int64_t Database::changes() const { return sqlite3_changes64(db_); }
 
-Transaction::Transaction(Database& db) : db_(db) { db_.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Database& db, Kind kind) : db_(db) { db_.exec(kind == Write ? "BEGIN IMMEDIATE" : "BEGIN"); }
 
 Transaction::~Transaction() {
   if (!done_) sqlite3_exec(db_.handle(), "ROLLBACK", nullptr, nullptr, nullptr);

@@ -109,10 +109,12 @@ class Database {
 };
 
 // BEGIN IMMEDIATE on construction (the writer takes the lock up front so it never has to
-// upgrade), ROLLBACK on destruction unless committed.
+// upgrade), ROLLBACK on destruction unless committed. Transaction::Read: a plain BEGIN, for reads
+// that must see one snapshot of the file and take no write lock.
 class Transaction {
  public:
-  explicit Transaction(Database& db);
+  enum Kind { Write, Read };
+  explicit Transaction(Database& db, Kind kind = Write);
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;

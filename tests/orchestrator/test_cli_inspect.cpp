@@ -92,7 +92,7 @@ TEST_F(CliInspect, LsShowAndBestDescribeAFinishedSweep) {
 
   // Bad input: each names what is missing and where it looked.
   const std::string db = (dir_ / "precon.db").string();
-  for (const std::string& sub : {"show", "best"}) {
+  for (const std::string sub : {"show", "best"}) {
     r = precon(sub + " 99");
     EXPECT_EQ(r.status, 1) << sub << ": " << r.output;
     EXPECT_NE(r.output.find("no experiment \"99\" in precon.db (`precon ls` lists them)"), std::string::npos)
@@ -127,15 +127,21 @@ pid_t start_run(const fs::path& dir, const std::string& recipe_file, const std::
 // a cancel from another terminal makes `precon run` exit 1.
 TEST_F(CliInspect, RunThatWasStoppedOrCancelledIsNotASuccess) {
   std::ofstream(dir_ / "long.toml") << recipe(1000000, "");
+  std::string seen;  // what the last look at the database found, for the failure message
   const auto running = [&](const std::string& db) {
     return wait_for([&] {
       const fs::path p = dir_ / db;
       if (!fs::exists(p)) return false;
       try {
         Store store(p);
-        for (const TrialRow& t : store.trials(1))
+        seen.clear();
+        for (const TrialRow& t : store.trials(1)) {
+          seen += "trial " + std::to_string(t.id) + " " + trial_state_name(t.state) + " step " +
+                  std::to_string(t.last_step) + "; ";
           if (t.state == TrialState::running && t.last_step > 0) return true;
-      } catch (const std::exception&) {
+        }
+      } catch (const std::exception& e) {
+        seen = e.what();
       }
       return false;
     }, std::chrono::seconds(60));
@@ -146,7 +152,7 @@ TEST_F(CliInspect, RunThatWasStoppedOrCancelledIsNotASuccess) {
   };
 
   pid_t pid = start_run(dir_, "long.toml", "interrupted");
-  ASSERT_TRUE(running("interrupted.db")) << read_file(dir_ / "interrupted.out");
+  ASSERT_TRUE(running("interrupted.db")) << seen << "\n" << read_file(dir_ / "interrupted.out");
   ::kill(pid, SIGINT);
   EXPECT_EQ(exit_of(pid), 130) << read_file(dir_ / "interrupted.out");
   std::string out = read_file(dir_ / "interrupted.out");
@@ -154,7 +160,7 @@ TEST_F(CliInspect, RunThatWasStoppedOrCancelledIsNotASuccess) {
   EXPECT_NE(out.find("experiment 1 cancelled"), std::string::npos) << out;
 
   pid = start_run(dir_, "long.toml", "elsewhere");
-  ASSERT_TRUE(running("elsewhere.db")) << read_file(dir_ / "elsewhere.out");
+  ASSERT_TRUE(running("elsewhere.db")) << seen << "\n" << read_file(dir_ / "elsewhere.out");
   const test::CommandResult c = precon("cancel 1 --db elsewhere.db");
   EXPECT_EQ(c.status, 0) << c.output;
   EXPECT_EQ(exit_of(pid), 1) << read_file(dir_ / "elsewhere.out");

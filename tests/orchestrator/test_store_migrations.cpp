@@ -2,12 +2,16 @@
 // kept, old numbers noted, tokens hashed), files are owner-only, newer and foreign files refused.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "orchestrator/store/migrations.h"
 #include "orchestrator/store/store.h"
 #include "orchestrator/store/token_hash.h"
 #include "tests/orchestrator/store_fixture.h"
@@ -134,6 +138,75 @@ INSERT INTO events (time, experiment_id, trial_id, kind, message) VALUES (6, 2, 
   auto first = s.events_since(0, 10, 1);
   ASSERT_EQ(first.size(), 1u);
   EXPECT_NE(first[0].message.find("trials 1..3 were numbered 0..2"), std::string::npos) << first[0].message;
+}
+
+// `n` processes open `path` as a Store at the same moment (released together from a pipe); each
+// child's error, or "" when it opened. A controller and `precon ls`, or two controllers, can do
+// this to one file.
+std::vector<std::string> open_at_once(const fs::path& path, int n) {
+  int go[2];
+  EXPECT_EQ(::pipe(go), 0);
+  std::vector<std::pair<pid_t, fs::path>> children;
+  for (int i = 0; i < n; ++i) {
+    const fs::path out = path.parent_path() / ("child" + std::to_string(i) + ".err");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::close(go[1]);
+      char c;
+      if (::read(go[0], &c, 1) != 0) ::_exit(3);  // the parent closes its end: everyone starts
+      try {
+        Store s(path);
+        ::_exit(s.schema_version() == store_schema::current_version() ? 0 : 2);
+      } catch (const std::exception& e) {
+        std::ofstream(out) << e.what();
+        ::_exit(1);
+      }
+    }
+    children.emplace_back(pid, out);
+  }
+  ::close(go[0]);
+  ::close(go[1]);
+  std::vector<std::string> errors;
+  for (const auto& [pid, out] : children) {
+    int raw = 0;
+    ::waitpid(pid, &raw, 0);
+    const int code = WIFEXITED(raw) ? WEXITSTATUS(raw) : 128 + WTERMSIG(raw);
+    std::string what;
+    if (code != 0) {
+      std::ifstream in(out);
+      what = "exit " + std::to_string(code) + ": " + std::string(std::istreambuf_iterator<char>(in), {});
+    }
+    errors.push_back(what);
+  }
+  return errors;
+}
+
+// The schema is created, or an old one upgraded, once: the checks read one snapshot and each step
+// re-reads the version under the write lock. Before, a second process could find the tables of a
+// version it had read as 0 ("table experiments already exists", or "an SQLite database that
+// precon did not create"), and `precon run` died as it started.
+TEST_F(StoreMigrations, ProcessesOpeningOneFileAtOnceEachOpenItAndEachStepRunsOnce) {
+  for (int round = 0; round < 12; ++round) {
+    const fs::path fresh = dir_ / ("fresh" + std::to_string(round) + ".db");
+    for (const std::string& error : open_at_once(fresh, 6)) EXPECT_EQ(error, "") << "round " << round;
+    Store s(fresh);
+    EXPECT_TRUE(s.experiments().empty());
+  }
+  // A version-2 file upgraded by six processes at once: version 3 renumbers nothing and notes the
+  // old numbers once.
+  for (int round = 0; round < 6; ++round) {
+    const fs::path old = dir_ / ("old" + std::to_string(round) + ".db");
+    raw_sql(old, std::string(kSchemaV1) + kSchemaV2 + R"sql(
+INSERT INTO experiments (id, name, state, objective_metric, objective_mode, max_concurrent, max_attempts, run_root,
+  created_at) VALUES (1, 'a', 'completed', 'val_loss', 'min', 1, 1, '/runs/a', 5);
+INSERT INTO trials (id, experiment_id, idx, state, run_dir, created_at) VALUES (1, 1, 0, 'completed', '/runs/a/trial-0', 5);
+)sql");
+    for (const std::string& error : open_at_once(old, 6)) EXPECT_EQ(error, "") << "round " << round;
+    Store s(old);
+    const auto events = s.events_since(0, 10, 1);
+    ASSERT_EQ(events.size(), 1u) << "round " << round;
+    EXPECT_EQ(events[0].kind, "trial_names");
+  }
 }
 
 // Up to version 3 trial tokens were stored as they are; version 4 keeps their SHA-256 only.
