@@ -52,6 +52,11 @@ void require_same_shape(const char* op, const char* what, const Tensor& t, const
     shape_error(op, std::string(what) + " " + t.describe() + " does not match " + ref_what + " " + ref.describe());
 }
 
+void require_float(const char* op, const char* what, const Tensor& t) {
+  if (t.device == Device::cpu) require_dtype(op, what, t, {DType::f32});
+  else require_dtype(op, what, t, {DType::f32, DType::bf16});
+}
+
 void require_matrix(const char* op, const char* what, const Tensor& t) {
   if (t.ndim != 2) shape_error(op, std::string(what) + " must be 2-D, got " + t.describe());
   if (t.shape[1] > 1 && t.strides[1] != 1)

@@ -13,6 +13,8 @@ namespace precon::kernels {
 // All non-empty tensors live on one device; returns it.
 Device require_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
 void require_dtype(const char* op, const char* what, const Tensor& t, std::initializer_list<DType> allowed);
+// f32 on the CPU; f32 or bf16 on a GPU.
+void require_float(const char* op, const char* what, const Tensor& t);
 void require_ndim(const char* op, const char* what, const Tensor& t, std::initializer_list<int> allowed);
 void require_contiguous(const char* op, const char* what, const Tensor& t);
 void require_numel(const char* op, const char* what, const Tensor& t, int64_t numel);

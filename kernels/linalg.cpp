@@ -24,11 +24,6 @@ void require_gemm_dtypes(const char* op, Device device, const Tensor& c, const T
   }
 }
 
-void require_float(const char* op, const char* what, const Tensor& t) {
-  if (t.device == Device::cpu) require_dtype(op, what, t, {DType::f32});
-  else require_dtype(op, what, t, {DType::f32, DType::bf16});
-}
-
 }  // namespace
 
 void gemm(Tensor c, const Tensor& a, const Tensor& b, Trans trans_a, Trans trans_b, float alpha, float beta) {

@@ -23,11 +23,6 @@ std::string str(int64_t x) { return std::to_string(x); }
 
 bool given(const Tensor& t) { return t.data != nullptr; }
 
-void require_float(const char* op, const char* what, const Tensor& t) {
-  if (t.device == Device::cpu) require_dtype(op, what, t, {DType::f32});
-  else require_dtype(op, what, t, {DType::f32, DType::bf16});
-}
-
 void require_data(const char* op, const char* what, const Tensor& t) {
   if (t.numel() > 0 && !t.data) shape_error(op, std::string(what) + " has no data: " + t.describe());
 }

@@ -14,12 +14,6 @@ using nlohmann::json;
 
 namespace {
 
-ExperimentRow experiment_or_404(const Store& store, const Request& req) {
-  auto e = store.experiment(path_int(req, "id"));
-  if (!e) throw HttpError(404, "not_found", "no experiment " + req.params.at("id"));
-  return *e;
-}
-
 TrialRow trial_or_404(const Store& store, const Request& req) {
   auto t = store.trial(path_int(req, "id"));
   if (!t) throw HttpError(404, "not_found", "no trial " + req.params.at("id"));

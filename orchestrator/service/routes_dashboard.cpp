@@ -120,13 +120,13 @@ std::vector<TrialRow> selected_trials(const Store& store, const ExperimentRow& e
   return out;
 }
 
+}  // namespace
+
 ExperimentRow experiment_or_404(const Store& store, const Request& req) {
   auto e = store.experiment(path_int(req, "id"));
   if (!e) throw HttpError(404, "not_found", "no experiment " + req.params.at("id"));
   return *e;
 }
-
-}  // namespace
 
 json experiment_curves_json(const Store& store, const std::vector<TrialRow>& trials, const std::string& name,
                             bool by_time, size_t points) {

@@ -13,6 +13,9 @@ namespace precon::orch {
 
 void add_dashboard_routes(Router& router, const Store& store);
 
+// The experiment the route's {id} names; HttpError 404 when there is none.
+ExperimentRow experiment_or_404(const Store& store, const Request& req);
+
 // {"name", "x": "step"|"time", "grid": [x...], "trials": [{"id", "values": [v|null per x]}]}.
 // Each trial's series (downsampled keeping extremes) is binned onto `points` bins of a grid
 // shared by all trials: steps, or seconds since the trial started. A bin's value is the mean

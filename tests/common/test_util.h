@@ -2,6 +2,8 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <limits>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -40,6 +42,11 @@ struct CommandResult {
   std::string output;
 };
 CommandResult run_command(const std::string& command_line);
+
+// A file's whole content ("" when it cannot be read).
+std::string slurp(const std::filesystem::path& p);
+
+inline constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // Whether this build runs under AddressSanitizer or ThreadSanitizer (which replace some of the
 // programs' own behaviour, such as precon-train's fatal-signal report).

@@ -84,7 +84,7 @@ TEST(InverseRoot, EighMatchesTheDoublePrecisionRootUpToCond1e6) {
   for (int64_t n : {1, 7, 64, 128}) {
     for (double cond : {1e1, 1e3, 1e6}) {
       for (int p : {2, 4}) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " cond=" << cond << " p=" << p);
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " cond=" << cond << " p=" << p);
         auto a = random_spd(n, cond, seed + n);
         InverseRootOptions opt;
         opt.root = p;
@@ -106,7 +106,7 @@ TEST(InverseRoot, NewtonSatisfiesDefinition) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (int64_t n : {1, 7, 64}) {
     for (double cond : {1e1, 1e3, 1e4}) {
-      SCOPED_TRACE(testing::Message() << "n=" << n << " cond=" << cond);
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " cond=" << cond);
       auto a = random_spd(n, cond, seed + n);
       InverseRootOptions opt;
       opt.method = RootMethod::newton;

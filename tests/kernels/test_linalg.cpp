@@ -25,7 +25,7 @@ TEST(LinalgGemm, MatchesReferenceAtOddShapes) {
                             {7, 13, 5, false, true},  {7, 13, 5, true, true},   {300, 3, 17, false, false},
                             {3, 300, 17, true, true}, {64, 96, 128, false, true}, {129, 65, 257, true, false}};
   for (const GemmCase& gc : cases) {
-    SCOPED_TRACE(testing::Message() << gc.m << "x" << gc.n << "x" << gc.k << " ta=" << gc.ta << " tb=" << gc.tb);
+    SCOPED_TRACE(::testing::Message() << gc.m << "x" << gc.n << "x" << gc.k << " ta=" << gc.ta << " tb=" << gc.tb);
     int64_t ar = gc.ta ? gc.k : gc.m, ac = gc.ta ? gc.m : gc.k;
     int64_t br = gc.tb ? gc.n : gc.k, bc = gc.tb ? gc.k : gc.n;
     auto a = test::random_normal(ar * ac, seed + 1), b = test::random_normal(br * bc, seed + 2);
@@ -91,7 +91,7 @@ TEST(LinalgSyrk, WritesFullSymmetricMatrix) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {13, 7}, {70, 130}}) {
     for (bool trans : {false, true}) {
-      SCOPED_TRACE(testing::Message() << rows << "x" << cols << " trans=" << trans);
+      SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " trans=" << trans);
       auto a = test::random_normal(rows * cols, seed);
       int64_t n = trans ? cols : rows;
       auto c0 = ref::from_float(test::random_normal(n * n, seed + 1), n, n);
@@ -156,7 +156,7 @@ TEST(LinalgEigh, DecomposesSymmetricMatrices) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (int64_t n : {1, 2, 7, 64, 200}) {
     for (bool fp64 : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "n=" << n << " fp64=" << fp64);
+      SCOPED_TRACE(::testing::Message() << "n=" << n << " fp64=" << fp64);
       auto b = ref::from_float(test::random_normal(n * n, seed + n), n, n);
       auto am = ref::gemm(b, b, false, true, 1.0, 0.0, b);
       am = ref::gemm(am, ref::identity(n), false, false, 1, 0, am);

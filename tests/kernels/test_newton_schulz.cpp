@@ -71,7 +71,7 @@ TEST(NewtonSchulz, AppliesScalarPolynomialToSingularValues) {
                                        {10, 6, "keller", 5},
                                        {12, 12, "polar-express", 8},
                                        {5, 9, "polar-express", 11}}) {
-    SCOPED_TRACE(testing::Message() << rows << "x" << cols << " " << set << " " << steps);
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols << " " << set << " " << steps);
     const int64_t r = std::min(rows, cols);
     ref::Matrix u = random_orthogonal(rows, seed), v = random_orthogonal(cols, seed + 7);
     std::vector<double> s(r);
@@ -100,7 +100,7 @@ TEST(NewtonSchulz, MatchesNaiveReferenceAtOddShapes) {
   const uint64_t seed = test::test_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 13}, {13, 7}, {1, 17}, {17, 1}, {64, 200}, {200, 64}}) {
-    SCOPED_TRACE(testing::Message() << rows << "x" << cols);
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
     auto g = test::random_normal(rows * cols, seed + rows);
     auto opt = keller(5, 1e-7f);
     auto expect = ref::to_float(ref::newton_schulz(ref::from_float(g, rows, cols), opt.schedule, 1e-7));

@@ -54,7 +54,7 @@ TEST(NnAdamw, MatchesTorchFormulaOverSeveralSteps) {
   scaled.eps = 1e-6f;
   int variant = 0;
   for (AdamWParams hp : {plain, decayed, uncorrected, scaled}) {
-    SCOPED_TRACE(testing::Message() << "variant " << variant++);
+    SCOPED_TRACE(::testing::Message() << "variant " << variant++);
     const int n = 37;
     auto params = random_normal(n, seed + 1);
     std::vector<float> m(n), v(n);

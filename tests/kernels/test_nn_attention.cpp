@@ -24,7 +24,7 @@ TEST(NnAttention, MatchesReference) {
   // Head sizes 1, 3 (odd), 5 (odd), 8, 16 and 24; T = 1, primes, and a GPT-like 64.
   for (AttShape s : {AttShape{1, 1, 1, 1}, AttShape{2, 7, 9, 3}, AttShape{1, 13, 10, 2}, AttShape{2, 5, 8, 1},
                      AttShape{3, 17, 48, 3}, AttShape{2, 64, 96, 4}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     auto qkv = random_normal(size_t(B) * T * 3 * C, seed + 1);
     auto dout = random_normal(size_t(B) * T * C, seed + 2);
@@ -59,7 +59,7 @@ TEST(NnAttention, ReferenceGradientMatchesFiniteDifferences) {
   const uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   for (AttShape s : {AttShape{1, 4, 6, 2}, AttShape{2, 3, 3, 1}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " NH=" << s.NH);
     const int B = s.B, T = s.T, C = s.C, NH = s.NH;
     auto qkv = to_double(random_normal(B * T * 3 * C, seed + 1));
     auto dout = to_double(random_normal(B * T * C, seed + 2));

@@ -33,7 +33,7 @@ TEST(NnCrossentropy, MatchesReference) {
   SCOPED_TRACE(seed_note(seed));
   for (CeShape s : {CeShape{0, 1, 1, 1}, CeShape{0, 7, 13, 16}, CeShape{2, 5, 50, 64}, CeShape{0, 9, 100, 100},
                     CeShape{2, 8, 1000, 1024}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " V=" << s.V << " Vp=" << s.Vp);
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " V=" << s.V << " Vp=" << s.Vp);
     const int N = std::max(s.B, 1) * s.T, V = s.V, Vp = s.Vp;
     auto rows = [&](std::vector<float>& v) { return s.B ? host_view(v, {s.B, s.T, Vp}) : host_view(v, {s.T, Vp}); };
     auto logits = random_normal(size_t(N) * Vp, seed + 1, 3.0f);

@@ -23,7 +23,7 @@ TEST(NnEncoder, MatchesReference) {
   SCOPED_TRACE(seed_note(seed));
   // Vp = 3 with B*T = 60 positions forces many repeated tokens, the case that would race.
   for (EncoderShape s : {EncoderShape{1, 1, 1, 1, 1}, EncoderShape{2, 7, 13, 11, 9}, EncoderShape{4, 15, 33, 3, 16}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " Vp=" << s.Vp);
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " Vp=" << s.Vp);
     const int BT = s.B * s.T;
     auto tokens = random_ints(BT, seed + 1, 0, s.Vp - 1);
     auto wte = random_normal(size_t(s.Vp) * s.C, seed + 2);

@@ -18,7 +18,7 @@ TEST(NnGelu, MatchesReference) {
   const uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
   for (int n : {1, 7 * 13, 1000}) {
-    SCOPED_TRACE(testing::Message() << "n=" << n);
+    SCOPED_TRACE(::testing::Message() << "n=" << n);
     auto inp = random_uniform(n, seed + 1, -6.0f, 6.0f);
     inp[0] = n > 1 ? 25.0f : -25.0f;  // saturated tanh on either side
     if (n > 1) inp[1] = -25.0f;

@@ -25,7 +25,7 @@ TEST(NnLayernorm, MatchesReference) {
   SCOPED_TRACE(seed_note(seed));
   for (LnShape s : {LnShape{0, 1, 1, 0}, LnShape{0, 7, 13, 0}, LnShape{2, 5, 32, 0}, LnShape{3, 3, 96, 10},
                     LnShape{0, 4, 3, -2}, LnShape{2, 8, 768, 1}}) {
-    SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " offset=" << s.offset);
+    SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " offset=" << s.offset);
     const int N = std::max(s.B, 1) * s.T, C = s.C;
     auto shape = [&](std::vector<float>& v) {
       return s.B ? host_view(v, {s.B, s.T, C}) : host_view(v, {s.T, C});

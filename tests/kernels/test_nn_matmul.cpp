@@ -35,7 +35,7 @@ TEST(NnMatmul, MatchesReference) {
                         MatmulShape{4, 16, 192, 160}})
     for (WeightLayout layout : {WeightLayout::in_out, WeightLayout::out_in})
       for (bool with_bias : {true, false}) {
-        SCOPED_TRACE(testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " OC=" << s.OC << " "
+        SCOPED_TRACE(::testing::Message() << "B=" << s.B << " T=" << s.T << " C=" << s.C << " OC=" << s.OC << " "
                                         << layout_name(layout) << (with_bias ? " bias" : " no bias"));
         const int N = std::max(s.B, 1) * s.T, C = s.C, OC = s.OC;
         auto rows = [&](std::vector<float>& v, int last) {

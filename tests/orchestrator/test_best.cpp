@@ -9,10 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/test_util.h"
+
 namespace precon::orch {
 namespace {
 
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using test::kNaN;
 
 BestTrial trial(int64_t id, TrialState state, std::map<int64_t, double> objective,
                 std::map<int64_t, double> elapsed = {}, std::map<int64_t, double> step_seconds = {}) {

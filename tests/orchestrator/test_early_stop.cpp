@@ -13,11 +13,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/test_util.h"
+
 namespace precon::orch {
 namespace {
 
 using nlohmann::json;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using test::kNaN;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 double decode(const json& v) {

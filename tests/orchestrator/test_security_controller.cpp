@@ -23,10 +23,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using test::slurp;
 
 std::string code_of(const ClientResponse& r) {
   const json j = json::parse(r.body, nullptr, false);

@@ -10,12 +10,13 @@
 
 #include "orchestrator/store/series_cache.h"
 #include "tests/orchestrator/downsample_reference.h"
+#include "tests/common/test_util.h"
 
 namespace precon::orch {
 namespace {
 
 using testing::reference_downsample;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using test::kNaN;
 
 TEST(SeriesBlocks, DownsampleMatchesReferenceAfterAppendsReplacementsAndInserts) {
   // Points arrive in chunks, some resent with new values, some filling gaps out of order; a run

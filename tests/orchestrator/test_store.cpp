@@ -20,13 +20,14 @@
 #include "orchestrator/store/store.h"
 #include "orchestrator/store/token_hash.h"
 #include "tests/orchestrator/store_fixture.h"
+#include "tests/common/test_util.h"
 
 namespace precon::orch {
 namespace {
 
 namespace fs = std::filesystem;
 using testing::reference_downsample;
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+using test::kNaN;
 
 using testing::full_experiment;
 using testing::full_trial;

@@ -15,18 +15,12 @@
 
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/error.h"
+#include "tests/common/temp_dir.h"
 
 namespace precon::worker {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "precon_ckpt_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 std::vector<uint8_t> pattern(size_t n, uint8_t salt) {
   std::vector<uint8_t> v(n);

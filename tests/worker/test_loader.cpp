@@ -5,18 +5,12 @@
 
 #include "worker/common/error.h"
 #include "worker/data/loader.h"
+#include "tests/common/temp_dir.h"
 
 namespace precon::worker {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "precon_loader_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 // Tokens encode their own position (mod vocab), so a window's origin can be read back.
 fs::path make_shard(const fs::path& dir, const std::string& name, int n, int offset) {

@@ -9,18 +9,12 @@
 #include "worker/data/bpe.h"
 #include "worker/data/prepare.h"
 #include "worker/data/shard.h"
+#include "tests/common/temp_dir.h"
 
 namespace precon::worker {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "precon_prep_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 void put(const fs::path& p, const std::string& text) {
   fs::create_directories(p.parent_path());

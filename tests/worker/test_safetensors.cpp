@@ -14,18 +14,12 @@
 #include "kernels/tensor.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/common/error.h"
+#include "tests/common/temp_dir.h"
 
 namespace precon::worker {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "precon_st_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
 // Runs a command and returns its stdout; fails the test on a non-zero exit.
 std::string run(const std::string& cmd) {
@@ -51,7 +45,7 @@ std::vector<T> values_of(const SafetensorsTensor& t) {
   return v;
 }
 
-std::string error_of(auto&& fn) {
+std::string safetensors_error_of(auto&& fn) {
   try {
     fn();
   } catch (const SafetensorsError& e) {
@@ -108,7 +102,7 @@ TEST(Safetensors, RoundTripInMemoryAndAligned) {
         << e.name;
   }
   EXPECT_EQ(f.find("nope"), nullptr);
-  EXPECT_NE(error_of([&] { f.at("nope"); }).find("no tensor \"nope\""), std::string::npos);
+  EXPECT_NE(safetensors_error_of([&] { f.at("nope"); }).find("no tensor \"nope\""), std::string::npos);
 }
 
 TEST(Safetensors, PythonReadsOursAndWritesOneWeRead) {
@@ -173,7 +167,7 @@ std::vector<uint8_t> raw_file(const std::string& header, size_t data_bytes) {
 
 TEST(Safetensors, ValidationNamesFileAndTensor) {
   auto err = [](const std::string& header, size_t data) {
-    return error_of([&] { SafetensorsFile::parse(raw_file(header, data), "x.safetensors"); });
+    return safetensors_error_of([&] { SafetensorsFile::parse(raw_file(header, data), "x.safetensors"); });
   };
   auto has = [](const std::string& msg, const std::string& part) {
     return msg.find(part) != std::string::npos && msg.find("x.safetensors") != std::string::npos;
@@ -200,8 +194,8 @@ TEST(Safetensors, ValidationNamesFileAndTensor) {
   std::vector<uint8_t> huge = raw_file("{}", 0);
   uint64_t len = uint64_t(1) << 40;
   std::memcpy(huge.data(), &len, 8);
-  EXPECT_NE(error_of([&] { SafetensorsFile::parse(huge, "x"); }).find("does not fit the file"), std::string::npos);
-  EXPECT_NE(error_of([&] { SafetensorsFile::parse({1, 2, 3}, "x"); }).find("not even a header length"),
+  EXPECT_NE(safetensors_error_of([&] { SafetensorsFile::parse(huge, "x"); }).find("does not fit the file"), std::string::npos);
+  EXPECT_NE(safetensors_error_of([&] { SafetensorsFile::parse({1, 2, 3}, "x"); }).find("not even a header length"),
             std::string::npos);
 }
 
@@ -211,7 +205,7 @@ TEST(Safetensors, TruncatedFileOnDiskIsRejected) {
   fs::path p = dir.path / "m.safetensors";
   write_safetensors(p, s.entries, s.metadata);
   fs::resize_file(p, fs::file_size(p) - 3);
-  std::string msg = error_of([&] { SafetensorsFile::open(p); });
+  std::string msg = safetensors_error_of([&] { SafetensorsFile::open(p); });
   EXPECT_NE(msg.find(p.string()), std::string::npos) << msg;
   EXPECT_THROW(SafetensorsFile::open(dir.path / "missing.safetensors"), IoError);
 }
@@ -317,11 +311,11 @@ TEST(Safetensors, ReadsTorchWrittenEdgeCases) {
   EXPECT_EQ(values_of<int16_t>(halves.at("s16")), (std::vector<int16_t>{-3, 300}));
   EXPECT_EQ(halves.at("flag").dtype, SafetensorsDType::BOOL);
   EXPECT_EQ(values_of<uint8_t>(halves.at("flag")), (std::vector<uint8_t>{1, 0, 1}));
-  std::string msg = error_of([&] { f32_of(halves.at("d")); });
+  std::string msg = safetensors_error_of([&] { f32_of(halves.at("d")); });
   EXPECT_NE(msg.find("tensor \"d\" has dtype F64; precon reads floating-point weights as F32, F16 or BF16: convert"),
             std::string::npos)
       << msg;
-  EXPECT_NE(error_of([&] { f32_of(halves.at("flag")); }).find("dtype BOOL"), std::string::npos);
+  EXPECT_NE(safetensors_error_of([&] { f32_of(halves.at("flag")); }).find("dtype BOOL"), std::string::npos);
 }
 
 TEST(Safetensors, TorchReadsOurEdgeCases) {

@@ -6,20 +6,14 @@
 
 #include "worker/common/error.h"
 #include "worker/data/shard.h"
+#include "tests/common/temp_dir.h"
 
 namespace precon::worker {
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "precon_shard_XXXXXX").string();
-    path = mkdtemp(tmpl.data());
-  }
-  ~TempDir() { fs::remove_all(path); }
-};
+using test::TempDir;
 
-std::string error_of(auto&& fn) {
+std::string data_error_of(auto&& fn) {
   try {
     fn();
   } catch (const DataError& e) {
@@ -68,12 +62,12 @@ TEST(Shard, WrongMagicNamesFileAndTool) {
   header[0] = 12345;
   header[1] = 1;
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<char*>(header.data()), 1024);
-  std::string msg = error_of([&] { read_shard(p); });
+  std::string msg = data_error_of([&] { read_shard(p); });
   EXPECT_NE(msg.find("foreign.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("magic 20240520"), std::string::npos) << msg;
   EXPECT_EQ(msg.find("12345"), std::string::npos) << "the file's own bytes are quoted: " << msg;
   EXPECT_NE(msg.find("different tool"), std::string::npos) << msg;
-  EXPECT_EQ(error_of([&] { Shard s(p); }), msg);
+  EXPECT_EQ(data_error_of([&] { Shard s(p); }), msg);
 }
 
 TEST(Shard, WrongVersionIsRejected) {
@@ -83,7 +77,7 @@ TEST(Shard, WrongVersionIsRejected) {
   header[0] = kShardMagic;
   header[1] = 2;
   std::ofstream(p, std::ios::binary).write(reinterpret_cast<char*>(header.data()), 1024);
-  EXPECT_NE(error_of([&] { read_shard(p); }).find("version 2, expected 1"), std::string::npos);
+  EXPECT_NE(data_error_of([&] { read_shard(p); }).find("version 2, expected 1"), std::string::npos);
 }
 
 TEST(Shard, TruncatedFileSaysHowMuchIsMissing) {
@@ -91,13 +85,13 @@ TEST(Shard, TruncatedFileSaysHowMuchIsMissing) {
   fs::path p = dir.path / "t.bin";
   write_shard(p, std::vector<uint16_t>(100, 5));
   fs::resize_file(p, 1024 + 150);
-  std::string msg = error_of([&] { Shard s(p); });
+  std::string msg = data_error_of([&] { Shard s(p); });
   EXPECT_NE(msg.find("truncated"), std::string::npos) << msg;
   EXPECT_NE(msg.find("100 tokens"), std::string::npos) << msg;
   EXPECT_NE(msg.find("found 150 bytes"), std::string::npos) << msg;
 
   fs::resize_file(p, 10);
-  msg = error_of([&] { read_shard(p); });
+  msg = data_error_of([&] { read_shard(p); });
   EXPECT_NE(msg.find("too short for its header"), std::string::npos) << msg;
 }
 
@@ -108,7 +102,7 @@ TEST(Shard, TokenOutsideVocabNamesPosition) {
   tokens[37] = 300;
   write_shard(p, tokens);
   EXPECT_NO_THROW(read_shard(p, 301));
-  std::string msg = error_of([&] { Shard s(p, 256); });
+  std::string msg = data_error_of([&] { Shard s(p, 256); });
   EXPECT_NE(msg.find("token 300 at position 37"), std::string::npos) << msg;
   EXPECT_NE(msg.find("vocab_size 256"), std::string::npos) << msg;
 }

@@ -44,13 +44,13 @@ DeviceTensor upload(const std::vector<float>& v, std::initializer_list<int64_t> 
 
 const char* name(DType d) { return dtype_name(d); }
 
-struct GemmCase {
+struct CudaGemmCase {
   int64_t m, k, n;
 };
 
 // C = alpha op(A) op(B) + beta C for all transposes; A, B and C are views into wider buffers
 // (row stride = cols + 3) so the leading-dimension handling is exercised.
-void check_gemm(GemmCase s, DType in, DType out, double tol) {
+void check_gemm(CudaGemmCase s, DType in, DType out, double tol) {
   uint64_t seed = test::test_seed();
   SCOPED_TRACE(str("seed ", seed, " m,k,n ", s.m, ",", s.k, ",", s.n, " ", name(in), "->", name(out)));
   for (Trans ta : {Trans::no, Trans::yes}) {
@@ -79,7 +79,7 @@ void check_gemm(GemmCase s, DType in, DType out, double tol) {
   }
 }
 
-const GemmCase kGemmCases[] = {{1, 1, 1}, {7, 13, 5}, {64, 128, 96}, {129, 257, 65}};
+const CudaGemmCase kGemmCases[] = {{1, 1, 1}, {7, 13, 5}, {64, 128, 96}, {129, 257, 65}};
 
 TEST(CudaLinalg, GemmFp32) {
   SKIP_WITHOUT_CUDA();
