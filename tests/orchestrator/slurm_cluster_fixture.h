@@ -67,6 +67,20 @@ class SlurmCluster : public ControllerFixture {
       GTEST_SKIP() << why;
     }
   }
+  // Jobs a test leaves behind (they outlive executors and controllers by design) would hold the
+  // cluster's nodes and delay the next test's jobs: they are cancelled, and gone before it starts.
+  void TearDown() override {
+    if (slurm({"squeue", "-h", "-o", "%i"}).out.find_first_not_of(" \n") != std::string::npos) {
+      slurm({"scancel", "--me"});
+      wait_for([] { return slurm({"squeue", "-h", "-o", "%i"}).out.find_first_not_of(" \n") == std::string::npos; },
+               seconds(30));
+    }
+    ControllerFixture::TearDown();
+  }
+  // What Slurm says about a job, for a failure message: its state, reason and times.
+  static std::string job_text(const std::string& job) {
+    return slurm({"scontrol", "show", "job", job}).out + slurm({"squeue", "-h", "-o", "%all"}).out;
+  }
 
   std::unique_ptr<orch::Controller> start(int signal_lead_s = 120, const fs::path& trainer = PRECON_TRAIN_BIN) {
     ControllerOptions o;

@@ -378,7 +378,9 @@ TEST_F(SlurmCluster, AdoptedJobThatRequeuedWhileNobodyWatchedReportsEachRunOnce)
   // The task runs and handles the signal (srun forwards one only to running tasks).
   ASSERT_TRUE(wait_for([&] { return fs::exists(started); }, seconds(30)));
   ASSERT_TRUE(slurm({"scancel", "--signal=USR1", "--batch", h.external_id}).ok());
-  ASSERT_TRUE(wait_for([&] { return fs::exists(s.run_dir / "exit_status.2"); }, seconds(60)));
+  // The requeued job may start again once its credential has expired (10 s on the test cluster).
+  ASSERT_TRUE(wait_for([&] { return fs::exists(s.run_dir / "exit_status.2"); }, seconds(90)))
+      << job_text(h.external_id);
   SlurmExecutor second(o);
   EXPECT_FALSE(second.adopt(h).has_value());
   std::vector<std::pair<Handle, ExitStatus>> reports;
