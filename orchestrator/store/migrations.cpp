@@ -169,7 +169,7 @@ void sql_token_hash(sqlite3_context* context, int, sqlite3_value** argv) {
 // busy handler, while another process reads or migrates it; so it is retried here, for as long as
 // any other statement would wait.
 void use_wal(sql::Database& db) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(sql::kBusyTimeoutMs);
   for (;;) {
     const int rc = sqlite3_exec(db.handle(), "PRAGMA journal_mode=WAL", nullptr, nullptr, nullptr);
     if (rc != SQLITE_BUSY || std::chrono::steady_clock::now() > give_up) {

@@ -12,10 +12,6 @@
 
 namespace precon::orch::sql {
 
-namespace {
-constexpr int kBusyTimeoutMs = 10000;
-}
-
 void fail(sqlite3* db, int rc, const std::filesystem::path& file, std::string_view sql, const char* src,
           int line) {
   std::string msg = file.string() + ": SQLite error " + std::to_string(rc) + " (" +

@@ -30,6 +30,9 @@ namespace precon::orch::sql {
       ::precon::orch::sql::fail((db_), precon_sqlite_rc_, (file_), (sql_text_), __FILE__, __LINE__); \
   } while (0)
 
+// How long a statement waits for another connection's lock before failing with SQLITE_BUSY.
+constexpr int kBusyTimeoutMs = 10000;
+
 class Database;
 
 class Statement {

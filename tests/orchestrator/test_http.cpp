@@ -12,6 +12,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <regex>
 #include <thread>
 #include <vector>
 
@@ -410,6 +411,27 @@ TEST(HttpServer, StopLetsRequestsInProgressFinish) {
     EXPECT_NE(std::string(e.what()).find("connection refused"), std::string::npos) << e.what();
   }
   t.server->stop();  // idempotent
+}
+
+// A connection that is still sending its request when the stop timeout passes is cut, and the
+// log names it and what it was doing.
+TEST(HttpServer, StopSaysWhichConnectionsItCut) {
+  ServerOptions options;
+  options.stop_timeout = std::chrono::milliseconds(300);
+  TestServer t(options);
+  t.server->start();
+  RawConnection slow(t.server->port());
+  ASSERT_TRUE(slow.connected());
+  ASSERT_TRUE(slow.send("GET /echo HTTP/1.1\r\nHost: x\r\n"));  // the header never ends
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the server has read it: reading a request
+  t.server->stop();
+  EXPECT_TRUE(slow.closed_by_peer());
+  std::lock_guard lock(t.mutex);
+  ASSERT_EQ(t.logged.size(), 1u);
+  EXPECT_TRUE(std::regex_search(
+      t.logged[0], std::regex("^stopping: 1 connection\\(s\\) still busy after the stop timeout are cut: "
+                              "127\\.0\\.0\\.1:[0-9]+ \\(reading a request\\)$")))
+      << t.logged[0];
 }
 
 struct StaticDir {
