@@ -2,8 +2,8 @@
 // Dtype rules: on CPU every floating tensor is fp32. On CUDA activations and their gradients
 // share one dtype (fp32 or bf16) per call, parameters and their gradients are each fp32 or bf16,
 // and saved statistics (mean, rstd, losses) are fp32. Token and target tensors are i32.
-// Optional d-outputs: a backward skips a parameter gradient (and matmul/layernorm's dinp) given
-// as an empty Tensor (data == nullptr).
+// Optional d-outputs: a backward skips a parameter gradient (and matmul/layernorm/rmsnorm's dinp)
+// given as an empty Tensor (data == nullptr).
 #include "kernels/nn.h"
 
 #include <cmath>
@@ -138,6 +138,41 @@ int64_t crossentropy_rows(const char* op, const Tensor& logits, const Tensor& ta
   return N;
 }
 
+// x (B,T,C) with C = n_head * hd, hd even, and theta > 0: rope's argument checks.
+void require_rope_input(const char* op, const char* what, const Tensor& x, int n_head, double theta) {
+  require_ndim(op, what, x, {3});
+  require_float(op, what, x);
+  require_contiguous(op, what, x);
+  require_data(op, what, x);
+  const int64_t C = x.shape[2];
+  if (n_head <= 0 || C % n_head != 0 || (C / n_head) % 2 != 0)
+    shape_error(op, std::string(what) + " " + x.describe() + ": the last dim must be n_head = " + str(n_head) +
+                        " heads of an even head dim");
+  if (!(theta > 0.0) || !std::isfinite(theta))
+    PRECON_THROW(UnsupportedError, op,
+                 "theta = " + std::to_string(theta) + " must be finite and > 0 (Llama uses 10000 or 500000)");
+}
+
+// q (B,T,NH·hd), k and v (B,T,NKV·hd), qkv (B,T,3·NH·hd), one dtype, NKV dividing NH: qkv_pack's
+// argument checks (names differ between the forward and the backward).
+void require_qkv_pack(const char* op, const char* names[4], const Tensor* t[4], int n_head, int n_kv_head) {
+  const Tensor& q = *t[0];
+  require_ndim(op, names[0], q, {3});
+  require_float(op, names[0], q);
+  const int64_t B = q.shape[0], T = q.shape[1], C = q.shape[2];
+  if (n_head <= 0 || C % n_head != 0)
+    shape_error(
+        op, std::string(names[0]) + " " + q.describe() + ": the last dim is not divisible by n_head = " + str(n_head));
+  if (n_kv_head <= 0 || n_head % n_kv_head != 0)
+    shape_error(op, "n_kv_head = " + str(n_kv_head) + " must divide n_head = " + str(n_head));
+  const int64_t Ckv = C / n_head * n_kv_head;
+  require_shape(op, names[0], q, {B, T, C});
+  for (int i = 1; i < 4; ++i) {
+    require_dtype(op, names[i], *t[i], {q.dtype});
+    require_shape(op, names[i], *t[i], {B, T, i < 3 ? Ckv : 3 * C});
+  }
+}
+
 }  // namespace
 
 void encoder_forward(Tensor out, const Tensor& tokens, const Tensor& wte, const Tensor& wpe) {
@@ -246,6 +281,130 @@ void gelu_backward(Tensor dinp, const Tensor& inp, const Tensor& dout) {
   require_like(op, "dinp", dinp, "inp", inp);
   if (inp.numel() == 0) return;
   PRECON_DISPATCH(device, gelu_backward, dinp, inp, dout);
+}
+
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte) {
+  const char* op = "embedding_forward";
+  Device device = require_same_device(op, {&out, &tokens, &wte});
+  require_ndim(op, "tokens", tokens, {2});
+  require_ndim(op, "wte", wte, {2});
+  int64_t B = tokens.shape[0], T = tokens.shape[1], Vp = wte.shape[0], C = wte.shape[1];
+  require_indices(op, "tokens", tokens, B * T);
+  require_float(op, "wte", wte);
+  require_shape(op, "wte", wte, {Vp, C});
+  require_float(op, "out", out);
+  require_shape(op, "out", out, {B, T, C});
+  if (out.numel() == 0) return;
+  require_in_range(op, "tokens", tokens, 0, static_cast<int32_t>(Vp));
+  PRECON_DISPATCH(device, embedding_forward, out, tokens, wte);
+}
+
+void embedding_backward(Tensor dwte, const Tensor& dout, const Tensor& tokens) {
+  const char* op = "embedding_backward";
+  Device device = require_same_device(op, {&dwte, &dout, &tokens});
+  require_ndim(op, "dout", dout, {3});
+  require_float(op, "dout", dout);
+  int64_t B = dout.shape[0], T = dout.shape[1], C = dout.shape[2];
+  require_shape(op, "dout", dout, {B, T, C});
+  require_ndim(op, "tokens", tokens, {2});
+  require_indices(op, "tokens", tokens, B * T);
+  require_float(op, "dwte", dwte);
+  require_ndim(op, "dwte", dwte, {2});
+  require_shape(op, "dwte", dwte, {dwte.shape[0], C});
+  if (dout.numel() == 0) return;
+  require_in_range(op, "tokens", tokens, 0, static_cast<int32_t>(dwte.shape[0]));
+  PRECON_DISPATCH(device, embedding_backward, dwte, dout, tokens);
+}
+
+void rmsnorm_forward(Tensor out, Tensor rstd, const Tensor& inp, const Tensor& weight, float eps) {
+  const char* op = "rmsnorm_forward";
+  Device device = require_same_device(op, {&out, &rstd, &inp, &weight});
+  int64_t N = rows_of(op, "inp", inp);
+  int64_t C = inp.shape[inp.ndim - 1];
+  require_like(op, "out", out, "inp", inp);
+  require_f32_numel(op, "rstd", rstd, N);
+  require_float(op, "weight", weight);
+  require_shape(op, "weight", weight, {C});
+  if (!(eps >= 0.0f) || !std::isfinite(eps))
+    PRECON_THROW(UnsupportedError, op,
+                 "eps = " + std::to_string(eps) + " must be finite and >= 0 (Llama uses 1e-5 or 1e-6)");
+  if (inp.numel() == 0) return;
+  PRECON_DISPATCH(device, rmsnorm_forward, out, rstd, inp, weight, eps);
+}
+
+void rmsnorm_backward(Tensor dinp, Tensor dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd) {
+  const char* op = "rmsnorm_backward";
+  Device device = require_same_device(op, {&dinp, &dweight, &dout, &inp, &weight, &rstd});
+  int64_t N = rows_of(op, "inp", inp);
+  int64_t C = inp.shape[inp.ndim - 1];
+  require_like(op, "dout", dout, "inp", inp);
+  if (given(dinp)) require_like(op, "dinp", dinp, "inp", inp);
+  require_f32_numel(op, "rstd", rstd, N);
+  require_float(op, "weight", weight);
+  require_shape(op, "weight", weight, {C});
+  if (given(dweight)) {
+    require_float(op, "dweight", dweight);
+    require_shape(op, "dweight", dweight, {C});
+  }
+  if (inp.numel() == 0 || (!given(dinp) && !given(dweight))) return;
+  PRECON_DISPATCH(device, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
+}
+
+void rope_forward(Tensor x, int n_head, double theta) {
+  const char* op = "rope_forward";
+  require_rope_input(op, "x", x, n_head, theta);
+  if (x.numel() == 0) return;
+  PRECON_DISPATCH(x.device, rope_forward, x, n_head, theta);
+}
+
+void rope_backward(Tensor dx, int n_head, double theta) {
+  const char* op = "rope_backward";
+  require_rope_input(op, "dx", dx, n_head, theta);
+  if (dx.numel() == 0) return;
+  PRECON_DISPATCH(dx.device, rope_backward, dx, n_head, theta);
+}
+
+void swiglu_forward(Tensor out, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_forward";
+  Device device = require_same_device(op, {&out, &gate, &up});
+  rows_of(op, "gate", gate);
+  require_like(op, "up", up, "gate", gate);
+  require_like(op, "out", out, "gate", gate);
+  if (gate.numel() == 0) return;
+  PRECON_DISPATCH(device, swiglu_forward, out, gate, up);
+}
+
+void swiglu_backward(Tensor dgate, Tensor dup, const Tensor& dout, const Tensor& gate, const Tensor& up) {
+  const char* op = "swiglu_backward";
+  Device device = require_same_device(op, {&dgate, &dup, &dout, &gate, &up});
+  rows_of(op, "gate", gate);
+  require_like(op, "up", up, "gate", gate);
+  require_like(op, "dout", dout, "gate", gate);
+  require_like(op, "dgate", dgate, "gate", gate);
+  require_like(op, "dup", dup, "gate", gate);
+  if (gate.numel() == 0) return;
+  PRECON_DISPATCH(device, swiglu_backward, dgate, dup, dout, gate, up);
+}
+
+void qkv_pack_forward(Tensor qkv, const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head) {
+  const char* op = "qkv_pack_forward";
+  Device device = require_same_device(op, {&qkv, &q, &k, &v});
+  const char* names[4] = {"q", "k", "v", "qkv"};
+  const Tensor* tensors[4] = {&q, &k, &v, &qkv};
+  require_qkv_pack(op, names, tensors, n_head, n_kv_head);
+  if (qkv.numel() == 0) return;
+  PRECON_DISPATCH(device, qkv_pack_forward, qkv, q, k, v, n_head, n_kv_head);
+}
+
+void qkv_pack_backward(Tensor dq, Tensor dk, Tensor dv, const Tensor& dqkv, int n_head, int n_kv_head) {
+  const char* op = "qkv_pack_backward";
+  Device device = require_same_device(op, {&dq, &dk, &dv, &dqkv});
+  const char* names[4] = {"dq", "dk", "dv", "dqkv"};
+  const Tensor* tensors[4] = {&dq, &dk, &dv, &dqkv};
+  require_qkv_pack(op, names, tensors, n_head, n_kv_head);
+  if (dqkv.numel() == 0) return;
+  PRECON_DISPATCH(device, qkv_pack_backward, dq, dk, dv, dqkv, n_head, n_kv_head);
 }
 
 void matmul_forward(Tensor out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout) {

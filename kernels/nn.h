@@ -1,6 +1,7 @@
-// Neural-network ops for a GPT-2 forward and backward pass, llm.c style: forward and backward
-// side by side, outputs first, gradients prefixed d. Shape letters: B batch, T time,
-// C channels, NH heads, OC output channels, V real vocabulary, Vp padded vocabulary.
+// Neural-network ops for GPT-2 and Llama forward and backward passes, llm.c style: forward and
+// backward side by side, outputs first, gradients prefixed d. Shape letters: B batch, T time,
+// C channels, NH heads, OC output channels, V real vocabulary, Vp padded vocabulary; for Llama
+// also F MLP hidden size, NKV kv heads, hd head dim.
 // Activations and parameters are fp32 on CPU; on CUDA fp32 or bf16 (parameters given to the
 // CUDA ops may be bf16 copies of fp32 masters). Token and target tensors are i32.
 //
@@ -28,6 +29,42 @@ void layernorm_backward(Tensor dinp, Tensor dweight, Tensor dbias, const Tensor&
 // GELU, tanh approximation: 0.5 x (1 + tanh(√(2/π)(x + 0.044715 x³))). Any shape.
 void gelu_forward(Tensor out, const Tensor& inp);
 void gelu_backward(Tensor dinp, const Tensor& inp, const Tensor& dout);
+
+// The Llama family, in Hugging Face LlamaForCausalLM's conventions.
+
+// Token embedding without positions: out[b,t,:] = wte[tokens[b,t],:]. out (B,T,C), tokens (B,T) i32,
+// wte (Vp,C).
+void embedding_forward(Tensor out, const Tensor& tokens, const Tensor& wte);
+// Accumulates dwte (Vp,C) from dout (B,T,C).
+void embedding_backward(Tensor dwte, const Tensor& dout, const Tensor& tokens);
+
+// RMSNorm (HF LlamaRMSNorm): out = inp · rsqrt(mean_c(inp²) + eps) · weight, statistics in fp32.
+// inp/out (N,C) or (B,T,C); rstd (N) fp32 saved for the backward; weight (C). eps finite, >= 0.
+void rmsnorm_forward(Tensor out, Tensor rstd, const Tensor& inp, const Tensor& weight, float eps);
+// Accumulates into dinp and dweight (either may be an empty Tensor, data == nullptr, to skip it, as
+// layernorm_backward allows).
+void rmsnorm_backward(Tensor dinp, Tensor dweight, const Tensor& dout, const Tensor& inp, const Tensor& weight,
+                      const Tensor& rstd);
+
+// Rotary position embeddings, HF's rotate-half convention, in place over x (B,T,H·hd) viewed as H
+// heads of hd channels (hd even). For position t and i < hd/2, with angle = t · theta^(−2i/hd)
+// (computed in double):  x[i] ← x[i]·cos − x[i+hd/2]·sin;  x[i+hd/2] ← x[i+hd/2]·cos + x[i]·sin.
+void rope_forward(Tensor x, int n_head, double theta);
+// In place: dx (B,T,H·hd) holding d loss / d rope output becomes d loss / d rope input (the
+// inverse rotation).
+void rope_backward(Tensor dx, int n_head, double theta);
+
+// SwiGLU: out = silu(gate) · up = gate·sigmoid(gate)·up. All (N,F) or (B,T,F).
+void swiglu_forward(Tensor out, const Tensor& gate, const Tensor& up);
+// Accumulates into dgate and dup.
+void swiglu_backward(Tensor dgate, Tensor dup, const Tensor& dout, const Tensor& gate, const Tensor& up);
+
+// Grouped-query attention's input for attention_forward: qkv (B,T,3·NH·hd) = [q | k repeated |
+// v repeated], where kv head g serves query heads [g·NH/NKV, (g+1)·NH/NKV) (HF's repeat_kv).
+// q (B,T,NH·hd), k and v (B,T,NKV·hd); NKV divides NH.
+void qkv_pack_forward(Tensor qkv, const Tensor& q, const Tensor& k, const Tensor& v, int n_head, int n_kv_head);
+// Accumulates into dq, dk, dv from dqkv; dk and dv sum over the query heads that share a kv head.
+void qkv_pack_backward(Tensor dq, Tensor dk, Tensor dv, const Tensor& dqkv, int n_head, int n_kv_head);
 
 // How a linear layer's weight is stored.
 enum class WeightLayout : uint8_t {

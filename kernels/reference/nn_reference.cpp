@@ -86,6 +86,109 @@ void gelu_backward(double* dinp, const double* inp, const double* dout, int64_t 
   }
 }
 
+void embedding_forward(double* out, const int32_t* tokens, const double* wte, int B, int T, int C) {
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int c = 0; c < C; ++c) out[int64_t(bt) * C + c] = wte[int64_t(tokens[bt]) * C + c];
+}
+
+void embedding_backward(double* dwte, const double* dout, const int32_t* tokens, int B, int T, int C) {
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int c = 0; c < C; ++c) dwte[int64_t(tokens[bt]) * C + c] += dout[int64_t(bt) * C + c];
+}
+
+void rmsnorm_forward(double* out, double* rstd, const double* inp, const double* weight, int N, int C, double eps) {
+  for (int n = 0; n < N; ++n) {
+    const double* x = inp + int64_t(n) * C;
+    double ms = 0;
+    for (int c = 0; c < C; ++c) ms += x[c] * x[c];
+    ms /= C;
+    rstd[n] = 1.0 / std::sqrt(ms + eps);
+    for (int c = 0; c < C; ++c) out[int64_t(n) * C + c] = x[c] * rstd[n] * weight[c];
+  }
+}
+
+// y_c = x_c s w_c with s = (mean_j x_j² + eps)^(-1/2), so ds/dx_j = -s³ x_j / C and
+// dx_j = s w_j dy_j - (s³ / C) x_j sum_c dy_c w_c x_c.
+void rmsnorm_backward(double* dinp, double* dweight, const double* dout, const double* inp, const double* weight,
+                      const double* rstd, int N, int C) {
+  for (int n = 0; n < N; ++n) {
+    const double* x = inp + int64_t(n) * C;
+    const double* dy = dout + int64_t(n) * C;
+    const double s = rstd[n];
+    double dot = 0;
+    for (int c = 0; c < C; ++c) dot += dy[c] * weight[c] * x[c];
+    for (int c = 0; c < C; ++c) {
+      if (dinp) dinp[int64_t(n) * C + c] += s * weight[c] * dy[c] - s * s * s / C * x[c] * dot;
+      if (dweight) dweight[c] += dy[c] * x[c] * s;
+    }
+  }
+}
+
+namespace {
+// Rotates each pair (x[i], x[i + hd/2]) of every head by sign * t * theta^(-2i/hd).
+void rope_rotate(double* x, int B, int T, int NH, int hd, double theta, double sign) {
+  const int half = hd / 2;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < NH; ++h) {
+        double* head = x + (int64_t(b) * T + t) * NH * hd + int64_t(h) * hd;
+        for (int i = 0; i < half; ++i) {
+          const double angle = sign * t * std::pow(theta, -2.0 * i / hd);
+          const double x1 = head[i], x2 = head[i + half];
+          head[i] = x1 * std::cos(angle) - x2 * std::sin(angle);
+          head[i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);
+        }
+      }
+}
+}  // namespace
+
+void rope_forward(double* x, int B, int T, int NH, int hd, double theta) { rope_rotate(x, B, T, NH, hd, theta, 1.0); }
+
+// The forward is a rotation R per pair, so the gradient is Rᵀ dy, the rotation by minus the angle.
+void rope_backward(double* dx, int B, int T, int NH, int hd, double theta) {
+  rope_rotate(dx, B, T, NH, hd, theta, -1.0);
+}
+
+void swiglu_forward(double* out, const double* gate, const double* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
+}
+
+// d silu(g)/dg = sigmoid(g) (1 + g (1 - sigmoid(g))).
+void swiglu_backward(double* dgate, double* dup, const double* dout, const double* gate, const double* up, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i], sig = 1.0 / (1.0 + std::exp(-g));
+    dgate[i] += dout[i] * up[i] * sig * (1.0 + g * (1.0 - sig));
+    dup[i] += dout[i] * g * sig;
+  }
+}
+
+void qkv_pack_forward(double* qkv, const double* q, const double* k, const double* v, int B, int T, int NH, int NKV,
+                      int hd) {
+  const int64_t C = int64_t(NH) * hd, Ckv = int64_t(NKV) * hd;
+  const int group = NH / NKV;
+  for (int64_t bt = 0; bt < int64_t(B) * T; ++bt)
+    for (int h = 0; h < NH; ++h)
+      for (int d = 0; d < hd; ++d) {
+        const int64_t kv = bt * Ckv + int64_t(h / group) * hd + d;
+        qkv[bt * 3 * C + h * hd + d] = q[bt * C + h * hd + d];
+        qkv[bt * 3 * C + C + h * hd + d] = k[kv];
+        qkv[bt * 3 * C + 2 * C + h * hd + d] = v[kv];
+      }
+}
+
+void qkv_pack_backward(double* dq, double* dk, double* dv, const double* dqkv, int B, int T, int NH, int NKV, int hd) {
+  const int64_t C = int64_t(NH) * hd, Ckv = int64_t(NKV) * hd;
+  const int group = NH / NKV;
+  for (int64_t bt = 0; bt < int64_t(B) * T; ++bt)
+    for (int h = 0; h < NH; ++h)
+      for (int d = 0; d < hd; ++d) {
+        const int64_t kv = bt * Ckv + int64_t(h / group) * hd + d;
+        dq[bt * C + h * hd + d] += dqkv[bt * 3 * C + h * hd + d];
+        dk[kv] += dqkv[bt * 3 * C + C + h * hd + d];
+        dv[kv] += dqkv[bt * 3 * C + 2 * C + h * hd + d];
+      }
+}
+
 namespace {
 // W[c, o] in the math of out = inp @ W, whatever the storage layout.
 double weight_at(const double* w, int c, int o, int C, int OC, WeightLayout layout) {

@@ -23,6 +23,25 @@ void layernorm_backward(double* dinp, double* dweight, double* dbias, const doub
 void gelu_forward(double* out, const double* inp, int64_t n);
 void gelu_backward(double* dinp, const double* inp, const double* dout, int64_t n);
 
+void embedding_forward(double* out, const int32_t* tokens, const double* wte, int B, int T, int C);
+void embedding_backward(double* dwte, const double* dout, const int32_t* tokens, int B, int T, int C);
+
+void rmsnorm_forward(double* out, double* rstd, const double* inp, const double* weight, int N, int C, double eps);
+void rmsnorm_backward(double* dinp, double* dweight, const double* dout, const double* inp, const double* weight,
+                      const double* rstd, int N, int C);
+
+// x (B,T,NH*hd), in place; the backward rotates dx by the opposite angle.
+void rope_forward(double* x, int B, int T, int NH, int hd, double theta);
+void rope_backward(double* dx, int B, int T, int NH, int hd, double theta);
+
+void swiglu_forward(double* out, const double* gate, const double* up, int64_t n);
+void swiglu_backward(double* dgate, double* dup, const double* dout, const double* gate, const double* up, int64_t n);
+
+// qkv (B,T,3*NH*hd), q (B,T,NH*hd), k and v (B,T,NKV*hd).
+void qkv_pack_forward(double* qkv, const double* q, const double* k, const double* v, int B, int T, int NH, int NKV,
+                      int hd);
+void qkv_pack_backward(double* dq, double* dk, double* dv, const double* dqkv, int B, int T, int NH, int NKV, int hd);
+
 // weight is (C,OC) for in_out and (OC,C) for out_in; bias (OC) may be null.
 void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N, int C,
                     int OC, WeightLayout layout);

@@ -1,5 +1,6 @@
 // Forward and backward of each NN op on the CPU at GPT-2 small shapes (C = 768, NH = 12,
-// Vp = 50304) with a short batch (B = 4, T = 64 unless an argument says otherwise).
+// Vp = 50304) with a short batch (B = 4, T = 64 unless an argument says otherwise); the Llama ops
+// at B·T = 4096 rows.
 // items/s counts FLOPs for the GEMM-based ops and rows otherwise; bytes/s counts the memory
 // each call must touch at least once.
 #include <benchmark/benchmark.h>
@@ -209,6 +210,128 @@ void BM_AdamW(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * 7 * int64_t(sizeof(float)));  // read p g m v, write p m v
 }
 
+// The Llama ops at a Llama-style block: B·T = 4096 rows, C = 768, F = 2048, 12 heads of 64 (RoPE:
+// B = 4, T = 1024). items/s counts rows (elements for SwiGLU).
+constexpr int64_t kLlamaRows = 4096, kLlamaF = 2048, kRopeB = 4, kRopeT = 1024, kHeadDim = 64;
+
+void BM_EmbeddingForward(benchmark::State& state) {
+  auto tok = tokens(kLlamaRows, kV);
+  auto wte = normal(kVp * kC, 0.02f);
+  std::vector<float> out(kLlamaRows * kC);
+  for (auto _ : state) {
+    k::embedding_forward(view(out, {1, kLlamaRows, kC}), view(tok, {1, kLlamaRows}), view(wte, {kVp, kC}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kLlamaRows);
+  state.SetBytesProcessed(state.iterations() * kLlamaRows * kC * 2 * int64_t(sizeof(float)));
+}
+
+void BM_EmbeddingBackward(benchmark::State& state) {
+  auto tok = tokens(kLlamaRows, kV);
+  auto dout = normal(kLlamaRows * kC);
+  std::vector<float> dwte(kVp * kC);
+  for (auto _ : state) {
+    k::embedding_backward(view(dwte, {kVp, kC}), view(dout, {1, kLlamaRows, kC}), view(tok, {1, kLlamaRows}));
+    benchmark::DoNotOptimize(dwte.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kLlamaRows);
+  state.SetBytesProcessed(state.iterations() * kLlamaRows * kC * 3 * int64_t(sizeof(float)));
+}
+
+void BM_RmsnormForward(benchmark::State& state) {
+  const int64_t N = kLlamaRows;
+  auto inp = normal(N * kC), w = normal(kC);
+  std::vector<float> out(N * kC), rstd(N);
+  for (auto _ : state) {
+    k::rmsnorm_forward(view(out, {N, kC}), view(rstd, {N}), view(inp, {N, kC}), view(w, {kC}), 1e-5f);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * kC * 2 * int64_t(sizeof(float)));
+}
+
+void BM_RmsnormBackward(benchmark::State& state) {
+  const int64_t N = kLlamaRows;
+  auto inp = normal(N * kC), w = normal(kC), dout = normal(N * kC);
+  std::vector<float> out(N * kC), rstd(N), dinp(N * kC), dw(kC);
+  k::rmsnorm_forward(view(out, {N, kC}), view(rstd, {N}), view(inp, {N, kC}), view(w, {kC}), 1e-5f);
+  for (auto _ : state) {
+    k::rmsnorm_backward(view(dinp, {N, kC}), view(dw, {kC}), view(dout, {N, kC}), view(inp, {N, kC}), view(w, {kC}),
+                        view(rstd, {N}));
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * kC * 4 * int64_t(sizeof(float)));
+}
+
+// In place; the angle table (T·hd/2 cos/sin pairs computed in double) is part of every call.
+void BM_Rope(benchmark::State& state) {
+  const bool backward = state.range(0) != 0;
+  const int64_t n = kRopeB * kRopeT * kC;
+  auto x = normal(n);
+  for (auto _ : state) {
+    (backward ? k::rope_backward : k::rope_forward)(view(x, {kRopeB, kRopeT, kC}), kC / kHeadDim, 10000.0);
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetLabel(backward ? "backward" : "forward");
+  state.SetItemsProcessed(state.iterations() * kRopeB * kRopeT);
+  state.SetBytesProcessed(state.iterations() * n * 2 * int64_t(sizeof(float)));
+}
+
+void BM_SwigluForward(benchmark::State& state) {
+  const int64_t n = kLlamaRows * kLlamaF;
+  auto gate = normal(n), up = normal(n);
+  std::vector<float> out(n);
+  for (auto _ : state) {
+    k::swiglu_forward(view(out, {kLlamaRows, kLlamaF}), view(gate, {kLlamaRows, kLlamaF}),
+                      view(up, {kLlamaRows, kLlamaF}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * 3 * int64_t(sizeof(float)));
+}
+
+void BM_SwigluBackward(benchmark::State& state) {
+  const int64_t n = kLlamaRows * kLlamaF;
+  auto gate = normal(n), up = normal(n), dout = normal(n);
+  std::vector<float> dgate(n), dup(n);
+  for (auto _ : state) {
+    k::swiglu_backward(view(dgate, {kLlamaRows, kLlamaF}), view(dup, {kLlamaRows, kLlamaF}),
+                       view(dout, {kLlamaRows, kLlamaF}), view(gate, {kLlamaRows, kLlamaF}),
+                       view(up, {kLlamaRows, kLlamaF}));
+    benchmark::DoNotOptimize(dgate.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.SetBytesProcessed(state.iterations() * n * 7 * int64_t(sizeof(float)));  // read 5, write 2 (+= reads them)
+}
+
+// Grouped-query packing, 12 query heads over 4 kv heads of 64.
+void BM_QkvPackForward(benchmark::State& state) {
+  const int64_t N = kLlamaRows, Ckv = kC / 3;
+  auto q = normal(N * kC), kk = normal(N * Ckv), v = normal(N * Ckv);
+  std::vector<float> qkv(N * 3 * kC);
+  for (auto _ : state) {
+    k::qkv_pack_forward(view(qkv, {1, N, 3 * kC}), view(q, {1, N, kC}), view(kk, {1, N, Ckv}), view(v, {1, N, Ckv}),
+                        kNH, kNH / 3);
+    benchmark::DoNotOptimize(qkv.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * (kC + 2 * Ckv + 3 * kC) * int64_t(sizeof(float)));
+}
+
+void BM_QkvPackBackward(benchmark::State& state) {
+  const int64_t N = kLlamaRows, Ckv = kC / 3;
+  auto dqkv = normal(N * 3 * kC);
+  std::vector<float> dq(N * kC), dk(N * Ckv), dv(N * Ckv);
+  for (auto _ : state) {
+    k::qkv_pack_backward(view(dq, {1, N, kC}), view(dk, {1, N, Ckv}), view(dv, {1, N, Ckv}), view(dqkv, {1, N, 3 * kC}),
+                         kNH, kNH / 3);
+    benchmark::DoNotOptimize(dq.data());
+  }
+  state.SetItemsProcessed(state.iterations() * N);
+  state.SetBytesProcessed(state.iterations() * N * (3 * kC + 2 * (kC + 2 * Ckv)) * int64_t(sizeof(float)));
+}
+
 BENCHMARK(BM_EncoderForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_EncoderBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_LayernormForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
@@ -222,6 +345,15 @@ BENCHMARK(BM_AttentionBackward)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond
 BENCHMARK(BM_CrossentropyForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_CrossentropyBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_AdamW)->Arg(1 << 22)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_EmbeddingForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_EmbeddingBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_RmsnormForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_RmsnormBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_Rope)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_SwigluForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_SwigluBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_QkvPackForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_QkvPackBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 
 }  // namespace
 

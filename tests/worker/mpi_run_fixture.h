@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,8 @@
 #include <map>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -93,6 +97,28 @@ class MpiRunFixture : public ::testing::Test {
       std::printf("%s vs %s %s: max relative difference %.3g\n", a.c_str(), b.c_str(), metric, worst);
       EXPECT_LT(worst, tolerance) << a << " vs " << b << " " << metric;
     }
+  }
+
+  // Starts a 2-rank job (run directory "killed"), delivers `sig` to rank 1 once training runs,
+  // returns the job's result and how long it lasted after the signal.
+  std::pair<Result, double> signal_rank_one(const std::string& cmd_prefix, const std::string& trainer_cmd, int sig) {
+    const fs::path pids = dir_ / "pids";
+    fs::create_directories(pids);
+    // Each rank records its pid, then becomes the trainer.
+    const std::string cmd = cmd_prefix + "sh -c 'echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK; exec " +
+                            trainer_cmd + "'";
+    Result r;
+    std::thread job([&] { r = test::run_command(cmd); });
+    const fs::path victim = pids / "1";
+    for (int i = 0; i < 300 && !fs::exists(dir_ / "killed" / "metrics.jsonl"); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    pid_t pid = 0;
+    std::ifstream(victim) >> pid;
+    const auto t0 = std::chrono::steady_clock::now();
+    if (pid > 0) ::kill(pid, sig);
+    job.join();
+    EXPECT_GT(pid, 0) << "rank 1 recorded no pid";
+    return {r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
   }
 
   fs::path dir_;

@@ -193,31 +193,9 @@ TEST_F(Parallel, AFailingRankEndsTheJobWithItsRankAndReason) {
   EXPECT_LT(seconds, 30.0) << r.output;
 }
 
-// Starts a 2-rank DP job, delivers `sig` to rank 1 once training runs, returns the job's result and
-// how long it lasted after the signal.
-std::pair<Result, double> signal_rank_one(const fs::path& dir, const std::string& cmd_prefix,
-                                          const std::string& trainer_cmd, int sig) {
-  const fs::path pids = dir / "pids";
-  fs::create_directories(pids);
-  // Each rank records its pid, then becomes the trainer.
-  const std::string cmd = cmd_prefix + "sh -c 'echo $$ > " + pids.string() + "/$OMPI_COMM_WORLD_RANK; exec " +
-                          trainer_cmd + "'";
-  Result r;
-  std::thread job([&] { r = test::run_command(cmd); });
-  const fs::path victim = pids / "1";
-  for (int i = 0; i < 300 && !fs::exists(dir / "killed" / "metrics.jsonl"); ++i) std::this_thread::sleep_for(50ms);
-  pid_t pid = 0;
-  std::ifstream(victim) >> pid;
-  const auto t0 = std::chrono::steady_clock::now();
-  if (pid > 0) ::kill(pid, sig);
-  job.join();
-  EXPECT_GT(pid, 0) << "rank 1 recorded no pid";
-  return {r, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()};
-}
-
 TEST_F(Parallel, AKilledRankEndsTheJobInSeconds) {
   const fs::path cfg = config(kOptimizers[0], 100000);
-  auto [r, seconds] = signal_rank_one(dir_, mpirun(2), trainer(cfg, "killed", "--set parallel.data=2"), SIGKILL);
+  auto [r, seconds] = signal_rank_one(mpirun(2), trainer(cfg, "killed", "--set parallel.data=2"), SIGKILL);
   std::printf("killed rank 1: the job ended %.2f s later with status %d\n", seconds, r.status);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(seconds, 15.0) << r.output;
@@ -227,7 +205,7 @@ TEST_F(Parallel, ARankThatCrashesSaysSoWithItsRankAndTheJobEndsInSeconds) {
   // SIGSEGV to rank 1: its own report names the rank and the signal, with a stack, and the job
   // ends non-zero like for a killed rank. (The sanitizer builds keep their own reports instead.)
   const fs::path cfg = config(kOptimizers[0], 100000);
-  auto [r, seconds] = signal_rank_one(dir_, mpirun(2), trainer(cfg, "killed", "--set parallel.data=2"), SIGSEGV);
+  auto [r, seconds] = signal_rank_one(mpirun(2), trainer(cfg, "killed", "--set parallel.data=2"), SIGSEGV);
   std::printf("SIGSEGV to rank 1: the job ended %.2f s later with status %d\n", seconds, r.status);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_LT(seconds, 15.0) << r.output;

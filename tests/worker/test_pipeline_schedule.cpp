@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "worker/train/pipeline_schedule.h"
+#include "worker/parallel/pipeline_schedule.h"
 
 namespace precon::worker {
 namespace {

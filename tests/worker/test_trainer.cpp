@@ -79,7 +79,7 @@ class Trainer : public ::testing::Test {
   fs::path dir_;
 };
 
-const char* kOptimizers[] = {
+const char* kOptimizerTables[] = {
     "[optimizer]\nname = \"adamw\"\nlr = 0.003\nweight_decay = 0.1\n",
     "[optimizer]\nname = \"muon\"\nlr = 0.02\nweight_decay = 0.01\n[optimizer.adamw]\nlr = 0.003\n",
     "[optimizer]\nname = \"shampoo\"\nlr = 0.003\n[optimizer.shampoo]\nprecondition_frequency = 5\n"
@@ -87,7 +87,7 @@ const char* kOptimizers[] = {
 };
 
 TEST_F(Trainer, ResumeIsBitwiseIdenticalForEveryOptimizer) {
-  for (const char* opt : kOptimizers) {
+  for (const char* opt : kOptimizerTables) {
     SCOPED_TRACE(opt);
     fs::path cfg = config(opt);
     ASSERT_EQ(train(options(cfg, "straight")), TrainOutcome::completed);
@@ -108,7 +108,7 @@ TEST_F(Trainer, ResumeIsBitwiseIdenticalForEveryOptimizer) {
 }
 
 TEST_F(Trainer, DamagedCheckpointFallsBackToThePreviousGoodOne) {
-  fs::path cfg = config(kOptimizers[0], 30);
+  fs::path cfg = config(kOptimizerTables[0], 30);
   TrainOptions o = options(cfg, "run");
   o.stop_at_step = 30;
   ASSERT_EQ(train(options(cfg, "ref")), TrainOutcome::completed);
@@ -138,7 +138,7 @@ TEST_F(Trainer, KeepBestProtectsTheBestCheckpoint) {
   // Maximising val_loss makes an early checkpoint the "best" one (the loss falls), so keep_best
   // must protect it while keep_checkpoints = 1 deletes the others. The expectation is computed
   // from metrics.jsonl, not from the checkpoints.
-  fs::path cfg = config(std::string(kOptimizers[0]) + "[objective]\nmetric = \"val_loss\"\nmode = \"max\"\n", 50);
+  fs::path cfg = config(std::string(kOptimizerTables[0]) + "[objective]\nmetric = \"val_loss\"\nmode = \"max\"\n", 50);
   TrainOptions o = options(cfg, "run");
   o.overrides = {"train.keep_checkpoints=1", "train.keep_best=1"};
   ASSERT_EQ(train(o), TrainOutcome::completed);
@@ -163,7 +163,7 @@ TEST_F(Trainer, KeepBestProtectsTheBestCheckpoint) {
 }
 
 TEST_F(Trainer, SigusrCheckpointsAndExitsWithRequeueCode) {
-  fs::path cfg = config(kOptimizers[0], 100000);
+  fs::path cfg = config(kOptimizerTables[0], 100000);
   // A real precon-train process (forking this multi-threaded test process would not be safe).
   pid_t child = fork();
   if (child == 0) {
@@ -189,7 +189,7 @@ TEST_F(Trainer, SigusrCheckpointsAndExitsWithRequeueCode) {
 }
 
 TEST_F(Trainer, NonFiniteLossStopsWithStepAndLastGoodCheckpoint) {
-  fs::path cfg = config(kOptimizers[0], 100);
+  fs::path cfg = config(kOptimizerTables[0], 100);
   TrainOptions o = options(cfg, "run");
   ::setenv("PRECON_FAULT_NAN_LOSS_AT_STEP", "25", 1);
   try {
@@ -209,7 +209,7 @@ TEST_F(Trainer, NonFiniteLossStopsWithStepAndLastGoodCheckpoint) {
 
 TEST_F(Trainer, NaNWeightsGiveANonFiniteLossNotAHang) {
   // A real NaN through the numerics: initialise from weights with one NaN.
-  fs::path cfg = config(kOptimizers[0], 10);
+  fs::path cfg = config(kOptimizerTables[0], 10);
   auto parsed = parse_config_file(cfg.string());
   Gpt model(parsed.config.model, 1, kernels::Device::cpu);
   model.init_random(1);
@@ -229,7 +229,7 @@ TEST_F(Trainer, NaNWeightsGiveANonFiniteLossNotAHang) {
 }
 
 TEST_F(Trainer, RunDirectoryHoldsOneConfigFile) {
-  fs::path cfg = config(kOptimizers[0], 10);
+  fs::path cfg = config(kOptimizerTables[0], 10);
   // Standalone: the resolved config (overrides applied) is written as RUN_DIR/config.toml.
   TrainOptions o = options(cfg, "standalone");
   o.overrides = {"train.steps=12"};
@@ -252,7 +252,7 @@ TEST_F(Trainer, RunDirectoryHoldsOneConfigFile) {
 }
 
 TEST_F(Trainer, MissingDataAndBadConfigAreClearErrors) {
-  fs::path cfg = config(kOptimizers[0]);
+  fs::path cfg = config(kOptimizerTables[0]);
   TrainOptions o = options(cfg, "run");
   o.overrides = {"data.train=/nonexistent/train.bin"};
   try {

@@ -17,11 +17,24 @@ struct ExperimentConfig {
 };
 
 struct ModelConfig {
-  int64_t n_layer = 4;      // transformer blocks
-  int64_t n_head = 4;       // attention heads; must divide d_model
-  int64_t d_model = 128;    // embedding width C
-  int64_t seq_len = 64;     // context length T (tokens)
-  int64_t vocab_size = 256; // real vocabulary V (padded internally, never visible)
+  std::string arch = "gpt2";  // "gpt2" | "llama": the model family (worker/model/)
+  int64_t n_layer = 4;        // transformer blocks
+  int64_t n_head = 4;         // attention heads; must divide d_model
+  int64_t n_kv_head = 0;      // llama: key/value heads (grouped-query attention), dividing n_head; 0 = n_head
+  int64_t d_model = 128;      // embedding width C
+  int64_t ffn_hidden = 0;     // MLP width; 0 = the family's rule (gpt2: 4·d_model; llama: 8/3·d_model up to a multiple of 64)
+  int64_t seq_len = 64;       // context length T (tokens)
+  int64_t vocab_size = 256;   // real vocabulary V (padded internally, never visible)
+  double rope_theta = 10000;  // llama: base of the rotary embeddings' frequencies
+  double norm_eps = 1e-5;     // llama: RMSNorm epsilon
+  bool tie_embeddings = false;  // llama: the output head is embed_tokens (no lm_head); gpt2 is always tied
+
+  bool llama() const { return arch == "llama"; }
+  int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
+  int64_t ffn() const {
+    if (ffn_hidden > 0) return ffn_hidden;
+    return llama() ? (8 * d_model / 3 + 63) / 64 * 64 : 4 * d_model;  // Llama: int(8d/3), rounded up
+  }
 };
 
 struct DataConfig {

@@ -91,6 +91,22 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("experiment.name", "", "experiment name", T(experiment.name)).pattern(kPrintable, kPrintableText));
   k.push_back(trial("experiment.description", "", "free-text description", T(experiment.description)));
   // [model]
+  k.push_back(trial("model.arch", "", "model family: gpt2 (GPT-2) or llama (RMSNorm, RoPE, grouped-query attention, SwiGLU)",
+                    T(model.arch))
+                  .choices({"gpt2", "llama"}).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const ModelConfig& m = c.model;
+                    if (!m.llama() && m.n_kv_head > 0 && m.n_kv_head != m.n_head)
+                      return "gpt2 has no grouped-query attention: model.n_kv_head = " + std::to_string(m.n_kv_head) +
+                             " must be 0 or n_head = " + std::to_string(m.n_head) + " (or set model.arch = \"llama\")";
+                    if (!m.llama() && m.ffn_hidden > 0 && m.ffn_hidden != 4 * m.d_model)
+                      return "gpt2's MLP is 4·d_model = " + std::to_string(4 * m.d_model) + " wide: model.ffn_hidden = " +
+                             std::to_string(m.ffn_hidden) + " must be 0 or that (or set model.arch = \"llama\")";
+                    if (m.llama() && m.d_model % m.n_head == 0 && (m.d_model / m.n_head) % 2 != 0)
+                      return "llama's rotary embeddings need an even head size: d_model / n_head = " +
+                             std::to_string(m.d_model / m.n_head);
+                    return std::string();
+                  }));
   k.push_back(trial("model.n_layer", "", "transformer blocks", T(model.n_layer)).range(1, 256).hashed());
   k.push_back(trial("model.n_head", "", "attention heads (must divide d_model)", T(model.n_head))
                   .range(1, 256).hashed()
@@ -98,10 +114,29 @@ std::vector<KeySpec> build_table() {
                     return c.model.d_model % c.model.n_head ? "n_head = " + ratio(c.model.n_head, "d_model", c.model.d_model)
                                                             : std::string();
                   }));
+  k.push_back(trial("model.n_kv_head", "",
+                    "llama: key/value heads of grouped-query attention (must divide n_head); 0 = n_head",
+                    T(model.n_kv_head))
+                  .range(0, 256).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const int64_t kv = c.model.kv_heads();
+                    return c.model.n_head % kv ? "n_kv_head = " + ratio(kv, "n_head", c.model.n_head) : std::string();
+                  }));
   k.push_back(trial("model.d_model", "", "embedding width C", T(model.d_model)).range(1, 65536).hashed());
+  k.push_back(trial("model.ffn_hidden", "",
+                    "MLP width; 0 = the family's rule (gpt2: 4·d_model; llama: int(8/3·d_model) rounded up to a "
+                    "multiple of 64)",
+                    T(model.ffn_hidden))
+                  .range(0, 1 << 20).hashed());
   k.push_back(trial("model.seq_len", "tokens", "context length T", T(model.seq_len)).range(1, 1 << 20).hashed());
   k.push_back(trial("model.vocab_size", "tokens", "vocabulary size V (padded internally)", T(model.vocab_size))
                   .range(1, 1 << 24).hashed());
+  k.push_back(trial("model.rope_theta", "", "llama: base of the rotary position embeddings' frequencies",
+                    T(model.rope_theta)).range(1, 1e12));
+  k.push_back(trial("model.norm_eps", "", "llama: RMSNorm epsilon", T(model.norm_eps)).range(1e-12, 1));
+  k.push_back(trial("model.tie_embeddings", "",
+                    "llama: the output head is model.embed_tokens (no lm_head); gpt2 is always tied, whatever this says",
+                    T(model.tie_embeddings)).hashed());
   // [data]
   k.push_back(trial("data.train", "path", "training token shard(s), comma-separated", T(data.train)));
   k.push_back(trial("data.val", "path", "validation token shard", T(data.val)));
@@ -275,6 +310,11 @@ std::vector<KeySpec> build_table() {
                     const int64_t t = c.parallel.tensor, padded = (c.model.vocab_size + 63) / 64 * 64;
                     if (c.model.n_head % t) return "tensor = " + ratio(t, "n_head", c.model.n_head);
                     if (padded % t) return "tensor = " + ratio(t, "the padded vocabulary", padded);
+                    if (c.model.llama() && c.model.kv_heads() % t)
+                      return "tensor = " + ratio(t, "model.n_kv_head", c.model.kv_heads()) +
+                             " (each rank holds whole key/value heads; kv heads are not replicated)";
+                    if (c.model.llama() && c.model.ffn() % t)
+                      return "tensor = " + ratio(t, "model.ffn_hidden", c.model.ffn());
                     return t > 1 && (c.train.device != "cpu" || c.train.precision != "fp32")
                                ? std::string("tensor parallelism runs on the CPU in fp32 in this precon-train")
                                : std::string();

@@ -56,17 +56,26 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
     }
   }();
   const std::string where = path.string();
+  const bool llama = params.spec(0).name == "model.embed_tokens.weight";
+  const std::string family = llama ? "llama" : "gpt2";
+  // A file of the other family says so, instead of a missing tensor.
+  const char* other = llama ? "wte.weight" : "model.embed_tokens.weight";
+  if (!params.table().empty() && !file.find(params.spec(0).name) && file.find(other)) {
+    throw ModelIoError(where + " holds a " + std::string(llama ? "gpt2" : "llama") + " model (tensor " + other +
+                       ") but this model is model.arch = \"" + family + "\": set model.arch to the file's family");
+  }
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = params.spec(i);
     const SafetensorsTensor* t = file.find(spec.name);
     if (!t) {
-      throw ModelIoError(where + ": tensor " + spec.name + " is missing: the file is not a GPT-2 model with " +
-                         "this configuration");
+      throw ModelIoError(where + ": tensor " + spec.name + " is missing: the file is not a " + family +
+                         " model with this configuration" +
+                         (spec.name == "lm_head.weight" ? " (its head may be tied: model.tie_embeddings = true)" : ""));
     }
     if (t->shape != spec.shape) {
       throw ModelIoError(where + ": tensor " + spec.name + " has shape " + shape_text(t->shape) + " but the model " +
                          "expects " + shape_text(spec.shape) + ": the checkpoint was written for a different " +
-                         "model shape (check model.n_layer/n_head/d_model/seq_len/vocab_size)");
+                         "model shape (check model.n_layer/n_head/n_kv_head/d_model/ffn_hidden/seq_len/vocab_size)");
     }
     if (!params.resident(i)) continue;  // another pipeline stage's row
     std::vector<float> host(spec.numel());
@@ -85,15 +94,42 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
   for (const SafetensorsTensor& t : file.tensors()) {
     bool known = false;
     for (size_t i = 0; i < params.size() && !known; ++i) known = params.spec(i).name == t.name;
-    // HF checkpoints may carry the causal-mask buffers and an explicit tied head.
-    const bool ignorable = t.name.ends_with(".attn.bias") || t.name.ends_with(".attn.masked_bias") ||
-                           t.name == "lm_head.weight";
-    if (!known && !ignorable)
-      throw ModelIoError(where + ": unexpected tensor " + t.name + " (not part of this GPT-2 model)");
+    // HF GPT-2 checkpoints may carry the causal-mask buffers and an explicit tied head; HF Llama
+    // ones the rotary embeddings' inverse frequencies.
+    const bool ignorable = (!llama && (t.name.ends_with(".attn.bias") || t.name.ends_with(".attn.masked_bias") ||
+                                       t.name == "lm_head.weight")) ||
+                           (llama && t.name.ends_with(".rotary_emb.inv_freq"));
+    if (!known && !ignorable) {
+      throw ModelIoError(where + ": unexpected tensor " + t.name + " (not part of this " + family + " model" +
+                         (t.name == "lm_head.weight" ? ": its head is untied, set model.tie_embeddings = false)" : ")"));
+    }
   }
 }
 
 nlohmann::json hf_config_json(const ModelConfig& c) {
+  if (c.llama()) {
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.d_model},
+            {"intermediate_size", c.ffn()},
+            {"num_hidden_layers", c.n_layer},
+            {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.kv_heads()},
+            {"head_dim", c.d_model / c.n_head},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", c.seq_len},
+            {"rms_norm_eps", c.norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"attention_dropout", 0.0},
+            {"initializer_range", 0.02},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"bos_token_id", c.vocab_size - 1},
+            {"eos_token_id", c.vocab_size - 1},
+            {"torch_dtype", "float32"}};
+  }
   return {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
           {"vocab_size", c.vocab_size},

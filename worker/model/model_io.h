@@ -1,5 +1,6 @@
-// Model weights in safetensors with Hugging Face GPT-2 names and layouts, plus HF's config.json,
-// so a checkpoint loads in GPT2LMHeadModel unchanged and HF GPT-2 weights initialise a run.
+// Model weights in safetensors with Hugging Face names and layouts (GPT-2's or Llama's), plus HF's
+// config.json, so a checkpoint loads in GPT2LMHeadModel or LlamaForCausalLM unchanged and HF
+// weights of either family initialise a run.
 #pragma once
 
 #include <filesystem>
@@ -32,7 +33,7 @@ std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const Mod
 // its own rows (every tensor is still checked).
 void load_model_safetensors(ParamStore& params, const std::filesystem::path& path);
 
-// HF GPT-2 config.json for this model.
+// HF config.json for this model: GPT2Config's keys, or LlamaConfig's.
 nlohmann::json hf_config_json(const ModelConfig& config);
 
 }  // namespace precon::worker

@@ -54,8 +54,10 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& m) {
   };
   ParamSpec* wte = add("wte.weight", {V, C}, ParamKind::embedding, 0);
   wte->storage_rows = padded_vocab(V);
-  add("wpe.weight", {m.seq_len, C}, ParamKind::position, -1);
+  wte->embedding_end = wte->head_end = true;
+  add("wpe.weight", {m.seq_len, C}, ParamKind::position, -1)->embedding_end = true;
   for (int64_t l = 0; l < m.n_layer; ++l) {
+    const size_t first = t.size();
     const std::string h = "h." + std::to_string(l);
     add(h + ".ln_1.weight", {C}, ParamKind::norm, -1);
     add(h + ".ln_1.bias", {C}, ParamKind::norm, -1);
@@ -65,10 +67,77 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& m) {
     add(h + ".ln_2.bias", {C}, ParamKind::norm, -1);
     linear(h + ".mlp.c_fc", C, 4 * C, true, 1);
     linear(h + ".mlp.c_proj", 4 * C, C, false, 1);
+    for (size_t i = first; i < t.size(); ++i) t[i].layer = l;
   }
-  add("ln_f.weight", {C}, ParamKind::norm, -1);
-  add("ln_f.bias", {C}, ParamKind::norm, -1);
+  add("ln_f.weight", {C}, ParamKind::norm, -1)->head_end = true;
+  add("ln_f.bias", {C}, ParamKind::norm, -1)->head_end = true;
   return t;
+}
+
+std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
+  const int64_t C = m.d_model, V = m.vocab_size, hd = m.d_model / m.n_head;
+  const int64_t q = m.n_head * hd, kv = m.kv_heads() * hd, F = m.ffn();
+  std::vector<ParamSpec> t;
+  auto add = [&](std::string name, std::vector<int64_t> shape, ParamKind kind, int tp_split_dim, int64_t layer) {
+    ParamSpec p;
+    p.name = std::move(name);
+    p.shape = std::move(shape);
+    p.kind = kind;
+    p.tp_split_dim = tp_split_dim;
+    p.layer = layer;
+    t.push_back(p);
+    return &t.back();
+  };
+  // nn.Linear weight stored (out, in): column-parallel layers split dim 0, row-parallel dim 1.
+  auto linear = [&](const std::string& name, int64_t in, int64_t out, bool column_parallel, int64_t layer) {
+    ParamSpec* w = add(name, {out, in}, ParamKind::matrix, column_parallel ? 0 : 1, layer);
+    w->fan_in = in;
+    w->fan_out = out;
+  };
+  ParamSpec* embed = add("model.embed_tokens.weight", {V, C}, ParamKind::embedding, 0, -1);
+  embed->storage_rows = padded_vocab(V);
+  embed->embedding_end = true;
+  embed->head_end = m.tie_embeddings;
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    const std::string h = "model.layers." + std::to_string(l);
+    add(h + ".input_layernorm.weight", {C}, ParamKind::norm, -1, l);
+    linear(h + ".self_attn.q_proj.weight", C, q, true, l);
+    linear(h + ".self_attn.k_proj.weight", C, kv, true, l);
+    linear(h + ".self_attn.v_proj.weight", C, kv, true, l);
+    linear(h + ".self_attn.o_proj.weight", q, C, false, l);
+    add(h + ".post_attention_layernorm.weight", {C}, ParamKind::norm, -1, l);
+    linear(h + ".mlp.gate_proj.weight", C, F, true, l);
+    linear(h + ".mlp.up_proj.weight", C, F, true, l);
+    linear(h + ".mlp.down_proj.weight", F, C, false, l);
+  }
+  add("model.norm.weight", {C}, ParamKind::norm, -1, -1)->head_end = true;
+  if (!m.tie_embeddings) {
+    ParamSpec* head = add("lm_head.weight", {V, C}, ParamKind::embedding, 0, -1);
+    head->storage_rows = padded_vocab(V);
+    head->head_end = true;
+  }
+  return t;
+}
+
+std::vector<ParamSpec> model_param_table(const ModelConfig& config) {
+  return config.llama() ? llama_param_table(config) : gpt2_param_table(config);
+}
+
+std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelStage& stage) {
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ParamSpec& p = table[i];
+    const bool mine = p.layer >= 0 ? p.layer >= stage.first_layer && (stage.end_layer < 0 || p.layer < stage.end_layer)
+                                   : (p.embedding_end && stage.embedding) || (p.head_end && stage.head);
+    if (mine) rows.push_back(i);
+  }
+  return rows;
+}
+
+size_t tied_embedding_row(const std::vector<ParamSpec>& table) {
+  for (size_t i = 0; i < table.size(); ++i)
+    if (table[i].embedding_end && table[i].head_end) return i;
+  return table.size();
 }
 
 ParamSpec tp_shard_spec(const ParamSpec& full, int size) {

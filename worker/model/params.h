@@ -1,6 +1,7 @@
-// The parameter table of the GPT-2 model: one row per tensor {name, shape, tp_split_dim, ...}
-// drives allocation, gradients, optimizer state and routing, checkpoint names and tensor-parallel
-// sharding. Names and storage layouts are Hugging Face GPT-2's (Conv1D weights stored (in, out)).
+// The parameter tables of the model families: one row per tensor {name, shape, tp_split_dim, ...}
+// drives allocation, gradients, optimizer state and routing, checkpoint names, pipeline placement
+// and tensor-parallel sharding. Names and storage layouts are Hugging Face's (GPT-2: Conv1D
+// weights stored (in, out); Llama: nn.Linear weights stored (out, in)).
 #pragma once
 
 #include <algorithm>
@@ -15,11 +16,11 @@
 namespace precon::worker {
 
 enum class ParamKind : uint8_t {
-  embedding,  // wte (tied with the output head)
+  embedding,  // a vocabulary matrix: wte (tied with the output head), embed_tokens, lm_head
   position,   // wpe
-  norm,       // layernorm weight or bias
+  norm,       // layernorm or RMSNorm weight, layernorm bias
   bias,       // linear-layer bias
-  matrix,     // 2-D hidden linear weight (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj)
+  matrix,     // 2-D hidden linear weight (attention and MLP projections)
 };
 
 const char* param_kind_name(ParamKind kind);
@@ -35,6 +36,10 @@ struct ParamSpec {
   bool stored_in_out = false;  // storage is (fan_in, fan_out) (Conv1D); else (fan_out, fan_in)
   int qkv_blocks = 1;          // 3 for attn.c_attn: fused [q | k | v] along fan_out
   int64_t storage_rows = 0;    // wte: rows allocated (padded vocabulary, zero rows); 0 = shape[0]
+  // Where it lies in a pipeline: the transformer block it belongs to, or (-1) at the ends: with the
+  // embedding on the first stage, with the head on the last, or both (a tied embedding).
+  int64_t layer = -1;
+  bool embedding_end = false, head_end = false;
   int64_t numel() const;          // of the visible shape
   int64_t storage_numel() const;  // of the allocated shape
 };
@@ -52,6 +57,27 @@ ParamSpec tp_shard_spec(const ParamSpec& full, int size);
 void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, int rank, int size, bool into_shard);
 
 std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
+// Hugging Face LlamaForCausalLM's names and layouts (nn.Linear weights stored (out, in), no biases;
+// lm_head absent when the embeddings are tied).
+std::vector<ParamSpec> llama_param_table(const ModelConfig& config);
+// The table of config.arch's family.
+std::vector<ParamSpec> model_param_table(const ModelConfig& config);
+
+// The part of the model one pipeline stage computes: transformer blocks [first_layer, end_layer)
+// (end_layer < 0: up to n_layer), the embedding on the first stage, the final norm and the head on
+// the last. `slots`: sets of activations, one per micro-batch in flight at once (1F1B holds up to
+// the number of stages after this one, itself included).
+struct ModelStage {
+  int64_t first_layer = 0;
+  int64_t end_layer = -1;
+  bool embedding = true;
+  bool head = true;
+  int slots = 1;
+};
+// The table rows a stage computes with, in table order (a tied embedding on both ends of a pipeline).
+std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelStage& stage);
+// The row the first and the last stage both hold (a tied embedding), or table.size() if none.
+size_t tied_embedding_row(const std::vector<ParamSpec>& table);
 
 // One allocation for all parameters and one for all gradients, carved into named views in
 // table order (the llm.c habit). Gradients share the parameter layout. A pipeline stage holds

@@ -43,7 +43,7 @@ void scatter_to_tp_region_backward(Tensor dfull, const Tensor& dlocal, Communica
 
 void vocab_parallel_embedding_forward(Tensor out, const int32_t* tokens, int64_t B, int64_t T, const Tensor& wte_shard,
                                       int64_t first, const Tensor& wpe, Communicator& tp) {
-  const int64_t C = wpe.shape[1], rows = wte_shard.shape[0];
+  const int64_t C = wte_shard.shape[1], rows = wte_shard.shape[0];
   float* o = out.f32();
   std::fill_n(o, B * T * C, 0.0f);
   for (int64_t i = 0; i < B * T; ++i) {
@@ -51,6 +51,7 @@ void vocab_parallel_embedding_forward(Tensor out, const int32_t* tokens, int64_t
     if (row >= 0 && row < rows) std::copy_n(wte_shard.f32() + row * C, C, o + i * C);
   }
   tp.all_reduce_sum(o, B * T * C);
+  if (!wpe.data) return;  // no learned positions (llama)
   for (int64_t i = 0; i < B * T; ++i) {
     const float* p = wpe.f32() + (i % T) * C;
     for (int64_t c = 0; c < C; ++c) o[i * C + c] += p[c];
@@ -62,8 +63,10 @@ void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dwpe, const Ten
   const int64_t C = dout.shape[dout.ndim - 1], rows = dwte_shard.shape[0];
   const float* d = dout.f32();
   for (int64_t i = 0; i < B * T; ++i) {
-    float* p = dwpe.f32() + (i % T) * C;
-    for (int64_t c = 0; c < C; ++c) p[c] += d[i * C + c];
+    if (dwpe.data) {
+      float* p = dwpe.f32() + (i % T) * C;
+      for (int64_t c = 0; c < C; ++c) p[c] += d[i * C + c];
+    }
     const int64_t row = tokens[i] - first;
     if (row < 0 || row >= rows) continue;
     float* w = dwte_shard.f32() + row * C;

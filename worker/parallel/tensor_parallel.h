@@ -26,11 +26,13 @@ void scatter_to_tp_region_forward(kernels::Tensor local, const kernels::Tensor& 
 void scatter_to_tp_region_backward(kernels::Tensor dfull, const kernels::Tensor& dlocal, Communicator& tp);
 
 // out (B·T, C) = wte[token] + wpe[t], with rows [first, first + rows(wte_shard)) of wte here:
-// each rank adds the rows it holds, the sum crosses the ranks, and wpe (replicated) is added.
+// each rank adds the rows it holds, the sum crosses the ranks, and wpe (replicated) is added
+// unless it is an empty tensor (no learned positions).
 void vocab_parallel_embedding_forward(kernels::Tensor out, const int32_t* tokens, int64_t B, int64_t T,
                                       const kernels::Tensor& wte_shard, int64_t first, const kernels::Tensor& wpe,
                                       Communicator& tp);
-// Accumulates d wte for the rows held here and d wpe (replicated: the same on every rank).
+// Accumulates d wte for the rows held here and d wpe (replicated: the same on every rank; skipped
+// when empty).
 void vocab_parallel_embedding_backward(kernels::Tensor dwte_shard, kernels::Tensor dwpe, const kernels::Tensor& dout,
                                        const int32_t* tokens, int64_t B, int64_t T, int64_t first);
 

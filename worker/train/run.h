@@ -11,14 +11,13 @@
 
 #include "worker/config/parse.h"
 #include "worker/data/loader.h"
-#include "worker/model/gpt.h"
+#include "worker/model/model.h"
 #include "worker/optim/optimizer.h"
-#include "worker/parallel/grad_sync.h"
 #include "worker/parallel/layout.h"
 #include "worker/report/metrics.h"
 #include "worker/report/reporter.h"
-#include "worker/train/pipeline_schedule.h"
-#include "worker/train/pipeline_state.h"
+#include "worker/parallel/pipeline_state.h"
+#include "worker/parallel/step_runner.h"
 #include "worker/train/train_state.h"
 #include "worker/train/trainer.h"
 
@@ -34,21 +33,16 @@ struct Run {
   ParallelContext par;               // world, tensor-, data- and pipeline-parallel groups
   int64_t slice = 0;                 // sequences of the global batch this rank computes
   int64_t micro = 0;                 // sequences per forward/backward (slice / micro = micro-batches)
-  std::unique_ptr<GradientSync> grad_sync;  // one stage: bucketed and overlapped with the backward
-  // Pipeline stages without tensor parallelism: grad_sync sums the stage's data-parallel replicas
-  // during the last micro-batch's backward (with tensor parallelism the sums follow the schedule).
-  bool overlap_stage_sums = false;
   // Interleaved pipeline stages: the one store of parameters and gradients the rank's chunks share.
   std::unique_ptr<ParamStore> rank_params;
-  // This rank's model: one Gpt (the whole model, or its pipeline stage), or one per virtual stage
+  // This rank's model: one Model (the whole model, or its pipeline stage), or one per virtual stage
   // it computes, in virtual-stage order. Every chunk's params() is the rank's whole store.
-  std::vector<std::unique_ptr<Gpt>> chunks;
+  std::vector<std::unique_ptr<Model>> chunks;
   std::vector<size_t> rows;  // the table rows this rank holds, computes and steps, in table order
-  Gpt& model() { return *chunks.front(); }
-  std::unique_ptr<PipelineSchedule> schedule;  // several stages: 1F1B
-  StageOptimizers* stages = nullptr;           // several stages: the optimizer, one per stage
-  PipelineTimes prev_pipe;                     // the schedule's times at the last metrics record
-  int64_t pipe_bytes = 0;                      // gradients all-reduced under pipelining
+  Model& model() { return *chunks.front(); }
+  std::unique_ptr<StepRunner> runner;  // the layout's forward/backward, gradient sums and evaluation
+  StageOptimizers* stages = nullptr;   // several stages: the optimizer, one per stage
+  PipelineTimes prev_pipe;             // the schedule's times at the last metrics record
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Optimizer> optimizer;
   std::vector<Batch> val;
@@ -80,6 +74,8 @@ void build_model(Run& run);
 void build_data(Run& run);
 // One stage: an optimizer over every parameter. Several: one per stage over its rows.
 void build_optimizer(Run& run);
+// The layout's step runner over the model chunks (and the optimizer's gradient roots).
+void build_step_runner(Run& run);
 // --resume auto: the newest checkpoint that verifies; a directory: that one, which must verify.
 void resume_run(Run& run);
 // metrics.jsonl and the reporter (first rank only), and the test-only fault injection.

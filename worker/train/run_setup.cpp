@@ -72,20 +72,15 @@ void configure_run(Run& run) {
 
 void build_model(Run& run) {
   const TrialConfig& cfg = run.cfg();
-  const std::vector<GptStage> chunks = pipeline_chunks(run.par, run.par.pp_rank(), run.slice / run.micro);
-  run.rows = pipeline_rank_rows(run.par, gpt2_param_table(cfg.model), run.par.pp_rank());
+  const std::vector<ModelStage> chunks = pipeline_chunks(run.par, run.par.pp_rank(), run.slice / run.micro);
+  run.rows = pipeline_rank_rows(run.par, model_param_table(cfg.model), run.par.pp_rank());
   // A rank with several chunks holds their rows in one store: one optimizer, one gradient buffer
   // and one checkpoint part, as for a contiguous stage.
   if (chunks.size() > 1)
-    run.rank_params = std::make_unique<ParamStore>(gpt2_param_table(cfg.model), run.device, run.rows);
-  for (const GptStage& chunk : chunks)
-    run.chunks.push_back(std::make_unique<Gpt>(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(),
-                                               chunk, run.rank_params.get()));
-  if (run.par.pipeline > 1) {
-    std::vector<Gpt*> models;
-    for (auto& c : run.chunks) models.push_back(c.get());
-    run.schedule = std::make_unique<PipelineSchedule>(std::move(models), *run.par.pp);
-  }
+    run.rank_params = std::make_unique<ParamStore>(model_param_table(cfg.model), run.device, run.rows);
+  for (const ModelStage& chunk : chunks)
+    run.chunks.push_back(make_model(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), chunk,
+                                    run.rank_params.get()));
   if (!cfg.train.init_from.empty()) {
     load_model_safetensors(run.model().params(), cfg.train.init_from);
     run.log("initialised the model from " + cfg.train.init_from);
@@ -128,8 +123,9 @@ void build_optimizer(Run& run) {
   if (run.par.pipeline == 1) {
     run.optimizer = std::move(own);
   } else {
+    const size_t tied = tied_embedding_row(store.table());
     auto composite = std::make_unique<StageOptimizers>(std::move(own), run.par.pp_rank(), run.par.pipeline,
-                                                       store.spec(store.index("wte.weight")).name);
+                                                       tied < store.size() ? store.spec(tied).name : std::string());
     run.stages = composite.get();
     run.optimizer = std::move(composite);
   }
@@ -139,29 +135,34 @@ void build_optimizer(Run& run) {
     run.log("parameters: " + std::to_string(store.total_numel()) + " of the model's " + std::to_string(whole) +
             " held on this rank (pipeline stage " + std::to_string(run.par.pp_rank()) + ")");
   }
-  // Under tensor parallelism one sum over the stage assembles each full gradient from its shards
-  // and adds the data-parallel replicas (Gpt::place_grads_for_sum); else the data-parallel group.
-  // Either way a group rank is the stage rank the optimizer's roots name (data index · tensor +
-  // tensor rank). Under data parallelism a gradient only its owner reads (Muon's matrices) is
-  // reduced to that owner; pipeline stages sum theirs apart (sum_stage_gradients), all-reduced.
-  std::vector<int> roots;
+  run.log("routing: " + run.optimizer->routing_summary());
+}
+
+void build_step_runner(Run& run) {
+  // The layout's step runner (step_runner.h). Under tensor parallelism one sum over the stage
+  // assembles each full gradient from its parts and adds the data-parallel replicas
+  // (Model::place_grads_for_sum); else the data-parallel group. Either way a group rank is the stage
+  // rank the optimizer's roots name (data index · tensor + tensor rank). Under data parallelism a
+  // gradient only its owner reads (Muon's matrices) is reduced to that owner; pipeline stages sum
+  // theirs apart (sum_stage_gradients), all-reduced.
+  const ParamStore& store = run.model().params();
+  StepParts parts;
+  parts.par = &run.par;
+  for (auto& c : run.chunks) parts.chunks.push_back(c.get());
+  parts.slice = run.slice;
+  parts.micro = run.micro;
+  parts.rows = run.rows;
   if (run.par.pipeline == 1 && run.par.data > 1) {
     const std::vector<int> by_param = run.optimizer->gradient_roots();
     if (!by_param.empty()) {
-      roots.assign(store.size(), -1);
-      for (size_t j = 0; j < run.rows.size(); ++j) roots[run.rows[j]] = by_param.at(j);
+      parts.roots.assign(store.size(), -1);
+      for (size_t j = 0; j < run.rows.size(); ++j) parts.roots[run.rows[j]] = by_param.at(j);
     }
   }
-  run.grad_sync = std::make_unique<GradientSync>(run.par.tensor > 1 ? *run.par.stage : *run.par.dp, store, roots);
-  run.log("routing: " + run.optimizer->routing_summary());
-  run.overlap_stage_sums = run.par.pipeline > 1 && run.par.tensor == 1 && run.par.data > 1;
-  if (run.overlap_stage_sums)
-    run.log("gradients: this stage's data-parallel sums run bucket by bucket during its last micro-batch's backward");
-  if (run.grad_sync->reduced_tensors() > 0)
-    run.log("gradients: " + std::to_string(run.grad_sync->reduced_tensors()) + " of " + std::to_string(store.size()) +
-            " tensors reduced to the one rank that reads them, the rest all-reduced");
+  run.runner = make_step_runner(parts);
+  for (const std::string& note : run.runner->notes()) run.log(note);
   if (run.par.world->size() > 1) {
-    std::vector<GptStage> chunks;
+    std::vector<ModelStage> chunks;
     for (const auto& c : run.chunks) chunks.push_back(c->stage());
     const std::string virtual_stages =
         run.par.virtual_stages > 1 ? " × " + std::to_string(run.par.virtual_stages) + " virtual" : std::string();

@@ -9,7 +9,7 @@
 
 #include "worker/config/config.h"
 #include "worker/data/loader.h"
-#include "worker/model/gpt.h"
+#include "worker/model/model.h"
 #include "worker/optim/optimizer.h"
 
 namespace precon::worker {
@@ -19,7 +19,7 @@ std::string config_hash(const TrialConfig& config);
 
 struct RunState {
   TrialConfig* config = nullptr;
-  Gpt* model = nullptr;
+  Model* model = nullptr;
   Optimizer* optimizer = nullptr;
   DataLoader* loader = nullptr;
   std::optional<double> objective;  // latest objective.metric value at this step, if reported

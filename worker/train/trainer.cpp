@@ -50,53 +50,9 @@ struct StepStats {
   double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
 };
 
-// Rows [first, first + rows) of a batch.
-void take_rows(const Batch& from, int64_t first, int64_t rows, Batch& to) {
-  const int64_t T = from.T;
-  to.B = rows;
-  to.T = T;
-  to.inputs.assign(from.inputs.begin() + first * T, from.inputs.begin() + (first + rows) * T);
-  to.targets.assign(from.targets.begin() + first * T, from.targets.begin() + (first + rows) * T);
-}
-
-// This rank's micro-batches of a global batch.
-std::vector<Batch> micro_batches(const Run& run, const Batch& batch) {
-  std::vector<Batch> parts(static_cast<size_t>(run.slice / run.micro));
-  for (size_t j = 0; j < parts.size(); ++j)
-    take_rows(batch, run.par.dp_rank() * run.slice + static_cast<int64_t>(j) * run.micro, run.micro, parts[j]);
-  return parts;
-}
-
-// Under pipelining: the sum of the last stage's micro-batch losses as the mean over the global
-// batch, known to every rank (the other stages, and the tensor-parallel replicas, add zeros).
-double pipeline_mean(Run& run, double loss_sum) {
-  const bool speaks = run.par.last_stage() && run.par.tp_rank() == 0;
-  double mean = speaks ? loss_sum / static_cast<double>(run.slice / run.micro * run.par.data) : 0.0;
-  run.par.world->all_reduce_sum(&mean, 1);
-  return mean;
-}
-
-// The mean of f(micro-batch) over this rank's slice of a global batch, averaged over the
-// data-parallel ranks: every slice and micro-batch holds the same number of tokens, so this is
-// the mean over the whole batch, as one process computes it.
-template <class F>
-double mean_over_batch(Run& run, const Batch& batch, F&& f) {
-  Batch part;
-  const int64_t n = run.slice / run.micro;
-  double total = 0.0;
-  for (int64_t j = 0; j < n; ++j) {
-    take_rows(batch, run.par.dp_rank() * run.slice + j * run.micro, run.micro, part);
-    total += f(part, j == n - 1);
-  }
-  double mean = total / static_cast<double>(n * run.par.data);
-  run.par.dp->all_reduce_sum(&mean, 1);
-  return mean;
-}
-
 double evaluate(Run& run) {
   double total = 0.0;
-  for (const Batch& b : run.val)
-    total += run.schedule ? pipeline_mean(run, run.schedule->evaluate(micro_batches(run, b))) : mean_over_batch(run, b, [&](const Batch& part, bool) { return run.model().forward(part.inputs, part.targets, false); });
+  for (const Batch& b : run.val) total += run.runner->evaluate(b);
   return run.val.empty() ? NAN : total / static_cast<double>(run.val.size());
 }
 
@@ -113,48 +69,10 @@ std::string last_good(const Run& run) {
                                  : std::string("no checkpoint was written yet");
 }
 
-// Zeroes the gradients, runs the forward and backward passes over this rank's micro-batches
-// (the last one's backward starts the gradient sums bucket by bucket), and leaves the mean
-// gradient of the whole global batch in every rank's buffer, or for a gradient with a root
-// (GradientSync) in the root's only. Returns the training loss.
+// The layout's forward and backward passes and gradient sums (step_runner.h); returns the
+// training loss, which must be finite.
 double forward_backward(Run& run, const Batch& batch, int64_t step) {
-  for (auto& chunk : run.chunks) chunk->zero_grads();
-  const float scale = 1.0f / static_cast<float>(run.slice / run.micro * run.par.data);
-  double loss = 0.0;
-  if (run.schedule && run.overlap_stage_sums) {
-    // The stage's data-parallel sums start bucket by bucket during each chunk's last backward.
-    // Each range reported extends down to the last one: the rows between belong to other ranks
-    // and take no memory. The last stage's backward does not report the tied wte (its embedding
-    // lies on the first stage): it is summed with the rows below, then with the first stage's copy.
-    GradientSync& sync = *run.grad_sync;
-    size_t lowest = run.model().params().size();
-    const Gpt::GradsReady ready = [&](size_t first, size_t) {
-      sync.ready(first, lowest);
-      lowest = first;
-    };
-    loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch), ready));
-    if (lowest > 0) sync.ready(0, lowest);
-    sync.finish(scale);
-    run.pipe_bytes += sum_tied_embedding(run.par, run.model().params());
-  } else if (run.schedule) {
-    loss = pipeline_mean(run, run.schedule->train(micro_batches(run, batch)));
-    for (auto& chunk : run.chunks) chunk->place_grads_for_sum();
-    run.pipe_bytes += sum_stage_gradients(run.par, run.model().params(), run.rows, scale);
-  } else {
-    GradientSync& sync = *run.grad_sync;
-    const Gpt::GradsReady ready = [&sync](size_t first, size_t end) { sync.ready(first, end); };
-    loss = mean_over_batch(run, batch, [&](const Batch& part, bool last) {
-      const double micro_loss = run.model().forward(part.inputs, part.targets, true);
-      if (std::isfinite(micro_loss))
-        run.model().backward(last && run.par.data > 1 && run.par.tensor == 1 ? ready : Gpt::GradsReady{});
-      return micro_loss;
-    });
-    if (run.par.tensor > 1) {
-      run.model().place_grads_for_sum();
-      sync.ready(0, run.model().params().size());
-    }
-    sync.finish(scale);
-  }
+  double loss = run.runner->forward_backward(batch);
   if (step == run.nan_fault_step) loss = NAN;
   if (!std::isfinite(loss)) {
     throw TrainingError("non-finite training loss (" + std::to_string(loss) + ") at step " + std::to_string(step) +
@@ -164,9 +82,8 @@ double forward_backward(Run& run, const Batch& batch, int64_t step) {
 }
 
 // The global gradient norm, and the scale that clips it to train.grad_clip (1 when it fits).
-// Without pipelining a gradient reduced to its owner is whole there only: GradientSync counts it.
 std::pair<double, float> clip_gradients(Run& run) {
-  const double grad_norm = run.schedule ? pipeline_grad_norm(run.par, run.model().params(), run.rows) : run.grad_sync->norm();
+  const double grad_norm = run.runner->grad_norm();
   const double clip = run.cfg().train.grad_clip;
   return {grad_norm, (clip > 0 && grad_norm > clip) ? static_cast<float>(clip / grad_norm) : 1.0f};
 }
@@ -201,6 +118,10 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"grad_norm", stats.grad_norm},
                   {"tokens_per_second", tokens_per_step / stats.seconds},
                   {"step_seconds", stats.seconds},
+                  // Model FLOPs (forward + backward) per token, and their total over the steps so far:
+                  // trials of different shapes and families compare at equal compute by it.
+                  {"flops_per_token", run.model().flops_per_token()},
+                  {"flops", run.model().flops_per_token() * tokens_per_step * static_cast<double>(step)},
                   {"optim_seconds", phase[0]},
                   {"optim_newton_schulz_seconds", phase[1]},
                   {"optim_statistics_seconds", phase[2]},
@@ -209,28 +130,27 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_communication_seconds", phase[5]}}};
   if (cfg.optimizer.name == "shampoo") {
     double failures = static_cast<double>(run.optimizer->inverse_root_failures());
-    if (run.schedule) run.par.pp->all_reduce_sum(&failures, 1);  // each stage counts its own blocks
+    run.par.pp->all_reduce_sum(&failures, 1);  // each stage counts its own blocks (one stage: itself)
     r.values.emplace_back("inverse_root_failures", failures);
   }
   if (run.par.world->size() > 1) {
     // Gradient sums since the last record: the time the step waited for them after the
     // backward, and the bytes sent into them; then the optimizer's own collectives (Muon's and
     // Shampoo's all-gathers). Bytes are the busiest rank's: a reduce's root sends nothing.
-    const GradientSync& g = *run.grad_sync;
-    r.values.emplace_back("comm_wait_seconds", g.wait_seconds() - run.prev_comm_seconds);
-    run.prev_comm_seconds = g.wait_seconds();
-    int64_t bytes[2] = {g.bytes_sent() + run.pipe_bytes - run.prev_comm_bytes,
-                        run.optimizer->comm_bytes() - run.prev_optim_bytes};
-    run.prev_comm_bytes = g.bytes_sent() + run.pipe_bytes;
+    const StepRunner& g = *run.runner;
+    r.values.emplace_back("comm_wait_seconds", g.comm_wait_seconds() - run.prev_comm_seconds);
+    run.prev_comm_seconds = g.comm_wait_seconds();
+    int64_t bytes[2] = {g.comm_bytes() - run.prev_comm_bytes, run.optimizer->comm_bytes() - run.prev_optim_bytes};
+    run.prev_comm_bytes = g.comm_bytes();
     run.prev_optim_bytes = run.optimizer->comm_bytes();
     run.par.world->all_reduce_max(bytes, 2);
     r.values.emplace_back("comm_bytes", static_cast<double>(bytes[0]));
     r.values.emplace_back("optim_comm_bytes", static_cast<double>(bytes[1]));
   }
-  if (run.schedule) {
+  if (const PipelineTimes* times = run.runner->pipeline_times()) {
     // The bubble: each stage's time in the schedule not spent computing, over its computing
     // time (Megatron's bubble fraction, (p − 1)/m for 1F1B with equal stages), summed over stages.
-    const PipelineTimes& t = run.schedule->times();
+    const PipelineTimes& t = *times;
     double d[2] = {t.idle() - run.prev_pipe.idle(), t.busy - run.prev_pipe.busy};
     run.par.pp->all_reduce_sum(d, 2);
     r.values.emplace_back("pipeline_idle_seconds", d[0] / run.par.pipeline);
@@ -352,6 +272,7 @@ TrainOutcome train(const TrainOptions& options) {
   build_model(run);
   build_data(run);
   build_optimizer(run);
+  build_step_runner(run);
   resume_run(run);
   open_outputs(run);
   const TrainOutcome outcome = step_loop(run);

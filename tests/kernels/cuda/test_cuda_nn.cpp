@@ -18,42 +18,12 @@
 namespace precon::kernels {
 namespace {
 
-using testing::round_bf16;
+using testing::compare;
+using testing::hv;
+using testing::kDtypes;
 using testing::str;
-
-// Inputs for one comparison: the host values (rounded when the GPU side is bf16) and a device
-// copy in the dtype under test.
-struct Pair {
-  std::vector<float> host;
-  Buffer buffer;
-  Tensor dev;
-  Tensor cpu() { return Tensor::view(host.data(), {static_cast<int64_t>(host.size())}); }
-};
-
-Pair upload_pair(std::vector<float> v, std::initializer_list<int64_t> shape, DType dtype) {
-  if (dtype == DType::bf16) v = round_bf16(std::move(v));
-  Pair p;
-  p.host = std::move(v);
-  p.buffer = Buffer(Device::cuda, p.host.size() * dtype_size(dtype));
-  p.dev = p.buffer.view(shape, dtype);
-  if (dtype == DType::f32) {
-    copy(p.dev, Tensor::view(p.host.data(), shape));
-  } else {
-    std::vector<bf16> raw(p.host.size());
-    for (size_t i = 0; i < raw.size(); ++i) raw[i] = float_to_bf16(p.host[i]);
-    copy(p.dev, Tensor::view(raw.data(), shape, DType::bf16));
-  }
-  return p;
-}
-
-// A host view with the given shape over p.host.
-Tensor hv(Pair& p, std::initializer_list<int64_t> shape) { return Tensor::view(p.host.data(), shape); }
-
-double compare(const Pair& p) { return test::rel_frobenius(test::to_host(p.dev), p.host); }
-
-const DType kDtypes[] = {DType::f32, DType::bf16};
-// rel_frobenius bounds: fp32 differs by summation order; bf16 by rounding results to 2^-9.
-double tol(DType dt) { return dt == DType::f32 ? 1e-5 : 1e-2; }
+using testing::tol;
+using testing::upload_pair;
 
 TEST(CudaNN, Encoder) {
   SKIP_WITHOUT_CUDA();

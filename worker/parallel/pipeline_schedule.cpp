@@ -1,4 +1,4 @@
-#include "worker/train/pipeline_schedule.h"
+#include "worker/parallel/pipeline_schedule.h"
 
 #include <algorithm>
 #include <chrono>
@@ -51,7 +51,7 @@ std::vector<int> pipeline_slots(int stage, int stages, int chunks, int64_t micro
   return slots;
 }
 
-PipelineSchedule::PipelineSchedule(std::vector<Gpt*> chunks, Communicator& pp)
+PipelineSchedule::PipelineSchedule(std::vector<Model*> chunks, Communicator& pp)
     : chunks_(std::move(chunks)), pp_(pp), stage_(pp.rank()), stages_(pp.size()),
       prev_((pp.rank() + pp.size() - 1) % pp.size()), next_((pp.rank() + 1) % pp.size()) {}
 
@@ -70,7 +70,7 @@ void PipelineSchedule::finish_sends() {
 }
 
 void PipelineSchedule::forward(const Batch& b, const PipelineOp& op, int slot, bool compute_grad, double& loss) {
-  Gpt& model = *chunks_[static_cast<size_t>(op.chunk)];
+  Model& model = *chunks_[static_cast<size_t>(op.chunk)];
   model.select_slot(slot);
   if (!first_virtual(op.chunk)) {
     k::Tensor in = model.stage_input();
@@ -83,8 +83,8 @@ void PipelineSchedule::forward(const Batch& b, const PipelineOp& op, int slot, b
   else send(model.stage_output(), next_);
 }
 
-void PipelineSchedule::backward(const PipelineOp& op, int slot, const Gpt::GradsReady& ready) {
-  Gpt& model = *chunks_[static_cast<size_t>(op.chunk)];
+void PipelineSchedule::backward(const PipelineOp& op, int slot, const Model::GradsReady& ready) {
+  Model& model = *chunks_[static_cast<size_t>(op.chunk)];
   model.select_slot(slot);
   if (!model.stage().head) {
     k::Tensor dout = model.output_grad();
@@ -96,19 +96,19 @@ void PipelineSchedule::backward(const PipelineOp& op, int slot, const Gpt::Grads
   if (!first_virtual(op.chunk)) send(model.input_grad(), prev_);
 }
 
-double PipelineSchedule::train(const std::vector<Batch>& micro, const Gpt::GradsReady& ready) {
+double PipelineSchedule::train(const std::vector<Batch>& micro, const Model::GradsReady& ready) {
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t m = static_cast<int64_t>(micro.size());
   const int chunks = static_cast<int>(chunks_.size());
   double loss = 0.0;
   for (const PipelineOp& op : pipeline_order(stage_, stages_, chunks, m)) {
-    const Gpt& model = *chunks_[static_cast<size_t>(op.chunk)];
+    const Model& model = *chunks_[static_cast<size_t>(op.chunk)];
     const int slot = static_cast<int>(op.micro % model.stage().slots);
     if (op.forward) {
       forward(micro[static_cast<size_t>(op.micro)], op, slot, true, loss);
     } else {
       // A chunk's micro-batch m − 1 is its last backward: its gradients are final as it reports them.
-      backward(op, slot, op.micro == m - 1 ? ready : Gpt::GradsReady{});
+      backward(op, slot, op.micro == m - 1 ? ready : Model::GradsReady{});
     }
   }
   finish_sends();

@@ -1,4 +1,4 @@
-#include "worker/train/pipeline_state.h"
+#include "worker/parallel/pipeline_state.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include "kernels/nn.h"
 #include "worker/common/error.h"
 #include "worker/parallel/comm_cost.h"
-#include "worker/train/pipeline_schedule.h"
+#include "worker/parallel/pipeline_schedule.h"
 
 namespace precon::worker {
 
@@ -52,9 +52,9 @@ json select_for(const json& saved, const json& mine, bool first) {
 }
 
 // Virtual stage s's blocks and ends, with one slot.
-GptStage virtual_stage(const ParallelContext& par, int s) {
+ModelStage virtual_stage(const ParallelContext& par, int s) {
   const std::vector<int64_t>& counts = par.stage_layers;
-  GptStage stage;
+  ModelStage stage;
   for (int i = 0; i < s; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
   stage.end_layer = stage.first_layer + counts[static_cast<size_t>(s)];
   stage.embedding = s == 0;
@@ -63,9 +63,9 @@ GptStage virtual_stage(const ParallelContext& par, int s) {
 }
 }  // namespace
 
-std::vector<GptStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches) {
+std::vector<ModelStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches) {
   const std::vector<int> slots = pipeline_slots(p, par.pipeline, par.virtual_stages, micro_batches);
-  std::vector<GptStage> chunks;
+  std::vector<ModelStage> chunks;
   for (int v = 0; v < par.virtual_stages; ++v) {
     chunks.push_back(virtual_stage(par, v * par.pipeline + p));
     chunks.back().slots = slots[static_cast<size_t>(v)];
@@ -76,13 +76,13 @@ std::vector<GptStage> pipeline_chunks(const ParallelContext& par, int p, int64_t
 std::vector<size_t> pipeline_rank_rows(const ParallelContext& par, const std::vector<ParamSpec>& table, int p) {
   std::vector<size_t> rows;
   for (int v = 0; v < par.virtual_stages; ++v)
-    for (size_t row : gpt_stage_rows(table, virtual_stage(par, v * par.pipeline + p))) rows.push_back(row);
+    for (size_t row : stage_rows(table, virtual_stage(par, v * par.pipeline + p))) rows.push_back(row);
   std::sort(rows.begin(), rows.end());
   rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
   return rows;
 }
 
-std::string pipeline_blocks_text(const std::vector<GptStage>& chunks) {
+std::string pipeline_blocks_text(const std::vector<ModelStage>& chunks) {
   std::string text = "blocks ";
   for (size_t i = 0; i < chunks.size(); ++i)
     text += (i ? ", " : "") + std::to_string(chunks[i].first_layer) + " to " + std::to_string(chunks[i].end_layer - 1);
@@ -167,14 +167,15 @@ int64_t sum_stage_gradients(const ParallelContext& par, const ParamStore& p, con
 }
 
 int64_t sum_tied_embedding(const ParallelContext& par, const ParamStore& p) {
-  if (!par.embedding) return 0;
-  const k::Tensor wte = p.grad(p.index("wte.weight"));
+  const size_t tied = tied_embedding_row(p.table());
+  if (!par.embedding || tied == p.size()) return 0;  // untied: the head's matrix lies on the last stage only
+  const k::Tensor wte = p.grad(tied);
   par.embedding->all_reduce_sum(wte.f32(), wte.numel());
   return sent_by_all_reduce(wte.numel() * static_cast<int64_t>(sizeof(float)), par.embedding->size());
 }
 
 double pipeline_grad_norm(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows) {
-  const size_t wte = p.index("wte.weight");
+  const size_t wte = tied_embedding_row(p.table());  // p.size() when untied
   std::vector<k::Tensor> grads;
   for (size_t row : rows)
     if (row != wte || par.first_stage()) grads.push_back(p.grad(row));

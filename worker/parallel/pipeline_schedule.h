@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "worker/data/loader.h"
-#include "worker/model/gpt.h"
+#include "worker/model/model.h"
 #include "worker/parallel/communicator.h"
 
 namespace precon::worker {
@@ -45,17 +45,17 @@ std::vector<int> pipeline_slots(int stage, int stages, int chunks, int64_t micro
 
 class PipelineSchedule {
  public:
-  // chunks: this rank's model chunks in virtual-stage order, each a Gpt over its GptStage with
+  // chunks: this rank's model chunks in virtual-stage order, each a Model over its ModelStage with
   // pipeline_slots() slots; pp: the pipeline group, whose rank is the stage. With two stages and
   // several chunks, activations and gradients share the channel from rank 1 to rank 0: the orders
   // post them as the peer receives them (test_pipeline_schedule.cpp checks every channel).
-  PipelineSchedule(std::vector<Gpt*> chunks, Communicator& pp);
+  PipelineSchedule(std::vector<Model*> chunks, Communicator& pp);
 
   // Forward and backward over every micro-batch, accumulating this rank's gradients; `ready` goes
-  // to each chunk's last micro-batch's backward (Gpt::backward), last chunk first, so the gradient
+  // to each chunk's last micro-batch's backward (Model::backward), last chunk first, so the gradient
   // sums can start while the earlier chunks run. Returns the sum of the micro-batches' mean losses
   // on the rank with the head, 0 on the others.
-  double train(const std::vector<Batch>& micro, const Gpt::GradsReady& ready = {});
+  double train(const std::vector<Batch>& micro, const Model::GradsReady& ready = {});
   // Forward only (validation): the same sum.
   double evaluate(const std::vector<Batch>& micro);
 
@@ -63,7 +63,7 @@ class PipelineSchedule {
 
  private:
   void forward(const Batch& b, const PipelineOp& op, int slot, bool compute_grad, double& loss);
-  void backward(const PipelineOp& op, int slot, const Gpt::GradsReady& ready);
+  void backward(const PipelineOp& op, int slot, const Model::GradsReady& ready);
   // Whether the chunk computes virtual stage 0 (it embeds the tokens: nothing to receive).
   bool first_virtual(int chunk) const { return chunk == 0 && stage_ == 0; }
   void send(const kernels::Tensor& t, int peer);
@@ -73,7 +73,7 @@ class PipelineSchedule {
     std::vector<float> data;
     std::unique_ptr<PendingCollective> pending;
   };
-  std::vector<Gpt*> chunks_;
+  std::vector<Model*> chunks_;
   Communicator& pp_;
   int stage_, stages_, prev_, next_;
   std::deque<Outgoing> outgoing_;

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "worker/model/gpt.h"
+#include "worker/model/model.h"
 #include "worker/optim/optimizer.h"
 #include "worker/parallel/layout.h"
 
@@ -21,11 +21,11 @@ namespace precon::worker {
 // The model chunks of pipeline rank p under the context's layout, in virtual-stage order: virtual
 // stage v·pipeline + p for v in [0, virtual_stages) (one chunk without interleaving), each with the
 // activation slots the schedule needs for `micro_batches`.
-std::vector<GptStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches);
+std::vector<ModelStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches);
 // The parameter table rows pipeline rank p holds: its chunks' rows, in table order.
 std::vector<size_t> pipeline_rank_rows(const ParallelContext& par, const std::vector<ParamSpec>& table, int p);
 // "blocks 0 to 1" for one chunk, "blocks 0 to 0, 2 to 2" for several (for the layout's log line).
-std::string pipeline_blocks_text(const std::vector<GptStage>& chunks);
+std::string pipeline_blocks_text(const std::vector<ModelStage>& chunks);
 
 // This rank's stage's optimizer, with the counters of the others for checkpoints. The state lists
 // the own stage's tensors with the names a single-process optimizer gives; on the last stage the

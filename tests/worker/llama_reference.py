@@ -1,0 +1,233 @@
+#!/usr/bin/python3
+"""Golden reference for the Llama model: a PyTorch implementation of the published architecture
+(Hugging Face LlamaForCausalLM: RMSNorm, RoPE with rotate_half, grouped-query attention, SwiGLU
+MLP, no biases, untied head), in plain torch ops and independent of the C++ code.
+
+Builds a small Llama with random weights (HF names; every Linear stored (out, in)), writes them
+as model.safetensors (gpt_reference.py's writer), then a batch, the logits, the loss and every
+gradient as .npy files for test_llama_reference.cpp, and a 12-step loss trajectory for each of
+AdamW, Muon and Shampoo (optim_reference.py's implementations, routed as precon routes them).
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import write_safetensors  # noqa: E402
+from optim_reference import (TorchAdamW, adamw_group_hyper, muon_step, shampoo_block_step,  # noqa: E402
+                             shampoo_routed, split)
+
+CFG = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=2, d_model=32, ffn_hidden=48, seq_len=16, vocab_size=67,
+           rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=0)
+B = 3
+STEPS = 12
+
+# Constant lr (lr_scales all 1), no clipping (grad_scale 1), weight decay 0.1 everywhere; the
+# AdamW-routed tensors of the muon and shampoo cases (embeddings, head, norms) use adamw.lr.
+ADAMW_PART = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8)
+CASES = [
+    dict(name="adamw", config=dict(name="adamw", lr=3e-3, weight_decay=0.1,
+                                   adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8))),
+    dict(name="muon", config=dict(name="muon", lr=0.02, weight_decay=0.1, adamw=ADAMW_PART,
+                                  muon=dict(momentum=0.95, nesterov=True, momentum_form="ema", ns_steps=5,
+                                            coefficients="keller", scale="shape", split_qkv=True))),
+    dict(name="shampoo", config=dict(name="shampoo", lr=0.02, weight_decay=0.1, adamw=ADAMW_PART,
+                                     shampoo=dict(beta1=0.9, beta2=1.0, epsilon=1e-6, precondition_frequency=1,
+                                                  start_preconditioning_step=1, grafting="adam",
+                                                  grafting_beta2=0.999, grafting_epsilon=1e-8))),
+]
+
+
+def param_table(c):
+    """(name, shape, kind, fan_in, fan_out, qkv_blocks): HF's names, in HF's order; Linear (out, in)."""
+    C, V, F_ = c["d_model"], c["vocab_size"], c["ffn_hidden"]
+    hd = C // c["n_head"]
+    t = [("model.embed_tokens.weight", (V, C), "embedding", 0, 0, 1)]
+
+    def linear(name, fin, fout):
+        t.append((name, (fout, fin), "matrix", fin, fout, 1))
+
+    for l in range(c["n_layer"]):
+        p = f"model.layers.{l}"
+        t.append((f"{p}.input_layernorm.weight", (C,), "norm", 0, 0, 1))
+        linear(f"{p}.self_attn.q_proj.weight", C, c["n_head"] * hd)
+        linear(f"{p}.self_attn.k_proj.weight", C, c["n_kv_head"] * hd)
+        linear(f"{p}.self_attn.v_proj.weight", C, c["n_kv_head"] * hd)
+        linear(f"{p}.self_attn.o_proj.weight", c["n_head"] * hd, C)
+        t.append((f"{p}.post_attention_layernorm.weight", (C,), "norm", 0, 0, 1))
+        linear(f"{p}.mlp.gate_proj.weight", C, F_)
+        linear(f"{p}.mlp.up_proj.weight", C, F_)
+        linear(f"{p}.mlp.down_proj.weight", F_, C)
+    t.append(("model.norm.weight", (C,), "norm", 0, 0, 1))
+    t.append(("lm_head.weight", (V, C), "embedding", 0, 0, 1))
+    return t
+
+
+def init_params(c, gen):
+    params = {}
+    for name, shape, kind, *_ in param_table(c):
+        if kind == "norm":
+            p = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        else:
+            p = 0.1 * torch.randn(shape, generator=gen)
+        params[name] = p.float().requires_grad_(True)
+    return params
+
+
+def rms_norm(x, w, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_cos_sin(T, hd, theta, dtype):
+    """HF's default rotary embedding: inv_freq over even dims, emb = cat(freqs, freqs); in fp64, then rounded."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def repeat_kv(x, n_rep):
+    """(B, NKV, T, hd) -> (B, NKV·n_rep, T, hd): kv head g serves query heads g·n_rep … (g+1)·n_rep − 1."""
+    return x.repeat_interleave(n_rep, dim=1)
+
+
+def forward(p, c, tokens, targets):
+    Bn, T = tokens.shape
+    C, NH, NKV = c["d_model"], c["n_head"], c["n_kv_head"]
+    hd, eps = C // NH, c["norm_eps"]
+    dtype = p["model.embed_tokens.weight"].dtype
+    cos, sin = rope_cos_sin(T, hd, c["rope_theta"], dtype)  # (T, hd), broadcast over (B, heads)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    x = p["model.embed_tokens.weight"][tokens]
+    for l in range(c["n_layer"]):
+        pre = f"model.layers.{l}"
+        a = rms_norm(x, p[f"{pre}.input_layernorm.weight"], eps)
+        q = (a @ p[f"{pre}.self_attn.q_proj.weight"].T).view(Bn, T, NH, hd).transpose(1, 2)
+        k = (a @ p[f"{pre}.self_attn.k_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
+        v = (a @ p[f"{pre}.self_attn.v_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k, v = repeat_kv(k, NH // NKV), repeat_kv(v, NH // NKV)
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(Bn, T, NH * hd)
+        h = x + y @ p[f"{pre}.self_attn.o_proj.weight"].T
+        m = rms_norm(h, p[f"{pre}.post_attention_layernorm.weight"], eps)
+        gate = F.silu(m @ p[f"{pre}.mlp.gate_proj.weight"].T)
+        x = h + (gate * (m @ p[f"{pre}.mlp.up_proj.weight"].T)) @ p[f"{pre}.mlp.down_proj.weight"].T
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    logits = x @ p["lm_head.weight"].T
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+    return logits, loss
+
+
+def batch(c, gen, successor):
+    """Walks of a fixed random successor map from random first tokens: a bigram law the model can
+    learn in a few steps, so that every optimizer's loss visibly falls (uniform tokens would not)."""
+    data = torch.empty(B, c["seq_len"] + 1, dtype=torch.int64)
+    data[:, 0] = torch.randint(0, c["vocab_size"], (B,), generator=gen)
+    for i in range(c["seq_len"]):
+        data[:, i + 1] = successor[data[:, i]]
+    tokens, targets = data[:, :-1].clone(), data[:, 1:].clone()
+    targets[0, 3] = -1  # an ignored position
+    return tokens, targets
+
+
+def run_case(case, c, init, batches):
+    """STEPS steps of one case: gradients from the model, updates as optim_reference.run_case makes them,
+    with the (out, in) storage of Linear weights (Muon runs on the map itself, Shampoo on the storage)."""
+    cfg = case["config"]
+    table = param_table(c)
+    params = {n: init[n].detach().clone().requires_grad_(True) for n, *_ in table}
+    name = cfg["name"]
+    lr, wd = cfg["lr"], cfg.get("weight_decay", 0.0)
+    if name == "adamw":
+        side = [n for n, *_ in table]
+    elif name == "muon":
+        side = [n for n, _, kind, *_ in table if kind != "matrix"]
+    else:
+        which = cfg["shampoo"].get("params", "hidden")
+        side = [n for n, _, kind, *_ in table if not shampoo_routed(kind, which)]
+    adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, name == "adamw"))
+    states, losses = {}, []
+    for t in range(1, STEPS + 1):
+        tokens, targets = batches[t - 1]
+        for q in params.values():
+            q.grad = None
+        _, loss = forward(params, c, tokens, targets)
+        loss.backward()
+        losses.append(loss.item())
+        g = {n: params[n].grad.detach().clone() for n in params}
+        with torch.no_grad():
+            adamw.step([g[n] for n in side], 1.0)
+            for n, shape, kind, fin, fout, qkv in table:
+                if n in side:
+                    continue
+                if name == "muon":
+                    # muon_step takes Conv1D's (in, out) storage: hand it transposed views of (out, in).
+                    muon_step(params[n].T, g[n].T, states.setdefault(n, {}), cfg["muon"], lr, wd, qkv)
+                else:
+                    s = cfg["shampoo"]
+                    size = s.get("max_preconditioner_dim", 1024)
+                    for bi, (r0, rn) in enumerate(split(shape[0], size)):
+                        for bj, (c0, cn) in enumerate(split(shape[1], size)):
+                            st = states.setdefault((n, bi, bj), {})
+                            shampoo_block_step(params[n][r0:r0 + rn, c0:c0 + cn], g[n][r0:r0 + rn, c0:c0 + cn], st,
+                                               s, t, lr, wd)
+    return losses
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(20240611)
+    c = CFG
+    p = init_params(c, gen)
+    write_safetensors(os.path.join(args.out, "model.safetensors"), p)
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(dict(c, batch_size=B), f)
+
+    # The golden tensors come from fp64 arithmetic on the fp32 weights, so that the C++ model's
+    # fp32 error is all that the comparison measures.
+    successor = torch.randperm(c["vocab_size"], generator=gen)
+    tokens, targets = batch(c, gen, successor)
+    np.save(os.path.join(args.out, "tokens.npy"), tokens.numpy().astype(np.int32))
+    np.save(os.path.join(args.out, "targets.npy"), targets.numpy().astype(np.int32))
+    p64 = {n: t.detach().double().requires_grad_(True) for n, t in p.items()}
+    logits, loss = forward(p64, c, tokens, targets)
+    loss.backward()
+    np.save(os.path.join(args.out, "logits.npy"), logits.detach().float().numpy())
+    np.save(os.path.join(args.out, "loss.npy"), np.array([loss.item()], dtype=np.float64))
+    for name, t in p64.items():
+        np.save(os.path.join(args.out, f"grad.{name}.npy"), t.grad.float().numpy())
+
+    batches = [batch(c, gen, successor) for _ in range(STEPS)]
+    for step, (tk, tg) in enumerate(batches):
+        np.save(os.path.join(args.out, f"traj_tokens_{step}.npy"), tk.numpy().astype(np.int32))
+        np.save(os.path.join(args.out, f"traj_targets_{step}.npy"), tg.numpy().astype(np.int32))
+    summary = []
+    for case in CASES:
+        losses = run_case(case, c, p, batches)
+        np.save(os.path.join(args.out, f"traj_losses.{case['name']}.npy"), np.array(losses, dtype=np.float64))
+        summary.append(f"{case['name']} {losses[0]:.4f} -> {losses[-1]:.4f}")
+    with open(os.path.join(args.out, "cases.json"), "w") as f:
+        json.dump(dict(steps=STEPS, cases=CASES), f, indent=1)
+    print(f"wrote Llama reference to {args.out}: loss {loss.item():.6f}; " + ", ".join(summary))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+// The Llama family under every layout against its single-process run: precon-train under
+// `mpirun -np N` (real MPI ranks) at TP=2 (query and kv heads and the MLP columns split), DP=2,
+// PP=2 (also interleaved), TP2×DP2 and PP2×TP2 must follow the trajectory one process follows, for
+// every optimizer; checkpoints reshard TP2→TP1, PP2→PP1, DP2→DP1 and back; a tied head crosses the
+// pipeline; a killed rank ends the job in seconds; layouts that do not fit the heads are refused.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "tests/worker/mpi_run_fixture.h"
+
+namespace precon::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using mpitest::Result;
+
+// Four query heads of 8 channels sharing two kv heads, SwiGLU 48 wide, untied head; two
+// micro-batches per rank so that the pipeline's schedule has work in flight.
+const std::string kLlama =
+    "--set model.arch=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.ffn_hidden=48 "
+    "--set train.micro_batch_size=2 ";
+
+class LlamaParallel : public mpitest::MpiRunFixture {
+ protected:
+  // Runs `name` with `ranks` ranks (1: directly) and the layout's settings.
+  Result launch(const fs::path& cfg, const std::string& name, int ranks, const std::string& sets) {
+    return run((ranks > 1 ? mpirun(ranks) : std::string()) + trainer(cfg, name, kLlama + sets));
+  }
+};
+
+TEST_F(LlamaParallel, EveryLayoutFollowsTheSingleProcessRunForEveryOptimizer) {
+  struct Layout {
+    const char* name;
+    int ranks;
+    const char* sets;
+  };
+  const Layout layouts[] = {
+      {"tp2", 2, "--set parallel.tensor=2"},
+      {"dp2", 2, "--set parallel.data=2"},
+      {"pp2", 2, "--set parallel.pipeline=2"},
+      {"tp2dp2", 4, "--set parallel.tensor=2 --set parallel.data=2"},
+      {"pp2tp2", 4, "--set parallel.pipeline=2 --set parallel.tensor=2"},
+  };
+  for (const char* opt : mpitest::kOptimizers) {
+    SCOPED_TRACE(opt);
+    const fs::path cfg = config(opt, 12);
+    Result r = launch(cfg, "one", 1, "");
+    ASSERT_EQ(r.status, 0) << r.output;
+    for (const Layout& l : layouts) {
+      SCOPED_TRACE(l.name);
+      r = launch(cfg, l.name, l.ranks, l.sets);
+      ASSERT_EQ(r.status, 0) << r.output;
+      expect_same_trajectory("one", l.name, 12);
+      fs::remove_all(dir_ / l.name);
+    }
+    fs::remove_all(dir_ / "one");
+  }
+}
+
+TEST_F(LlamaParallel, InterleavedStagesAndATiedHeadFollowTheSingleProcessRun) {
+  // Four blocks over two ranks of two chunks each; then a tied head, whose gradient is summed
+  // between the first and the last stage.
+  const fs::path cfg = config(mpitest::kOptimizers[1], 12);
+  const std::string four = "--set model.n_layer=4 ";
+  ASSERT_EQ(launch(cfg, "one4", 1, four).status, 0);
+  Result r = launch(cfg, "v2", 2, four + "--set parallel.pipeline=2 --set parallel.virtual_stages=2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_trajectory("one4", "v2", 12);
+  const std::string tied = "--set model.tie_embeddings=true ";
+  ASSERT_EQ(launch(cfg, "tied", 1, tied).status, 0);
+  r = launch(cfg, "tied_pp2dp2", 4, tied + "--set parallel.pipeline=2 --set parallel.data=2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  expect_same_trajectory("tied", "tied_pp2dp2", 12);
+}
+
+TEST_F(LlamaParallel, CheckpointsReshardBetweenLayouts) {
+  // Muon: momenta of the split q, k, v, gate, up, o and down matrices; each case stops at step 6 at
+  // one layout and resumes at the other.
+  const fs::path cfg = config(mpitest::kOptimizers[1], 12);
+  ASSERT_EQ(launch(cfg, "straight", 1, "--set train.checkpoint_every=6 --set train.eval_every=6").status, 0);
+  struct Case {
+    const char* name;
+    int first_ranks;
+    const char* first;
+    int second_ranks;
+    const char* second;
+  };
+  const Case cases[] = {
+      {"tp2_tp1", 2, "--set parallel.tensor=2", 1, ""},
+      {"tp1_tp2", 1, "", 2, "--set parallel.tensor=2"},
+      {"pp2_pp1", 2, "--set parallel.pipeline=2", 1, ""},
+      {"pp1_pp2", 1, "", 2, "--set parallel.pipeline=2"},
+      {"dp2_dp1", 2, "--set parallel.data=2", 1, ""},
+      {"dp1_dp2", 1, "", 2, "--set parallel.data=2"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string every = " --set train.checkpoint_every=6 --set train.eval_every=6";
+    Result r = launch(cfg, c.name, c.first_ranks, c.first + every + " --set train.steps=6");
+    ASSERT_EQ(r.status, 0) << r.output;
+    r = launch(cfg, c.name, c.second_ranks, c.second + every);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+    expect_same_trajectory("straight", c.name, 12);
+  }
+}
+
+TEST_F(LlamaParallel, LayoutsThatDoNotFitTheHeadsAreRefusedAtTheStart) {
+  const fs::path cfg = config(mpitest::kOptimizers[0], 4);
+  // Two kv heads cannot be split over four ranks (kv heads are never replicated).
+  Result r = launch(cfg, "tp4", 4, "--set parallel.tensor=4");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("parallel.tensor"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("n_kv_head"), std::string::npos) << r.output;
+  // 51 MLP columns do not split over two ranks.
+  r = launch(cfg, "ffn", 2, "--set parallel.tensor=2 --set model.ffn_hidden=51");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("ffn_hidden"), std::string::npos) << r.output;
+}
+
+TEST_F(LlamaParallel, AKilledRankEndsTheJobInSeconds) {
+  const fs::path cfg = config(mpitest::kOptimizers[0], 100000);
+  auto [r, seconds] = signal_rank_one(mpirun(2), trainer(cfg, "killed", kLlama + "--set parallel.tensor=2"), SIGKILL);
+  std::printf("killed rank 1 of a TP=2 llama job: it ended %.2f s later with status %d\n", seconds, r.status);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(seconds, 15.0) << r.output;
+}
+
+}  // namespace
+}  // namespace precon::worker

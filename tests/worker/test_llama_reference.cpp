@@ -1,0 +1,289 @@
+// The Llama model against a PyTorch implementation of Hugging Face's LlamaForCausalLM
+// (llama_reference.py): the parameter table, logits, loss and every gradient (relative error
+// <= 1e-5 against fp64 torch), a 12-step loss trajectory under each of AdamW, Muon and Shampoo
+// (precon's optimizers, routed as in training, against optim_reference.py's), and the loader's
+// refusal, naming the tensor, of a checkpoint that is not this model.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/common/npy.h"
+#include "tests/common/temp_dir.h"
+#include "tests/worker/test_optim_util.h"
+#include "worker/ckpt/safetensors.h"
+#include "worker/common/file_io.h"
+#include "worker/model/llama.h"
+#include "worker/model/model_io.h"
+#include "worker/model/params.h"
+
+namespace precon::worker {
+namespace {
+
+// Tolerances. The reference tensors are fp64 arithmetic on the fp32 weights; torch's own fp32
+// forward and backward differ from them by <= 6.2e-7 relative (logits 3.4e-7), so 1e-5 leaves
+// ~15x for a different summation order. The trajectories are fp32 on both sides: in the reference
+// a 1e-6 relative change of the weights moves no loss by more than 1.3e-6, while routing or
+// configuration errors move them by far more than 2e-3 (Muon on the Conv1D layout 1.2e-2,
+// Nesterov off 3.6e-2, the AdamW-routed lr doubled 0.12, Shampoo refreshing every 2nd step 7e-2).
+// Smaller differences, such as weight decay left out (1e-3), are the optimizer tests' to catch.
+constexpr double kTensorTolerance = 1e-5;
+constexpr double kLossTolerance = 2e-3;
+
+class LlamaReference : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(fs::temp_directory_path() / ("precon_llama_ref_" + std::to_string(::getpid())));
+    const std::string cmd = std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR +
+                            "/tests/worker/llama_reference.py --out " + dir_->string() + " > /dev/null";
+    status_ = std::system(cmd.c_str());
+    if (status_ == 0) {
+      std::ifstream in(*dir_ / "config.json");
+      cfg_ = new nlohmann::json(nlohmann::json::parse(in));
+    }
+  }
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    fs::remove_all(*dir_, ec);
+    delete dir_;
+    delete cfg_;
+    cfg_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_EQ(status_, 0) << "llama_reference.py failed (needs " << PRECON_PYTHON << " with torch)";
+  }
+
+  static ModelConfig model_config() {
+    const nlohmann::json& c = *cfg_;
+    ModelConfig m;
+    m.arch = c.at("arch").get<std::string>();
+    m.n_layer = c.at("n_layer");
+    m.n_head = c.at("n_head");
+    m.n_kv_head = c.at("n_kv_head");
+    m.d_model = c.at("d_model");
+    m.ffn_hidden = c.at("ffn_hidden");
+    m.seq_len = c.at("seq_len");
+    m.vocab_size = c.at("vocab_size");
+    m.rope_theta = c.at("rope_theta");
+    m.norm_eps = c.at("norm_eps");
+    m.tie_embeddings = c.at("tie_embeddings").get<int64_t>() != 0;
+    return m;
+  }
+  static int64_t batch_size() { return (*cfg_).at("batch_size"); }
+  static std::vector<int32_t> ints(const std::string& file) {
+    test::NpyArray a = test::read_npy((*dir_ / file).string());
+    return {a.values.begin(), a.values.end()};
+  }
+  static std::vector<float> floats(const std::string& file) {
+    test::NpyArray a = test::read_npy((*dir_ / file).string());
+    return {a.values.begin(), a.values.end()};
+  }
+  // max |a - b| / max |b|: the error relative to the tensor's scale.
+  static double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
+      diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
+      scale = std::max(scale, std::fabs(double(b[i])));
+    }
+    return a.size() == b.size() ? diff / std::max(scale, 1e-30) : INFINITY;
+  }
+  // The ModelIoError's message from loading `file` into a fresh Llama ("" if it loaded).
+  static std::string load_error(const fs::path& file) {
+    Llama model(model_config(), 1, kernels::Device::cpu);
+    try {
+      load_model_safetensors(model.params(), file);
+    } catch (const ModelIoError& e) {
+      return e.what();
+    }
+    return "";
+  }
+  // The reference's model.safetensors rewritten with `edit` applied to its entries (in file order).
+  template <typename Edit>
+  static fs::path rewritten(const fs::path& dir, const std::string& file_name, Edit edit) {
+    SafetensorsFile ref = SafetensorsFile::open(*dir_ / "model.safetensors");
+    std::vector<SafetensorsEntry> entries;
+    for (const SafetensorsTensor& t : ref.tensors()) entries.push_back({t.name, t.dtype, t.shape, t.bytes.data()});
+    edit(entries);
+    const fs::path out = dir / file_name;
+    write_safetensors(out, entries, {{"format", "pt"}});
+    return out;
+  }
+
+  // Runs one case of cases.json through precon's optimizer on the C++ model, step by step from
+  // the reference's weights and batches, and compares each step's loss with torch's.
+  void check_trajectory(const std::string& name) {
+    std::ifstream in(*dir_ / "cases.json");
+    const nlohmann::json all = nlohmann::json::parse(in);
+    const nlohmann::json* c = nullptr;
+    for (const auto& k : all.at("cases")) {
+      if (k.at("name") == name) c = &k;
+    }
+    ASSERT_NE(c, nullptr) << "no case " << name << " in cases.json";
+    const int steps = all.at("steps");
+    const std::vector<double> ref = test::read_npy((*dir_ / ("traj_losses." + name + ".npy")).string()).values;
+    ASSERT_EQ(ref.size(), static_cast<size_t>(steps));
+
+    Llama model(model_config(), batch_size(), kernels::Device::cpu);
+    ParamStore& p = model.params();
+    load_model_safetensors(p, *dir_ / "model.safetensors");
+    auto opt = make_optimizer(testing::config_from_json(c->at("config")), testing::optim_params(p),
+                              kernels::Device::cpu);
+    std::vector<double> ours;
+    double worst = 0;
+    for (int t = 1; t <= steps; ++t) {
+      p.zero_grads();
+      const double loss = model.forward(ints("traj_tokens_" + std::to_string(t - 1) + ".npy"),
+                                        ints("traj_targets_" + std::to_string(t - 1) + ".npy"), true);
+      model.backward();
+      StepContext ctx;
+      ctx.step = t;
+      ctx.lr_scale = 1.0;
+      ctx.grad_scale = 1.0f;
+      opt->step(ctx);
+      ours.push_back(loss);
+      const double err = std::fabs(loss - ref[t - 1]) / std::fabs(ref[t - 1]);
+      worst = std::max(worst, err);
+      EXPECT_LT(err, kLossTolerance) << name << " step " << t << ": loss " << loss << ", torch " << ref[t - 1];
+    }
+    // The reference learned (the batches follow a bigram law), so a no-op optimizer cannot pass.
+    EXPECT_LT(ref.back(), 0.8 * ref.front()) << name << ": the reference loss did not fall";
+    std::printf("[ %s ] loss %.4f -> %.4f (torch %.4f -> %.4f), max relative difference %.2g; %s\n", name.c_str(),
+                ours.front(), ours.back(), ref.front(), ref.back(), worst, opt->routing_summary().c_str());
+  }
+
+  static fs::path* dir_;
+  static nlohmann::json* cfg_;
+  static int status_;
+};
+
+fs::path* LlamaReference::dir_ = nullptr;
+nlohmann::json* LlamaReference::cfg_ = nullptr;
+int LlamaReference::status_ = -1;
+
+// HF's names and shapes in the reference's order (its writer keeps table order), and the kinds
+// that route the optimizers: Linear weights are matrices stored (out, in), not Conv1D.
+TEST_F(LlamaReference, ParameterTableIsHfsInOrder) {
+  const std::vector<ParamSpec> table = llama_param_table(model_config());
+  SafetensorsFile file = SafetensorsFile::open(*dir_ / "model.safetensors");
+  ASSERT_EQ(table.size(), file.tensors().size());
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ParamSpec& s = table[i];
+    EXPECT_EQ(s.name, file.tensors()[i].name) << "row " << i;
+    EXPECT_EQ(s.shape, file.tensors()[i].shape) << s.name;
+    const bool norm = s.name.ends_with("layernorm.weight") || s.name == "model.norm.weight";
+    const bool embedding = s.name == "model.embed_tokens.weight" || s.name == "lm_head.weight";
+    const ParamKind kind = norm ? ParamKind::norm : embedding ? ParamKind::embedding : ParamKind::matrix;
+    EXPECT_STREQ(param_kind_name(s.kind), param_kind_name(kind)) << s.name;
+    if (kind == ParamKind::matrix && s.shape.size() == 2) {
+      EXPECT_FALSE(s.stored_in_out) << s.name << " is a Linear: stored (out, in)";
+      EXPECT_EQ(s.fan_out, s.shape[0]) << s.name;
+      EXPECT_EQ(s.fan_in, s.shape[1]) << s.name;
+      EXPECT_EQ(s.qkv_blocks, 1) << s.name;
+    }
+  }
+}
+
+TEST_F(LlamaReference, LogitsLossAndEveryGradient) {
+  Llama model(model_config(), batch_size(), kernels::Device::cpu);
+  load_model_safetensors(model.params(), *dir_ / "model.safetensors");
+  const auto tokens = ints("tokens.npy"), targets = ints("targets.npy");
+  const double ref_loss = test::read_npy((*dir_ / "loss.npy").string()).values[0];
+
+  const double loss = model.forward(tokens, targets, false);
+  EXPECT_NEAR(loss, ref_loss, kTensorTolerance * std::fabs(ref_loss));
+  const double logits_err = rel_error(model.logits_host(), floats("logits.npy"));
+  EXPECT_LT(logits_err, kTensorTolerance) << "logits: max |ours - torch| / max |torch| = " << logits_err;
+
+  model.params().zero_grads();
+  EXPECT_NEAR(model.forward(tokens, targets, true), ref_loss, kTensorTolerance * std::fabs(ref_loss));
+  model.backward();
+  const ParamStore& p = model.params();
+  double worst = logits_err;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const std::string& name = p.spec(i).name;
+    // The visible rows only: embed_tokens and lm_head keep padded vocabulary rows in storage.
+    const double err = rel_error(testing::host_visible(p, i, true), floats("grad." + name + ".npy"));
+    worst = std::max(worst, err);
+    EXPECT_LT(err, kTensorTolerance) << name << ": max |ours - torch| / max |torch| = " << err;
+  }
+  std::printf("[ llama ] loss %.6f (torch %.6f), worst relative error of logits and gradients %.2g\n", loss, ref_loss,
+              worst);
+}
+
+TEST_F(LlamaReference, AdamWLossTrajectory) { check_trajectory("adamw"); }
+
+TEST_F(LlamaReference, MuonLossTrajectory) { check_trajectory("muon"); }
+
+TEST_F(LlamaReference, ShampooLossTrajectory) { check_trajectory("shampoo"); }
+
+// A GPT-2 checkpoint of the same width and depth, written by precon's own writer: the error names
+// the file and a tensor (the first Llama one it lacks, or a GPT-2 one the Llama does not know).
+TEST_F(LlamaReference, AGpt2CheckpointIsRefusedWithTheTensorName) {
+  test::TempDir tmp;
+  ModelConfig gpt;
+  gpt.arch = "gpt2";
+  gpt.n_layer = (*cfg_).at("n_layer");
+  gpt.n_head = (*cfg_).at("n_head");
+  gpt.d_model = (*cfg_).at("d_model");
+  gpt.seq_len = (*cfg_).at("seq_len");
+  gpt.vocab_size = (*cfg_).at("vocab_size");
+  const std::vector<ParamSpec> gpt_table = gpt2_param_table(gpt);
+  ParamStore gpt_store(gpt_table, kernels::Device::cpu);
+  const fs::path file = tmp.path / "gpt2.safetensors";
+  write_file_atomic(file, model_safetensors_bytes(gpt_store, gpt));
+
+  const std::string msg = load_error(file);
+  ASSERT_FALSE(msg.empty()) << "a GPT-2 checkpoint loaded into a Llama";
+  EXPECT_NE(msg.find(file.filename().string()), std::string::npos) << msg;
+  bool named = false;
+  for (const ParamSpec& s : llama_param_table(model_config())) named = named || msg.find(s.name) != std::string::npos;
+  for (const ParamSpec& s : gpt_table) named = named || msg.find(s.name) != std::string::npos;
+  EXPECT_TRUE(named) << "the error names no tensor: " << msg;
+}
+
+TEST_F(LlamaReference, AMissingOrMisshapedTensorIsNamed) {
+  test::TempDir tmp;
+  {
+    SCOPED_TRACE("a tensor left out");
+    const std::string gone = "model.layers.1.mlp.up_proj.weight";
+    const fs::path file = rewritten(tmp.path, "missing.safetensors", [&](std::vector<SafetensorsEntry>& e) {
+      e.erase(std::remove_if(e.begin(), e.end(), [&](const SafetensorsEntry& x) { return x.name == gone; }), e.end());
+    });
+    const std::string msg = load_error(file);
+    EXPECT_NE(msg.find(gone), std::string::npos) << (msg.empty() ? "it loaded" : msg);
+  }
+  {
+    SCOPED_TRACE("a tensor stored (in, out), as Conv1D would");
+    const std::string bad = "model.layers.1.self_attn.v_proj.weight";
+    const fs::path file = rewritten(tmp.path, "transposed.safetensors", [&](std::vector<SafetensorsEntry>& e) {
+      for (SafetensorsEntry& x : e) {
+        if (x.name == bad) std::swap(x.shape[0], x.shape[1]);
+      }
+    });
+    const std::string msg = load_error(file);
+    EXPECT_NE(msg.find(bad), std::string::npos) << (msg.empty() ? "it loaded" : msg);
+  }
+  {
+    SCOPED_TRACE("a Llama without grouped-query attention (n_kv_head = n_head)");
+    ModelConfig mha = model_config();
+    mha.n_kv_head = mha.n_head;
+    ParamStore store(llama_param_table(mha), kernels::Device::cpu);
+    const fs::path file = tmp.path / "mha.safetensors";
+    write_file_atomic(file, model_safetensors_bytes(store, mha));
+    const std::string msg = load_error(file);
+    EXPECT_NE(msg.find("model.layers.0.self_attn.k_proj.weight"), std::string::npos)
+        << (msg.empty() ? "it loaded" : msg);
+  }
+}
+
+}  // namespace
+}  // namespace precon::worker

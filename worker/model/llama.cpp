@@ -1,0 +1,204 @@
+#include "worker/model/llama.h"
+
+#include <cmath>
+#include <random>
+
+#include "kernels/linalg.h"
+#include "kernels/nn.h"
+
+namespace precon::worker {
+
+namespace k = kernels;
+using k::DType;
+using k::Tensor;
+
+struct Llama::Acts : Model::Acts {
+  std::vector<Tensor> ln1, rstd1, qkv, atty, att, residual2, ln2, rstd2, gate, up, h;
+  Tensor lnf, rstdf;
+  Tensor q, kk, v;    // (B, T, Ql) and (B, T, KVl): one block's projections before they are packed
+  Tensor branch_out;  // (B, T, C) a residual branch's output before it joins the stream
+  // Backward scratch, each zeroed before the kernel that accumulates into it.
+  Tensor dln, datty, dh, dgate, dup, dqkv, dq, dk, dv, datt;
+};
+
+Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
+             Communicator* tp, const ModelStage& stage, ParamStore* shared)
+    : Model(config, llama_param_table(config), batch_size, device, precision, tp, stage, shared),
+      hd_(C_ / NH_), Ql_(NHl_ * hd_), KVl_(config.kv_heads() / tp_.size() * hd_), NKVl_(config.kv_heads() / tp_.size()),
+      Fl_(config.ffn() / tp_.size()), embed_(params().index("model.embed_tokens.weight")),
+      norm_(params().index("model.norm.weight")),
+      head_row_(config.tie_embeddings ? embed_ : params().index("lm_head.weight")),
+      embedding_(tp_, embed_), head_(tp_, {head_row_}, {}, k::WeightLayout::out_in) {
+  const ParamStore& p = params();
+  const auto out_in = k::WeightLayout::out_in;
+  for (int64_t l = 0; l < L_; ++l) {
+    const std::string h = "model.layers." + std::to_string(l) + ".";
+    auto row = [&](const char* name) { return p.index(h + name); };
+    blocks_.push_back({row("input_layernorm.weight"), row("post_attention_layernorm.weight"),
+                       ColumnParallelLinear(tp_,
+                                            {row("self_attn.q_proj.weight"), row("self_attn.k_proj.weight"),
+                                             row("self_attn.v_proj.weight")},
+                                            {}, out_in),
+                       RowParallelLinear(tp_, row("self_attn.o_proj.weight"), kNoRow, out_in),
+                       ColumnParallelLinear(tp_, {row("mlp.gate_proj.weight"), row("mlp.up_proj.weight")}, {}, out_in),
+                       RowParallelLinear(tp_, row("mlp.down_proj.weight"), kNoRow, out_in),
+                       row_range({row("input_layernorm.weight"), row("mlp.down_proj.weight")})});
+  }
+  allocate_slots([this] { return allocate_acts(); });
+}
+
+std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
+  auto acts = std::make_unique<Acts>();
+  Acts& a = *acts;
+  const int64_t BT = B_ * T_, Ll = L1_ - L0_;
+  ActPlan plan;
+  plan.add(&a.tokens, {B_, T_}, DType::i32);
+  plan.add(&a.targets, {B_, T_}, DType::i32);
+  plan.add(&a.encoded, {B_, T_, C_}, act_);
+  plan.per_layer(a.ln1, Ll, {B_, T_, C_}, act_);
+  plan.per_layer(a.rstd1, Ll, {BT}, DType::f32);
+  plan.per_layer(a.qkv, Ll, {B_, T_, 3 * Ql_}, act_);
+  plan.per_layer(a.atty, Ll, {B_, T_, Ql_}, act_);
+  plan.per_layer(a.att, Ll, {B_, NHl_, T_, T_}, act_);
+  plan.per_layer(a.residual2, Ll, {B_, T_, C_}, act_);
+  plan.per_layer(a.ln2, Ll, {B_, T_, C_}, act_);
+  plan.per_layer(a.rstd2, Ll, {BT}, DType::f32);
+  plan.per_layer(a.gate, Ll, {B_, T_, Fl_}, act_);
+  plan.per_layer(a.up, Ll, {B_, T_, Fl_}, act_);
+  plan.per_layer(a.h, Ll, {B_, T_, Fl_}, act_);
+  plan.per_layer(a.output, Ll, {B_, T_, C_}, act_);
+  plan.add(&a.lnf, {B_, T_, C_}, act_);
+  plan.add(&a.rstdf, {BT}, DType::f32);
+  plan.add(&a.logits, {B_, T_, Vpl_}, act_);
+  plan.add(&a.losses, {BT}, DType::f32);
+  plan.add(&a.q, {B_, T_, Ql_}, act_);
+  plan.add(&a.kk, {B_, T_, KVl_}, act_);
+  plan.add(&a.v, {B_, T_, KVl_}, act_);
+  plan.add(&a.branch_out, {B_, T_, C_}, act_);
+  plan.add(&a.dresidual, {B_, T_, C_}, act_);
+  plan.add(&a.dln, {B_, T_, C_}, act_);
+  plan.add(&a.datty, {B_, T_, Ql_}, act_);
+  plan.add(&a.dh, {B_, T_, Fl_}, act_);
+  plan.add(&a.dgate, {B_, T_, Fl_}, act_);
+  plan.add(&a.dup, {B_, T_, Fl_}, act_);
+  plan.add(&a.dqkv, {B_, T_, 3 * Ql_}, act_);
+  plan.add(&a.dq, {B_, T_, Ql_}, act_);
+  plan.add(&a.dk, {B_, T_, KVl_}, act_);
+  plan.add(&a.dv, {B_, T_, KVl_}, act_);
+  plan.add(&a.datt, {B_, NHl_, T_, T_}, act_);
+  plan.allocate(a, device_);
+  return acts;
+}
+
+void Llama::init_random(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L_));
+  ParamStore& store = params();
+  for (size_t i = 0; i < store.size(); ++i) {
+    const ParamSpec& p = store.spec(i);
+    const bool random = p.kind == ParamKind::matrix || p.kind == ParamKind::embedding;
+    if (!store.resident(i)) {  // another stage's row: its draws still advance the one stream
+      if (random)
+        for (int64_t j = 0; j < p.numel(); ++j) normal(rng);
+      continue;
+    }
+    std::vector<float> host(store.param(i).numel(), 0.0f);
+    const bool residual_proj = p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
+    if (random) {
+      const float std = residual_proj ? residual_std : 0.02f;
+      for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded vocabulary rows stay zero
+    } else {
+      for (float& v : host) v = 1.0f;  // RMSNorm weights
+    }
+    Tensor src = store.param(i);
+    src.data = host.data();
+    src.device = k::Device::cpu;
+    k::copy(store.param(i), src);
+  }
+}
+
+double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {
+  begin_forward(tokens, targets, compute_grad);
+  Acts& a = acts<Acts>();
+  const float eps = static_cast<float>(config_.norm_eps);
+  const double theta = config_.rope_theta;
+  const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
+  if (stage_.embedding) embedding_.forward(*this, a.encoded, a.tokens, a.tokens_host);
+  Tensor residual = a.encoded;
+  for (int64_t l = L0_; l < L1_; ++l) {
+    const Block& b = blocks_[static_cast<size_t>(l)];
+    const size_t i = static_cast<size_t>(l - L0_);
+    k::rmsnorm_forward(a.ln1[i], a.rstd1[i], residual, weight(b.input_norm), eps);
+    b.qkv.forward(*this, a.ln1[i], {a.q, a.kk, a.v});
+    k::rope_forward(a.q, nh, theta);
+    k::rope_forward(a.kk, nkv, theta);
+    k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
+    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh);
+    b.o.forward(*this, a.branch_out, a.atty[i]);
+    k::add(a.residual2[i], residual, a.branch_out);
+    k::rmsnorm_forward(a.ln2[i], a.rstd2[i], a.residual2[i], weight(b.post_norm), eps);
+    b.gate_up.forward(*this, a.ln2[i], {a.gate[i], a.up[i]});
+    k::swiglu_forward(a.h[i], a.gate[i], a.up[i]);
+    b.down.forward(*this, a.branch_out, a.h[i]);
+    k::add(a.output[i], a.residual2[i], a.branch_out);
+    residual = a.output[i];
+  }
+  if (!stage_.head) return 0.0;
+  k::rmsnorm_forward(a.lnf, a.rstdf, residual, weight(norm_), eps);
+  head_.forward(*this, a.lnf, {a.logits});
+  return head_loss(compute_grad);
+}
+
+void Llama::backward(const GradsReady& ready) {
+  begin_backward();
+  auto report = [&](std::pair<size_t, size_t> range) {
+    if (ready && !tp_.parallel()) ready(range.first, range.second);
+  };
+  Acts& a = acts<Acts>();
+  const double theta = config_.rope_theta;
+  const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
+
+  if (stage_.head) {
+    k::fill_zero(a.dresidual);
+    k::fill_zero(a.dln);
+    head_.backward(*this, a.dln, a.lnf, {a.logits});  // a.logits holds d logits
+    k::rmsnorm_backward(a.dresidual, grad(norm_), a.dln, stage_output(), weight(norm_), a.rstdf);
+    // The head's rows: model.norm and lm_head (a tied head's gradient is reported with the embedding).
+    report(config_.tie_embeddings ? row_range({norm_}) : row_range({norm_, head_row_}));
+  }
+  for (int64_t l = L1_ - 1; l >= L0_; --l) {
+    const Block& b = blocks_[static_cast<size_t>(l)];
+    const size_t i = static_cast<size_t>(l - L0_);
+    const Tensor residual = i == 0 ? a.encoded : a.output[i - 1];
+    // output = residual2 + down(swiglu(gate(m), up(m))), m = rmsnorm(residual2).
+    k::fill_zero(a.dh);
+    b.down.backward(*this, a.dh, a.h[i], a.dresidual);
+    k::fill_zero(a.dgate);
+    k::fill_zero(a.dup);
+    k::swiglu_backward(a.dgate, a.dup, a.dh, a.gate[i], a.up[i]);
+    k::fill_zero(a.dln);
+    b.gate_up.backward(*this, a.dln, a.ln2[i], {a.dgate, a.dup});
+    k::rmsnorm_backward(a.dresidual, grad(b.post_norm), a.dln, a.residual2[i], weight(b.post_norm), a.rstd2[i]);
+    // residual2 = residual + o(attention(rope(q), rope(k), v)), q, k, v projections of rmsnorm(residual).
+    k::fill_zero(a.datty);
+    b.o.backward(*this, a.datty, a.atty[i], a.dresidual);
+    k::fill_zero(a.dqkv);
+    k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[i], a.att[i], nh);
+    k::fill_zero(a.dq);
+    k::fill_zero(a.dk);
+    k::fill_zero(a.dv);
+    k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
+    k::rope_backward(a.dq, nh, theta);
+    k::rope_backward(a.dk, nkv, theta);
+    k::fill_zero(a.dln);
+    b.qkv.backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
+    k::rmsnorm_backward(a.dresidual, grad(b.input_norm), a.dln, residual, weight(b.input_norm), a.rstd1[i]);
+    report(b.rows);
+  }
+  if (!stage_.embedding) return;
+  embedding_.backward(*this, a.dresidual, a.tokens, a.tokens_host);
+  report(row_range({embed_}));
+}
+
+}  // namespace precon::worker

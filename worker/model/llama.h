@@ -1,0 +1,50 @@
+// Llama (Hugging Face LlamaForCausalLM): pre-norm RMSNorm, rotary position embeddings (rotate-half,
+// on q and k per head), grouped-query attention (n_kv_head key/value heads, each serving
+// n_head / n_kv_head query heads), SwiGLU MLP down(silu(gate(x)) · up(x)), no biases, an untied
+// output head unless model.tie_embeddings. Parameters follow llama_param_table (HF names, nn.Linear
+// weights stored (out, in)). Under tensor parallelism q, k, v, gate and up are column-parallel (this
+// rank's query heads, its kv heads, its MLP columns), o and down row-parallel; n_kv_head must be
+// divisible by the ranks (kv heads are split, never replicated).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/model/model.h"
+
+namespace precon::worker {
+
+class Llama final : public Model {
+ public:
+  // See Model's constructor.
+  Llama(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
+        Communicator* tp = nullptr, const ModelStage& stage = {}, ParamStore* shared = nullptr);
+
+  // N(0, 0.02) matrices and embeddings, o_proj and down_proj scaled by 1/√(2L) (GPT-2's and
+  // Megatron's residual scaling), unit norm weights. Deterministic in the seed.
+  void init_random(uint64_t seed) override;
+  double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) override;
+  void backward(const GradsReady& ready = {}) override;
+
+ private:
+  struct Acts;
+  struct Block {
+    size_t input_norm, post_norm;
+    ColumnParallelLinear qkv;      // self_attn.{q,k,v}_proj: one input, three outputs
+    RowParallelLinear o;           // self_attn.o_proj
+    ColumnParallelLinear gate_up;  // mlp.{gate,up}_proj
+    RowParallelLinear down;        // mlp.down_proj
+    std::pair<size_t, size_t> rows;  // [first, end) of its table rows
+  };
+  std::unique_ptr<Acts> allocate_acts() const;
+
+  int64_t hd_, Ql_, KVl_, NKVl_, Fl_;  // head size; this rank's q and kv widths, kv heads, MLP width
+  size_t embed_, norm_, head_row_;     // table rows: embed_tokens, model.norm, lm_head (or embed_tokens)
+  std::vector<Block> blocks_;
+  VocabParallelEmbedding embedding_;
+  ColumnParallelLinear head_;
+};
+
+}  // namespace precon::worker

@@ -1,0 +1,217 @@
+#include "worker/model/model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "kernels/linalg.h"
+#include "kernels/nn.h"
+#include "worker/model/gpt.h"
+#include "worker/model/llama.h"
+
+namespace precon::worker {
+
+namespace k = kernels;
+using k::DType;
+using k::Tensor;
+
+void Model::ActPlan::add(Tensor* t, std::vector<int64_t> shape, DType dtype) {
+  plan_.emplace_back(t, std::move(shape));
+  dtypes_.push_back(dtype);
+}
+
+void Model::ActPlan::per_layer(std::vector<Tensor>& v, int64_t layers, const std::vector<int64_t>& shape, DType dtype) {
+  v.resize(static_cast<size_t>(layers));
+  for (Tensor& t : v) add(&t, shape, dtype);
+}
+
+void Model::ActPlan::allocate(Acts& a, k::Device device) {
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    int64_t n = 1;
+    for (int64_t s : plan_[i].second) n *= s;
+    offsets.push_back(total);
+    total += (n * static_cast<int64_t>(k::dtype_size(dtypes_[i])) + 63) / 64 * 64;
+  }
+  a.buf = k::Buffer(device, total);
+  a.bytes = total;
+  for (size_t i = 0; i < plan_.size(); ++i) {
+    const auto& s = plan_[i].second;
+    char* base = static_cast<char*>(a.buf.data()) + offsets[i];
+    Tensor t;
+    if (s.size() == 1) t = Tensor::view(base, {s[0]}, dtypes_[i], device);
+    else if (s.size() == 2) t = Tensor::view(base, {s[0], s[1]}, dtypes_[i], device);
+    else if (s.size() == 3) t = Tensor::view(base, {s[0], s[1], s[2]}, dtypes_[i], device);
+    else t = Tensor::view(base, {s[0], s[1], s[2], s[3]}, dtypes_[i], device);
+    *plan_[i].first = t;
+  }
+}
+
+Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t batch_size, k::Device device,
+             const std::string& precision, Communicator* tp, const ModelStage& stage, ParamStore* shared)
+    : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
+      L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), stage_(stage),
+      L0_(stage.first_layer), L1_(stage.end_layer < 0 ? config.n_layer : stage.end_layer), tp_{tp},
+      NHl_(NH_ / tp_.size()), Vpl_(Vp_ / tp_.size()), device_(device),
+      act_(precision == "bf16" ? DType::bf16 : DType::f32), loss_(tp_, config.vocab_size) {
+  if (L0_ < 0 || L1_ > L_ || L0_ > L1_ || stage.slots < 1)
+    throw std::invalid_argument("model: stage blocks [" + std::to_string(L0_) + ", " + std::to_string(L1_) +
+                                ") with " + std::to_string(stage.slots) + " slot(s) do not fit n_layer = " +
+                                std::to_string(L_));
+  // A pipeline stage allocates its own rows only: memory divided by the stages.
+  stage_rows_ = stage_rows(table, stage_);
+  if (shared) {
+    for (size_t i : stage_rows_)
+      if (shared->size() != table.size() || !shared->resident(i))
+        throw std::invalid_argument("model: the shared parameter store does not hold " + table[i].name);
+    params_ = shared;
+  } else {
+    own_params_ = std::make_unique<ParamStore>(table, device, stage_rows_);
+    params_ = own_params_.get();
+  }
+  if (tp_.parallel()) {
+    const int t = tp_.size();
+    if (device != k::Device::cpu || act_ != DType::f32)
+      throw std::invalid_argument("tensor parallelism runs on the CPU in fp32 in this precon-train");
+    if (NH_ % t != 0 || Vp_ % t != 0 || config.kv_heads() % t != 0 || config.ffn() % t != 0)
+      throw std::invalid_argument("tensor parallelism over " + std::to_string(t) + " ranks needs it to divide n_head = " +
+                                  std::to_string(NH_) + ", n_kv_head = " + std::to_string(config.kv_heads()) +
+                                  ", the MLP width " + std::to_string(config.ffn()) + " and the padded vocabulary " +
+                                  std::to_string(Vp_));
+    std::vector<ParamSpec> shards;
+    for (const ParamSpec& spec : params_->table()) shards.push_back(tp_shard_spec(spec, t));
+    shard_ = std::make_unique<ParamStore>(std::move(shards), device, stage_rows_);
+  }
+  if (act_ == DType::bf16) {
+    shadow_buf_ = k::Buffer(device, compute().total_numel() * sizeof(k::bf16));
+    int64_t offset = 0;
+    for (size_t i = 0; i < compute().size(); ++i) {
+      Tensor p = compute().param(i);
+      Tensor s = p;
+      s.dtype = DType::bf16;
+      s.data = static_cast<char*>(shadow_buf_.data()) + offset * sizeof(k::bf16);
+      shadow_.push_back(s);
+      offset += p.numel();
+    }
+  }
+}
+
+Model::~Model() = default;
+
+void Model::allocate_slots(const std::function<std::unique_ptr<Acts>()>& make) {
+  for (int i = 0; i < stage_.slots; ++i) slots_.push_back(make());
+  acts_ = slots_.front().get();
+}
+
+int64_t Model::activation_bytes() const { return acts_->bytes * static_cast<int64_t>(slots_.size()); }
+
+void Model::select_slot(int slot) { acts_ = slots_.at(static_cast<size_t>(slot)).get(); }
+Tensor Model::stage_input() const { return acts_->encoded; }
+Tensor Model::stage_output() const { return L1_ > L0_ ? acts_->output[static_cast<size_t>(L1_ - L0_ - 1)] : acts_->encoded; }
+Tensor Model::output_grad() const { return acts_->dresidual; }
+Tensor Model::input_grad() const { return acts_->dresidual; }
+
+Tensor Model::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : compute().param(row); }
+
+void Model::take_shards() {
+  if (!shard_) return;
+  for (size_t i : stage_rows_)
+    copy_tp_shard(params_->spec(i), params_->param(i).f32(), shard_->param(i).f32(), tp_.rank(), tp_.size(), true);
+}
+
+void Model::zero_grads() {
+  if (own_params_) params_->zero_grads();
+  else
+    for (size_t i : stage_rows_) k::fill_zero(params_->grad(i));
+  if (shard_) shard_->zero_grads();
+}
+
+void Model::place_grads_for_sum() {
+  if (!shard_) return;
+  for (size_t i : stage_rows_) {
+    const ParamSpec& spec = params_->spec(i);
+    Tensor full = params_->grad(i);
+    k::fill_zero(full);
+    if (spec.tp_split_dim >= 0) copy_tp_shard(spec, full.f32(), shard_->grad(i).f32(), tp_.rank(), tp_.size(), false);
+    else if (tp_.rank() == 0) k::copy(full, shard_->grad(i));
+  }
+}
+
+void Model::cast_weights() {
+  if (act_ != DType::bf16) return;
+  Tensor all = compute().all_params();
+  Tensor shadow = Tensor::view(shadow_buf_.data(), {all.numel()}, DType::bf16, device_);
+  k::cast(shadow, all);
+}
+
+void Model::begin_forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {
+  Acts& a = *acts_;
+  const int64_t BT = B_ * T_;
+  if (static_cast<int64_t>(tokens.size()) != BT || static_cast<int64_t>(targets.size()) != BT)
+    throw std::invalid_argument("model forward: expected " + std::to_string(BT) + " tokens and targets (B=" +
+                                std::to_string(B_) + ", T=" + std::to_string(T_) + "), got " +
+                                std::to_string(tokens.size()) + " and " + std::to_string(targets.size()));
+  a.tokens_host = tokens;
+  a.targets_host = targets;
+  k::copy(a.tokens, Tensor::view(a.tokens_host.data(), {B_, T_}, DType::i32));
+  k::copy(a.targets, Tensor::view(a.targets_host.data(), {B_, T_}, DType::i32));
+  take_shards();
+  cast_weights();
+  a.grads_ready = compute_grad;
+}
+
+double Model::head_loss(bool compute_grad) {
+  Acts& a = *acts_;
+  const int64_t BT = B_ * T_;
+  int64_t counted = 0;
+  for (int32_t t : a.targets_host) counted += t >= 0;
+  const double dloss = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
+  loss_.forward(a.losses, a.logits, a.targets, a.targets_host, static_cast<float>(dloss), compute_grad);
+  std::vector<float> losses(BT);
+  k::copy(Tensor::view(losses.data(), {BT}), a.losses);
+  double sum = 0.0;
+  for (float v : losses) sum += v;
+  return sum * dloss;
+}
+
+void Model::begin_backward() {
+  if (!acts_->grads_ready) throw std::logic_error("model backward needs a forward with compute_grad first");
+  acts_->grads_ready = false;
+}
+
+std::pair<size_t, size_t> Model::row_range(std::initializer_list<size_t> rows) {
+  return {std::min(rows), std::max(rows) + 1};
+}
+
+std::vector<float> Model::logits_host() const {
+  if (tp_.parallel()) throw std::logic_error("logits_host: under tensor parallelism each rank holds a vocabulary shard");
+  const Acts& a = *acts_;
+  const int64_t BT = B_ * T_;
+  std::vector<float> padded(BT * Vp_), out(BT * V_);
+  if (act_ == DType::f32) {
+    k::copy(Tensor::view(padded.data(), {B_, T_, Vp_}), a.logits);
+  } else {
+    k::Buffer tmp(device_, BT * Vp_ * sizeof(float));
+    k::cast(tmp.view({B_, T_, Vp_}), a.logits);
+    k::copy(Tensor::view(padded.data(), {B_, T_, Vp_}), tmp.view({B_, T_, Vp_}));
+  }
+  for (int64_t i = 0; i < BT; ++i)
+    for (int64_t v = 0; v < V_; ++v) out[i * V_ + v] = padded[i * Vp_ + v];
+  return out;
+}
+
+double Model::flops_per_token() const {
+  double n = 0;
+  for (const ParamSpec& s : params_->table())
+    if (s.kind == ParamKind::matrix || (s.kind == ParamKind::embedding && s.head_end)) n += static_cast<double>(s.numel());
+  return 6.0 * n + 12.0 * static_cast<double>(L_ * C_ * T_);
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,
+                                  const std::string& precision, Communicator* tp, const ModelStage& stage,
+                                  ParamStore* shared) {
+  if (config.llama()) return std::make_unique<Llama>(config, batch_size, device, precision, tp, stage, shared);
+  return std::make_unique<Gpt>(config, batch_size, device, precision, tp, stage, shared);
+}
+
+}  // namespace precon::worker

@@ -1,0 +1,171 @@
+// What every model family shares: the parameter store (the table's rows, or a pipeline stage's),
+// this rank's tensor-parallel shard of it, bf16 weight copies, the activation slots of a pipeline
+// stage, and the interface the trainer, the pipeline schedule and the checkpoints use. A family
+// (gpt.h, llama.h) says what the architecture is: its table, its activations, its forward and
+// backward passes over the kernels and the parallel layers (worker/parallel/layers.h), which own
+// all communication.
+// Shape letters: B batch, T sequence, C channels, NH heads, L layers, V vocabulary, Vp padded V.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/tensor.h"
+#include "worker/config/config.h"
+#include "worker/model/params.h"
+#include "worker/parallel/communicator.h"
+#include "worker/parallel/layers.h"
+
+namespace precon::worker {
+
+class Model : public LayerWeights {
+ public:
+  ~Model() override;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  int64_t batch_size() const { return B_; }
+  ParamStore& params() { return *params_; }
+  const ParamStore& params() const { return *params_; }
+
+  // The family's initialisation, deterministic in the seed.
+  virtual void init_random(uint64_t seed) = 0;
+
+  // tokens, targets: B·T host ints; targets < 0 are ignored. Returns the mean loss over the
+  // counted targets (0 on a stage without the head) and keeps what the backward needs. With
+  // compute_grad, also writes d loss / d logits in place of the logits (fused), ready for backward().
+  // A stage without the embedding reads its input from stage_input(), written before the call.
+  virtual double forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets,
+                         bool compute_grad) = 0;
+  // Accumulates parameter gradients (callers zero them once per step with zero_grads()).
+  // `ready`, when given, is called with each range [first, end) of table rows as soon as their
+  // gradients are final, from the end of the table to its start: the head's rows, the blocks from
+  // the last to the first, then the embedding's (a tied embedding last: the head and the embedding
+  // both add to it). Data parallelism starts each range's all-reduce there, while the earlier layers
+  // are still computed. Not called under tensor parallelism.
+  using GradsReady = std::function<void(size_t first, size_t end)>;
+  virtual void backward(const GradsReady& ready = {}) = 0;
+  // Zeroes the gradients (the shard's too); of this stage's rows only when the store is shared.
+  void zero_grads();
+
+  // Pipeline stages, all (B, T, C) fp32 views of the selected slot's activations: the input a
+  // stage without the embedding receives; the residual stream it hands on after forward(); the
+  // gradient of that output, written before backward() on a stage without the head; and the
+  // gradient of the input after backward(), for the previous stage.
+  void select_slot(int slot);
+  kernels::Tensor stage_input() const;
+  kernels::Tensor stage_output() const;
+  kernels::Tensor output_grad() const;
+  kernels::Tensor input_grad() const;
+  const ModelStage& stage() const { return stage_; }
+  // Tensor parallelism: writes the shard's gradients into params()'s at their place in the full
+  // tensors, and the replicated ones on the group's first rank only (zeros elsewhere), so that a
+  // sum over the tensor-parallel group (with the data-parallel sum, over the world) gives every
+  // full gradient.
+  void place_grads_for_sum();
+  int tp_size() const { return tp_.size(); }
+
+  // Logits of the last forward without compute_grad: (B, T, V) copied to the host.
+  std::vector<float> logits_host() const;
+  // Floating-point operations per token of one forward + backward: 6 per weight of the matrices
+  // (the vocabulary matrices once each: a tied head counts once) and 12·L·C·T for attention's
+  // QKᵀ and att·V (the causal half not credited, as Megatron's and PaLM's counts do).
+  double flops_per_token() const;
+  double flops_per_step() const { return flops_per_token() * static_cast<double>(B_ * T_); }
+  int64_t activation_bytes() const;
+
+  // LayerWeights: what the passes read (the bf16 copy under bf16 precision, else the fp32
+  // parameter of this rank's shard) and the gradient they accumulate into.
+  kernels::Tensor weight(size_t row) const override;
+  kernels::Tensor grad(size_t row) const override { return compute().grad(row); }
+
+ protected:
+  // Activations every family has; a family's own derive from it.
+  struct Acts {
+    virtual ~Acts() = default;
+    kernels::Buffer buf;
+    int64_t bytes = 0;
+    kernels::Tensor tokens, targets;      // (B, T) i32
+    kernels::Tensor encoded;              // (B, T, C) the embedding's output (a stage's input)
+    std::vector<kernels::Tensor> output;  // per block (B, T, C): the residual stream after it
+    kernels::Tensor logits, losses;       // (B, T, Vp / tp), (B·T)
+    kernels::Tensor dresidual;            // (B, T, C) d loss / d residual stream, carried down
+    std::vector<int32_t> tokens_host, targets_host;
+    bool grads_ready = false;
+  };
+  // Lays out one slot's activations: tensors are planned, then carved from one allocation.
+  class ActPlan {
+   public:
+    void add(kernels::Tensor* t, std::vector<int64_t> shape, kernels::DType dtype);
+    void per_layer(std::vector<kernels::Tensor>& v, int64_t layers, const std::vector<int64_t>& shape,
+                   kernels::DType dtype);
+    void allocate(Acts& acts, kernels::Device device);
+
+   private:
+    std::vector<std::pair<kernels::Tensor*, std::vector<int64_t>>> plan_;
+    std::vector<kernels::DType> dtypes_;
+  };
+
+  // table: the family's (model_param_table); precision "fp32", or "bf16" (CUDA: bf16 activations
+  // and weight copies, fp32 masters and gradients). tp: the tensor-parallel group (null or size 1:
+  // the whole model here); with several ranks each tensor with a tp_split_dim is cut Megatron's way
+  // (params.h tp_shard_spec) and this rank computes with its shard; params() still holds the full
+  // tensors, which the optimizer updates and checkpoints save, and each forward takes the shard
+  // from it. stage: the whole model by default; a pipeline stage computes only its blocks, and its
+  // params() hold only its own rows. shared: a store of the table's rows that several chunks of one
+  // rank compute with (interleaved pipeline stages), holding this stage's rows and outliving this
+  // model; null: the model allocates its own.
+  Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t batch_size, kernels::Device device,
+        const std::string& precision, Communicator* tp, const ModelStage& stage, ParamStore* shared);
+  // Called by the family's constructor once its Acts type is known: `stage.slots` of them.
+  void allocate_slots(const std::function<std::unique_ptr<Acts>()>& make);
+  template <class A>
+  A& acts() const { return static_cast<A&>(*acts_); }
+
+  // The shared start of a forward: the batch into the slot, the shard and bf16 copies refreshed.
+  void begin_forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad);
+  // The head's last part: the loss over the logits (d logits in place with compute_grad); returns
+  // the mean over the counted targets.
+  double head_loss(bool compute_grad);
+  void begin_backward();
+  // [first, end) of the table rows given, for the ready callback.
+  static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
+  ParamStore& compute() const { return shard_ ? *shard_ : *params_; }  // what the passes read and write
+
+  ModelConfig config_;
+  int64_t B_, T_, C_, NH_, L_, V_, Vp_;
+  ModelStage stage_;
+  int64_t L0_, L1_;  // this stage's blocks [L0_, L1_); per-layer activations are indexed l - L0_
+  std::vector<size_t> stage_rows_;
+  TpGroup tp_;
+  int64_t NHl_, Vpl_;  // this rank's share of the heads and of the padded vocabulary
+  kernels::Device device_;
+  kernels::DType act_;
+  VocabParallelCrossEntropy loss_;
+
+ private:
+  void take_shards();
+  void cast_weights();
+
+  std::unique_ptr<ParamStore> own_params_;  // null when the store is shared
+  ParamStore* params_ = nullptr;            // own_params_ or the shared store
+  std::unique_ptr<ParamStore> shard_;       // this rank's shard of every parameter (tensor parallelism only)
+  kernels::Buffer shadow_buf_;              // bf16 copies of the weights (bf16 precision only)
+  std::vector<kernels::Tensor> shadow_;
+  std::vector<std::unique_ptr<Acts>> slots_;
+  Acts* acts_ = nullptr;  // the selected slot
+};
+
+// The model of config.arch's family (gpt2 or llama) for one rank: see Model's constructor.
+std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, kernels::Device device,
+                                  const std::string& precision = "fp32", Communicator* tp = nullptr,
+                                  const ModelStage& stage = {}, ParamStore* shared = nullptr);
+
+}  // namespace precon::worker
