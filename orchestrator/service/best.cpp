@@ -45,8 +45,8 @@ std::string join_note(std::string a, const std::string& b) {
   return a + "; " + b;
 }
 
-// Seconds at `step` from the elapsed series: exact, or interpolated between the points around
-// it with step 0 at 0 s. Unknown past the last point.
+// Seconds (or FLOPs) at `step` from a cumulative series: exact, or interpolated between the
+// points around it with step 0 at 0. Unknown past the last point.
 std::optional<double> time_at(const std::map<int64_t, double>& elapsed, int64_t step) {
   if (elapsed.empty()) return std::nullopt;
   const auto hi = elapsed.lower_bound(step);
@@ -85,7 +85,10 @@ RankEntry entry_of(const BestTrial& t) {
   return e;
 }
 
-// One (x -> value) series per trial, x being the step or the seconds.
+// What a ranking's x is.
+enum class Axis { steps, seconds, flops };
+
+// One (x -> value) series per trial, x being the step, the seconds or the FLOPs.
 struct Series {
   const BestTrial* trial = nullptr;
   std::vector<std::pair<double, std::pair<int64_t, double>>> points;  // x -> (step, value)
@@ -95,7 +98,7 @@ struct Series {
 // ranked by the last value at or before it, the others below by their last value.
 Ranking rank_at(const std::vector<Series>& series, const std::vector<const BestTrial*>& no_data,
                 const std::string& metric, const std::string& no_data_note,
-                const std::vector<bool>& reference, const Context& cx, bool timed) {
+                const std::vector<bool>& reference, const Context& cx, Axis axis) {
   Ranking r;
   std::optional<double> at;
   for (size_t i = 0; i < series.size(); ++i)
@@ -131,7 +134,8 @@ Ranking rank_at(const std::vector<Series>& series, const std::vector<const BestT
     }
     e.step = use->second.first;
     e.value = use->second.second;
-    e.seconds = timed ? use->first : -1;
+    e.seconds = axis == Axis::seconds ? use->first : -1;
+    e.flops = axis == Axis::flops ? use->first : -1;
     if (std::isnan(e.value)) e.note = join_note(e.note, "value is NaN");
     (e.reached ? reached : short_of).push_back(std::move(e));
   }
@@ -237,34 +241,41 @@ BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings&
   std::vector<bool> reference;
   for (const auto& t : trials) reference.push_back(is_reference(t));
 
-  std::vector<Series> by_step, by_time;
-  std::vector<bool> ref_step, ref_time;
-  std::vector<const BestTrial*> no_objective, no_time;
+  std::vector<Series> by_step, by_time, by_flops;
+  std::vector<bool> ref_step, ref_time, ref_flops;
+  std::vector<const BestTrial*> no_objective, no_time, no_flops;
+  // The objective's points placed on a cumulative axis (seconds, FLOPs) of the trial.
+  auto place = [&](const BestTrial& t, const std::map<int64_t, double>& axis, std::vector<Series>& series,
+                   std::vector<bool>& ref, std::vector<const BestTrial*>& missing) {
+    Series s{&t, {}};
+    for (const auto& [step, v] : t.objective)
+      if (const auto x = time_at(axis, step)) s.points.push_back({*x, {step, v}});
+    if (s.points.empty()) {
+      missing.push_back(&t);
+      return;
+    }
+    // Interpolated points are monotone only if the axis is; keep the series ordered by it.
+    std::stable_sort(s.points.begin(), s.points.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    series.push_back(std::move(s));
+    ref.push_back(is_reference(t));
+  };
   for (const auto& t : trials) {
     if (t.objective.empty()) {
       no_objective.push_back(&t);
       no_time.push_back(&t);
+      no_flops.push_back(&t);
       continue;
     }
-    Series s{&t, {}}, tm{&t, {}};
-    for (const auto& [step, v] : t.objective) {
-      s.points.push_back({static_cast<double>(step), {step, v}});
-      if (const auto sec = time_at(t.elapsed, step)) tm.points.push_back({*sec, {step, v}});
-    }
+    Series s{&t, {}};
+    for (const auto& [step, v] : t.objective) s.points.push_back({static_cast<double>(step), {step, v}});
     by_step.push_back(std::move(s));
     ref_step.push_back(is_reference(t));
-    if (tm.points.empty()) {
-      no_time.push_back(&t);
-      continue;
-    }
-    // Interpolated times are monotone only if elapsed is; keep the series ordered by time.
-    std::stable_sort(tm.points.begin(), tm.points.end(),
-                     [](const auto& a, const auto& b) { return a.first < b.first; });
-    by_time.push_back(std::move(tm));
-    ref_time.push_back(is_reference(t));
+    place(t, t.elapsed, by_time, ref_time, no_time);
+    place(t, t.flops, by_flops, ref_flops, no_flops);
   }
-  out.at_step = rank_at(by_step, no_objective, settings.metric, "", ref_step, cx, false);
-  out.at_time = rank_at(by_time, no_time, settings.metric, "no wall-clock data", ref_time, cx, true);
+  out.at_step = rank_at(by_step, no_objective, settings.metric, "", ref_step, cx, Axis::steps);
+  out.at_time = rank_at(by_time, no_time, settings.metric, "no wall-clock data", ref_time, cx, Axis::seconds);
+  out.at_flops = rank_at(by_flops, no_flops, settings.metric, "no flops reported", ref_flops, cx, Axis::flops);
   out.pareto = pareto(trials, reference, cx, settings.metric);
   return out;
 }
@@ -300,22 +311,24 @@ struct Table {
 
 std::string rank_cell(int64_t rank) { return rank > 0 ? std::to_string(rank) : "-"; }
 
-void render_ranking(std::string& out, const Ranking& r, const std::string& metric, bool timed) {
+void render_ranking(std::string& out, const Ranking& r, const std::string& metric, Axis axis) {
   if (!r.defined) {
-    out += "  (no " + std::string(timed ? "wall-clock data" : metric + " reported") +
-           " for the trials to compare)\n";
+    const std::string what = axis == Axis::seconds ? "wall-clock data" : axis == Axis::flops ? "flops" : metric + " reported";
+    out += "  (no " + what + " for the trials to compare)\n";
     return;
   }
   Table t;
   t.columns = {{"rank", true}, {"trial", true}, {metric, true}, {"step", true}};
-  if (timed) t.columns.push_back({"seconds", true});
+  if (axis == Axis::seconds) t.columns.push_back({"seconds", true});
+  if (axis == Axis::flops) t.columns.push_back({"FLOPs", true});
   t.columns.push_back({"params", false});
   t.columns.push_back({"note", false});
   for (const auto& e : r.entries) {
     std::vector<std::string> row = {rank_cell(e.rank), std::to_string(e.trial),
                                     e.step >= 0 ? num(e.value) : "-",
                                     e.step >= 0 ? std::to_string(e.step) : "-"};
-    if (timed) row.push_back(e.seconds >= 0 ? num(e.seconds, "%.1f") : "-");
+    if (axis == Axis::seconds) row.push_back(e.seconds >= 0 ? num(e.seconds, "%.1f") : "-");
+    if (axis == Axis::flops) row.push_back(e.flops >= 0 ? num(e.flops, "%.3g") : "-");
     row.push_back(e.label);
     row.push_back(e.note);
     t.rows.push_back(std::move(row));
@@ -325,11 +338,11 @@ void render_ranking(std::string& out, const Ranking& r, const std::string& metri
 
 nlohmann::json jnum(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(); }
 
-nlohmann::json ranking_json(const Ranking& r, bool timed) {
+nlohmann::json ranking_json(const Ranking& r, Axis axis) {
   nlohmann::json j;
-  j[timed ? "seconds" : "step"] =
-      r.defined ? (timed ? nlohmann::json(r.at) : nlohmann::json(static_cast<int64_t>(r.at)))
-                : nlohmann::json();
+  const char* key = axis == Axis::seconds ? "seconds" : axis == Axis::flops ? "flops" : "step";
+  j[key] = r.defined ? (axis != Axis::steps ? nlohmann::json(r.at) : nlohmann::json(static_cast<int64_t>(r.at)))
+                     : nlohmann::json();
   j["entries"] = nlohmann::json::array();
   for (const auto& e : r.entries) {
     nlohmann::json x = {{"rank", e.rank},
@@ -340,7 +353,8 @@ nlohmann::json ranking_json(const Ranking& r, bool timed) {
                         {"step", e.step >= 0 ? nlohmann::json(e.step) : nlohmann::json()},
                         {"reached", e.reached},
                         {"note", e.note}};
-    if (timed) x["seconds"] = e.seconds >= 0 ? nlohmann::json(e.seconds) : nlohmann::json();
+    if (axis == Axis::seconds) x["seconds"] = e.seconds >= 0 ? nlohmann::json(e.seconds) : nlohmann::json();
+    if (axis == Axis::flops) x["flops"] = e.flops >= 0 ? nlohmann::json(e.flops) : nlohmann::json();
     j["entries"].push_back(std::move(x));
   }
   return j;
@@ -356,11 +370,14 @@ std::string format_best_table(const BestReport& report) {
              ? "At equal steps (step " + std::to_string(static_cast<int64_t>(report.at_step.at)) +
                    "):\n"
              : std::string("At equal steps:\n");
-  render_ranking(out, report.at_step, metric, false);
+  render_ranking(out, report.at_step, metric, Axis::steps);
   out += report.at_time.defined
              ? "\nAt equal wall-clock (" + num(report.at_time.at, "%.1f") + " s):\n"
              : std::string("\nAt equal wall-clock:\n");
-  render_ranking(out, report.at_time, metric, true);
+  render_ranking(out, report.at_time, metric, Axis::seconds);
+  out += report.at_flops.defined ? "\nAt equal compute (" + num(report.at_flops.at, "%.3g") + " FLOPs):\n"
+                                 : std::string("\nAt equal compute:\n");
+  render_ranking(out, report.at_flops, metric, Axis::flops);
   out += "\nPareto front of (final " + metric + ", seconds per step), * = on the front:\n";
   Table t;
   t.columns = {{"front", false}, {"trial", true},  {metric, true},   {"step", true},
@@ -384,8 +401,9 @@ std::string format_best_table(const BestReport& report) {
 nlohmann::json best_to_json(const BestReport& report) {
   nlohmann::json j = {{"metric", report.settings.metric},
                       {"mode", report.settings.mode},
-                      {"at_step", ranking_json(report.at_step, false)},
-                      {"at_time", ranking_json(report.at_time, true)},
+                      {"at_step", ranking_json(report.at_step, Axis::steps)},
+                      {"at_time", ranking_json(report.at_time, Axis::seconds)},
+                      {"at_flops", ranking_json(report.at_flops, Axis::flops)},
                       {"pareto", nlohmann::json::array()}};
   for (const auto& p : report.pareto)
     j["pareto"].push_back(

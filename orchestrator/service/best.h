@@ -1,5 +1,5 @@
 // `precon best EXP`: ranks an experiment's trials by the objective ([objective] metric and mode)
-// at equal steps and at equal wall-clock seconds, and finds the Pareto front of (final objective,
+// at equal steps, at equal wall-clock seconds and at equal model FLOPs, and finds the Pareto front of (final objective,
 // seconds per step). Pure logic over series the caller loaded; no I/O. Thread-safety: free
 // functions over values; safe from any thread.
 //
@@ -13,6 +13,9 @@
 //    linearly interpolated between the elapsed points around it (step 0 is at 0 s); a point
 //    after the last elapsed point has no time. E = the smallest time of the reference trials'
 //    last timed points; ranked by the last value at or before E.
+//  - at equal compute: the same with the model FLOPs spent up to each step (the trainer's `flops`
+//    metric, interpolated as the seconds are), so trials of different shapes, families or batch
+//    sizes compare on what they cost; F = the smallest FLOPs of the reference trials' last points.
 //  - Pareto front over the reference trials: final value (the last objective point) against
 //    mean seconds per step (the mean of the step_seconds series, or else the slope of elapsed
 //    over steps between its first and last points, or elapsed / step with one point). Trials
@@ -48,6 +51,7 @@ struct BestTrial {
   std::map<int64_t, double> objective;     // step -> objective value
   std::map<int64_t, double> elapsed;       // step -> wall-clock seconds since the trial started
   std::map<int64_t, double> step_seconds;  // step -> seconds per step as measured; may be empty
+  std::map<int64_t, double> flops;         // step -> model FLOPs spent up to it; may be empty
 };
 
 struct BestSettings {
@@ -63,13 +67,14 @@ struct RankEntry {
   double value = std::numeric_limits<double>::quiet_NaN();  // the objective used (NaN: none)
   int64_t step = -1;     // the step of that value (-1 when none)
   double seconds = -1;   // its wall-clock seconds (-1 when unknown)
+  double flops = -1;     // the model FLOPs spent up to it (-1 when unknown)
   bool reached = false;  // reached the common step (or time)
   std::string note;      // why it is ranked as it is, "" for a completed trial that reached it
 };
 
 struct Ranking {
   bool defined = false;  // false when no trial has the data this ranking needs
-  double at = 0;         // S (a step) or E (seconds)
+  double at = 0;         // S (a step), E (seconds) or F (FLOPs)
   std::vector<RankEntry> entries;  // best first
 };
 
@@ -90,6 +95,7 @@ struct BestReport {
   BestSettings settings;
   Ranking at_step;
   Ranking at_time;
+  Ranking at_flops;
   std::vector<ParetoEntry> pareto;  // front by seconds per step, then dominated, then the rest
 };
 

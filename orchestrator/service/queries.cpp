@@ -61,6 +61,8 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
       ++recorded;
       b.elapsed[p.step] = cumulative * static_cast<double>(p.step) / static_cast<double>(recorded);
     }
+    for (const MetricPoint& p : store.metrics(t.id, "flops"))
+      if (std::isfinite(p.value)) b.flops[p.step] = p.value;
     trials.push_back(std::move(b));
   }
   BestSettings s;

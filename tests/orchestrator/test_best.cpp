@@ -234,3 +234,46 @@ TEST(Best, Json) {
 
 }  // namespace
 }  // namespace precon::orch
+
+namespace precon::orch {
+namespace {
+
+TEST(Best, RanksAtEqualCompute) {
+  // A small model (1e9 FLOPs a step) trained 400 steps and a big one (4e9 a step) trained 100:
+  // the big one leads at equal steps, the small one at equal compute (4e11 FLOPs each).
+  using S = TrialState;
+  std::vector<BestTrial> trials = {
+      trial(1, S::completed, {{100, 3.0}, {200, 2.6}, {400, 2.2}}),
+      trial(2, S::completed, {{50, 2.9}, {100, 2.5}}),
+      trial(3, S::completed, {{100, 2.4}}),  // no flops reported: not compared at equal compute
+  };
+  trials[0].flops = {{100, 1e11}, {200, 2e11}, {400, 4e11}};
+  trials[1].flops = {{50, 2e11}, {100, 4e11}};
+  const BestReport r = rank_trials(trials, {});
+  EXPECT_DOUBLE_EQ(r.at_step.at, 100);
+  EXPECT_EQ(ids(r.at_step), (std::vector<int64_t>{3, 2, 1}));
+  ASSERT_TRUE(r.at_flops.defined);
+  EXPECT_DOUBLE_EQ(r.at_flops.at, 4e11);
+  EXPECT_EQ(ids(r.at_flops), (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(ranks(r.at_flops), (std::vector<int64_t>{1, 2, 0}));
+  EXPECT_EQ(r.at_flops.entries[0].step, 400);
+  EXPECT_DOUBLE_EQ(r.at_flops.entries[0].flops, 4e11);
+  EXPECT_EQ(r.at_flops.entries[2].note, "no flops reported");
+  // Between two recorded points the FLOPs are interpolated as the seconds are.
+  trials[0].flops = {{200, 2e11}, {400, 4e11}};
+  trials[0].objective = {{300, 2.3}, {400, 2.2}};
+  trials[1].flops = {{100, 3e11}};
+  const BestReport q = rank_trials(trials, {});
+  EXPECT_DOUBLE_EQ(q.at_flops.at, 3e11);
+  EXPECT_EQ(q.at_flops.entries[0].trial, 1);
+  EXPECT_DOUBLE_EQ(q.at_flops.entries[0].value, 2.3);  // step 300 lies at 3e11 FLOPs
+  const std::string table = format_best_table(r);
+  EXPECT_NE(table.find("At equal compute (4e+11 FLOPs):"), std::string::npos) << table;
+  const nlohmann::json j = best_to_json(r);
+  EXPECT_DOUBLE_EQ(j["at_flops"]["flops"].get<double>(), 4e11);
+  EXPECT_EQ(j["at_flops"]["entries"][0]["trial"], 1);
+  EXPECT_DOUBLE_EQ(j["at_flops"]["entries"][0]["flops"].get<double>(), 4e11);
+}
+
+}  // namespace
+}  // namespace precon::orch

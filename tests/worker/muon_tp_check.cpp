@@ -2,7 +2,7 @@
 // GPT's matrices on two tensor-parallel ranks in each optimizer.muon.tp_mode, against references
 // computed in this process:
 //   duplicated, distributed: the single-process Muon step (the same result, up to fp32 rounding);
-//   blockwise: each rank's tensor-parallel shard (as params.h's copy_tp_shard cuts it)
+//   blockwise: each rank's tensor-parallel shard (as params.h's copy_tp_part cuts it)
 //              orthogonalised on its own by the naive double-precision Newton–Schulz.
 // Prints one line per check and exits 1 if any failed.
 #include <algorithm>
@@ -91,7 +91,7 @@ void compare(const std::string& what, const std::vector<std::vector<float>>& got
   failures += !ok;
 }
 
-// blockwise by hand: each TP shard of G (copy_tp_shard) through the naive Newton–Schulz, placed
+// blockwise by hand: each TP shard of G (copy_tp_part) through the naive Newton–Schulz, placed
 // back; W' = W − √(fan_out/fan_in)·O with the full matrix's fans (the scale does not change).
 std::vector<std::vector<float>> blockwise_reference(int tp) {
   pw::ParamStore store(pw::gpt2_param_table(tiny_model()), precon::kernels::Device::cpu);
@@ -102,12 +102,12 @@ std::vector<std::vector<float>> blockwise_reference(int tp) {
     const pw::ParamSpec& full = store.spec(i);
     if (full.kind != pw::ParamKind::matrix) continue;
     std::vector<float> w = host_of(store.param(i)), g = host_of(store.grad(i)), o(w.size(), 0.0f);
-    const pw::ParamSpec shard = pw::tp_shard_spec(full, tp);
+    const pw::ParamSpec shard = pw::tp_part_spec(full, tp);
     for (int r = 0; r < tp; ++r) {
       std::vector<float> gs(static_cast<size_t>(shard.numel())), os;
-      pw::copy_tp_shard(full, g.data(), gs.data(), r, tp, true);
+      pw::copy_tp_part(full, g.data(), gs.data(), r, tp, true);
       os = ref::to_float(ref::newton_schulz(ref::from_float(gs, shard.shape[0], shard.shape[1]), schedule, 1e-7));
-      pw::copy_tp_shard(full, o.data(), os.data(), r, tp, false);
+      pw::copy_tp_part(full, o.data(), os.data(), r, tp, false);
     }
     const float scale = static_cast<float>(std::sqrt(double(full.fan_out) / double(full.fan_in)));
     for (size_t k = 0; k < w.size(); ++k) w[k] -= scale * o[k];

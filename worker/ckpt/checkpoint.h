@@ -26,7 +26,7 @@ namespace precon::worker {
 inline constexpr const char* kManifestName = "manifest.json";
 
 // One file of a checkpoint: a plain name (no '/') and the function that streams its bytes, or a
-// file another rank has already written and fsynced (a shard of the optimizer state), moved in.
+// file another rank has already written and fsynced (a file of the optimizer state), moved in.
 struct CheckpointFile {
   std::string name;
   std::function<void(ByteSink&)> write;

@@ -245,8 +245,8 @@ std::vector<KeySpec> build_table() {
                   .range(0, 1));
   k.push_back(trial("optimizer.muon.tp_mode", "",
                     "Newton–Schulz of tensor-parallel matrices: duplicated = of the whole matrix; distributed = "
-                    "each rank keeps its shard and each step all-reduces the Gram matrix (same result); blockwise = "
-                    "each shard on its own, no communication: the result depends on parallel.tensor",
+                    "each rank keeps its part and each step all-reduces the Gram matrix (same result); blockwise = "
+                    "each part on its own, no communication: the result depends on parallel.tensor",
                     T(optimizer.muon.tp_mode)).choices({"duplicated", "distributed", "blockwise"}));
   k.push_back(trial("optimizer.muon.comm_dtype", "",
                     "dtype of the orthogonalised updates all-gathered from their owners; bf16 halves the bytes "

@@ -78,9 +78,9 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
                                   std::to_string(NH_) + ", n_kv_head = " + std::to_string(config.kv_heads()) +
                                   ", the MLP width " + std::to_string(config.ffn()) + " and the padded vocabulary " +
                                   std::to_string(Vp_));
-    std::vector<ParamSpec> shards;
-    for (const ParamSpec& spec : params_->table()) shards.push_back(tp_shard_spec(spec, t));
-    shard_ = std::make_unique<ParamStore>(std::move(shards), device, stage_rows_);
+    std::vector<ParamSpec> parts;
+    for (const ParamSpec& spec : params_->table()) parts.push_back(tp_part_spec(spec, t));
+    parts_ = std::make_unique<ParamStore>(std::move(parts), device, stage_rows_);
   }
   if (act_ == DType::bf16) {
     shadow_buf_ = k::Buffer(device, compute().total_numel() * sizeof(k::bf16));
@@ -113,27 +113,27 @@ Tensor Model::input_grad() const { return acts_->dresidual; }
 
 Tensor Model::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : compute().param(row); }
 
-void Model::take_shards() {
-  if (!shard_) return;
+void Model::take_parts() {
+  if (!parts_) return;
   for (size_t i : stage_rows_)
-    copy_tp_shard(params_->spec(i), params_->param(i).f32(), shard_->param(i).f32(), tp_.rank(), tp_.size(), true);
+    copy_tp_part(params_->spec(i), params_->param(i).f32(), parts_->param(i).f32(), tp_.rank(), tp_.size(), true);
 }
 
 void Model::zero_grads() {
   if (own_params_) params_->zero_grads();
   else
     for (size_t i : stage_rows_) k::fill_zero(params_->grad(i));
-  if (shard_) shard_->zero_grads();
+  if (parts_) parts_->zero_grads();
 }
 
 void Model::place_grads_for_sum() {
-  if (!shard_) return;
+  if (!parts_) return;
   for (size_t i : stage_rows_) {
     const ParamSpec& spec = params_->spec(i);
     Tensor full = params_->grad(i);
     k::fill_zero(full);
-    if (spec.tp_split_dim >= 0) copy_tp_shard(spec, full.f32(), shard_->grad(i).f32(), tp_.rank(), tp_.size(), false);
-    else if (tp_.rank() == 0) k::copy(full, shard_->grad(i));
+    if (spec.tp_split_dim >= 0) copy_tp_part(spec, full.f32(), parts_->grad(i).f32(), tp_.rank(), tp_.size(), false);
+    else if (tp_.rank() == 0) k::copy(full, parts_->grad(i));
   }
 }
 
@@ -155,7 +155,7 @@ void Model::begin_forward(const std::vector<int32_t>& tokens, const std::vector<
   a.targets_host = targets;
   k::copy(a.tokens, Tensor::view(a.tokens_host.data(), {B_, T_}, DType::i32));
   k::copy(a.targets, Tensor::view(a.targets_host.data(), {B_, T_}, DType::i32));
-  take_shards();
+  take_parts();
   cast_weights();
   a.grads_ready = compute_grad;
 }
@@ -184,7 +184,7 @@ std::pair<size_t, size_t> Model::row_range(std::initializer_list<size_t> rows) {
 }
 
 std::vector<float> Model::logits_host() const {
-  if (tp_.parallel()) throw std::logic_error("logits_host: under tensor parallelism each rank holds a vocabulary shard");
+  if (tp_.parallel()) throw std::logic_error("logits_host: under tensor parallelism each rank holds a vocabulary part");
   const Acts& a = *acts_;
   const int64_t BT = B_ * T_;
   std::vector<float> padded(BT * Vp_), out(BT * V_);

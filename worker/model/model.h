@@ -1,5 +1,5 @@
 // What every model family shares: the parameter store (the table's rows, or a pipeline stage's),
-// this rank's tensor-parallel shard of it, bf16 weight copies, the activation slots of a pipeline
+// this rank's tensor-parallel part of it, bf16 weight copies, the activation slots of a pipeline
 // stage, and the interface the trainer, the pipeline schedule and the checkpoints use. A family
 // (gpt.h, llama.h) says what the architecture is: its table, its activations, its forward and
 // backward passes over the kernels and the parallel layers (worker/parallel/layers.h), which own
@@ -52,7 +52,7 @@ class Model : public LayerWeights {
   // are still computed. Not called under tensor parallelism.
   using GradsReady = std::function<void(size_t first, size_t end)>;
   virtual void backward(const GradsReady& ready = {}) = 0;
-  // Zeroes the gradients (the shard's too); of this stage's rows only when the store is shared.
+  // Zeroes the gradients (the part's too); of this stage's rows only when the store is shared.
   void zero_grads();
 
   // Pipeline stages, all (B, T, C) fp32 views of the selected slot's activations: the input a
@@ -65,7 +65,7 @@ class Model : public LayerWeights {
   kernels::Tensor output_grad() const;
   kernels::Tensor input_grad() const;
   const ModelStage& stage() const { return stage_; }
-  // Tensor parallelism: writes the shard's gradients into params()'s at their place in the full
+  // Tensor parallelism: writes the part's gradients into params()'s at their place in the full
   // tensors, and the replicated ones on the group's first rank only (zeros elsewhere), so that a
   // sum over the tensor-parallel group (with the data-parallel sum, over the world) gives every
   // full gradient.
@@ -82,7 +82,7 @@ class Model : public LayerWeights {
   int64_t activation_bytes() const;
 
   // LayerWeights: what the passes read (the bf16 copy under bf16 precision, else the fp32
-  // parameter of this rank's shard) and the gradient they accumulate into.
+  // parameter of this rank's part) and the gradient they accumulate into.
   kernels::Tensor weight(size_t row) const override;
   kernels::Tensor grad(size_t row) const override { return compute().grad(row); }
 
@@ -116,8 +116,8 @@ class Model : public LayerWeights {
   // table: the family's (model_param_table); precision "fp32", or "bf16" (CUDA: bf16 activations
   // and weight copies, fp32 masters and gradients). tp: the tensor-parallel group (null or size 1:
   // the whole model here); with several ranks each tensor with a tp_split_dim is cut Megatron's way
-  // (params.h tp_shard_spec) and this rank computes with its shard; params() still holds the full
-  // tensors, which the optimizer updates and checkpoints save, and each forward takes the shard
+  // (params.h tp_part_spec) and this rank computes with its part; params() still holds the full
+  // tensors, which the optimizer updates and checkpoints save, and each forward takes the part
   // from it. stage: the whole model by default; a pipeline stage computes only its blocks, and its
   // params() hold only its own rows. shared: a store of the table's rows that several chunks of one
   // rank compute with (interleaved pipeline stages), holding this stage's rows and outliving this
@@ -129,7 +129,7 @@ class Model : public LayerWeights {
   template <class A>
   A& acts() const { return static_cast<A&>(*acts_); }
 
-  // The shared start of a forward: the batch into the slot, the shard and bf16 copies refreshed.
+  // The shared start of a forward: the batch into the slot, the part and bf16 copies refreshed.
   void begin_forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad);
   // The head's last part: the loss over the logits (d logits in place with compute_grad); returns
   // the mean over the counted targets.
@@ -137,7 +137,7 @@ class Model : public LayerWeights {
   void begin_backward();
   // [first, end) of the table rows given, for the ready callback.
   static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
-  ParamStore& compute() const { return shard_ ? *shard_ : *params_; }  // what the passes read and write
+  ParamStore& compute() const { return parts_ ? *parts_ : *params_; }  // what the passes read and write
 
   ModelConfig config_;
   int64_t B_, T_, C_, NH_, L_, V_, Vp_;
@@ -151,12 +151,12 @@ class Model : public LayerWeights {
   VocabParallelCrossEntropy loss_;
 
  private:
-  void take_shards();
+  void take_parts();
   void cast_weights();
 
   std::unique_ptr<ParamStore> own_params_;  // null when the store is shared
   ParamStore* params_ = nullptr;            // own_params_ or the shared store
-  std::unique_ptr<ParamStore> shard_;       // this rank's shard of every parameter (tensor parallelism only)
+  std::unique_ptr<ParamStore> parts_;       // this rank's part of every parameter (tensor parallelism only)
   kernels::Buffer shadow_buf_;              // bf16 copies of the weights (bf16 precision only)
   std::vector<kernels::Tensor> shadow_;
   std::vector<std::unique_ptr<Acts>> slots_;

@@ -140,7 +140,7 @@ size_t tied_embedding_row(const std::vector<ParamSpec>& table) {
   return table.size();
 }
 
-ParamSpec tp_shard_spec(const ParamSpec& full, int size) {
+ParamSpec tp_part_spec(const ParamSpec& full, int size) {
   ParamSpec s = full;
   if (full.tp_split_dim < 0 || size == 1) return s;
   if (full.storage_rows > 0) {  // wte: the padded storage's rows
@@ -156,13 +156,13 @@ ParamSpec tp_shard_spec(const ParamSpec& full, int size) {
   return s;
 }
 
-void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, int rank, int size, bool into_shard) {
+void copy_tp_part(const ParamSpec& full, float* full_data, float* part_data, int rank, int size, bool into_part) {
   auto move = [&](float* f, float* sh, int64_t n) {
-    if (into_shard) std::copy(f, f + n, sh);
+    if (into_part) std::copy(f, f + n, sh);
     else std::copy(sh, sh + n, f);
   };
   if (full.tp_split_dim < 0 || size == 1) {
-    move(full_data, shard_data, full.storage_numel());
+    move(full_data, part_data, full.storage_numel());
     return;
   }
   const int64_t rows = full.storage_rows > 0 ? full.storage_rows : full.shape[0];
@@ -171,13 +171,13 @@ void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, i
   if (full.tp_split_dim == 0) {  // whole rows (a 1-D tensor is rows of one column)
     const int64_t block = rows / blocks, piece = block / size;
     for (int64_t b = 0; b < blocks; ++b)
-      move(full_data + (b * block + rank * piece) * cols, shard_data + b * piece * cols, piece * cols);
+      move(full_data + (b * block + rank * piece) * cols, part_data + b * piece * cols, piece * cols);
     return;
   }
-  const int64_t block = cols / blocks, piece = block / size, shard_cols = blocks * piece;
+  const int64_t block = cols / blocks, piece = block / size, part_cols = blocks * piece;
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < blocks; ++b)
-      move(full_data + r * cols + b * block + rank * piece, shard_data + r * shard_cols + b * piece, piece);
+      move(full_data + r * cols + b * block + rank * piece, part_data + r * part_cols + b * piece, piece);
 }
 
 namespace {

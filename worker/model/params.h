@@ -1,6 +1,6 @@
 // The parameter tables of the model families: one row per tensor {name, shape, tp_split_dim, ...}
 // drives allocation, gradients, optimizer state and routing, checkpoint names, pipeline placement
-// and tensor-parallel sharding. Names and storage layouts are Hugging Face's (GPT-2: Conv1D
+// and tensor-parallel splitting. Names and storage layouts are Hugging Face's (GPT-2: Conv1D
 // weights stored (in, out); Llama: nn.Linear weights stored (out, in)).
 #pragma once
 
@@ -50,11 +50,11 @@ int64_t padded_vocab(int64_t vocab_size);
 // Tensor parallelism. A parameter with tp_split_dim d is cut along d into `size` equal pieces;
 // for the fused QKV weight and bias each of their qkv_blocks blocks is cut and rank r holds piece
 // r of every block, in block order (its own heads' q, k and v); wte is cut by rows of its padded
-// storage (a vocabulary shard). The others are replicated. This is what rank `rank` holds.
-ParamSpec tp_shard_spec(const ParamSpec& full, int size);
-// Copies rank's shard between the full storage (host memory, storage_numel floats) and the
-// shard's (tp_shard_spec(full, size).storage_numel() floats), in the direction asked.
-void copy_tp_shard(const ParamSpec& full, float* full_data, float* shard_data, int rank, int size, bool into_shard);
+// storage (a vocabulary part). The others are replicated. This is what rank `rank` holds.
+ParamSpec tp_part_spec(const ParamSpec& full, int size);
+// Copies rank's part between the full storage (host memory, storage_numel floats) and the
+// part's (tp_part_spec(full, size).storage_numel() floats), in the direction asked.
+void copy_tp_part(const ParamSpec& full, float* full_data, float* part_data, int rank, int size, bool into_part);
 
 std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 // Hugging Face LlamaForCausalLM's names and layouts (nn.Linear weights stored (out, in), no biases;

@@ -15,7 +15,7 @@
 #include "kernels/newton_schulz.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
-#include "worker/optim/shards.h"
+#include "worker/optim/parts.h"
 #include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
@@ -74,10 +74,10 @@ std::vector<OptimParam> select(const std::vector<OptimParam>& params, bool matri
 // update to every rank and all apply them alike. tp_mode (tensor = TP ranks, Megatron's names):
 //   duplicated:  the owner (any rank) orthogonalises the whole matrix: the single-process result;
 //   distributed: the owner is a data-parallel index; each rank of that tensor-parallel group keeps
-//                the momentum of its own shard only (its chunks packed along the split dim, as
-//                params.h cuts the parameter), and the group runs Newton–Schulz on the shards with
-//                the Gram matrix all-reduced each step (newton_schulz_sharded): the same result;
-//   blockwise:   the owner orthogonalises each tensor-parallel shard on its own: a result that
+//                the momentum of its own part only (its chunks packed along the split dim, as
+//                params.h cuts the parameter), and the group runs Newton–Schulz on the parts with
+//                the Gram matrix all-reduced each step (newton_schulz_distributed): the same result;
+//   blockwise:   the owner orthogonalises each tensor-parallel part on its own: a result that
 //                depends on parallel.tensor.
 class Muon final : public Optimizer {
  public:
@@ -194,7 +194,7 @@ class Muon final : public Optimizer {
 
  private:
   // A part of a matrix's update that one rank computes and sends: the whole matrix, or the spans
-  // along split_dim of its tensor-parallel shard (distributed), packed at `offset` in its segment.
+  // along split_dim of its tensor-parallel part (distributed), packed at `offset` in its segment.
   struct Piece {
     int rank = 0;
     bool whole = true;
@@ -237,24 +237,24 @@ class Muon final : public Optimizer {
     }
     if (m.split_dim >= 0 && ((m.qkv > 1 && m.split_dim != m.qkv_dim) || s.shape[m.split_dim] % (m.qkv * tensor_) != 0)) {
       throw OptimizerError("muon: " + s.name + " cannot be cut into " + std::to_string(tensor_) +
-                           " tensor-parallel shards along dim " + std::to_string(m.split_dim));
+                           " tensor-parallel parts along dim " + std::to_string(m.split_dim));
     }
     m.scale = muon_scale(config_.scale, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
     matrices_.push_back(std::move(m));
   }
 
   // The Newton–Schulz problems of a matrix as span lists along a dim: blocks (along qkv_dim), or
-  // under blockwise each block's tensor-parallel shards.
+  // under blockwise each block's tensor-parallel parts.
   std::vector<std::vector<Span>> problems(const Matrix& m, int& dim) const {
     std::vector<std::vector<Span>> out;
-    const bool shards = mode_ == "blockwise" && m.split_dim >= 0;
-    dim = shards ? m.split_dim : m.qkv_dim;
+    const bool per_part = mode_ == "blockwise" && m.split_dim >= 0;
+    dim = per_part ? m.split_dim : m.qkv_dim;
     const int64_t extent = m.param.shape[dim];
     for (int b = 0; b < m.blocks; ++b) {
-      for (int r = 0; r < (shards ? tensor_ : 1); ++r) {
+      for (int r = 0; r < (per_part ? tensor_ : 1); ++r) {
         std::vector<Span> spans;
         for (int k = b * m.qkv / m.blocks; k < (b + 1) * m.qkv / m.blocks; ++k) {
-          spans.push_back(shards ? tp_chunk(extent, m.qkv, tensor_, k, r) : tp_chunk(extent, m.qkv, 1, k, 0));
+          spans.push_back(per_part ? tp_chunk(extent, m.qkv, tensor_, k, r) : tp_chunk(extent, m.qkv, 1, k, 0));
         }
         out.push_back(std::move(spans));
       }
@@ -315,7 +315,7 @@ class Muon final : public Optimizer {
       }
       matrix_index_[m.name] = i;
       if (m.holds_state) {
-        // distributed: this rank's shard only, shaped as its piece of the update.
+        // distributed: this rank's part only, shaped as its piece of the update.
         const std::vector<int64_t> shape =
             distributed(m) ? m.pieces[static_cast<size_t>(me % tensor_)].shape : std::vector<int64_t>{rows, cols};
         momentum_handle_.push_back(momentum_.add(m.name, -1, shape));
@@ -352,15 +352,15 @@ class Muon final : public Optimizer {
     return Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_);
   }
 
-  // A distributed matrix's momentum (this rank's shard, chunk k of every Q/K/V block packed at
+  // A distributed matrix's momentum (this rank's part, chunk k of every Q/K/V block packed at
   // k·chunk along the split dim) as its parts of the whole momentum: one per chunk.
-  void append_parts(const Matrix& m, const NamedState& shard, std::vector<NamedState>& out) const {
+  void append_parts(const Matrix& m, const NamedState& own, std::vector<NamedState>& out) const {
     const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
     const int64_t chunk = p.spans[0].length;
     for (size_t k = 0; k < p.spans.size(); ++k) {
-      NamedState part = shard;
-      part.tensor = shard.tensor.narrow(m.split_dim, static_cast<int64_t>(k) * chunk, chunk);
-      part.offset = shard.offset + (part.tensor.f32() - shard.tensor.f32());
+      NamedState part = own;
+      part.tensor = own.tensor.narrow(m.split_dim, static_cast<int64_t>(k) * chunk, chunk);
+      part.offset = own.offset + (part.tensor.f32() - own.tensor.f32());
       part.global_shape = {m.param.shape[0], m.param.shape[1]};
       part.global_offset = {0, 0};
       part.global_offset[static_cast<size_t>(m.split_dim)] = p.spans[k].start;
@@ -381,7 +381,7 @@ class Muon final : public Optimizer {
   }
 
   // The momentum update, and the direction to orthogonalise (in work memory, or the momentum).
-  // distributed: of this rank's shard, its spans of the gradient gathered first.
+  // distributed: of this rank's part, its spans of the gradient gathered first.
   Tensor momentum_and_direction(Matrix& m, const StepContext& ctx) {
     PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
@@ -410,7 +410,7 @@ class Muon final : public Optimizer {
     float* work = static_cast<float*>(work_.data());
     float* seg = static_cast<float*>(segment_buf_.data());
     if (distributed(m)) {
-      // Each Q/K/V block (or the whole matrix) is one problem; this rank's shard of block k is
+      // Each Q/K/V block (or the whole matrix) is one problem; this rank's part of block k is
       // chunk k of its piece, and u is that piece.
       const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
       Tensor packed = make_view(seg + p.offset, p.shape, device_);
@@ -421,7 +421,7 @@ class Muon final : public Optimizer {
         shape[m.split_dim] = per * chunk;
         Tensor x = make_view(work + rows * cols, shape, device_);
         gather_spans(x, u, m.split_dim, {Span{b * per * chunk, per * chunk}});
-        newton_schulz_sharded(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
+        newton_schulz_distributed(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
         scatter_spans(packed, x, m.split_dim, {Span{b * per * chunk, per * chunk}});
       }
       return;

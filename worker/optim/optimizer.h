@@ -50,7 +50,7 @@ struct StepContext {
 // With several ranks each rank lists only the state it holds: the expensive state lives with the
 // owner of its matrix or block (optim/ownership.h); `primary` says which holder writes it to a
 // checkpoint, so each entry is written once. A rank may hold only a part of a tensor (Muon's
-// momentum under tp_mode = distributed: its tensor-parallel shard): then `tensor` is that part,
+// momentum under tp_mode = distributed: its tensor-parallel part): then `tensor` is that part,
 // a box at `global_offset` in a tensor of `global_shape`, and one tensor may be listed as several
 // parts (one per Q/K/V chunk). A resume reads whatever parts the checkpoint holds into the parts
 // it holds now, so the layout may change.
@@ -68,7 +68,7 @@ struct NamedState {
 
 // One kind of state in one allocation, holding every tensor of that kind back to back as one
 // contiguous range each, parameters in table order (and blocks in order within a parameter): a
-// data-parallel shard of a kind is an offset range, and (name, shape, offset) locate a tensor.
+// data-parallel part of a kind is an offset range, and (name, shape, offset) locate a tensor.
 struct StateKind {
   std::string kind;
   kernels::Tensor flat;  // 1-D f32 over the whole allocation

@@ -28,7 +28,7 @@
 namespace precon::worker {
 
 // What a layer computes with: the weight of a table row as the passes read it (a bf16 copy under
-// bf16 precision, this rank's shard under tensor parallelism) and the gradient it accumulates into.
+// bf16 precision, this rank's part under tensor parallelism) and the gradient it accumulates into.
 class LayerWeights {
  public:
   virtual ~LayerWeights() = default;

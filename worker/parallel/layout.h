@@ -26,7 +26,7 @@ LaunchInfo launch_info_from_env();
 struct ParallelContext {
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> tp;  // the ranks that share one data slice
-  std::unique_ptr<Communicator> dp;  // the ranks that hold the same shard of the same stage
+  std::unique_ptr<Communicator> dp;  // the ranks that hold the same part of the same stage
   std::unique_ptr<Communicator> pp;  // one rank of every stage (same dp and tp rank), in stage order
   std::unique_ptr<Communicator> stage;  // every rank of this stage (tensor × data ranks)
   // The first and the last stage's ranks of one pipeline (they both hold the tied embedding);

@@ -41,14 +41,14 @@ void scatter_to_tp_region_backward(Tensor dfull, const Tensor& dlocal, Communica
   gather_from_tp_region_forward(dfull, dlocal, tp);
 }
 
-void vocab_parallel_embedding_forward(Tensor out, const int32_t* tokens, int64_t B, int64_t T, const Tensor& wte_shard,
+void vocab_parallel_embedding_forward(Tensor out, const int32_t* tokens, int64_t B, int64_t T, const Tensor& wte_part,
                                       int64_t first, const Tensor& wpe, Communicator& tp) {
-  const int64_t C = wte_shard.shape[1], rows = wte_shard.shape[0];
+  const int64_t C = wte_part.shape[1], rows = wte_part.shape[0];
   float* o = out.f32();
   std::fill_n(o, B * T * C, 0.0f);
   for (int64_t i = 0; i < B * T; ++i) {
     const int64_t row = tokens[i] - first;
-    if (row >= 0 && row < rows) std::copy_n(wte_shard.f32() + row * C, C, o + i * C);
+    if (row >= 0 && row < rows) std::copy_n(wte_part.f32() + row * C, C, o + i * C);
   }
   tp.all_reduce_sum(o, B * T * C);
   if (!wpe.data) return;  // no learned positions (llama)
@@ -58,9 +58,9 @@ void vocab_parallel_embedding_forward(Tensor out, const int32_t* tokens, int64_t
   }
 }
 
-void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dwpe, const Tensor& dout, const int32_t* tokens,
+void vocab_parallel_embedding_backward(Tensor dwte_part, Tensor dwpe, const Tensor& dout, const int32_t* tokens,
                                        int64_t B, int64_t T, int64_t first) {
-  const int64_t C = dout.shape[dout.ndim - 1], rows = dwte_shard.shape[0];
+  const int64_t C = dout.shape[dout.ndim - 1], rows = dwte_part.shape[0];
   const float* d = dout.f32();
   for (int64_t i = 0; i < B * T; ++i) {
     if (dwpe.data) {
@@ -69,7 +69,7 @@ void vocab_parallel_embedding_backward(Tensor dwte_shard, Tensor dwpe, const Ten
     }
     const int64_t row = tokens[i] - first;
     if (row < 0 || row >= rows) continue;
-    float* w = dwte_shard.f32() + row * C;
+    float* w = dwte_part.f32() + row * C;
     for (int64_t c = 0; c < C; ++c) w[c] += d[i * C + c];
   }
 }

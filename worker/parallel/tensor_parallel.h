@@ -1,5 +1,5 @@
 // Megatron-style tensor parallelism on the CPU: the communication regions, each a forward/backward
-// pair, and the vocabulary-parallel embedding and cross-entropy (the logits stay sharded: only a
+// pair, and the vocabulary-parallel embedding and cross-entropy (the logits stay split: only a
 // max, a sum of exponentials and the target's logit per position cross the ranks).
 //   copy_to_tp_region:     forward identity,   backward all-reduce  (before a column-parallel layer)
 //   reduce_from_tp_region: forward all-reduce, backward identity    (after a row-parallel layer)
@@ -25,15 +25,15 @@ void gather_from_tp_region_backward(kernels::Tensor dlocal, const kernels::Tenso
 void scatter_to_tp_region_forward(kernels::Tensor local, const kernels::Tensor& full, Communicator& tp);
 void scatter_to_tp_region_backward(kernels::Tensor dfull, const kernels::Tensor& dlocal, Communicator& tp);
 
-// out (B·T, C) = wte[token] + wpe[t], with rows [first, first + rows(wte_shard)) of wte here:
+// out (B·T, C) = wte[token] + wpe[t], with rows [first, first + rows(wte_part)) of wte here:
 // each rank adds the rows it holds, the sum crosses the ranks, and wpe (replicated) is added
 // unless it is an empty tensor (no learned positions).
 void vocab_parallel_embedding_forward(kernels::Tensor out, const int32_t* tokens, int64_t B, int64_t T,
-                                      const kernels::Tensor& wte_shard, int64_t first, const kernels::Tensor& wpe,
+                                      const kernels::Tensor& wte_part, int64_t first, const kernels::Tensor& wpe,
                                       Communicator& tp);
 // Accumulates d wte for the rows held here and d wpe (replicated: the same on every rank; skipped
 // when empty).
-void vocab_parallel_embedding_backward(kernels::Tensor dwte_shard, kernels::Tensor dwpe, const kernels::Tensor& dout,
+void vocab_parallel_embedding_backward(kernels::Tensor dwte_part, kernels::Tensor dwpe, const kernels::Tensor& dout,
                                        const int32_t* tokens, int64_t B, int64_t T, int64_t first);
 
 // logits (N, Vl): columns [first, first + Vl) of the padded vocabulary; columns >= vocab_size are

@@ -18,7 +18,7 @@
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
-#include "worker/train/optimizer_shards.h"
+#include "worker/train/optimizer_files.h"
 
 namespace precon::worker {
 
@@ -40,7 +40,7 @@ std::string config_hash(const TrialConfig& config) {
 
 namespace {
 
-constexpr const char* kOptimizerIndex = "optimizer.json";  // optimizer_shards.h
+constexpr const char* kOptimizerIndex = "optimizer.json";  // optimizer_files.h
 constexpr const char* kPerturbEnv = "PRECON_FAULT_PERTURB_REPLICA";
 
 int group_rank(const RunState& state) { return state.group ? state.group->rank() : 0; }
@@ -87,7 +87,7 @@ void check_replicas(const std::filesystem::path& dir, const RunState& state) {
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state) {
   const int rank = group_rank(state), ranks = group_size(state);
   Communicator* group = state.group;
-  // The other ranks' shards go into a parts directory named after the first rank's pid.
+  // The other ranks' files go into a parts directory named after the first rank's pid.
   int64_t pid = ::getpid();
   if (group) group->broadcast(&pid, sizeof pid, 0);
   const std::filesystem::path parts = checkpoint_parts_dir(run_dir, step, static_cast<long>(pid));
@@ -98,9 +98,9 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
     }
     group->barrier();
   }
-  OptimizerShard mine = optimizer_shard(*state.optimizer);
-  if (rank != 0) write_safetensors(parts / optimizer_shard_name(rank, ranks), mine.entries, mine.metadata);
-  if (ranks > 1) group->barrier();  // every shard is written and fsynced
+  OptimizerFile mine = optimizer_file(*state.optimizer);
+  if (rank != 0) write_safetensors(parts / optimizer_file_name(rank, ranks), mine.entries, mine.metadata);
+  if (ranks > 1) group->barrier();  // every file is written and fsynced
   std::filesystem::path dir = checkpoints_dir(run_dir) / checkpoint_dir_name(step);
   if (rank == 0) {
     json trainer = {{"step", step},
@@ -118,10 +118,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                               {"mode", state.config->objective.mode},
                               {"value", *state.objective}};
     }
-    std::vector<ShardListing> shards = {{optimizer_shard_name(0, ranks), mine.entries, mine.metadata}};
+    std::vector<FileListing> listings = {{optimizer_file_name(0, ranks), mine.entries, mine.metadata}};
     for (int r = 1; r < ranks; ++r) {
-      const SafetensorsFile other = SafetensorsFile::open(parts / optimizer_shard_name(r, ranks));
-      ShardListing& listing = shards.emplace_back(ShardListing{optimizer_shard_name(r, ranks), {}, other.metadata()});
+      const SafetensorsFile other = SafetensorsFile::open(parts / optimizer_file_name(r, ranks));
+      FileListing& listing = listings.emplace_back(FileListing{optimizer_file_name(r, ranks), {}, other.metadata()});
       for (const SafetensorsTensor& t : other.tensors()) listing.entries.push_back({t.name, t.dtype, t.shape, nullptr});
     }
     std::vector<CheckpointFile> files;
@@ -130,12 +130,12 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                        write_model_safetensors(out, state.full_params ? *state.full_params : state.model->params(),
                                                state.config->model);
                      }});
-    files.push_back({optimizer_shard_name(0, ranks), [&mine](ByteSink& out) {
+    files.push_back({optimizer_file_name(0, ranks), [&mine](ByteSink& out) {
                        write_safetensors(out, mine.entries, mine.metadata);
                      }});
     for (int r = 1; r < ranks; ++r)
-      files.push_back(CheckpointFile::adopted(optimizer_shard_name(r, ranks), parts / optimizer_shard_name(r, ranks)));
-    files.push_back(CheckpointFile::from_string(kOptimizerIndex, optimizer_index(shards).dump(1) + "\n"));
+      files.push_back(CheckpointFile::adopted(optimizer_file_name(r, ranks), parts / optimizer_file_name(r, ranks)));
+    files.push_back(CheckpointFile::from_string(kOptimizerIndex, optimizer_index(listings).dump(1) + "\n"));
     files.push_back(CheckpointFile::from_string("trainer.json", trainer.dump(2) + "\n"));
     files.push_back(CheckpointFile::from_string("config.json", hf_config_json(state.config->model).dump(2) + "\n"));
     files.push_back(CheckpointFile::from_string("config.toml", config_to_toml(*state.config)));
@@ -182,7 +182,7 @@ int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state)
   } catch (const ModelIoError& e) {
     throw CheckpointError(e.what());
   }
-  load_optimizer_shards(dir, *state.optimizer, state.group);
+  load_optimizer_files(dir, *state.optimizer, state.group);
   state.optimizer->load_state_scalars(trainer.at("optimizer"));
   state.loader->restore(trainer.at("loader").get<LoaderState>());
   check_replicas(dir, state);

@@ -37,12 +37,12 @@ struct RunState {
 // The objective value recorded in a checkpoint's trainer.json; nullopt when absent or unreadable.
 std::optional<double> checkpoint_objective(const std::filesystem::path& dir);
 
-// Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, the optimizer state in shards:
+// Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, the optimizer state in files:
 // optimizer.safetensors for one rank, optimizer-RRRRR-of-NNNNN.safetensors for several, each
 // rank's holding the entries it writes, and optimizer.json listing every entry's name, file,
 // global shape and offset; trainer.json, config.json (HF's), config.toml (the run's),
 // manifest.json) and applies keep_checkpoints/keep_best. A collective over state.group: the
-// checkpoint counts only once every rank has written its shard (barrier, manifest, rename), and
+// checkpoint counts only once every rank has written its file (barrier, manifest, rename), and
 // every rank returns after that.
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state);
 

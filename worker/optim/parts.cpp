@@ -1,4 +1,4 @@
-#include "worker/optim/shards.h"
+#include "worker/optim/parts.h"
 
 #include <cmath>
 #include <utility>
@@ -38,7 +38,7 @@ void copy_block(float* to, int64_t ld_to, const float* from, int64_t ld_from, in
 
 void check(const Tensor& a, const char* what) {
   if (a.ndim != 2 || a.dtype != kernels::DType::f32 || a.strides[1] != 1)
-    throw OptimizerError(std::string("shards: ") + what + " must be a 2-D f32 matrix with unit column stride");
+    throw OptimizerError(std::string("parts: ") + what + " must be a 2-D f32 matrix with unit column stride");
 }
 
 // Moves the spans between the matrix `full` and the packed pieces `packed` in the direction asked.
@@ -55,7 +55,7 @@ void move_spans(const Tensor& full, const Tensor& packed, int dim, const std::ve
     else copy_block(f, ld_full, p, ld_packed, rows, cols, full.device);
     at += s.length;
   }
-  if (at != packed.shape[dim]) throw OptimizerError("shards: the spans do not add up to the packed matrix");
+  if (at != packed.shape[dim]) throw OptimizerError("parts: the spans do not add up to the packed matrix");
 }
 
 }  // namespace
@@ -68,13 +68,13 @@ void scatter_spans(Tensor dst, const Tensor& src, int dim, const std::vector<Spa
   move_spans(dst, src, dim, spans, false);
 }
 
-void newton_schulz_sharded(Tensor x, int dim, const kernels::NsOptions& options, Communicator& group, float* scratch) {
+void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& options, Communicator& group, float* scratch) {
   const int64_t n = dim == 1 ? x.shape[0] : x.shape[1];  // the unsplit dim: the Gram matrix is n × n
   const kernels::Device device = x.device;
   double norm_sq = kernels::sum_squares(x);
   group.all_reduce_sum(&norm_sq, 1);
   if (!std::isfinite(norm_sq))
-    throw kernels::NonFiniteError("newton_schulz_sharded", "input contains NaN or Inf", __FILE__, __LINE__);
+    throw kernels::NonFiniteError("newton_schulz_distributed", "input contains NaN or Inf", __FILE__, __LINE__);
   const double denom = std::sqrt(norm_sq) + options.eps;
   if (denom == 0.0) {
     kernels::fill_zero(x);

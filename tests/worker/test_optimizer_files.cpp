@@ -14,7 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/common/error.h"
-#include "worker/train/optimizer_shards.h"
+#include "worker/train/optimizer_files.h"
 
 namespace precon::worker {
 namespace {
@@ -64,12 +64,12 @@ class OptimizerShards : public ::testing::Test {
 
   // Writes each holder's primary state as rank r of holders.size() and the index over them.
   void save(std::vector<Holder*> holders) {
-    std::vector<ShardListing> listings;
+    std::vector<FileListing> listings;
     const int ranks = static_cast<int>(holders.size());
     for (int r = 0; r < ranks; ++r) {
-      OptimizerShard shard = optimizer_shard(*holders[static_cast<size_t>(r)]);
-      write_safetensors(dir_ / optimizer_shard_name(r, ranks), shard.entries, shard.metadata);
-      listings.push_back({optimizer_shard_name(r, ranks), shard.entries, shard.metadata});
+      OptimizerFile shard = optimizer_file(*holders[static_cast<size_t>(r)]);
+      write_safetensors(dir_ / optimizer_file_name(r, ranks), shard.entries, shard.metadata);
+      listings.push_back({optimizer_file_name(r, ranks), shard.entries, shard.metadata});
     }
     write_index(optimizer_index(listings));
   }
@@ -83,13 +83,13 @@ class OptimizerShards : public ::testing::Test {
     std::vector<float> whole(kRows * kCols, -1.0f);
     Holder h;
     h.states.push_back(part(whole.data(), kRows, kCols, kCols, 0, 0));
-    load_optimizer_shards(dir_, h, nullptr);
+    load_optimizer_files(dir_, h, nullptr);
     return whole;
   }
   // The CheckpointError a load into `h` throws ("no error" when it loads), or into the whole matrix.
   std::string load_error(Holder* h = nullptr) {
     try {
-      if (h) load_optimizer_shards(dir_, *h, nullptr);
+      if (h) load_optimizer_files(dir_, *h, nullptr);
       else load_whole();
     } catch (const CheckpointError& e) {
       return e.what();
@@ -149,8 +149,8 @@ TEST_F(OptimizerShards, AWholeTensorReadsIntoPartsCutAnotherWay) {
   by_rows.states.push_back(part(rows.data() + 2 * kCols, 2, kCols, kCols, 2, 0));
   by_cols.states.push_back(part(cols.data(), kRows, 4, kCols, 0, 0));      // columns 0..3
   by_cols.states.push_back(part(cols.data() + 4, kRows, 2, kCols, 0, 4));  // columns 4..5
-  load_optimizer_shards(dir_, by_rows, nullptr);
-  load_optimizer_shards(dir_, by_cols, nullptr);
+  load_optimizer_files(dir_, by_rows, nullptr);
+  load_optimizer_files(dir_, by_cols, nullptr);
   EXPECT_EQ(rows, whole);
   EXPECT_EQ(cols, whole);
 }

@@ -1,4 +1,4 @@
-#include "worker/train/optimizer_shards.h"
+#include "worker/train/optimizer_files.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -17,7 +17,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kIndex = "optimizer.json";
-constexpr const char* kPartsKey = "precon.parts";  // shard metadata: {key: {name, global_shape, offset}}
+constexpr const char* kPartsKey = "precon.parts";  // file metadata: {key: {name, global_shape, offset}}
 
 using Shape = std::vector<int64_t>;
 
@@ -185,15 +185,15 @@ std::map<std::string, std::vector<StoredPart>> read_index(const std::filesystem:
 
 }  // namespace
 
-std::string optimizer_shard_name(int rank, int ranks) {
+std::string optimizer_file_name(int rank, int ranks) {
   if (ranks == 1) return "optimizer.safetensors";
   char buf[64];
   std::snprintf(buf, sizeof buf, "optimizer-%05d-of-%05d.safetensors", rank, ranks);
   return buf;
 }
 
-OptimizerShard optimizer_shard(Optimizer& optimizer) {
-  OptimizerShard out;
+OptimizerFile optimizer_file(Optimizer& optimizer) {
+  OptimizerFile out;
   std::vector<NamedState> states = optimizer.state_tensors();
   size_t primaries = 0;
   for (const NamedState& s : states) primaries += s.primary;
@@ -218,13 +218,13 @@ OptimizerShard optimizer_shard(Optimizer& optimizer) {
   return out;
 }
 
-json optimizer_index(const std::vector<ShardListing>& shards) {
+json optimizer_index(const std::vector<FileListing>& files) {
   json entries = json::array();
-  for (const ShardListing& shard : shards) {
+  for (const FileListing& file : files) {
     json parts = json::object();
-    if (auto it = shard.metadata.find(kPartsKey); it != shard.metadata.end()) parts = json::parse(it->second);
-    for (const SafetensorsEntry& e : shard.entries) {
-      json entry = {{"name", e.name}, {"file", shard.file}, {"global_shape", e.shape},
+    if (auto it = file.metadata.find(kPartsKey); it != file.metadata.end()) parts = json::parse(it->second);
+    for (const SafetensorsEntry& e : file.entries) {
+      json entry = {{"name", e.name}, {"file", file.file}, {"global_shape", e.shape},
                     {"offset", Shape(e.shape.size(), 0)}, {"shape", e.shape}};
       if (parts.contains(e.name)) {
         const json& p = parts[e.name];
@@ -239,7 +239,7 @@ json optimizer_index(const std::vector<ShardListing>& shards) {
   return {{"format", 1}, {"entries", entries}};
 }
 
-void load_optimizer_shards(const std::filesystem::path& dir, Optimizer& optimizer, Communicator* group) {
+void load_optimizer_files(const std::filesystem::path& dir, Optimizer& optimizer, Communicator* group) {
   const auto index = read_index(dir);
   std::map<std::string, SafetensorsFile> files;
   double held = 0;  // values this rank writes to a checkpoint

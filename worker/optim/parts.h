@@ -1,5 +1,5 @@
 // Pieces of a matrix for the distributed optimizers: ranges along one storage dim (a tensor-
-// parallel shard, a Q/K/V block) copied to and from contiguous memory, and Newton–Schulz over a
+// parallel part, a Q/K/V block) copied to and from contiguous memory, and Newton–Schulz over a
 // matrix whose pieces lie on several ranks (Megatron's tp_mode = distributed).
 #pragma once
 
@@ -19,7 +19,7 @@ struct Span {
 
 // Where the chunks of a tensor-parallel matrix lie along its split dim of extent `extent`: the
 // dim holds `blocks` equal blocks (3 for the fused QKV weight), each cut into `ranks` chunks, and
-// rank r holds chunk r of every block (params.h tp_shard_spec). chunk(k, r) of block k.
+// rank r holds chunk r of every block (params.h tp_part_spec). chunk(k, r) of block k.
 Span tp_chunk(int64_t extent, int blocks, int ranks, int k, int r);
 
 // dst (contiguous) = the spans of src along dim, concatenated along dim in order.
@@ -33,7 +33,7 @@ void scatter_spans(kernels::Tensor dst, const kernels::Tensor& src, int dim, con
 // all-reduce per step, and ‖X‖_F² one scalar all-reduce; X_r ← aX_r + B X_r (or X_r B). This is
 // NS(X) up to rounding (p(XXᵀ)X = X p(XᵀX)). `scratch`: 2·n² + x.numel() floats, n the unsplit dim.
 // CPU fp32 (the trainer's tensor parallelism runs on the CPU).
-void newton_schulz_sharded(kernels::Tensor x, int dim, const kernels::NsOptions& options, Communicator& group,
+void newton_schulz_distributed(kernels::Tensor x, int dim, const kernels::NsOptions& options, Communicator& group,
                            float* scratch);
 
 }  // namespace precon::worker::optim
