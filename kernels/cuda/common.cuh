@@ -40,6 +40,17 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+// Row kernels: a block of kRowThreads threads handles kRowsPerBlock rows, one warp a row.
+constexpr int kRowThreads = 256;
+constexpr int kRowsPerBlock = kRowThreads / 32;
+inline unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
+
+// The sum of v over the 32 lanes of a warp, in every lane.
+__device__ inline float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 // Blocks for a grid-stride loop over n items; capped so huge tensors loop instead of overflowing.
 inline unsigned grid_for(int64_t n, int threads) {
   int64_t blocks = (n + threads - 1) / threads;

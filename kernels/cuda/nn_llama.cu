@@ -14,15 +14,11 @@ using detail::elems;
 using detail::grid_for;
 using detail::Scratch;
 
-constexpr int kThreads = 256;
-constexpr int kRowsPerBlock = kThreads / 32;  // one warp per row
+using detail::kRowsPerBlock;
+using detail::row_blocks;
+using detail::warp_sum;
+constexpr int kThreads = detail::kRowThreads;
 
-__device__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock); }
 
 __global__ void embedding_forward_kernel(Elems out, const int32_t* tokens, Elems wte, int64_t BT, int64_t C) {
   PRECON_GRID_STRIDE(idx, BT * C) {

@@ -12,6 +12,8 @@ Checks (the value is the largest relative difference of train_loss over the step
   a checkpoint written at step 25 by one device resumed by the other: steps 26..50 against the
   writer's own uninterrupted run, 1e-3, for AdamW, Muon and Shampoo (momenta, statistics and
   inverse roots cross the device boundary);
+  the Llama family (model.arch = llama, grouped-query attention 4/2): fp32 AdamW and Muon CUDA vs
+  CPU, 1e-3; bf16 AdamW CUDA vs the CPU's fp32, 2e-2;
   the NCCL backend at world size 1 against the default one (both CUDA), 1e-5 (one rank: every
   all-reduce is a copy; the slack only covers any run-to-run nondeterminism, reported beside it).
 Beside each fp32 row, the CPU against itself with 1 thread instead of all: how far summation order
@@ -47,6 +49,8 @@ NCCL_TOLERANCE = 1e-5
 STEPS, RESUME_AT = 50, 25
 
 MODEL = {"n_layer": 4, "n_head": 4, "d_model": 128, "seq_len": 64, "vocab_size": 256}
+# The same size as a Llama: four query heads over two kv heads, Llama's MLP width rule.
+LLAMA = ["model.arch=llama", "model.n_kv_head=2"]
 OPTIMIZERS = {
     "adamw": ["optimizer.name=adamw", "optimizer.lr=0.001"],
     "muon": ["optimizer.name=muon", "optimizer.lr=0.02", "optimizer.adamw.lr=0.001"],
@@ -193,6 +197,16 @@ class Checks:
         self.compare("muon, bf16 newton-schulz: cuda vs cpu fp32",
                      self.run("muon-bf16ns-cuda", "cuda", OPTIMIZERS["muon"] + ["optimizer.muon.ns_precision=bf16"]),
                      self.run("muon-cpu", "cpu", []), BF16_TOLERANCE, every)
+
+        # The Llama family (RMSNorm, RoPE, grouped-query attention, SwiGLU kernels on the device).
+        for opt in ("adamw", "muon"):
+            sets = LLAMA + OPTIMIZERS[opt] + fp32[opt]
+            self.compare("fp32 llama (gqa 4/2), %s: cuda vs cpu" % opt, self.run("llama-%s-cuda" % opt, "cuda", sets),
+                         self.run("llama-%s-cpu" % opt, "cpu", sets), FP32_TOLERANCE, every,
+                         note=self.floor("llama-%s" % opt, sets))
+        self.compare("bf16 llama adamw (fp32 masters): cuda vs cpu fp32",
+                     self.run("llama-adamw-bf16-cuda", "cuda", LLAMA + OPTIMIZERS["adamw"] + ["train.precision=bf16"]),
+                     self.run("llama-adamw-cpu", "cpu", []), BF16_TOLERANCE, every)
 
         ckpt = "checkpoints/step_%08d" % RESUME_AT
         for opt, extra in fp32.items():

@@ -238,7 +238,10 @@ std::vector<KeySpec> build_table() {
                     T(optimizer.muon.coefficient_list)));
   k.push_back(trial("optimizer.muon.scale", "", "update scale: shape √max(1,out/in), rms-match 0.2√max(out,in), spectral √(out/in)",
                     T(optimizer.muon.scale)).choices({"shape", "rms-match", "spectral"}));
-  k.push_back(trial("optimizer.muon.split_qkv", "", "orthogonalise Q, K and V separately", T(optimizer.muon.split_qkv)));
+  k.push_back(trial("optimizer.muon.split_qkv", "",
+                    "orthogonalise the fused Q, K and V blocks (gpt2) separately; llama's q, k and v are "
+                    "separate matrices already, so it changes nothing there",
+                    T(optimizer.muon.split_qkv)));
   k.push_back(trial("optimizer.muon.ns_precision", "", "Newton–Schulz precision; auto = bf16 on CUDA, fp32 on CPU",
                     T(optimizer.muon.ns_precision)).choices({"auto", "fp32", "bf16"}));
   k.push_back(trial("optimizer.muon.ns_eps", "", "added to the Frobenius norm before Newton–Schulz", T(optimizer.muon.ns_eps))

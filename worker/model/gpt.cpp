@@ -1,7 +1,6 @@
 #include "worker/model/gpt.h"
 
 #include <cmath>
-#include <random>
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
@@ -89,32 +88,16 @@ std::unique_ptr<Gpt::Acts> Gpt::allocate_acts() const {
 }
 
 void Gpt::init_random(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L_));
-  ParamStore& store = params();
-  for (size_t i = 0; i < store.size(); ++i) {
-    const ParamSpec& p = store.spec(i);
-    const bool random = p.kind == ParamKind::matrix || p.kind == ParamKind::embedding || p.kind == ParamKind::position;
-    if (!store.resident(i)) {  // another stage's row: its draws still advance the one stream
-      if (random)
-        for (int64_t j = 0; j < p.numel(); ++j) normal(rng);
-      continue;
-    }
-    std::vector<float> host(store.param(i).numel(), 0.0f);
-    const bool residual_proj = p.name.find("c_proj.weight") != std::string::npos;
-    const bool ln_weight = p.kind == ParamKind::norm && p.name.find(".weight") != std::string::npos;
-    if (random) {
-      const float std = residual_proj ? residual_std : 0.02f;
-      for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded wte rows stay zero
-    } else if (ln_weight) {
-      for (float& v : host) v = 1.0f;
-    }
-    Tensor src = store.param(i);
-    src.data = host.data();
-    src.device = k::Device::cpu;
-    k::copy(store.param(i), src);
-  }
+  init_normal(
+      seed,
+      [&](const ParamSpec& p) {
+        if (p.kind != ParamKind::matrix && p.kind != ParamKind::embedding && p.kind != ParamKind::position) return 0.0f;
+        return p.name.find("c_proj.weight") != std::string::npos ? residual_std : 0.02f;
+      },
+      [](const ParamSpec& p) {  // layernorm weights 1, biases 0
+        return p.kind == ParamKind::norm && p.name.find(".weight") != std::string::npos ? 1.0f : 0.0f;
+      });
 }
 
 double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {

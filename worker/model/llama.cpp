@@ -1,7 +1,6 @@
 #include "worker/model/llama.h"
 
 #include <cmath>
-#include <random>
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
@@ -91,31 +90,14 @@ std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
 }
 
 void Llama::init_random(uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
   const float residual_std = 0.02f / std::sqrt(2.0f * static_cast<float>(L_));
-  ParamStore& store = params();
-  for (size_t i = 0; i < store.size(); ++i) {
-    const ParamSpec& p = store.spec(i);
-    const bool random = p.kind == ParamKind::matrix || p.kind == ParamKind::embedding;
-    if (!store.resident(i)) {  // another stage's row: its draws still advance the one stream
-      if (random)
-        for (int64_t j = 0; j < p.numel(); ++j) normal(rng);
-      continue;
-    }
-    std::vector<float> host(store.param(i).numel(), 0.0f);
-    const bool residual_proj = p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight");
-    if (random) {
-      const float std = residual_proj ? residual_std : 0.02f;
-      for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded vocabulary rows stay zero
-    } else {
-      for (float& v : host) v = 1.0f;  // RMSNorm weights
-    }
-    Tensor src = store.param(i);
-    src.data = host.data();
-    src.device = k::Device::cpu;
-    k::copy(store.param(i), src);
-  }
+  init_normal(
+      seed,
+      [&](const ParamSpec& p) {
+        if (p.kind != ParamKind::matrix && p.kind != ParamKind::embedding) return 0.0f;
+        return p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight") ? residual_std : 0.02f;
+      },
+      [](const ParamSpec&) { return 1.0f; });  // RMSNorm weights
 }
 
 double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {

@@ -1,6 +1,7 @@
 #include "worker/model/model.h"
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 
 #include "kernels/linalg.h"
@@ -142,6 +143,33 @@ void Model::cast_weights() {
   Tensor all = compute().all_params();
   Tensor shadow = Tensor::view(shadow_buf_.data(), {all.numel()}, DType::bf16, device_);
   k::cast(shadow, all);
+}
+
+void Model::init_normal(uint64_t seed, const std::function<float(const ParamSpec&)>& std_of,
+                        const std::function<float(const ParamSpec&)>& fill_of) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ParamStore& store = *params_;
+  for (size_t i = 0; i < store.size(); ++i) {
+    const ParamSpec& p = store.spec(i);
+    const float std = std_of(p);
+    if (!store.resident(i)) {  // another stage's row: its draws still advance the one stream
+      if (std > 0)
+        for (int64_t j = 0; j < p.numel(); ++j) normal(rng);
+      continue;
+    }
+    std::vector<float> host(store.param(i).numel(), 0.0f);
+    if (std > 0) {
+      for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded rows stay zero
+    } else {
+      const float fill = fill_of(p);
+      for (float& v : host) v = fill;
+    }
+    Tensor src = store.param(i);
+    src.data = host.data();
+    src.device = k::Device::cpu;
+    k::copy(store.param(i), src);
+  }
 }
 
 void Model::begin_forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {

@@ -129,6 +129,12 @@ class Model : public LayerWeights {
   template <class A>
   A& acts() const { return static_cast<A&>(*acts_); }
 
+  // The families' initialisation: every row with std_of(spec) > 0 is drawn from one N(0, 1)
+  // stream in table order, scaled by it (rows another pipeline stage holds still advance the
+  // stream, so every layout draws the same model); the others are filled with fill_of(spec).
+  // Padded vocabulary rows stay zero.
+  void init_normal(uint64_t seed, const std::function<float(const ParamSpec&)>& std_of,
+                   const std::function<float(const ParamSpec&)>& fill_of);
   // The shared start of a forward: the batch into the slot, the part and bf16 copies refreshed.
   void begin_forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad);
   // The head's last part: the loss over the logits (d logits in place with compute_grad); returns
