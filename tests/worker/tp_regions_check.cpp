@@ -1,6 +1,8 @@
 // Run under `mpirun -np 2` by tests/worker/test_parallel.cpp: each tensor-parallel region's
 // forward and backward, the vocabulary-parallel embedding and the vocabulary-parallel
-// cross-entropy, each against a naive single-process computation of the same values. Prints one
+// cross-entropy, and the parallel layers (worker/parallel/layers.h: column-parallel with and
+// without gather_output and with two weights on one input, row-parallel with and without
+// input_is_parallel), each against a naive single-process computation of the same values. Prints one
 // line per failed check and exits 1 if any failed.
 #include <cmath>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "kernels/tensor.h"
+#include "worker/parallel/layers.h"
 #include "worker/parallel/mpi_communicator.h"
 #include "worker/parallel/tensor_parallel.h"
 
@@ -129,6 +132,129 @@ void embedding(pw::Communicator& tp) {
   expect_near("vocab_parallel_embedding backward (d wpe)", dwpe, want_dwpe, 0);
 }
 
+// The layers' weights: rows of host tensors, by index.
+struct HostWeights : pw::LayerWeights {
+  std::vector<std::vector<float>> w, g;
+  std::vector<std::vector<int64_t>> shape;
+  size_t add(std::vector<float> values, std::vector<int64_t> dims) {
+    w.push_back(std::move(values));
+    g.emplace_back(w.back().size(), 0.0f);
+    shape.push_back(std::move(dims));
+    return w.size() - 1;
+  }
+  Tensor make(const std::vector<float>& v, size_t i) const {
+    auto* p = const_cast<float*>(v.data());
+    return shape[i].size() == 1 ? Tensor::view(p, {shape[i][0]}) : Tensor::view(p, {shape[i][0], shape[i][1]});
+  }
+  Tensor weight(size_t i) const override { return make(w[i], i); }
+  Tensor grad(size_t i) const override { return make(g[i], i); }
+};
+
+void layers(pw::Communicator& comm) {
+  const int size = comm.size();
+  const pw::TpGroup tp{&comm};
+  const int64_t N = 3, C = 4, OC = 8, OCl = OC / size, Cl = C / size;  // OC/2 splits over the ranks too
+  auto W = [](int64_t o, int64_t c) { return 0.2 * std::sin(0.9 * o + 0.4 * c); };  // the full (OC, C) weight
+  auto bias = [](int64_t o) { return 0.05 * o - 0.1; };
+  auto X = [](int64_t i, int64_t c) { return std::cos(0.6 * i + 0.3 * c); };        // the input (N, C)
+  auto D = [](int64_t i, int64_t o) { return 0.5 * std::sin(0.2 * i - 0.7 * o); };  // d loss / d output (N, OC)
+  std::vector<float> x(N * C), dout(N * OC);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c) x[i * C + c] = static_cast<float>(X(i, c));
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t o = 0; o < OC; ++o) dout[i * OC + o] = static_cast<float>(D(i, o));
+  std::vector<double> want_out(N * OC), want_din(N * C, 0.0);
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t o = 0; o < OC; ++o) {
+      double v = bias(o);
+      for (int64_t c = 0; c < C; ++c) v += X(i, c) * W(o, c);
+      want_out[i * OC + o] = v;
+    }
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t o = 0; o < OC; ++o) want_din[i * C + c] += D(i, o) * W(o, c);
+  const auto out_in = precon::kernels::WeightLayout::out_in;
+
+  {  // Column-parallel, gather_output: this rank's output rows [rank·OCl, +OCl) of W and b.
+    HostWeights hw;
+    std::vector<float> wl(OCl * C), bl(OCl);
+    for (int64_t o = 0; o < OCl; ++o) {
+      bl[o] = static_cast<float>(bias(rank_ * OCl + o));
+      for (int64_t c = 0; c < C; ++c) wl[o * C + c] = static_cast<float>(W(rank_ * OCl + o, c));
+    }
+    const size_t w = hw.add(wl, {OCl, C}), b = hw.add(bl, {OCl});
+    pw::ColumnParallelLinear layer(tp, {w}, {b}, out_in, /*gather_output=*/true);
+    std::vector<float> out(N * OC), din(N * C, 0.0f);
+    layer.forward(hw, view(x, N, C), {view(out, N, OC)});
+    expect_near("ColumnParallelLinear(gather_output) forward: the full output", out, want_out, 1e-6);
+    layer.backward(hw, view(din, N, C), view(x, N, C), {view(dout, N, OC)});
+    expect_near("ColumnParallelLinear backward: the full input gradient on every rank", din, want_din, 1e-6);
+    std::vector<double> want_dw(OCl * C, 0.0), want_db(OCl, 0.0);
+    for (int64_t o = 0; o < OCl; ++o)
+      for (int64_t i = 0; i < N; ++i) {
+        want_db[o] += D(i, rank_ * OCl + o);
+        for (int64_t c = 0; c < C; ++c) want_dw[o * C + c] += D(i, rank_ * OCl + o) * X(i, c);
+      }
+    expect_near("ColumnParallelLinear backward: d W of this rank's rows", hw.g[w], want_dw, 1e-6);
+    expect_near("ColumnParallelLinear backward: d b of this rank's rows", hw.g[b], want_db, 1e-6);
+  }
+  {  // Column-parallel, two weights on one input (rows of W split in two halves), no gather.
+    HostWeights hw;
+    const int64_t half = OC / 2, hl = half / size;
+    std::vector<float> w0(hl * C), w1(hl * C);
+    for (int64_t o = 0; o < hl; ++o)
+      for (int64_t c = 0; c < C; ++c) {
+        w0[o * C + c] = static_cast<float>(W(rank_ * hl + o, c));
+        w1[o * C + c] = static_cast<float>(W(half + rank_ * hl + o, c));
+      }
+    const size_t a = hw.add(w0, {hl, C}), b = hw.add(w1, {hl, C});
+    pw::ColumnParallelLinear layer(tp, {a, b}, {}, out_in);
+    std::vector<float> o0(N * hl), o1(N * hl), d0(N * hl), d1(N * hl), din(N * C, 0.0f);
+    layer.forward(hw, view(x, N, C), {view(o0, N, hl), view(o1, N, hl)});
+    std::vector<double> want0(N * hl), want1(N * hl);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t o = 0; o < hl; ++o) {
+        want0[i * hl + o] = want_out[i * OC + rank_ * hl + o] - bias(rank_ * hl + o);
+        want1[i * hl + o] = want_out[i * OC + half + rank_ * hl + o] - bias(half + rank_ * hl + o);
+        d0[i * hl + o] = dout[i * OC + rank_ * hl + o];
+        d1[i * hl + o] = dout[i * OC + half + rank_ * hl + o];
+      }
+    expect_near("ColumnParallelLinear(two weights) forward: first output's columns", o0, want0, 1e-6);
+    expect_near("ColumnParallelLinear(two weights) forward: second output's columns", o1, want1, 1e-6);
+    layer.backward(hw, view(din, N, C), view(x, N, C), {view(d0, N, hl), view(d1, N, hl)});
+    expect_near("ColumnParallelLinear(two weights) backward: one all-reduce of both input gradients", din, want_din,
+                1e-6);
+  }
+  for (const bool parallel_input : {true, false}) {  // Row-parallel: this rank's columns [rank·Cl, +Cl) of W.
+    HostWeights hw;
+    std::vector<float> wl(OC * Cl), bfull(OC), xl(N * Cl);
+    for (int64_t o = 0; o < OC; ++o) {
+      bfull[o] = static_cast<float>(bias(o));
+      for (int64_t c = 0; c < Cl; ++c) wl[o * Cl + c] = static_cast<float>(W(o, rank_ * Cl + c));
+    }
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t c = 0; c < Cl; ++c) xl[i * Cl + c] = x[i * C + rank_ * Cl + c];
+    const size_t w = hw.add(wl, {OC, Cl}), b = hw.add(bfull, {OC});
+    pw::RowParallelLinear layer(tp, w, b, out_in, parallel_input);
+    const std::string name = parallel_input ? "RowParallelLinear(input_is_parallel)" : "RowParallelLinear(full input)";
+    std::vector<float> out(N * OC);
+    const Tensor in = parallel_input ? view(xl, N, Cl) : view(x, N, C);
+    layer.forward(hw, view(out, N, OC), in);
+    expect_near(name + " forward: the full output, the bias once", out, want_out, 1e-6);
+    std::vector<float> din(parallel_input ? N * Cl : N * C, 0.0f);
+    layer.backward(hw, parallel_input ? view(din, N, Cl) : view(din, N, C), in, view(dout, N, OC));
+    std::vector<double> want(din.size());
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t c = 0; c < (parallel_input ? Cl : C); ++c)
+        want[i * (parallel_input ? Cl : C) + c] = want_din[i * C + (parallel_input ? rank_ * Cl : 0) + c];
+    expect_near(name + " backward: the input gradient", din, want, 1e-6);
+    std::vector<double> want_db(OC, 0.0);
+    for (int64_t o = 0; o < OC && rank_ == 0; ++o)
+      for (int64_t i = 0; i < N; ++i) want_db[o] += D(i, o);
+    expect_near(name + " backward: d b on the first rank only", hw.g[b], want_db, 1e-6);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +264,7 @@ int main(int argc, char** argv) {
   regions(*tp);
   cross_entropy(*tp);
   embedding(*tp);
+  layers(*tp);
   if (failures == 0 && rank_ == 0) std::printf("all tensor-parallel checks passed on %d ranks\n", tp->size());
   return failures == 0 ? 0 : 1;
 }
