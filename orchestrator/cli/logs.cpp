@@ -14,7 +14,9 @@ void add_logs(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logs", "print the end of a trial's log");
   cmd->add_option("trial", *trial, "trial id")->required();
   cmd->add_option("--stream", *stream, "stdout or stderr")->check(CLI::IsMember({"stdout", "stderr"}))->capture_default_str();
-  cmd->add_option("-n,--lines", *lines, "lines")->capture_default_str();
+  cmd->add_option("-n,--lines", *lines, "lines (1 to 100000, as the API takes)")
+      ->check(CLI::Range(size_t{1}, size_t{100000}))
+      ->capture_default_str();
   add_db_option(cmd);
   cmd->callback([trial, stream, lines] {
     guarded([&] {

@@ -110,9 +110,13 @@ void Controller::add_routes() {
              throw HttpError(400, "bad_param", "stream must be stdout or stderr");
            const int64_t lines = query_int(req, "lines", 200);
            if (lines < 1 || lines > 100000) throw HttpError(400, "bad_param", "lines must be between 1 and 100000");
-           return json_response({{"trial", t.id},
-                                 {"stream", stream},
-                                 {"text", tail_file(t.run_dir + "/" + stream + ".log", static_cast<size_t>(lines))}});
+           std::string text;
+           try {
+             text = tail_file(t.run_dir + "/" + stream + ".log", static_cast<size_t>(lines));
+           } catch (const LogFileError& e) {
+             throw HttpError(409, "bad_log", std::string("trial ") + std::to_string(t.id) + "'s " + stream + " log: " + e.what());
+           }
+           return json_response({{"trial", t.id}, {"stream", stream}, {"text", text}});
          }, false, "trial_logs", nullptr});
 
   r.add({"POST", "/api/v1/trials/{id}/cancel", [this](Request& req) {

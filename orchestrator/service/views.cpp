@@ -1,7 +1,12 @@
 #include "orchestrator/service/views.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cmath>
-#include <fstream>
+#include <cstring>
 
 #include "worker/config/parse.h"
 
@@ -143,29 +148,43 @@ json metric_points_json(const std::vector<MetricPoint>& points) {
 }
 
 std::string tail_file(const std::string& path, size_t lines) {
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return "";
-  const std::streamoff size = in.tellg();
-  std::streamoff start = size;
-  size_t found = 0;
-  const std::streamoff chunk = 4096;
-  std::string tail;
-  while (start > 0 && found <= lines) {
-    const std::streamoff len = std::min(chunk, start);
-    start -= len;
-    std::string buf(static_cast<size_t>(len), '\0');
-    in.seekg(start);
-    in.read(buf.data(), len);
-    for (char c : buf) found += c == '\n';
-    tail = buf + tail;
-    if (tail.size() > (64u << 20)) break;
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: a link is not followed.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return "";
+    if (errno == ELOOP) throw LogFileError(path + " is a symbolic link, not a log file");
+    throw LogFileError("cannot open " + path + ": " + std::strerror(errno));
   }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw LogFileError("cannot stat " + path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) throw LogFileError(path + " is not a regular file, not a log");
+  const off_t size = st.st_size;
+  const off_t start = size > static_cast<off_t>(kLogTailBytes) ? size - static_cast<off_t>(kLogTailBytes) : 0;
+  std::string tail(static_cast<size_t>(size - start), '\0');
+  size_t got = 0;
+  while (got < tail.size()) {
+    const ssize_t n = ::pread(fd, tail.data() + got, tail.size() - got, start + static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw LogFileError("cannot read " + path + ": " + std::strerror(errno));
+    if (n == 0) break;  // the file shrank meanwhile
+    got += static_cast<size_t>(n);
+  }
+  tail.resize(got);
   size_t pos = tail.size();
   size_t count = 0;
   if (!tail.empty() && tail.back() == '\n') --pos;
   while (pos > 0) {
     if (tail[pos - 1] == '\n' && ++count == lines) break;
     --pos;
+  }
+  // The window cut a line: it starts at the window's first complete line.
+  if (pos == 0 && start > 0) {
+    const size_t nl = tail.find('\n');
+    pos = nl == std::string::npos || nl + 1 >= tail.size() ? tail.size() : nl + 1;
   }
   return tail.substr(pos);
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,20 @@ std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials)
 std::map<std::string, int64_t> state_counts(const std::map<TrialState, int64_t>& counts);
 std::map<TrialState, int64_t> count_states(const std::vector<TrialRow>& trials);
 
-// The last `lines` lines of a text file ("" when missing); reads only the file's tail.
+// A log that cannot be read as one: not a regular file (a FIFO, a device, a directory), a symbolic
+// link, or unreadable. The message names the path and what it is.
+class LogFileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The most a log's tail is read from: one window of this many bytes at the file's end.
+constexpr size_t kLogTailBytes = 8u << 20;
+
+// The last `lines` lines of a text file ("" when missing), taken from its last kLogTailBytes only:
+// one read of a bounded window whatever the file's size (a longer tail starts at the window's first
+// complete line). Opened without blocking and without following a link; anything but a regular
+// file throws LogFileError.
 std::string tail_file(const std::string& path, size_t lines);
 
 }  // namespace precon::orch

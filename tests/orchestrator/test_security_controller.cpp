@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <future>
+#include <memory>
+#include <thread>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "orchestrator/service/controller.h"
+#include "orchestrator/service/views.h"
 #include "tests/common/test_util.h"
 #include "tests/orchestrator/controller_fixture.h"
 
@@ -120,8 +124,8 @@ TEST_F(Security, TokensAppearInNoGetAnswerLogLineRunFileOrWorkerEnvironment) {
   const json listed = get(url, "/api/v1/experiments/" + e + "/trials");  // kept: the loop reads into it
   for (const json& t : listed["trials"]) {
     const std::string tid = std::to_string(t["id"].get<int64_t>());
-    for (const std::string& suffix : {"", "/metrics?max_points=0", "/logs?stream=stdout&lines=100000",
-                                      "/logs?stream=stderr&lines=100000"})
+    for (const char* suffix : {"", "/metrics?max_points=0", "/logs?stream=stdout&lines=100000",
+                              "/logs?stream=stderr&lines=100000"})
       targets.push_back("/api/v1/trials/" + tid + suffix);
   }
   for (const std::string& target : targets) {
@@ -246,6 +250,94 @@ TEST_F(Security, TrialRoutesTakeNoPaths) {
   c->stop();
 }
 
+// ---- Logs that are not what they seem ----
+
+// Runs f on a thread and waits at most `limit` for it: a hang becomes a failure, not a stuck test
+// (the thread is left behind).
+template <class F>
+bool finishes_within(std::chrono::seconds limit, F f) {
+  auto done = std::make_shared<std::promise<void>>();
+  std::future<void> ended = done->get_future();
+  std::thread([done, f] {
+    f();
+    done->set_value();
+  }).detach();
+  return ended.wait_for(limit) == std::future_status::ready;
+}
+
+TEST_F(Security, AHugeLogWithoutNewlinesIsTailedFromOneBoundedWindow) {
+  // 2 GiB, sparse (no disk used): 12 MiB without a newline, then two short lines at the end. The
+  // old tail read 4-KiB chunks backwards and prepended each (quadratic, for minutes here).
+  const fs::path log = dir_ / "stderr.log";
+  {
+    std::ofstream out(log, std::ios::binary);
+    out.seekp(2LL << 30);
+    out << std::string(12 << 20, 'x') << "\nnext to last\nlast\n";
+  }
+  std::string one, many;
+  ASSERT_TRUE(finishes_within(std::chrono::seconds(30), [&] {
+    one = tail_file(log.string(), 1);
+    many = tail_file(log.string(), 100000);
+  })) << "tail_file did not answer within 30 s";
+  EXPECT_EQ(one, "last\n");
+  // A longer tail starts at the window's first complete line: the 12-MiB line is cut off.
+  EXPECT_EQ(many, "next to last\nlast\n");
+  std::ofstream(dir_ / "small.log") << "a\nb\nc";
+  EXPECT_EQ(tail_file((dir_ / "small.log").string(), 2), "b\nc");
+  EXPECT_EQ(tail_file((dir_ / "small.log").string(), 5), "a\nb\nc");
+  EXPECT_EQ(tail_file((dir_ / "missing.log").string(), 5), "");
+}
+
+TEST_F(Security, AFifoALinkOrADirectoryAsALogIsRefusedAtOnce) {
+  const fs::path fifo = dir_ / "fifo.log", link = dir_ / "link.log", target = dir_ / "target.log";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(target) << "secret\n";
+  fs::create_symlink(target, link);
+  fs::create_directories(dir_ / "dir.log");
+  for (const fs::path& p : {fifo, link, dir_ / "dir.log"}) {
+    std::string error;
+    ASSERT_TRUE(finishes_within(std::chrono::seconds(10), [&error, p] {
+      try {
+        tail_file(p.string(), 10);
+      } catch (const LogFileError& e) {
+        error = e.what();
+      }
+    })) << p << ": tail_file blocked";  // the old ifstream waited for a writer to open the FIFO
+    EXPECT_NE(error.find(p.string()), std::string::npos) << p << ": " << error;
+    EXPECT_NE(error.find(p == link ? "symbolic link" : "not a regular file"), std::string::npos) << error;
+  }
+}
+
+TEST_F(Security, ALogRouteOnAFifoAnswersAConflictAndTheServerStaysResponsive) {
+  const fs::path trainer = dir_ / "fake-train.sh";
+  std::ofstream(trainer) << "#!/bin/sh\necho worker-log-line >&2\nwhile [ ! -e \"$4/finish\" ]; do sleep 0.05; done\n";
+  fs::permissions(trainer, fs::perms::owner_all);
+  auto c = start(trainer.string(), "admin-secret");
+  const std::string url = c->url();
+  const int64_t id = submit(url, recipe(5, ""));
+  const json trial_json = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  const std::string t = std::to_string(trial_json["id"].get<int64_t>());
+  const fs::path run_dir = trial_json["run_dir"].get<std::string>();
+  ASSERT_TRUE(wait_for([&] { return slurp(run_dir / "stderr.log").find("worker-log-line") != std::string::npos; },
+                       std::chrono::seconds(20)));
+  fs::remove(run_dir / "stdout.log");
+  ASSERT_EQ(::mkfifo((run_dir / "stdout.log").c_str(), 0600), 0);
+  // Each request on the FIFO is answered at once (the old open waited for a writer, holding an io
+  // thread for good), and the server goes on answering the others.
+  for (int i = 0; i < 8; ++i) {
+    const ClientResponse r = http_request(url, "GET", "/api/v1/trials/" + t + "/logs?stream=stdout&lines=1");
+    EXPECT_EQ(r.status, 409) << r.body;
+    EXPECT_NE(r.body.find("bad_log"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("not a regular file"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(http_request(url, "GET", "/healthz").status, 200);
+  EXPECT_NE(get(url, "/api/v1/trials/" + t + "/logs")["text"].get<std::string>().find("worker-log-line"),
+            std::string::npos);
+  std::ofstream(run_dir / "finish").put('\n');
+  ASSERT_TRUE(done(url, id, std::chrono::seconds(30)));
+  c->stop();
+}
+
 // ---- Listening beyond loopback ----
 
 class Binding : public ControllerFixture {
@@ -259,12 +351,13 @@ class Binding : public ControllerFixture {
 
 TEST_F(Binding, BeyondLoopbackNeedsAConfiguredTokenWithAClearError) {
   std::ofstream(dir_ / "r.toml") << recipe(5, "");
-  for (const std::string& bind : {"0.0.0.0", "::", "10.1.2.3"}) {
+  for (const char* bind : {"0.0.0.0", "::", "10.1.2.3"}) {
     for (const std::string& sub : std::vector<std::string>{"serve --port 0", "run " + (dir_ / "r.toml").string()}) {
       const test::CommandResult r = precon(sub + " --bind " + bind);
       SCOPED_TRACE(sub + " --bind " + bind);
       EXPECT_EQ(r.status, 2) << r.output;
-      EXPECT_NE(r.output.find("listening on " + bind + " makes the controller reachable from other machines"),
+      EXPECT_NE(r.output.find(std::string("listening on ") + bind +
+                              " makes the controller reachable from other machines"),
                 std::string::npos) << r.output;
       EXPECT_NE(r.output.find("--admin-token-file"), std::string::npos) << r.output;
     }

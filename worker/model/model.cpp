@@ -35,7 +35,6 @@ void Model::ActPlan::allocate(Acts& a, k::Device device) {
     total += (n * static_cast<int64_t>(k::dtype_size(dtypes_[i])) + 63) / 64 * 64;
   }
   a.buf = k::Buffer(device, total);
-  a.bytes = total;
   for (size_t i = 0; i < plan_.size(); ++i) {
     const auto& s = plan_[i].second;
     char* base = static_cast<char*>(a.buf.data()) + offsets[i];
@@ -103,8 +102,6 @@ void Model::allocate_slots(const std::function<std::unique_ptr<Acts>()>& make) {
   for (int i = 0; i < stage_.slots; ++i) slots_.push_back(make());
   acts_ = slots_.front().get();
 }
-
-int64_t Model::activation_bytes() const { return acts_->bytes * static_cast<int64_t>(slots_.size()); }
 
 void Model::select_slot(int slot) { acts_ = slots_.at(static_cast<size_t>(slot)).get(); }
 Tensor Model::stage_input() const { return acts_->encoded; }

@@ -78,8 +78,6 @@ class Model : public LayerWeights {
   // (the vocabulary matrices once each: a tied head counts once) and 12·L·C·T for attention's
   // QKᵀ and att·V (the causal half not credited, as Megatron's and PaLM's counts do).
   double flops_per_token() const;
-  double flops_per_step() const { return flops_per_token() * static_cast<double>(B_ * T_); }
-  int64_t activation_bytes() const;
 
   // LayerWeights: what the passes read (the bf16 copy under bf16 precision, else the fp32
   // parameter of this rank's part) and the gradient they accumulate into.
@@ -91,7 +89,6 @@ class Model : public LayerWeights {
   struct Acts {
     virtual ~Acts() = default;
     kernels::Buffer buf;
-    int64_t bytes = 0;
     kernels::Tensor tokens, targets;      // (B, T) i32
     kernels::Tensor encoded;              // (B, T, C) the embedding's output (a stage's input)
     std::vector<kernels::Tensor> output;  // per block (B, T, C): the residual stream after it
