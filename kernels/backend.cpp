@@ -1,16 +1,11 @@
 #include "kernels/backend.h"
 
-#include <atomic>
 #include <utility>
 
 #include "kernels/check.h"
 #include "kernels/dispatch.h"
 
 namespace precon::kernels {
-
-namespace {
-std::atomic<Device> g_default_device{Device::cpu};
-}
 
 void throw_no_cuda(const char* op) {
   PRECON_THROW(UnsupportedError, op,
@@ -22,24 +17,19 @@ bool cuda_compiled() { return PRECON_CUDA_COMPILED; }
 
 bool cuda_available() { return PRECON_CUDA_DEVICE_COUNT() > 0; }
 
-void set_default_device(Device device) {
+void require_device(Device device) {
   if (device == Device::cuda && !cuda_available()) {
-    PRECON_THROW(UnsupportedError, "set_default_device",
+    PRECON_THROW(UnsupportedError, "require_device",
                  cuda_compiled() ? "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)"
                                  : "this build has no CUDA backend");
   }
-  g_default_device = device;
 }
-
-Device default_device() { return g_default_device; }
 
 void set_cpu_threads(int threads) {
   PRECON_REQUIRE(threads >= 1, UnsupportedError, "set_cpu_threads",
                  "thread count must be >= 1, got " + std::to_string(threads));
   cpu::set_threads(threads);
 }
-
-int cpu_threads() { return cpu::threads(); }
 
 void* device_malloc(Device device, size_t bytes) { return PRECON_DISPATCH(device, device_malloc, bytes); }
 

@@ -11,12 +11,10 @@ namespace precon::kernels {
 
 bool cuda_compiled();   // the CUDA backend is built into this binary
 bool cuda_available();  // compiled in and at least one GPU is visible
-void set_default_device(Device device);  // throws UnsupportedError if unavailable
-Device default_device();
+void require_device(Device device);  // throws UnsupportedError if this process cannot use it
 
 // CPU threads for OpenBLAS and OpenMP loops (one pool when OpenBLAS is the OpenMP build).
 void set_cpu_threads(int threads);
-int cpu_threads();
 
 void* device_malloc(Device device, size_t bytes);
 void device_free(Device device, void* ptr);

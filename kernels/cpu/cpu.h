@@ -12,5 +12,4 @@ namespace precon::kernels::cpu {
 #include "kernels/backend_ops.inc"
 
 void set_threads(int threads);
-int threads();
 }  // namespace precon::kernels::cpu

@@ -17,7 +17,6 @@ void set_threads(int threads) {
   omp_set_num_threads(threads);
 }
 
-int threads() { return omp_get_max_threads(); }
 
 void* device_malloc(size_t bytes) {
   // 64-byte alignment for vector loads; round the size up as aligned_alloc requires.

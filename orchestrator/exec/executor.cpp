@@ -24,18 +24,6 @@ std::vector<Executor::BatchResult> Executor::launch_batch(const std::vector<Laun
   return out;
 }
 
-const char* exit_kind_name(ExitKind k) {
-  switch (k) {
-    case ExitKind::succeeded: return "succeeded";
-    case ExitKind::failed: return "failed";
-    case ExitKind::usage: return "usage";
-    case ExitKind::requeue: return "requeue";
-    case ExitKind::killed: return "killed";
-    case ExitKind::lost: return "lost";
-  }
-  return "unknown";
-}
-
 ExitStatus lost(std::string detail) {
   ExitStatus s;
   s.kind = ExitKind::lost;

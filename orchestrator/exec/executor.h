@@ -58,7 +58,6 @@ enum class ExitKind {
   killed,     // ended by a signal
   lost,       // gone, and how it ended cannot be known
 };
-const char* exit_kind_name(ExitKind k);
 
 struct ExitStatus {
   ExitKind kind = ExitKind::lost;

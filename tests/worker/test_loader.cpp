@@ -152,16 +152,5 @@ TEST(Loader, ShortShardIsAClearError) {
   }
 }
 
-TEST(Loader, BatchViewsAreI32Tensors) {
-  Fixture f;
-  DataLoader loader(f.opt);
-  Batch b = loader.next();
-  kernels::Tensor t = b.targets_view();
-  EXPECT_EQ(t.dtype, kernels::DType::i32);
-  EXPECT_EQ(t.size(0), 4);
-  EXPECT_EQ(t.size(1), 16);
-  EXPECT_EQ(t.i32()[5], b.targets[5]);
-}
-
 }  // namespace
 }  // namespace precon::worker

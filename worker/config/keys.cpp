@@ -527,12 +527,18 @@ std::string ref_text(const FieldRef& ref) {
   if (auto p = std::get_if<std::string*>(&ref)) return toml_quoted(**p);
   if (auto p = std::get_if<std::vector<std::string>*>(&ref)) {
     std::string s = "[";
-    for (size_t i = 0; i < (*p)->size(); ++i) s += (i ? ", " : "") + toml_quoted((**p)[i]);
+    for (size_t i = 0; i < (*p)->size(); ++i) {
+      if (i) s += ", ";
+      s += toml_quoted((**p)[i]);
+    }
     return s + "]";
   }
   if (auto p = std::get_if<std::vector<int64_t>*>(&ref)) {
     std::string s = "[";
-    for (size_t i = 0; i < (*p)->size(); ++i) s += (i ? ", " : "") + std::to_string((**p)[i]);
+    for (size_t i = 0; i < (*p)->size(); ++i) {
+      if (i) s += ", ";  // appended apart: GCC 12 warns (-Wrestrict) on ", " + to_string
+      s += std::to_string((**p)[i]);
+    }
     return s + "]";
   }
   auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);

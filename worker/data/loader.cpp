@@ -12,13 +12,6 @@ struct DataLoader::Source {
   std::vector<int64_t> first_window;  // prefix sums: shard s owns [first_window[s], first_window[s+1])
 };
 
-kernels::Tensor Batch::inputs_view() {
-  return kernels::Tensor::view(inputs.data(), {B, T}, kernels::DType::i32);
-}
-kernels::Tensor Batch::targets_view() {
-  return kernels::Tensor::view(targets.data(), {B, T}, kernels::DType::i32);
-}
-
 // splitmix64: a tiny, well-mixed generator whose output is the same on every platform
 // (std::uniform_int_distribution is not), which resumable sampling needs.
 static uint64_t splitmix64(uint64_t& x) {

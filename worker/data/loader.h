@@ -17,7 +17,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/tensor.h"
 #include "worker/data/shard.h"
 
 namespace precon::worker {
@@ -36,10 +35,6 @@ struct Batch {
   int64_t T = 0;
   std::vector<int32_t> inputs;   // (B, T) row-major
   std::vector<int32_t> targets;  // (B, T): inputs shifted left by one token
-
-  // i32 CPU views over the vectors (valid while the Batch is alive and not resized).
-  kernels::Tensor inputs_view();
-  kernels::Tensor targets_view();
 };
 
 // Everything needed to continue the training stream exactly. Saved in trainer.json.

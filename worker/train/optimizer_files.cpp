@@ -58,7 +58,10 @@ bool whole(const Box& b) {
 std::string part_key(const std::string& name, const Box& b) {
   if (whole(b)) return name;
   std::string key = name + "@";
-  for (size_t d = 0; d < b.offset.size(); ++d) key += (d ? "," : "") + std::to_string(b.offset[d]);
+  for (size_t d = 0; d < b.offset.size(); ++d) {
+    if (d) key += ',';
+    key += std::to_string(b.offset[d]);  // appended apart: GCC 12 warns (-Wrestrict) on "," + to_string
+  }
   return key;
 }
 

@@ -67,7 +67,7 @@ void configure_run(Run& run) {
   if (run.par.first()) write_run_config(options, cfg);
   if (cfg.train.threads > 0) k::set_cpu_threads(static_cast<int>(cfg.train.threads));
   run.device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
-  k::set_default_device(run.device);
+  k::require_device(run.device);
 }
 
 void build_model(Run& run) {
