@@ -53,6 +53,32 @@ class Security : public ControllerFixture {
     c->start();
     return c;
   }
+  // A controller running one trial of a fake trainer that writes "worker-log-line" to stderr and
+  // waits for RUN_DIR/finish; `logging` says whether the line arrived within 20 s.
+  struct LoggingTrial {
+    std::unique_ptr<orch::Controller> controller;
+    std::string url, trial;
+    int64_t experiment = 0;
+    fs::path run_dir;
+    bool logging = false;
+  };
+  LoggingTrial start_logging_trial() {
+    const fs::path trainer = dir_ / "fake-train.sh";
+    std::ofstream(trainer) << "#!/bin/sh\necho worker-log-line >&2\n"
+                              "while [ ! -e \"$4/finish\" ]; do sleep 0.05; done\n";
+    fs::permissions(trainer, fs::perms::owner_all);
+    LoggingTrial lt;
+    lt.controller = start(trainer.string(), "admin-secret");
+    lt.url = lt.controller->url();
+    lt.experiment = submit(lt.url, recipe(5, ""));
+    const json trial = get(lt.url, "/api/v1/experiments/" + std::to_string(lt.experiment) + "/trials")["trials"][0];
+    lt.trial = std::to_string(trial["id"].get<int64_t>());
+    lt.run_dir = trial["run_dir"].get<std::string>();
+    const fs::path log = lt.run_dir / "stderr.log";
+    lt.logging = wait_for([&] { return slurp(log).find("worker-log-line") != std::string::npos; },
+                          std::chrono::seconds(20));
+    return lt;
+  }
   std::vector<std::string> log_lines() {
     std::lock_guard lock(log_mutex_);
     return log_;
@@ -207,17 +233,12 @@ TEST_F(Security, MalformedReportsWithTheRightTokenAreRefusedAndStoreNothing) {
 
 // No trial route takes a path: a hostile id or stream is refused, never resolved to a file.
 TEST_F(Security, TrialRoutesTakeNoPaths) {
-  const fs::path trainer = dir_ / "fake-train.sh";
-  std::ofstream(trainer) << "#!/bin/sh\necho worker-log-line >&2\nwhile [ ! -e \"$4/finish\" ]; do sleep 0.05; done\n";
-  fs::permissions(trainer, fs::perms::owner_all);
-  auto c = start(trainer.string(), "admin-secret");
-  const std::string url = c->url();
-  const int64_t id = submit(url, recipe(5, ""));
-  const json trial_json = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
-  const std::string t = std::to_string(trial_json["id"].get<int64_t>());
-  const fs::path run_dir = trial_json["run_dir"].get<std::string>();
-  ASSERT_TRUE(wait_for([&] { return slurp(run_dir / "stderr.log").find("worker-log-line") != std::string::npos; },
-                       std::chrono::seconds(20)));
+  LoggingTrial lt = start_logging_trial();
+  ASSERT_TRUE(lt.logging) << "the fake trainer wrote no log line in 20 s";
+  auto& c = lt.controller;
+  const std::string url = lt.url, t = lt.trial;
+  const int64_t id = lt.experiment;
+  const fs::path run_dir = lt.run_dir;
   EXPECT_NE(get(url, "/api/v1/trials/" + t + "/logs")["text"].get<std::string>().find("worker-log-line"),
             std::string::npos);
   const std::vector<std::string> hostile = {
@@ -309,17 +330,12 @@ TEST_F(Security, AFifoALinkOrADirectoryAsALogIsRefusedAtOnce) {
 }
 
 TEST_F(Security, ALogRouteOnAFifoAnswersAConflictAndTheServerStaysResponsive) {
-  const fs::path trainer = dir_ / "fake-train.sh";
-  std::ofstream(trainer) << "#!/bin/sh\necho worker-log-line >&2\nwhile [ ! -e \"$4/finish\" ]; do sleep 0.05; done\n";
-  fs::permissions(trainer, fs::perms::owner_all);
-  auto c = start(trainer.string(), "admin-secret");
-  const std::string url = c->url();
-  const int64_t id = submit(url, recipe(5, ""));
-  const json trial_json = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
-  const std::string t = std::to_string(trial_json["id"].get<int64_t>());
-  const fs::path run_dir = trial_json["run_dir"].get<std::string>();
-  ASSERT_TRUE(wait_for([&] { return slurp(run_dir / "stderr.log").find("worker-log-line") != std::string::npos; },
-                       std::chrono::seconds(20)));
+  LoggingTrial lt = start_logging_trial();
+  ASSERT_TRUE(lt.logging) << "the fake trainer wrote no log line in 20 s";
+  auto& c = lt.controller;
+  const std::string url = lt.url, t = lt.trial;
+  const int64_t id = lt.experiment;
+  const fs::path run_dir = lt.run_dir;
   fs::remove(run_dir / "stdout.log");
   ASSERT_EQ(::mkfifo((run_dir / "stdout.log").c_str(), 0600), 0);
   // Each request on the FIFO is answered at once (the old open waited for a writer, holding an io
