@@ -22,6 +22,36 @@ function columns(swept) {
   ];
 }
 
+// The text a cell shows (what the filter searches), not the raw value behind it: a row whose
+// s/step is 0.0123 shows "0.0123", one whose tokens/s is 12345.6 shows "12.3k".
+function shownText(c, r) {
+  const v = c.get(r);
+  if (v === null || v === undefined) return '';
+  if (!c.cell) return paramText(v);
+  const out = c.cell(r);
+  return typeof out === 'string' ? out : out.textContent;
+}
+
+// The filter box: "key=value" keeps the rows whose swept key (its full name or its last part,
+// "lr" for "optimizer.lr") has exactly that value; any other text keeps the rows that show it
+// in some column. Case does not matter.
+function rowMatcher(cols, raw) {
+  const text = raw.trim().toLowerCase();
+  if (!text) return () => true;
+  const eq = text.indexOf('=');
+  if (eq > 0) {
+    const key = text.slice(0, eq).trim(), want = text.slice(eq + 1).trim();
+    const named = cols.filter(c => c.key.startsWith('p:')).filter(c => {
+      const name = c.key.slice(2).toLowerCase();
+      return name === key || name.endsWith('.' + key);
+    });
+    if (named.length) {
+      return r => named.some(c => { const v = c.get(r); return v !== null && paramText(v).toLowerCase() === want; });
+    }
+  }
+  return r => cols.some(c => shownText(c, r).toLowerCase().includes(text));
+}
+
 function compare(a, b) {
   if (a === b) return 0;
   if (a === null || a === undefined) return 1;   // empty cells last either way
@@ -38,7 +68,7 @@ export async function render(root, id, ctx) {
 
   const sort = { key: 'id', dir: 1 };
   const selected = new Set();
-  const filterIn = h('input', { type: 'search', id: 'trial-filter', placeholder: 'filter: text in any column' });
+  const filterIn = h('input', { type: 'search', id: 'trial-filter', placeholder: 'filter: text in any column, or key=value' });
   const stateSel = h('select', { id: 'state-filter' }, h('option', { value: '' }, 'any state'),
     ['pending', 'running', 'completed', 'failed', 'cancelled', 'pruned'].map(s => h('option', { value: s }, s)));
   const head = h('thead');
@@ -74,11 +104,11 @@ export async function render(root, id, ctx) {
       class: `sortable ${c.cls || ''}` + (sort.key === c.key ? (sort.dir > 0 ? ' asc' : ' desc') : ''), dataset: { key: c.key },
       onclick: () => { sort.dir = sort.key === c.key ? -sort.dir : 1; sort.key = c.key; drawTable(); },
     }, c.title)), h('th', {}, '')));
-    const text = filterIn.value.trim().toLowerCase();
+    const match = rowMatcher(cols, filterIn.value);
     const col = cols.find(c => c.key === sort.key) || cols[0];
     const rows = exp.trial_rows
       .filter(r => !stateSel.value || r.state === stateSel.value)
-      .filter(r => !text || cols.some(c => { const v = c.get(r); return v !== null && paramText(v).toLowerCase().includes(text); }))
+      .filter(match)
       .sort((a, b) => sort.dir * compare(col.get(a), col.get(b)) || a.id - b.id);
     body.replaceChildren(...rows.map(r => {
       const box = h('input', { type: 'checkbox', checked: selected.has(r.id), title: 'show in the curves (trials: selected)' });

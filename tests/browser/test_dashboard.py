@@ -157,11 +157,25 @@ class Dashboard(unittest.TestCase):
         self.driver.find_element(By.ID, 'curve-logy').click()
         harness.wait_for(self.driver, lambda d: 'wall' in d.find_element(By.ID, 'curves-chart').text or
                          d.find_element(By.ID, 'curves-chart').get_attribute('data-series') == '2', 10, 'the time axis')
-        # Filtering by text keeps the matching rows (the table redraws after the last keystroke's
-        # input event: wait for it rather than count at once; a CI run counted 3 once).
-        self.driver.find_element(By.ID, 'trial-filter').send_keys('0.01')
+        # Filtering: "key=value" keeps the rows whose swept key has that value, whatever the
+        # timing columns show (a plain "0.01" also matches an s/step of 0.0123: a CI run once
+        # counted 3 rows that way). The table redraws on each keystroke's input event: wait for it.
         rows = lambda d: len(d.find_elements(By.CSS_SELECTOR, '#trials tbody tr'))
-        harness.wait_for(self.driver, lambda d: rows(d) == 2, 10, 'the two rows matching 0.01')
+        box = self.driver.find_element(By.ID, 'trial-filter')
+        box.send_keys('lr=0.01')
+        harness.wait_for(self.driver, lambda d: rows(d) == 2, 10, 'the two rows with lr=0.01')
+        lrs = {float(self.cells(r, 'p:optimizer.lr')) for r in self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')}
+        self.assertEqual(lrs, {0.01})
+        box.clear()
+        box.send_keys('optimizer.lr=0.003')
+        harness.wait_for(self.driver, lambda d: rows(d) == 2, 10, 'the two rows with optimizer.lr=0.003')
+        # Plain text searches what the cells show: every trial shows its state.
+        box.clear()
+        box.send_keys('COMPLETED')
+        harness.wait_for(self.driver, lambda d: rows(d) == 4, 10, 'the four completed rows')
+        box.clear()
+        box.send_keys('no such text')
+        harness.wait_for(self.driver, lambda d: rows(d) == 0, 10, 'no row for text no cell shows')
         self.shot('experiment')
         self.assertNoConsoleErrors()
 
