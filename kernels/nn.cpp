@@ -10,6 +10,7 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/check.h"
 #include "kernels/dispatch.h"
@@ -170,6 +171,51 @@ void require_qkv_pack(const char* op, const char* names[4], const Tensor* t[4], 
   for (int i = 1; i < 4; ++i) {
     require_dtype(op, names[i], *t[i], {q.dtype});
     require_shape(op, names[i], *t[i], {B, T, i < 3 ? Ckv : 3 * C});
+  }
+}
+
+// probs (N,E) f32, topk_idx (N,K) i32 and topk_w (N,K) f32 with 1 <= K <= E: the routing that
+// moe_router_forward writes and moe_router_backward reads. Returns {N, E, K}.
+struct MoeRouting {
+  int64_t N, E, K;
+};
+MoeRouting require_moe_routing(const char* op, const Tensor& probs, const Tensor& topk_idx, const Tensor& topk_w) {
+  require_ndim(op, "probs", probs, {2});
+  require_dtype(op, "probs", probs, {DType::f32});
+  const int64_t N = probs.shape[0], E = probs.shape[1];
+  require_shape(op, "probs", probs, {N, E});
+  require_ndim(op, "topk_idx", topk_idx, {2});
+  const int64_t K = topk_idx.shape[1];
+  if (K < 1 || K > E)
+    shape_error(op, "K = " + str(K) + " (topk_idx " + topk_idx.describe() + ") must be in [1, E = " + str(E) +
+                        "] (E from probs " + probs.describe() + ")");
+  require_dtype(op, "topk_idx", topk_idx, {DType::i32});
+  require_shape(op, "topk_idx", topk_idx, {N, K});
+  require_dtype(op, "topk_w", topk_w, {DType::f32});
+  require_shape(op, "topk_w", topk_w, {N, K});
+  return {N, E, K};
+}
+
+// A 2-D activation (rows, C): f32, or bf16 on a GPU. Returns the number of rows.
+int64_t require_rows_2d(const char* op, const char* what, const Tensor& t) {
+  require_ndim(op, what, t, {2});
+  require_float(op, what, t);
+  require_contiguous(op, what, t);
+  require_data(op, what, t);
+  return t.shape[0];
+}
+
+// The device code relies on distinct entries (it adds without atomics), so host tensors are
+// checked here, as require_in_range does; t's entries must already lie in [0, n).
+void require_distinct(const char* op, const char* what, const Tensor& t, int64_t n) {
+  if (t.device != Device::cpu) return;
+  std::vector<char> seen(static_cast<size_t>(n), 0);
+  const int32_t* p = t.i32();
+  for (int64_t i = 0, m = t.numel(); i < m; ++i) {
+    if (seen[p[i]])
+      shape_error(op, std::string(what) + "[" + str(i) + "] = " + str(p[i]) +
+                          " repeats an earlier entry: each row may be named once");
+    seen[p[i]] = 1;
   }
 }
 
@@ -405,6 +451,103 @@ void qkv_pack_backward(Tensor dq, Tensor dk, Tensor dv, const Tensor& dqkv, int 
   require_qkv_pack(op, names, tensors, n_head, n_kv_head);
   if (dqkv.numel() == 0) return;
   PRECON_DISPATCH(device, qkv_pack_backward, dq, dk, dv, dqkv, n_head, n_kv_head);
+}
+
+void moe_router_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, const Tensor& logits) {
+  const char* op = "moe_router_forward";
+  Device device = require_same_device(op, {&probs, &topk_idx, &topk_w, &logits});
+  const MoeRouting r = require_moe_routing(op, probs, topk_idx, topk_w);
+  require_dtype(op, "logits", logits, {DType::f32});
+  require_shape(op, "logits", logits, {r.N, r.E});
+  if (r.N == 0) return;
+  PRECON_DISPATCH(device, moe_router_forward, probs, topk_idx, topk_w, logits);
+}
+
+void moe_router_backward(Tensor dlogits, const Tensor& dw, const Tensor& probs, const Tensor& topk_idx,
+                         const Tensor& topk_w, const Tensor& aux_dprobs) {
+  const char* op = "moe_router_backward";
+  Device device = require_same_device(op, {&dlogits, &dw, &probs, &topk_idx, &topk_w, &aux_dprobs});
+  const MoeRouting r = require_moe_routing(op, probs, topk_idx, topk_w);
+  require_dtype(op, "dlogits", dlogits, {DType::f32});
+  require_shape(op, "dlogits", dlogits, {r.N, r.E});
+  require_dtype(op, "dw", dw, {DType::f32});
+  require_shape(op, "dw", dw, {r.N, r.K});
+  if (given(aux_dprobs)) {
+    require_dtype(op, "aux_dprobs", aux_dprobs, {DType::f32});
+    require_shape(op, "aux_dprobs", aux_dprobs, {r.E});
+  }
+  if (r.N == 0) return;
+  require_in_range(op, "topk_idx", topk_idx, 0, static_cast<int32_t>(r.E));
+  PRECON_DISPATCH(device, moe_router_backward, dlogits, dw, probs, topk_idx, topk_w, aux_dprobs);
+}
+
+void gather_rows(Tensor out, const Tensor& inp, const Tensor& rows) {
+  const char* op = "gather_rows";
+  Device device = require_same_device(op, {&out, &inp, &rows});
+  const int64_t N = require_rows_2d(op, "inp", inp), C = inp.shape[1];
+  const int64_t M = require_rows_2d(op, "out", out);
+  require_dtype(op, "out", out, {inp.dtype});
+  require_shape(op, "out", out, {M, C});
+  require_dtype(op, "rows", rows, {DType::i32});
+  require_shape(op, "rows", rows, {M});
+  if (out.numel() == 0) return;
+  require_in_range(op, "rows", rows, 0, static_cast<int32_t>(N));
+  PRECON_DISPATCH(device, gather_rows, out, inp, rows);
+}
+
+void scatter_add_rows(Tensor dinp, const Tensor& dout, const Tensor& rows) {
+  const char* op = "scatter_add_rows";
+  Device device = require_same_device(op, {&dinp, &dout, &rows});
+  const int64_t N = require_rows_2d(op, "dinp", dinp), C = dinp.shape[1];
+  const int64_t M = require_rows_2d(op, "dout", dout);
+  require_dtype(op, "dout", dout, {dinp.dtype});
+  require_shape(op, "dout", dout, {M, C});
+  require_dtype(op, "rows", rows, {DType::i32});
+  require_shape(op, "rows", rows, {M});
+  if (dout.numel() == 0) return;
+  require_in_range(op, "rows", rows, 0, static_cast<int32_t>(N));
+  PRECON_DISPATCH(device, scatter_add_rows, dinp, dout, rows);
+}
+
+void moe_combine_forward(Tensor out, const Tensor& y, const Tensor& pos, const Tensor& w) {
+  const char* op = "moe_combine_forward";
+  Device device = require_same_device(op, {&out, &y, &pos, &w});
+  const int64_t M = require_rows_2d(op, "y", y), C = y.shape[1];
+  const int64_t N = require_rows_2d(op, "out", out);
+  require_dtype(op, "out", out, {y.dtype});
+  require_shape(op, "out", out, {N, C});
+  require_ndim(op, "w", w, {2});
+  const int64_t K = w.shape[1];
+  require_dtype(op, "w", w, {DType::f32});
+  require_shape(op, "w", w, {N, K});
+  require_dtype(op, "pos", pos, {DType::i32});
+  require_shape(op, "pos", pos, {N, K});
+  if (out.numel() == 0) return;
+  require_in_range(op, "pos", pos, 0, static_cast<int32_t>(M));
+  PRECON_DISPATCH(device, moe_combine_forward, out, y, pos, w);
+}
+
+void moe_combine_backward(Tensor dy, Tensor dw, const Tensor& dout, const Tensor& y, const Tensor& pos,
+                          const Tensor& w) {
+  const char* op = "moe_combine_backward";
+  Device device = require_same_device(op, {&dy, &dw, &dout, &y, &pos, &w});
+  const int64_t M = require_rows_2d(op, "y", y), C = y.shape[1];
+  require_like(op, "dy", dy, "y", y);
+  const int64_t N = require_rows_2d(op, "dout", dout);
+  require_dtype(op, "dout", dout, {y.dtype});
+  require_shape(op, "dout", dout, {N, C});
+  require_ndim(op, "w", w, {2});
+  const int64_t K = w.shape[1];
+  require_dtype(op, "w", w, {DType::f32});
+  require_shape(op, "w", w, {N, K});
+  require_dtype(op, "dw", dw, {DType::f32});
+  require_shape(op, "dw", dw, {N, K});
+  require_dtype(op, "pos", pos, {DType::i32});
+  require_shape(op, "pos", pos, {N, K});
+  if (dout.numel() == 0 || w.numel() == 0) return;
+  require_in_range(op, "pos", pos, 0, static_cast<int32_t>(M));
+  require_distinct(op, "pos", pos, M);
+  PRECON_DISPATCH(device, moe_combine_backward, dy, dw, dout, y, pos, w);
 }
 
 void matmul_forward(Tensor out, const Tensor& inp, const Tensor& weight, const Tensor& bias, WeightLayout layout) {

@@ -66,6 +66,38 @@ void qkv_pack_forward(Tensor qkv, const Tensor& q, const Tensor& k, const Tensor
 // Accumulates into dq, dk, dv from dqkv; dk and dv sum over the query heads that share a kv head.
 void qkv_pack_backward(Tensor dq, Tensor dk, Tensor dv, const Tensor& dqkv, int n_head, int n_kv_head);
 
+// Mixture of experts (dropless, top-k routing). N tokens, E experts, K experts per token, M = N·K
+// assignments. The router runs in fp32 whatever the activations' dtype.
+
+// probs (N,E) f32 = softmax(logits (N,E) f32) over the experts (max-subtracted, in fp32);
+// topk_idx (N,K) i32 = the K experts of largest probability, in decreasing order of probability,
+// ties broken toward the lower expert index (ties of the fp32 probabilities: logits that differ
+// but round to one probability count as tied); topk_w (N,K) f32 = their probabilities renormalised
+// to sum to 1. 1 <= K <= E.
+void moe_router_forward(Tensor probs, Tensor topk_idx, Tensor topk_w, const Tensor& logits);
+// Accumulates into dlogits (N,E) f32 the gradient through the renormalisation and the softmax (of
+// probs, topk_idx, topk_w as moe_router_forward wrote them) of
+//   dw (N,K) f32 = d loss / d topk_w, and
+//   aux_dprobs (E) f32: a gradient d loss / d probs[n,e] = aux_dprobs[e] for every token n (the
+//   load-balancing loss's; an empty Tensor for none).
+// With S = Σ_j probs[n, idx[n,j]]: d probs[n, idx[n,j]] += (dw[n,j] − Σ_m dw[n,m] · topk_w[n,m]) / S,
+// then dlogits[n,e] += probs[n,e] · (dp[n,e] − Σ_e' probs[n,e'] · dp[n,e']).
+void moe_router_backward(Tensor dlogits, const Tensor& dw, const Tensor& probs, const Tensor& topk_idx,
+                         const Tensor& topk_w, const Tensor& aux_dprobs);
+// out (M,C)[i] = inp (N,C)[rows[i]]; rows (M) i32 in [0, N). f32, or bf16 on CUDA (out and inp alike).
+void gather_rows(Tensor out, const Tensor& inp, const Tensor& rows);
+// The backward of gather_rows: dinp (N,C)[rows[i]] += dout (M,C)[i] (rows may repeat; accumulated in
+// fp32, so a bf16 dinp is rounded once). dinp and dout share a dtype as in gather_rows.
+void scatter_add_rows(Tensor dinp, const Tensor& dout, const Tensor& rows);
+// out (N,C)[n] = Σ_j w[n,j] · y (M,C)[pos[n,j]] (written, not accumulated; the sum in fp32); pos (N,K)
+// i32 in [0, M), w (N,K) f32. y and out f32, or bf16 on CUDA.
+void moe_combine_forward(Tensor out, const Tensor& y, const Tensor& pos, const Tensor& w);
+// Accumulates dy (M,C)[pos[n,j]] += w[n,j] · dout (N,C)[n] and dw[n,j] += Σ_c dout[n,c] · y[pos[n,j],c]
+// (fp32 sums; dw is f32; dy and dout in y's dtype). Each row of y is named by one (n, j) at most
+// (the kernels add without atomics; host tensors are checked).
+void moe_combine_backward(Tensor dy, Tensor dw, const Tensor& dout, const Tensor& y, const Tensor& pos,
+                          const Tensor& w);
+
 // How a linear layer's weight is stored.
 enum class WeightLayout : uint8_t {
   in_out,  // (C, OC), Hugging Face Conv1D: out = inp @ W + b

@@ -199,6 +199,78 @@ double& weight_at(double* w, int c, int o, int C, int OC, WeightLayout layout) {
 }
 }  // namespace
 
+void moe_router_forward(double* probs, int32_t* topk_idx, double* topk_w, const double* logits, int N, int E,
+                        int K) {
+  std::vector<int32_t> order(E);
+  for (int n = 0; n < N; ++n) {
+    const double* x = logits + int64_t(n) * E;
+    double* p = probs + int64_t(n) * E;
+    const double m = *std::max_element(x, x + E);
+    double sum = 0;
+    for (int e = 0; e < E; ++e) sum += std::exp(x[e] - m);
+    for (int e = 0; e < E; ++e) p[e] = std::exp(x[e] - m) / sum;
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    double S = 0;
+    for (int j = 0; j < K; ++j) S += p[order[j]];
+    for (int j = 0; j < K; ++j) {
+      topk_idx[int64_t(n) * K + j] = order[j];
+      topk_w[int64_t(n) * K + j] = p[order[j]] / S;
+    }
+  }
+}
+
+// w_j = p_idx[j] / S with S = sum_m p_idx[m], so dw_j / dp_idx[i] = (delta_ij - w_j) / S; the softmax's
+// Jacobian is dp_e / dx_f = p_e (delta_ef - p_f).
+void moe_router_backward(double* dlogits, const double* dw, const double* probs, const int32_t* topk_idx,
+                         const double* topk_w, const double* aux_dprobs, int N, int E, int K) {
+  std::vector<double> dp(E);
+  for (int n = 0; n < N; ++n) {
+    const double* p = probs + int64_t(n) * E;
+    const int32_t* idx = topk_idx + int64_t(n) * K;
+    const double* w = topk_w + int64_t(n) * K;
+    const double* g = dw + int64_t(n) * K;
+    for (int e = 0; e < E; ++e) dp[e] = aux_dprobs ? aux_dprobs[e] : 0.0;
+    double S = 0;
+    for (int j = 0; j < K; ++j) S += p[idx[j]];
+    for (int i = 0; i < K; ++i)
+      for (int j = 0; j < K; ++j) dp[idx[i]] += g[j] * ((i == j ? 1.0 : 0.0) - w[j]) / S;
+    for (int e = 0; e < E; ++e)
+      for (int f = 0; f < E; ++f) dlogits[int64_t(n) * E + f] += dp[e] * p[e] * ((e == f ? 1.0 : 0.0) - p[f]);
+  }
+}
+
+void gather_rows(double* out, const double* inp, const int32_t* rows, int M, int C) {
+  for (int i = 0; i < M; ++i)
+    for (int c = 0; c < C; ++c) out[int64_t(i) * C + c] = inp[int64_t(rows[i]) * C + c];
+}
+
+void scatter_add_rows(double* dinp, const double* dout, const int32_t* rows, int M, int C) {
+  for (int i = 0; i < M; ++i)
+    for (int c = 0; c < C; ++c) dinp[int64_t(rows[i]) * C + c] += dout[int64_t(i) * C + c];
+}
+
+void moe_combine_forward(double* out, const double* y, const int32_t* pos, const double* w, int N, int K, int C) {
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) {
+      double s = 0;
+      for (int j = 0; j < K; ++j) s += w[int64_t(n) * K + j] * y[int64_t(pos[int64_t(n) * K + j]) * C + c];
+      out[int64_t(n) * C + c] = s;
+    }
+}
+
+void moe_combine_backward(double* dy, double* dw, const double* dout, const double* y, const int32_t* pos,
+                          const double* w, int N, int K, int C) {
+  for (int n = 0; n < N; ++n)
+    for (int j = 0; j < K; ++j) {
+      const int64_t nj = int64_t(n) * K + j, row = int64_t(pos[nj]) * C;
+      for (int c = 0; c < C; ++c) {
+        dy[row + c] += w[nj] * dout[int64_t(n) * C + c];
+        dw[nj] += dout[int64_t(n) * C + c] * y[row + c];
+      }
+    }
+}
+
 void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N, int C,
                     int OC, WeightLayout layout) {
   for (int n = 0; n < N; ++n)

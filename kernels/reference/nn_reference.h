@@ -42,6 +42,19 @@ void qkv_pack_forward(double* qkv, const double* q, const double* k, const doubl
                       int hd);
 void qkv_pack_backward(double* dq, double* dk, double* dv, const double* dqkv, int B, int T, int NH, int NKV, int hd);
 
+// Mixture of experts: logits and probs (N,E), topk_idx and topk_w (N,K); aux_dprobs (E) may be
+// null. The top K are taken by a stable sort of the experts on probability (ties: lower index first).
+void moe_router_forward(double* probs, int32_t* topk_idx, double* topk_w, const double* logits, int N, int E, int K);
+void moe_router_backward(double* dlogits, const double* dw, const double* probs, const int32_t* topk_idx,
+                         const double* topk_w, const double* aux_dprobs, int N, int E, int K);
+// out (M,C) = inp[rows]; the backward adds dout (M,C) into dinp[rows].
+void gather_rows(double* out, const double* inp, const int32_t* rows, int M, int C);
+void scatter_add_rows(double* dinp, const double* dout, const int32_t* rows, int M, int C);
+// out (N,C), y and dy (M,C), pos and w and dw (N,K).
+void moe_combine_forward(double* out, const double* y, const int32_t* pos, const double* w, int N, int K, int C);
+void moe_combine_backward(double* dy, double* dw, const double* dout, const double* y, const int32_t* pos,
+                          const double* w, int N, int K, int C);
+
 // weight is (C,OC) for in_out and (OC,C) for out_in; bias (OC) may be null.
 void matmul_forward(double* out, const double* inp, const double* weight, const double* bias, int N, int C,
                     int OC, WeightLayout layout);

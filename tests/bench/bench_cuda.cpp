@@ -1,6 +1,7 @@
 // CUDA kernels at GPT-2 small shapes: cuBLAS GEMM (bf16 and fp32), Newton–Schulz and inverse
 // roots. Each case reports TFLOP/s; Newton–Schulz also reports its ratio to the bf16 GEMM rate
-// measured once in the same run (counter vs_bf16_gemm). Every timed region ends with a device
+// measured once in the same run (counter vs_bf16_gemm). The mixture-of-experts ops (4096 tokens,
+// 64 experts, top 8, C = 512) report the bytes they must move, per second. Every timed region ends with a device
 // synchronize, and the time is reported as manual time. Without a GPU every case is skipped
 // with an error. Run: precon_bench_cuda [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
@@ -9,11 +10,13 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/inverse_root.h"
 #include "kernels/linalg.h"
+#include "kernels/nn.h"
 #include "kernels/newton_schulz.h"
 
 namespace {
@@ -185,6 +188,115 @@ BENCHMARK(BM_CudaInverseRoot)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
+
+// Mixture of experts: N tokens, E experts, K per token, M = N·K assignments, C channels.
+constexpr int64_t kMoeN = 4096, kMoeE = 64, kMoeK = 8, kMoeC = 512, kMoeM = kMoeN * kMoeK;
+
+// A device i32 tensor holding host values.
+struct DeviceInts {
+  k::Buffer buffer;
+  Tensor t;
+};
+
+DeviceInts device_ints(std::vector<int32_t>& host, std::initializer_list<int64_t> shape) {
+  DeviceInts d{k::Buffer(kGpu, host.size() * sizeof(int32_t)), {}};
+  d.t = d.buffer.view(shape, DType::i32);
+  k::copy(d.t, Tensor::view(host.data(), shape, DType::i32));
+  return d;
+}
+
+// The routing of random logits (on the CPU) and its assignments grouped by expert, as the MoE
+// layer groups them: rows[p] is the token of slot p, pos[n, j] the slot of token n's j-th expert.
+struct MoeDeviceRouting {
+  DeviceTensor logits, probs, w;
+  DeviceInts idx, rows, pos;
+};
+
+MoeDeviceRouting moe_device_routing() {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> logits(kMoeN * kMoeE), probs(kMoeN * kMoeE), w(kMoeM);
+  for (float& x : logits) x = dist(rng);
+  std::vector<int32_t> idx(kMoeM), rows(kMoeM), pos(kMoeM);
+  k::moe_router_forward(Tensor::view(probs.data(), {kMoeN, kMoeE}), Tensor::view(idx.data(), {kMoeN, kMoeK}, DType::i32),
+                        Tensor::view(w.data(), {kMoeN, kMoeK}), Tensor::view(logits.data(), {kMoeN, kMoeE}));
+  std::vector<int64_t> next(kMoeE + 1, 0);
+  for (int32_t e : idx) ++next[e + 1];
+  for (int64_t e = 0; e < kMoeE; ++e) next[e + 1] += next[e];
+  for (int64_t i = 0; i < kMoeM; ++i) {
+    const int64_t p = next[idx[i]]++;
+    rows[p] = static_cast<int32_t>(i / kMoeK);
+    pos[i] = static_cast<int32_t>(p);
+  }
+  MoeDeviceRouting r{random_device({kMoeN, kMoeE}, DType::f32, 12), random_device({kMoeN, kMoeE}, DType::f32, 13),
+                     random_device({kMoeN, kMoeK}, DType::f32, 14), device_ints(idx, {kMoeN, kMoeK}),
+                     device_ints(rows, {kMoeM}), device_ints(pos, {kMoeN, kMoeK})};
+  k::copy(r.logits.t, Tensor::view(logits.data(), {kMoeN, kMoeE}));
+  k::copy(r.probs.t, Tensor::view(probs.data(), {kMoeN, kMoeE}));
+  k::copy(r.w.t, Tensor::view(w.data(), {kMoeN, kMoeK}));
+  return r;
+}
+
+// Arg: backward (0 = forward). The router is fp32 whatever the activations.
+void BM_CudaMoeRouter(benchmark::State& state) {
+  if (!require_gpu(state)) return;
+  const bool backward = state.range(0) != 0;
+  MoeDeviceRouting r = moe_device_routing();
+  auto dw = random_device({kMoeN, kMoeK}, DType::f32, 15), aux = random_device({kMoeE}, DType::f32, 16);
+  auto dlogits = random_device({kMoeN, kMoeE}, DType::f32, 17);
+  if (backward)
+    run_timed(state, 0.0, [&] { k::moe_router_backward(dlogits.t, dw.t, r.probs.t, r.idx.t, r.w.t, aux.t); });
+  else
+    run_timed(state, 0.0, [&] { k::moe_router_forward(r.probs.t, r.idx.t, r.w.t, r.logits.t); });
+  const int64_t bytes = (kMoeN * kMoeE * (backward ? 3 : 2) + kMoeM * (backward ? 3 : 2)) * int64_t(sizeof(float));
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(backward ? "backward" : "forward");
+}
+BENCHMARK(BM_CudaMoeRouter)->ArgNames({"backward"})->Arg(0)->Arg(1)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+// Args: f32 (0 = bf16, 1 = f32), op (0 gather_rows, 1 scatter_add_rows, 2 combine forward,
+// 3 combine backward).
+void BM_CudaMoeRows(benchmark::State& state) {
+  if (!require_gpu(state)) return;
+  const DType dt = dtype_arg(state.range(0));
+  const int64_t op = state.range(1);
+  MoeDeviceRouting r = moe_device_routing();
+  auto tokens = random_device({kMoeN, kMoeC}, dt, 18), tokens2 = random_device({kMoeN, kMoeC}, dt, 19);
+  auto slots = random_device({kMoeM, kMoeC}, dt, 20), slots2 = random_device({kMoeM, kMoeC}, dt, 21);
+  auto dw = random_device({kMoeN, kMoeK}, DType::f32, 22);
+  const int64_t e = int64_t(k::dtype_size(dt)), tok = kMoeN * kMoeC * e, slot = kMoeM * kMoeC * e;
+  int64_t bytes = 0;
+  const char* name = "";
+  switch (op) {
+    case 0:
+      run_timed(state, 0.0, [&] { k::gather_rows(slots.t, tokens.t, r.rows.t); });
+      bytes = tok + slot;
+      name = "gather_rows";
+      break;
+    case 1:
+      run_timed(state, 0.0, [&] { k::scatter_add_rows(tokens.t, slots.t, r.rows.t); });
+      bytes = 2 * tok + slot;
+      name = "scatter_add_rows";
+      break;
+    case 2:
+      run_timed(state, 0.0, [&] { k::moe_combine_forward(tokens.t, slots.t, r.pos.t, r.w.t); });
+      bytes = tok + slot;
+      name = "combine_forward";
+      break;
+    default:
+      run_timed(state, 0.0, [&] { k::moe_combine_backward(slots2.t, dw.t, tokens2.t, slots.t, r.pos.t, r.w.t); });
+      bytes = tok + 3 * slot;
+      name = "combine_backward";
+      break;
+  }
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(std::string(name) + " " + k::dtype_name(dt));
+}
+BENCHMARK(BM_CudaMoeRows)
+    ->ArgNames({"f32", "op"})
+    ->ArgsProduct({{0, 1}, {0, 1, 2, 3}})
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

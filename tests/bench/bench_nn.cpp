@@ -1,6 +1,6 @@
 // Forward and backward of each NN op on the CPU at GPT-2 small shapes (C = 768, NH = 12,
 // Vp = 50304) with a short batch (B = 4, T = 64 unless an argument says otherwise); the Llama ops
-// at B·T = 4096 rows.
+// at B·T = 4096 rows; the mixture-of-experts ops at 4096 tokens, 64 experts, top 8, C = 512.
 // items/s counts FLOPs for the GEMM-based ops and rows otherwise; bytes/s counts the memory
 // each call must touch at least once.
 #include <benchmark/benchmark.h>
@@ -332,6 +332,107 @@ void BM_QkvPackBackward(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * N * (3 * kC + 2 * (kC + 2 * Ckv)) * int64_t(sizeof(float)));
 }
 
+// Mixture of experts at N = 4096 tokens, E = 64 experts, K = 8 per token (M = N·K = 32768
+// assignments) and C = 512 channels.
+constexpr int64_t kMoeN = 4096, kMoeE = 64, kMoeK = 8, kMoeC = 512, kMoeM = kMoeN * kMoeK;
+
+// A routing and the assignments grouped by expert as the MoE layer groups them: rows[p] is the
+// token of slot p, pos[n, j] the slot of token n's j-th expert.
+struct MoeBenchRouting {
+  std::vector<float> logits, probs, w;
+  std::vector<int32_t> idx, rows, pos;
+};
+
+MoeBenchRouting moe_bench_routing() {
+  MoeBenchRouting r{normal(kMoeN * kMoeE), std::vector<float>(kMoeN * kMoeE), std::vector<float>(kMoeM),
+                    std::vector<int32_t>(kMoeM), std::vector<int32_t>(kMoeM), std::vector<int32_t>(kMoeM)};
+  k::moe_router_forward(view(r.probs, {kMoeN, kMoeE}), view(r.idx, {kMoeN, kMoeK}), view(r.w, {kMoeN, kMoeK}),
+                        view(r.logits, {kMoeN, kMoeE}));
+  std::vector<int64_t> next(kMoeE + 1, 0);
+  for (int32_t e : r.idx) ++next[e + 1];
+  for (int64_t e = 0; e < kMoeE; ++e) next[e + 1] += next[e];
+  for (int64_t i = 0; i < kMoeM; ++i) {
+    const int64_t p = next[r.idx[i]]++;
+    r.rows[p] = static_cast<int32_t>(i / kMoeK);
+    r.pos[i] = static_cast<int32_t>(p);
+  }
+  return r;
+}
+
+void BM_MoeRouterForward(benchmark::State& state) {
+  MoeBenchRouting r = moe_bench_routing();
+  for (auto _ : state) {
+    k::moe_router_forward(view(r.probs, {kMoeN, kMoeE}), view(r.idx, {kMoeN, kMoeK}), view(r.w, {kMoeN, kMoeK}),
+                          view(r.logits, {kMoeN, kMoeE}));
+    benchmark::DoNotOptimize(r.w.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kMoeN);
+  state.SetBytesProcessed(state.iterations() * (kMoeN * kMoeE * 2 + kMoeM * 2) * int64_t(sizeof(float)));
+}
+
+void BM_MoeRouterBackward(benchmark::State& state) {
+  MoeBenchRouting r = moe_bench_routing();
+  auto dw = normal(kMoeM), aux = normal(kMoeE);
+  std::vector<float> dlogits(kMoeN * kMoeE);
+  for (auto _ : state) {
+    k::moe_router_backward(view(dlogits, {kMoeN, kMoeE}), view(dw, {kMoeN, kMoeK}), view(r.probs, {kMoeN, kMoeE}),
+                           view(r.idx, {kMoeN, kMoeK}), view(r.w, {kMoeN, kMoeK}), view(aux, {kMoeE}));
+    benchmark::DoNotOptimize(dlogits.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kMoeN);
+  state.SetBytesProcessed(state.iterations() * (kMoeN * kMoeE * 3 + kMoeM * 3) * int64_t(sizeof(float)));
+}
+
+void BM_GatherRows(benchmark::State& state) {
+  MoeBenchRouting r = moe_bench_routing();
+  auto inp = normal(kMoeN * kMoeC);
+  std::vector<float> out(kMoeM * kMoeC);
+  for (auto _ : state) {
+    k::gather_rows(view(out, {kMoeM, kMoeC}), view(inp, {kMoeN, kMoeC}), view(r.rows, {kMoeM}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kMoeM);
+  state.SetBytesProcessed(state.iterations() * (kMoeN + kMoeM) * kMoeC * int64_t(sizeof(float)));
+}
+
+void BM_ScatterAddRows(benchmark::State& state) {
+  MoeBenchRouting r = moe_bench_routing();
+  auto dout = normal(kMoeM * kMoeC);
+  std::vector<float> dinp(kMoeN * kMoeC);
+  for (auto _ : state) {
+    k::scatter_add_rows(view(dinp, {kMoeN, kMoeC}), view(dout, {kMoeM, kMoeC}), view(r.rows, {kMoeM}));
+    benchmark::DoNotOptimize(dinp.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kMoeM);
+  state.SetBytesProcessed(state.iterations() * (kMoeM + 2 * kMoeN) * kMoeC * int64_t(sizeof(float)));
+}
+
+void BM_MoeCombineForward(benchmark::State& state) {
+  MoeBenchRouting r = moe_bench_routing();
+  auto y = normal(kMoeM * kMoeC);
+  std::vector<float> out(kMoeN * kMoeC);
+  for (auto _ : state) {
+    k::moe_combine_forward(view(out, {kMoeN, kMoeC}), view(y, {kMoeM, kMoeC}), view(r.pos, {kMoeN, kMoeK}),
+                           view(r.w, {kMoeN, kMoeK}));
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kMoeN);
+  state.SetBytesProcessed(state.iterations() * (kMoeM + kMoeN) * kMoeC * int64_t(sizeof(float)));
+}
+
+void BM_MoeCombineBackward(benchmark::State& state) {
+  MoeBenchRouting r = moe_bench_routing();
+  auto y = normal(kMoeM * kMoeC), dout = normal(kMoeN * kMoeC);
+  std::vector<float> dy(kMoeM * kMoeC), dw(kMoeM);
+  for (auto _ : state) {
+    k::moe_combine_backward(view(dy, {kMoeM, kMoeC}), view(dw, {kMoeN, kMoeK}), view(dout, {kMoeN, kMoeC}),
+                            view(y, {kMoeM, kMoeC}), view(r.pos, {kMoeN, kMoeK}), view(r.w, {kMoeN, kMoeK}));
+    benchmark::DoNotOptimize(dy.data());
+  }
+  state.SetItemsProcessed(state.iterations() * kMoeN);
+  state.SetBytesProcessed(state.iterations() * (3 * kMoeM + kMoeN) * kMoeC * int64_t(sizeof(float)));  // dy += reads it
+}
+
 BENCHMARK(BM_EncoderForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_EncoderBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_LayernormForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
@@ -354,6 +455,12 @@ BENCHMARK(BM_SwigluForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_SwigluBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_QkvPackForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_QkvPackBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_MoeRouterForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_MoeRouterBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_GatherRows)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_ScatterAddRows)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_MoeCombineForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_MoeCombineBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 
 }  // namespace
 

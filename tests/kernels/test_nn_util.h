@@ -66,6 +66,32 @@ inline std::vector<double> numerical_gradient(std::vector<double>& x, const std:
   return g;
 }
 
+// Router logits (N,E) whose experts lie at least 0.1 apart in every row (a shuffled ladder of step
+// 0.2 plus jitter of at most ±0.05), so that the top-k choice is the same under fp32 rounding, on
+// another backend and under finite-difference steps.
+inline std::vector<float> separated_logits(int64_t N, int64_t E, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> jitter(-0.05f, 0.05f);
+  std::vector<int64_t> ladder(static_cast<size_t>(E));
+  std::vector<float> x(static_cast<size_t>(N * E));
+  for (int64_t n = 0; n < N; ++n) {
+    for (int64_t e = 0; e < E; ++e) ladder[e] = e;
+    std::shuffle(ladder.begin(), ladder.end(), rng);
+    for (int64_t e = 0; e < E; ++e) x[n * E + e] = 0.2f * (float(ladder[e]) - 0.5f * float(E)) + jitter(rng);
+  }
+  return x;
+}
+
+// The first n entries of a random permutation of [0, m): distinct indices (m >= n).
+inline std::vector<int32_t> random_injection(int64_t n, int64_t m, uint64_t seed) {
+  std::vector<int32_t> v(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) v[i] = static_cast<int32_t>(i);
+  std::mt19937_64 rng(seed);
+  std::shuffle(v.begin(), v.end(), rng);
+  v.resize(static_cast<size_t>(n));
+  return v;
+}
+
 // Tensor views that break one rule each, for the bad-input tests; never dereferenced.
 inline kernels::Tensor on_cuda(kernels::Tensor t) {
   t.device = kernels::Device::cuda;

@@ -69,9 +69,10 @@ def param_table(c):
     return t
 
 
-def init_params(c, gen):
+def init_params(c, gen, table=None):
+    """Norms 1 + 0.1·randn, everything else 0.1·randn, drawn in table order (param_table(c) by default)."""
     params = {}
-    for name, shape, kind, *_ in param_table(c):
+    for name, shape, kind, *_ in (param_table(c) if table is None else table):
         if kind == "norm":
             p = 1.0 + 0.1 * torch.randn(shape, generator=gen)
         else:
@@ -102,41 +103,63 @@ def repeat_kv(x, n_rep):
     return x.repeat_interleave(n_rep, dim=1)
 
 
-def forward(p, c, tokens, targets):
-    Bn, T = tokens.shape
-    C, NH, NKV = c["d_model"], c["n_head"], c["n_kv_head"]
-    hd, eps = C // NH, c["norm_eps"]
-    dtype = p["model.embed_tokens.weight"].dtype
-    cos, sin = rope_cos_sin(T, hd, c["rope_theta"], dtype)  # (T, hd), broadcast over (B, heads)
+def attention(p, pre, x, c, cos, sin, mask):
+    """x + o_proj(causal GQA attention of rms_norm(x, input_layernorm)) for layer prefix pre; x is (B, T, C)."""
+    Bn, T, _ = x.shape
+    NH, NKV = c["n_head"], c["n_kv_head"]
+    hd = c["d_model"] // NH
+    a = rms_norm(x, p[f"{pre}.input_layernorm.weight"], c["norm_eps"])
+    q = (a @ p[f"{pre}.self_attn.q_proj.weight"].T).view(Bn, T, NH, hd).transpose(1, 2)
+    k = (a @ p[f"{pre}.self_attn.k_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
+    v = (a @ p[f"{pre}.self_attn.v_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
+    q = q * cos + rotate_half(q) * sin
+    k = k * cos + rotate_half(k) * sin
+    k, v = repeat_kv(k, NH // NKV), repeat_kv(v, NH // NKV)
+    att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).contiguous().view(Bn, T, NH * hd)
+    return x + y @ p[f"{pre}.self_attn.o_proj.weight"].T
+
+
+def swiglu(m, gate_w, up_w, down_w):
+    """down(silu(gate(m)) * up(m)), every weight stored (out, in)."""
+    gate = F.silu(m @ gate_w.T)
+    return (gate * (m @ up_w.T)) @ down_w.T
+
+
+def rope_and_mask(c, T, dtype):
+    """cos, sin (T, hd), broadcast over (B, heads), and the causal mask (True above the diagonal)."""
+    cos, sin = rope_cos_sin(T, c["d_model"] // c["n_head"], c["rope_theta"], dtype)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    x = p["model.embed_tokens.weight"][tokens]
-    for l in range(c["n_layer"]):
-        pre = f"model.layers.{l}"
-        a = rms_norm(x, p[f"{pre}.input_layernorm.weight"], eps)
-        q = (a @ p[f"{pre}.self_attn.q_proj.weight"].T).view(Bn, T, NH, hd).transpose(1, 2)
-        k = (a @ p[f"{pre}.self_attn.k_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
-        v = (a @ p[f"{pre}.self_attn.v_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k, v = repeat_kv(k, NH // NKV), repeat_kv(v, NH // NKV)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
-        y = (att @ v).transpose(1, 2).contiguous().view(Bn, T, NH * hd)
-        h = x + y @ p[f"{pre}.self_attn.o_proj.weight"].T
-        m = rms_norm(h, p[f"{pre}.post_attention_layernorm.weight"], eps)
-        gate = F.silu(m @ p[f"{pre}.mlp.gate_proj.weight"].T)
-        x = h + (gate * (m @ p[f"{pre}.mlp.up_proj.weight"].T)) @ p[f"{pre}.mlp.down_proj.weight"].T
-    x = rms_norm(x, p["model.norm.weight"], eps)
+    return cos, sin, mask
+
+
+def head_loss(p, c, x, targets):
+    """Final RMSNorm, untied lm_head, mean cross-entropy over the targets that are not -1."""
+    x = rms_norm(x, p["model.norm.weight"], c["norm_eps"])
     logits = x @ p["lm_head.weight"].T
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
     return logits, loss
 
 
-def batch(c, gen, successor):
+def forward(p, c, tokens, targets):
+    T = tokens.shape[1]
+    cos, sin, mask = rope_and_mask(c, T, p["model.embed_tokens.weight"].dtype)
+    x = p["model.embed_tokens.weight"][tokens]
+    for l in range(c["n_layer"]):
+        pre = f"model.layers.{l}"
+        h = attention(p, pre, x, c, cos, sin, mask)
+        m = rms_norm(h, p[f"{pre}.post_attention_layernorm.weight"], c["norm_eps"])
+        x = h + swiglu(m, p[f"{pre}.mlp.gate_proj.weight"], p[f"{pre}.mlp.up_proj.weight"],
+                       p[f"{pre}.mlp.down_proj.weight"])
+    return head_loss(p, c, x, targets)
+
+
+def batch(c, gen, successor, bsz=B):
     """Walks of a fixed random successor map from random first tokens: a bigram law the model can
     learn in a few steps, so that every optimizer's loss visibly falls (uniform tokens would not)."""
-    data = torch.empty(B, c["seq_len"] + 1, dtype=torch.int64)
-    data[:, 0] = torch.randint(0, c["vocab_size"], (B,), generator=gen)
+    data = torch.empty(bsz, c["seq_len"] + 1, dtype=torch.int64)
+    data[:, 0] = torch.randint(0, c["vocab_size"], (bsz,), generator=gen)
     for i in range(c["seq_len"]):
         data[:, i + 1] = successor[data[:, i]]
     tokens, targets = data[:, :-1].clone(), data[:, 1:].clone()
@@ -144,30 +167,42 @@ def batch(c, gen, successor):
     return tokens, targets
 
 
-def run_case(case, c, init, batches):
+def to_adamw(kind, cfg):
+    """Whether a tensor of this kind takes the AdamW side of the case's optimizer (precon's routing)."""
+    name = cfg["name"]
+    if name == "adamw":
+        return True
+    if name == "muon":
+        return kind != "matrix"
+    return not shampoo_routed(kind, cfg["shampoo"].get("params", "hidden"))
+
+
+def llama_step_loss(params, c, tokens, targets):
+    """(the loss to differentiate, what the trajectory records): both the cross-entropy here."""
+    _, loss = forward(params, c, tokens, targets)
+    return loss, loss.item()
+
+
+def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, routed_to_adamw=to_adamw):
     """STEPS steps of one case: gradients from the model, updates as optim_reference.run_case makes them,
-    with the (out, in) storage of Linear weights (Muon runs on the map itself, Shampoo on the storage)."""
+    with the (out, in) storage of Linear weights (Muon runs on the map itself, Shampoo on the storage).
+    table (param_table(c) by default), step_loss and routed_to_adamw let another model reuse it;
+    returns step_loss's records, one per step."""
     cfg = case["config"]
-    table = param_table(c)
+    table = param_table(c) if table is None else table
     params = {n: init[n].detach().clone().requires_grad_(True) for n, *_ in table}
     name = cfg["name"]
     lr, wd = cfg["lr"], cfg.get("weight_decay", 0.0)
-    if name == "adamw":
-        side = [n for n, *_ in table]
-    elif name == "muon":
-        side = [n for n, _, kind, *_ in table if kind != "matrix"]
-    else:
-        which = cfg["shampoo"].get("params", "hidden")
-        side = [n for n, _, kind, *_ in table if not shampoo_routed(kind, which)]
+    side = [n for n, _, kind, *_ in table if routed_to_adamw(kind, cfg)]
     adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, name == "adamw"))
     states, losses = {}, []
     for t in range(1, STEPS + 1):
         tokens, targets = batches[t - 1]
         for q in params.values():
             q.grad = None
-        _, loss = forward(params, c, tokens, targets)
+        loss, record = step_loss(params, c, tokens, targets)
         loss.backward()
-        losses.append(loss.item())
+        losses.append(record)
         g = {n: params[n].grad.detach().clone() for n in params}
         with torch.no_grad():
             adamw.step([g[n] for n in side], 1.0)

@@ -16,6 +16,18 @@ struct ExperimentConfig {
   std::string description;          // free text
 };
 
+// A mixture-of-experts MLP in place of the dense one ([model.moe], llama only): each token's top_k
+// experts of `experts`, their outputs weighted by the renormalised router probabilities, dropless.
+struct MoeConfig {
+  int64_t experts = 0;             // E: experts per MoE layer; 0 = a dense model
+  int64_t top_k = 2;               // experts each token is sent to
+  int64_t ffn_hidden = 0;          // each expert's SwiGLU width; 0 = the dense MLP's (model.ffn_hidden's rule)
+  int64_t shared_experts = 0;      // a shared SwiGLU of shared_experts × ffn_hidden on every token; 0 = none
+  int64_t first_dense_layers = 0;  // leading layers that keep the dense MLP
+  double aux_loss_coeff = 1e-2;    // load-balancing loss coefficient
+  std::string router_dtype = "fp32";  // the router computes in fp32 always
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // "gpt2" | "llama": the model family (worker/model/)
   int64_t n_layer = 4;        // transformer blocks
@@ -28,6 +40,7 @@ struct ModelConfig {
   double rope_theta = 10000;  // llama: base of the rotary embeddings' frequencies
   double norm_eps = 1e-5;     // llama: RMSNorm epsilon
   bool tie_embeddings = false;  // llama: the output head is embed_tokens (no lm_head); gpt2 is always tied
+  MoeConfig moe;
 
   bool llama() const { return arch == "llama"; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
@@ -35,6 +48,8 @@ struct ModelConfig {
     if (ffn_hidden > 0) return ffn_hidden;
     return llama() ? (8 * d_model / 3 + 63) / 64 * 64 : 4 * d_model;  // Llama: int(8d/3), rounded up
   }
+  bool moe_layer(int64_t layer) const { return moe.experts > 0 && layer >= moe.first_dense_layers; }
+  int64_t expert_ffn() const { return moe.ffn_hidden > 0 ? moe.ffn_hidden : ffn(); }
 };
 
 struct DataConfig {

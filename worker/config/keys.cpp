@@ -137,6 +137,44 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("model.tie_embeddings", "",
                     "llama: the output head is model.embed_tokens (no lm_head); gpt2 is always tied, whatever this says",
                     T(model.tie_embeddings)).hashed());
+  // [model.moe]
+  k.push_back(trial("model.moe.experts", "",
+                    "llama: experts of each mixture-of-experts MLP (dropless top-k routing); 0 = a dense model",
+                    T(model.moe.experts))
+                  .range(0, 4096).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const ModelConfig& m = c.model;
+                    if (m.moe.experts == 0) return std::string();
+                    if (!m.llama())
+                      return "[model.moe] needs model.arch = \"llama\": gpt2 has a dense MLP only (model.moe.experts = " +
+                             std::to_string(m.moe.experts) + ")";
+                    if (m.moe.first_dense_layers >= m.n_layer)
+                      return "model.moe.first_dense_layers = " + std::to_string(m.moe.first_dense_layers) +
+                             " leaves no mixture-of-experts layer of model.n_layer = " + std::to_string(m.n_layer);
+                    return std::string();
+                  }));
+  k.push_back(trial("model.moe.top_k", "", "experts each token is sent to (at most model.moe.experts)", T(model.moe.top_k))
+                  .range(1, 4096).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const MoeConfig& e = c.model.moe;
+                    return e.experts > 0 && e.top_k > e.experts
+                               ? "top_k = " + std::to_string(e.top_k) + " is more than model.moe.experts = " +
+                                     std::to_string(e.experts)
+                               : std::string();
+                  }));
+  k.push_back(trial("model.moe.ffn_hidden", "", "each expert's SwiGLU width; 0 = the dense MLP's (model.ffn_hidden)",
+                    T(model.moe.ffn_hidden)).range(0, 1 << 20).hashed());
+  k.push_back(trial("model.moe.shared_experts", "",
+                    "a shared SwiGLU expert of width shared_experts × model.moe.ffn_hidden added to every token's output; "
+                    "0 = none",
+                    T(model.moe.shared_experts)).range(0, 64).hashed());
+  k.push_back(trial("model.moe.first_dense_layers", "layers", "leading layers that keep the dense MLP",
+                    T(model.moe.first_dense_layers)).range(0, 256).hashed());
+  k.push_back(trial("model.moe.aux_loss_coeff", "",
+                    "load-balancing loss coefficient: aux = coeff · E · Σₑ fₑ·Pₑ per MoE layer, over each micro-batch",
+                    T(model.moe.aux_loss_coeff)).range(0, 1e3).hashed());
+  k.push_back(trial("model.moe.router_dtype", "", "the router's dtype: fp32 always", T(model.moe.router_dtype))
+                  .choices({"fp32"}));
   // [data]
   k.push_back(trial("data.train", "path", "training token shard(s), comma-separated", T(data.train)));
   k.push_back(trial("data.val", "path", "validation token shard", T(data.val)));
@@ -318,6 +356,9 @@ std::vector<KeySpec> build_table() {
                              " (each rank holds whole key/value heads; kv heads are not replicated)";
                     if (c.model.llama() && c.model.ffn() % t)
                       return "tensor = " + ratio(t, "model.ffn_hidden", c.model.ffn());
+                    if (c.model.moe.experts > 0 && c.model.expert_ffn() % t)
+                      return "tensor = " + ratio(t, "model.moe.ffn_hidden", c.model.expert_ffn()) +
+                             " (each expert's MLP is split like the dense one)";
                     return t > 1 && (c.train.device != "cpu" || c.train.precision != "fp32")
                                ? std::string("tensor parallelism runs on the CPU in fp32 in this precon-train")
                                : std::string();

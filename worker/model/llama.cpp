@@ -13,6 +13,7 @@ using k::Tensor;
 
 struct Llama::Acts : Model::Acts {
   std::vector<Tensor> ln1, rstd1, qkv, atty, att, residual2, ln2, rstd2, gate, up, h;
+  std::vector<MoeMlp::Acts> moe;  // per layer (empty for a dense one)
   Tensor lnf, rstdf;
   Tensor q, kk, v;    // (B, T, Ql) and (B, T, KVl): one block's projections before they are packed
   Tensor branch_out;  // (B, T, C) a residual branch's output before it joins the stream
@@ -39,11 +40,45 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
                                              row("self_attn.v_proj.weight")},
                                             {}, out_in),
                        RowParallelLinear(tp_, row("self_attn.o_proj.weight"), kNoRow, out_in),
-                       ColumnParallelLinear(tp_, {row("mlp.gate_proj.weight"), row("mlp.up_proj.weight")}, {}, out_in),
-                       RowParallelLinear(tp_, row("mlp.down_proj.weight"), kNoRow, out_in),
-                       row_range({row("input_layernorm.weight"), row("mlp.down_proj.weight")})});
+                       {}, {}, {}, {}});
+    Block& b = blocks_.back();
+    if (!config.moe_layer(l)) {
+      b.gate_up.emplace(tp_, std::vector<size_t>{row("mlp.gate_proj.weight"), row("mlp.up_proj.weight")},
+                        std::vector<size_t>{}, out_in);
+      b.down.emplace(tp_, row("mlp.down_proj.weight"), kNoRow, out_in);
+      b.rows = row_range({b.input_norm, row("mlp.down_proj.weight")});
+      continue;
+    }
+    MoeMlp::Rows r;
+    r.router = row("mlp.gate.weight");
+    for (int64_t e = 0; e < config.moe.experts; ++e) {
+      const std::string x = "mlp.experts." + std::to_string(e) + ".";
+      r.gate.push_back(row((x + "gate_proj.weight").c_str()));
+      r.up.push_back(row((x + "up_proj.weight").c_str()));
+      r.down.push_back(row((x + "down_proj.weight").c_str()));
+    }
+    size_t end = r.down.back();
+    if (config.moe.shared_experts > 0) {
+      r.shared_gate = row("mlp.shared_expert.gate_proj.weight");
+      r.shared_up = row("mlp.shared_expert.up_proj.weight");
+      r.shared_down = end = row("mlp.shared_expert.down_proj.weight");
+    }
+    b.moe.emplace(tp_, std::move(r), config.moe.top_k, config.moe.aux_loss_coeff);
+    b.rows = row_range({b.input_norm, end});
   }
+  if (config.moe.experts > 0) moe_scratch_ = blocks_.back().moe->make_scratch(moe_shape());
   allocate_slots([this] { return allocate_acts(); });
+}
+
+MoeMlp::Shape Llama::moe_shape() const {
+  MoeMlp::Shape s;
+  s.tokens = B_ * T_;
+  s.channels = C_;
+  s.expert_width = config_.expert_ffn() / tp_.size();
+  s.shared_width = config_.moe.shared_experts * config_.expert_ffn() / tp_.size();
+  s.dtype = act_;
+  s.device = device_;
+  return s;
 }
 
 std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
@@ -62,9 +97,19 @@ std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
   plan.per_layer(a.residual2, Ll, {B_, T_, C_}, act_);
   plan.per_layer(a.ln2, Ll, {B_, T_, C_}, act_);
   plan.per_layer(a.rstd2, Ll, {BT}, DType::f32);
-  plan.per_layer(a.gate, Ll, {B_, T_, Fl_}, act_);
-  plan.per_layer(a.up, Ll, {B_, T_, Fl_}, act_);
-  plan.per_layer(a.h, Ll, {B_, T_, Fl_}, act_);
+  // The dense MLP's activations for the dense layers; a mixture of experts keeps its own.
+  a.gate.resize(static_cast<size_t>(Ll));
+  a.up.resize(static_cast<size_t>(Ll));
+  a.h.resize(static_cast<size_t>(Ll));
+  a.moe.resize(static_cast<size_t>(Ll));
+  for (int64_t l = L0_; l < L1_; ++l) {
+    const size_t i = static_cast<size_t>(l - L0_);
+    const int64_t width = blocks_[static_cast<size_t>(l)].moe ? 0 : Fl_;
+    plan.add(&a.gate[i], {B_, T_, width}, act_);
+    plan.add(&a.up[i], {B_, T_, width}, act_);
+    plan.add(&a.h[i], {B_, T_, width}, act_);
+    if (blocks_[static_cast<size_t>(l)].moe) a.moe[i] = blocks_[static_cast<size_t>(l)].moe->make_acts(moe_shape());
+  }
   plan.per_layer(a.output, Ll, {B_, T_, C_}, act_);
   plan.add(&a.lnf, {B_, T_, C_}, act_);
   plan.add(&a.rstdf, {BT}, DType::f32);
@@ -120,9 +165,14 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
     b.o.forward(*this, a.branch_out, a.atty[i]);
     k::add(a.residual2[i], residual, a.branch_out);
     k::rmsnorm_forward(a.ln2[i], a.rstd2[i], a.residual2[i], weight(b.post_norm), eps);
-    b.gate_up.forward(*this, a.ln2[i], {a.gate[i], a.up[i]});
-    k::swiglu_forward(a.h[i], a.gate[i], a.up[i]);
-    b.down.forward(*this, a.branch_out, a.h[i]);
+    if (b.moe) {
+      b.moe->forward(*this, a.branch_out, a.ln2[i], a.moe[i]);
+      if (compute_grad) tally_moe(l, a.moe[i].aux, a.moe[i].counts);
+    } else {
+      b.gate_up->forward(*this, a.ln2[i], {a.gate[i], a.up[i]});
+      k::swiglu_forward(a.h[i], a.gate[i], a.up[i]);
+      b.down->forward(*this, a.branch_out, a.h[i]);
+    }
     k::add(a.output[i], a.residual2[i], a.branch_out);
     residual = a.output[i];
   }
@@ -153,14 +203,18 @@ void Llama::backward(const GradsReady& ready) {
     const Block& b = blocks_[static_cast<size_t>(l)];
     const size_t i = static_cast<size_t>(l - L0_);
     const Tensor residual = i == 0 ? a.encoded : a.output[i - 1];
-    // output = residual2 + down(swiglu(gate(m), up(m))), m = rmsnorm(residual2).
-    k::fill_zero(a.dh);
-    b.down.backward(*this, a.dh, a.h[i], a.dresidual);
-    k::fill_zero(a.dgate);
-    k::fill_zero(a.dup);
-    k::swiglu_backward(a.dgate, a.dup, a.dh, a.gate[i], a.up[i]);
+    // output = residual2 + down(swiglu(gate(m), up(m))), m = rmsnorm(residual2) (or the experts' mixture).
     k::fill_zero(a.dln);
-    b.gate_up.backward(*this, a.dln, a.ln2[i], {a.dgate, a.dup});
+    if (b.moe) {
+      b.moe->backward(*this, a.dln, a.ln2[i], a.dresidual, a.moe[i], moe_scratch_);
+    } else {
+      k::fill_zero(a.dh);
+      b.down->backward(*this, a.dh, a.h[i], a.dresidual);
+      k::fill_zero(a.dgate);
+      k::fill_zero(a.dup);
+      k::swiglu_backward(a.dgate, a.dup, a.dh, a.gate[i], a.up[i]);
+      b.gate_up->backward(*this, a.dln, a.ln2[i], {a.dgate, a.dup});
+    }
     k::rmsnorm_backward(a.dresidual, grad(b.post_norm), a.dln, a.residual2[i], weight(b.post_norm), a.rstd2[i]);
     // residual2 = residual + o(attention(rope(q), rope(k), v)), q, k, v projections of rmsnorm(residual).
     k::fill_zero(a.datty);

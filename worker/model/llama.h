@@ -4,15 +4,18 @@
 // output head unless model.tie_embeddings. Parameters follow llama_param_table (HF names, nn.Linear
 // weights stored (out, in)). Under tensor parallelism q, k, v, gate and up are column-parallel (this
 // rank's query heads, its kv heads, its MLP columns), o and down row-parallel; n_kv_head must be
-// divisible by the ranks (kv heads are split, never replicated).
+// divisible by the ranks (kv heads are split, never replicated). With [model.moe] the MLP of each
+// layer from model.moe.first_dense_layers on is a mixture of experts (worker/parallel/moe.h).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "worker/model/model.h"
+#include "worker/parallel/moe.h"
 
 namespace precon::worker {
 
@@ -34,13 +37,17 @@ class Llama final : public Model {
     size_t input_norm, post_norm;
     ColumnParallelLinear qkv;      // self_attn.{q,k,v}_proj: one input, three outputs
     RowParallelLinear o;           // self_attn.o_proj
-    ColumnParallelLinear gate_up;  // mlp.{gate,up}_proj
-    RowParallelLinear down;        // mlp.down_proj
+    std::optional<ColumnParallelLinear> gate_up;  // mlp.{gate,up}_proj (a dense layer)
+    std::optional<RowParallelLinear> down;        // mlp.down_proj
+    std::optional<MoeMlp> moe;                    // a mixture-of-experts layer's MLP
     std::pair<size_t, size_t> rows;  // [first, end) of its table rows
   };
   std::unique_ptr<Acts> allocate_acts() const;
 
+  MoeMlp::Shape moe_shape() const;
+
   int64_t hd_, Ql_, KVl_, NKVl_, Fl_;  // head size; this rank's q and kv widths, kv heads, MLP width
+  MoeMlp::Scratch moe_scratch_;        // the MoE layers' backward scratch (none in a dense model)
   size_t embed_, norm_, head_row_;     // table rows: embed_tokens, model.norm, lm_head (or embed_tokens)
   std::vector<Block> blocks_;
   VocabParallelEmbedding embedding_;

@@ -73,15 +73,19 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
     const int t = tp_.size();
     if (device != k::Device::cpu || act_ != DType::f32)
       throw std::invalid_argument("tensor parallelism runs on the CPU in fp32 in this precon-train");
-    if (NH_ % t != 0 || Vp_ % t != 0 || config.kv_heads() % t != 0 || config.ffn() % t != 0)
+    if (NH_ % t != 0 || Vp_ % t != 0 || config.kv_heads() % t != 0 || config.ffn() % t != 0 ||
+        (config.moe.experts > 0 && config.expert_ffn() % t != 0))
       throw std::invalid_argument("tensor parallelism over " + std::to_string(t) + " ranks needs it to divide n_head = " +
                                   std::to_string(NH_) + ", n_kv_head = " + std::to_string(config.kv_heads()) +
-                                  ", the MLP width " + std::to_string(config.ffn()) + " and the padded vocabulary " +
-                                  std::to_string(Vp_));
+                                  ", the MLP width " + std::to_string(config.ffn()) +
+                                  (config.moe.experts > 0 ? ", each expert's width " + std::to_string(config.expert_ffn())
+                                                          : std::string()) +
+                                  " and the padded vocabulary " + std::to_string(Vp_));
     std::vector<ParamSpec> parts;
     for (const ParamSpec& spec : params_->table()) parts.push_back(tp_part_spec(spec, t));
     parts_ = std::make_unique<ParamStore>(std::move(parts), device, stage_rows_);
   }
+  if (config.moe.experts > 0) moe_tally_.assign(static_cast<size_t>(1 + L_ * config.moe.experts), 0.0);
   if (act_ == DType::bf16) {
     shadow_buf_ = k::Buffer(device, compute().total_numel() * sizeof(k::bf16));
     int64_t offset = 0;
@@ -204,6 +208,12 @@ void Model::begin_backward() {
   acts_->grads_ready = false;
 }
 
+void Model::tally_moe(int64_t layer, double aux, const std::vector<int64_t>& counts) {
+  moe_tally_[0] += aux;
+  double* row = moe_tally_.data() + 1 + layer * config_.moe.experts;
+  for (size_t e = 0; e < counts.size(); ++e) row[e] += static_cast<double>(counts[e]);
+}
+
 std::pair<size_t, size_t> Model::row_range(std::initializer_list<size_t> rows) {
   return {std::min(rows), std::max(rows) + 1};
 }
@@ -227,8 +237,14 @@ std::vector<float> Model::logits_host() const {
 
 double Model::flops_per_token() const {
   double n = 0;
-  for (const ParamSpec& s : params_->table())
-    if (s.kind == ParamKind::matrix || (s.kind == ParamKind::embedding && s.head_end)) n += static_cast<double>(s.numel());
+  const MoeConfig& moe = config_.moe;
+  for (const ParamSpec& s : params_->table()) {
+    if (s.kind != ParamKind::matrix && s.kind != ParamKind::router && !(s.kind == ParamKind::embedding && s.head_end))
+      continue;
+    // A routed expert's weights work for top_k of every E tokens.
+    const bool routed = s.name.find(".mlp.experts.") != std::string::npos;
+    n += static_cast<double>(s.numel()) * (routed ? static_cast<double>(moe.top_k) / static_cast<double>(moe.experts) : 1.0);
+  }
   return 6.0 * n + 12.0 * static_cast<double>(L_ * C_ * T_);
 }
 

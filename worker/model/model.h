@@ -77,12 +77,21 @@ class Model : public LayerWeights {
   // Floating-point operations per token of one forward + backward: 6 per weight of the matrices
   // (the vocabulary matrices once each: a tied head counts once) and 12·L·C·T for attention's
   // QKᵀ and att·V (the causal half not credited, as Megatron's and PaLM's counts do).
+  // A mixture of experts's active parameters only: each MoE layer's router, shared expert and k of
+  // its E experts.
   double flops_per_token() const;
+
+  // Mixture of experts: what the training forwards (compute_grad) routed since the tally was last
+  // cleared: [0] the sum of their load-balancing losses, then for each layer l of the model (all
+  // n_layer, zeros for a dense layer or another stage's) the assignments of each of its E experts
+  // at [1 + l·E + e]. Empty for a dense model. The step runner sums and clears it.
+  std::vector<double>& moe_tally() { return moe_tally_; }
 
   // LayerWeights: what the passes read (the bf16 copy under bf16 precision, else the fp32
   // parameter of this rank's part) and the gradient they accumulate into.
   kernels::Tensor weight(size_t row) const override;
   kernels::Tensor grad(size_t row) const override { return compute().grad(row); }
+  kernels::Tensor master(size_t row) const override { return compute().param(row); }
 
  protected:
   // Activations every family has; a family's own derive from it.
@@ -138,6 +147,8 @@ class Model : public LayerWeights {
   // the mean over the counted targets.
   double head_loss(bool compute_grad);
   void begin_backward();
+  // Adds one MoE layer's forward to moe_tally().
+  void tally_moe(int64_t layer, double aux, const std::vector<int64_t>& counts);
   // [first, end) of the table rows given, for the ready callback.
   static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
   ParamStore& compute() const { return parts_ ? *parts_ : *params_; }  // what the passes read and write
@@ -163,6 +174,7 @@ class Model : public LayerWeights {
   kernels::Buffer shadow_buf_;              // bf16 copies of the weights (bf16 precision only)
   std::vector<kernels::Tensor> shadow_;
   std::vector<std::unique_ptr<Acts>> slots_;
+  std::vector<double> moe_tally_;
   Acts* acts_ = nullptr;  // the selected slot
 };
 

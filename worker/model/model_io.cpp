@@ -75,7 +75,8 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
     if (t->shape != spec.shape) {
       throw ModelIoError(where + ": tensor " + spec.name + " has shape " + shape_text(t->shape) + " but the model " +
                          "expects " + shape_text(spec.shape) + ": the checkpoint was written for a different " +
-                         "model shape (check model.n_layer/n_head/n_kv_head/d_model/ffn_hidden/seq_len/vocab_size)");
+                         "model shape (check model.n_layer/n_head/n_kv_head/d_model/ffn_hidden/seq_len/vocab_size" +
+                         (spec.name.find(".mlp.") != std::string::npos ? " and [model.moe]" : "") + ")");
     }
     if (!params.resident(i)) continue;  // another pipeline stage's row
     std::vector<float> host(spec.numel());
@@ -107,6 +108,39 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
 }
 
 nlohmann::json hf_config_json(const ModelConfig& c) {
+  if (c.llama() && c.moe.experts > 0) {
+    // Qwen-MoE's names and fields: mlp.gate (the router), mlp.experts.{e}, mlp.shared_expert.
+    std::vector<int64_t> dense_layers;
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      if (!c.moe_layer(l)) dense_layers.push_back(l);
+    return {{"architectures", {"Qwen3MoeForCausalLM"}},
+            {"model_type", "qwen3_moe"},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.d_model},
+            {"intermediate_size", c.ffn()},
+            {"moe_intermediate_size", c.expert_ffn()},
+            {"num_experts", c.moe.experts},
+            {"num_experts_per_tok", c.moe.top_k},
+            {"norm_topk_prob", true},
+            {"decoder_sparse_step", 1},
+            {"mlp_only_layers", dense_layers},
+            {"shared_expert_intermediate_size", c.moe.shared_experts * c.expert_ffn()},
+            {"router_aux_loss_coef", c.moe.aux_loss_coeff},
+            {"output_router_logits", false},
+            {"num_hidden_layers", c.n_layer},
+            {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.kv_heads()},
+            {"head_dim", c.d_model / c.n_head},
+            {"hidden_act", "silu"},
+            {"max_position_embeddings", c.seq_len},
+            {"rms_norm_eps", c.norm_eps},
+            {"rope_theta", c.rope_theta},
+            {"attention_bias", false},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"bos_token_id", c.vocab_size - 1},
+            {"eos_token_id", c.vocab_size - 1},
+            {"torch_dtype", "float32"}};
+  }
   if (c.llama()) {
     return {{"architectures", {"LlamaForCausalLM"}},
             {"model_type", "llama"},

@@ -14,6 +14,7 @@ const char* param_kind_name(ParamKind kind) {
     case ParamKind::norm: return "norm";
     case ParamKind::bias: return "bias";
     case ParamKind::matrix: return "matrix";
+    case ParamKind::router: return "router";
   }
   return "?";
 }
@@ -106,9 +107,20 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     linear(h + ".self_attn.v_proj.weight", C, kv, true, l);
     linear(h + ".self_attn.o_proj.weight", q, C, false, l);
     add(h + ".post_attention_layernorm.weight", {C}, ParamKind::norm, -1, l);
-    linear(h + ".mlp.gate_proj.weight", C, F, true, l);
-    linear(h + ".mlp.up_proj.weight", C, F, true, l);
-    linear(h + ".mlp.down_proj.weight", F, C, false, l);
+    auto swiglu = [&](const std::string& mlp, int64_t width) {
+      linear(mlp + ".gate_proj.weight", C, width, true, l);
+      linear(mlp + ".up_proj.weight", C, width, true, l);
+      linear(mlp + ".down_proj.weight", width, C, false, l);
+    };
+    if (!m.moe_layer(l)) {
+      swiglu(h + ".mlp", F);
+      continue;
+    }
+    ParamSpec* router = add(h + ".mlp.gate.weight", {m.moe.experts, C}, ParamKind::router, -1, l);
+    router->fan_in = C;
+    router->fan_out = m.moe.experts;
+    for (int64_t e = 0; e < m.moe.experts; ++e) swiglu(h + ".mlp.experts." + std::to_string(e), m.expert_ffn());
+    if (m.moe.shared_experts > 0) swiglu(h + ".mlp.shared_expert", m.moe.shared_experts * m.expert_ffn());
   }
   add("model.norm.weight", {C}, ParamKind::norm, -1, -1)->head_end = true;
   if (!m.tie_embeddings) {

@@ -20,7 +20,8 @@ enum class ParamKind : uint8_t {
   position,   // wpe
   norm,       // layernorm or RMSNorm weight, layernorm bias
   bias,       // linear-layer bias
-  matrix,     // 2-D hidden linear weight (attention and MLP projections)
+  matrix,     // 2-D hidden linear weight (attention and MLP projections, each expert's own)
+  router,     // a mixture-of-experts router (experts × d_model): AdamW's, like the other non-matrices
 };
 
 const char* param_kind_name(ParamKind kind);
@@ -58,7 +59,9 @@ void copy_tp_part(const ParamSpec& full, float* full_data, float* part_data, int
 
 std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 // Hugging Face LlamaForCausalLM's names and layouts (nn.Linear weights stored (out, in), no biases;
-// lm_head absent when the embeddings are tied).
+// lm_head absent when the embeddings are tied). A mixture-of-experts layer's MLP follows Qwen-MoE:
+// mlp.gate (the router, E × C, replicated under tensor parallelism), mlp.experts.{e}.{gate,up,down}_proj
+// and mlp.shared_expert.{gate,up,down}_proj, each split like the dense MLP's.
 std::vector<ParamSpec> llama_param_table(const ModelConfig& config);
 // The table of config.arch's family.
 std::vector<ParamSpec> model_param_table(const ModelConfig& config);

@@ -34,6 +34,8 @@ class LayerWeights {
   virtual ~LayerWeights() = default;
   virtual kernels::Tensor weight(size_t row) const = 0;
   virtual kernels::Tensor grad(size_t row) const = 0;
+  // The fp32 weight whatever the precision (the router of a mixture of experts computes in fp32).
+  virtual kernels::Tensor master(size_t row) const { return weight(row); }
 };
 
 constexpr size_t kNoRow = static_cast<size_t>(-1);  // a linear layer without a bias

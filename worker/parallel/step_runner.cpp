@@ -1,5 +1,6 @@
 #include "worker/parallel/step_runner.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "worker/parallel/pipeline_state.h"
@@ -15,6 +16,37 @@ void take_rows(const Batch& from, int64_t first, int64_t rows, Batch& to) {
   to.T = T;
   to.inputs.assign(from.inputs.begin() + first * T, from.inputs.begin() + (first + rows) * T);
   to.targets.assign(from.targets.begin() + first * T, from.targets.begin() + (first + rows) * T);
+}
+
+// Sums the chunks' tallies over the world (a tensor-parallel group's replicas routed alike: its
+// first rank speaks) and clears them; `micro` micro-batches on each of the data-parallel ranks.
+MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chunks, int64_t micro) {
+  MoeReport r;
+  const ModelConfig& m = chunks.front()->config();
+  if (m.moe.experts == 0) return r;
+  std::vector<double> sum(chunks.front()->moe_tally().size(), 0.0);
+  for (Model* chunk : chunks) {
+    std::vector<double>& t = chunk->moe_tally();
+    if (par.tp_rank() == 0)
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += t[i];
+    std::fill(t.begin(), t.end(), 0.0);
+  }
+  par.world->all_reduce_sum(sum.data(), static_cast<int64_t>(sum.size()));
+  r.aux_loss = sum[0] / static_cast<double>(micro * par.data);
+  const int64_t E = m.moe.experts;
+  r.load.resize(static_cast<size_t>(m.n_layer));
+  for (int64_t l = 0; l < m.n_layer; ++l) {
+    if (!m.moe_layer(l)) continue;
+    const double* c = sum.data() + 1 + l * E;
+    double total = 0;
+    for (int64_t e = 0; e < E; ++e) total += c[e];
+    for (int64_t e = 0; e < E; ++e) {
+      const double load = total > 0 ? c[e] / total * static_cast<double>(E) : 0.0;
+      r.load[static_cast<size_t>(l)].push_back(load);
+      r.load_max = std::max(r.load_max, load);
+    }
+  }
+  return r;
 }
 
 class BatchRunner final : public StepRunner {
@@ -52,6 +84,8 @@ class BatchRunner final : public StepRunner {
   double evaluate(const Batch& batch) override {
     return mean_over_batch(batch, [&](const Batch& part, bool) { return model_.forward(part.inputs, part.targets, false); });
   }
+
+  MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro); }
 
   double comm_wait_seconds() const override { return sync_.wait_seconds(); }
   int64_t comm_bytes() const override { return sync_.bytes_sent(); }
@@ -125,6 +159,8 @@ class PipelineRunner final : public StepRunner {
   double evaluate(const Batch& batch) override {
     return mean(schedule_.evaluate(micro_batches(par_, p_.slice, p_.micro, batch)));
   }
+
+  MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro); }
 
   double comm_wait_seconds() const override { return sync_.wait_seconds(); }
   int64_t comm_bytes() const override { return sync_.bytes_sent() + pipe_bytes_; }

@@ -23,6 +23,15 @@
 
 namespace precon::worker {
 
+// A step's mixture-of-experts figures, the same on every rank (all zero and empty for a dense model).
+struct MoeReport {
+  double aux_loss = 0;  // the load-balancing loss (summed over layers), mean over the step's micro-batches
+  double load_max = 0;  // the largest fₑ·E over experts and MoE layers: 1 is perfect balance, E all on one
+  // Per layer of the model (empty for a dense one), fₑ·E of each expert: its share of the step's
+  // assignments times E.
+  std::vector<std::vector<double>> load;
+};
+
 class StepRunner {
  public:
   virtual ~StepRunner() = default;
@@ -34,6 +43,9 @@ class StepRunner {
   virtual double grad_norm() = 0;
   // The mean loss over a global batch, forward only.
   virtual double evaluate(const Batch& batch) = 0;
+  // What the last forward_backward's micro-batches routed (and clears the models' tallies). Every
+  // rank must call it after each forward_backward.
+  virtual MoeReport moe_report() = 0;
   // Since construction: seconds blocked waiting for gradient sums after the backward, and the
   // bytes this rank sent into them.
   virtual double comm_wait_seconds() const = 0;

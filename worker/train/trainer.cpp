@@ -1,5 +1,6 @@
 #include "worker/train/trainer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -48,6 +49,7 @@ void default_log(const std::string& line) {
 // What one step measured, for the metrics record.
 struct StepStats {
   double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
+  MoeReport moe;
 };
 
 double evaluate(Run& run) {
@@ -128,6 +130,17 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_inverse_root_seconds", phase[3]},
                   {"optim_grafting_seconds", phase[4]},
                   {"optim_communication_seconds", phase[5]}}};
+  if (cfg.model.moe.experts > 0) {
+    // The load-balancing loss beside train_loss (which leaves it out), and the worst expert's share.
+    r.values.emplace_back("moe_aux_loss", stats.moe.aux_loss);
+    r.values.emplace_back("moe_load_max", stats.moe.load_max);
+    // Per MoE layer, its worst expert's fₑ·E (the full shares go to the log at each evaluation).
+    for (size_t l = 0; l < stats.moe.load.size(); ++l) {
+      if (stats.moe.load[l].empty()) continue;
+      r.values.emplace_back("moe_load_max.layer" + std::to_string(l),
+                            *std::max_element(stats.moe.load[l].begin(), stats.moe.load[l].end()));
+    }
+  }
   if (cfg.optimizer.name == "shampoo") {
     double failures = static_cast<double>(run.optimizer->inverse_root_failures());
     run.par.pp->all_reduce_sum(&failures, 1);  // each stage counts its own blocks (one stage: itself)
@@ -162,7 +175,8 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
 }
 
 // Every train.eval_every steps (0: only at the last) when there is validation data.
-void maybe_evaluate(Run& run, int64_t step, double loss) {
+void maybe_evaluate(Run& run, int64_t step, const StepStats& stats) {
+  const double loss = stats.loss;
   const TrialConfig& cfg = run.cfg();
   const int64_t steps = cfg.train.steps;
   const bool eval_now = cfg.train.eval_every > 0 ? (step % cfg.train.eval_every == 0 || step == steps) : step == steps;
@@ -171,6 +185,18 @@ void maybe_evaluate(Run& run, int64_t step, double loss) {
   emit(run, {step, unix_seconds_now(), {{"val_loss", val_loss}}});
   run.log("step " + std::to_string(step) + "/" + std::to_string(steps) + " train_loss " + std::to_string(loss) +
           " val_loss " + std::to_string(val_loss));
+  // A mixture of experts: each layer's expert shares of this step's assignments, times E.
+  std::string shares;
+  for (size_t l = 0; l < stats.moe.load.size(); ++l) {
+    if (stats.moe.load[l].empty()) continue;
+    shares += (shares.empty() ? "" : "; ") + std::string("layer ") + std::to_string(l) + ":";
+    for (double f : stats.moe.load[l]) {
+      char v[16];
+      std::snprintf(v, sizeof v, " %.2f", f);
+      shares += v;
+    }
+  }
+  if (!shares.empty()) run.log("step " + std::to_string(step) + " expert load (share × experts, 1 = balanced) " + shares);
 }
 
 // Every rank writes the optimizer state it holds and the first the rest; the checkpoint counts
@@ -229,6 +255,7 @@ TrainOutcome step_loop(Run& run) {
     StepStats stats;
     if (step == run.rank_fault_step) throw TrainingError("injected fault at step " + std::to_string(step));
     stats.loss = forward_backward(run, batch, step);
+    stats.moe = run.runner->moe_report();
     float grad_scale = 1.0f;
     std::tie(stats.grad_norm, grad_scale) = clip_gradients(run);
     stats.lr_scale = lr_multiplier(run.cfg().optimizer, step, steps);
@@ -237,7 +264,7 @@ TrainOutcome step_loop(Run& run) {
     log_step(run, step, stats);
     if (step == run.kill_fault_step) fault_kill();
     if (run.step_pace_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(run.step_pace_ms));
-    maybe_evaluate(run, step, stats.loss);
+    maybe_evaluate(run, step, stats);
     if (auto outcome = checkpoint_or_stop(run, step)) return *outcome;
   }
   return TrainOutcome::completed;
