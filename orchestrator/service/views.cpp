@@ -30,6 +30,7 @@ json layout_json(const std::string& config_toml) {
             {"data", data},
             {"pipeline", pipeline},
             {"virtual_stages", doc["parallel"]["virtual_stages"].value_or<int64_t>(1)},
+            {"expert", doc["parallel"]["expert"].value_or<int64_t>(1)},
             {"ranks", tensor * data * pipeline},
             {"backend", doc["parallel"]["backend"].value_or<std::string>("auto")}};
   } catch (const std::exception&) {

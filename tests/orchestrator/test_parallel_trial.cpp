@@ -120,7 +120,7 @@ TEST_F(ParallelTrial, AnInterleavedLayoutShowsItsVirtualStagesAndCountsOneRankAP
   ASSERT_TRUE(done(url, id));
   json t = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
   json full = get(url, "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()));
-  EXPECT_EQ(full["layout"], (json{{"tensor", 1}, {"data", 1}, {"pipeline", 2}, {"virtual_stages", 2}, {"ranks", 2},
+  EXPECT_EQ(full["layout"], (json{{"tensor", 1}, {"data", 1}, {"pipeline", 2}, {"virtual_stages", 2}, {"expert", 1}, {"ranks", 2},
                                   {"backend", "auto"}}))
       << full.dump();
   EXPECT_NE(full["reason"].get<std::string>().find("needs 2 CPU slots (2 rank(s) × 1 thread(s))"), std::string::npos)

@@ -298,7 +298,7 @@ TEST_F(SlurmCluster, TwoNodeDataParallelTrialRunsAsOneMpiJobAndReportsOnce) {
   ASSERT_EQ(t["attempts"].size(), 1u) << t.dump() << "\nstderr of every attempt:\n" << log;
   EXPECT_EQ(t["attempts"][0]["executor"], "slurm");
   EXPECT_EQ(t["attempts"][0]["nodes"], "n1,n2") << t.dump();  // every node of the job
-  EXPECT_EQ(t["layout"], (json{{"tensor", 1}, {"data", 2}, {"pipeline", 1}, {"virtual_stages", 1}, {"ranks", 2}, {"backend", "auto"}})) << t.dump();
+  EXPECT_EQ(t["layout"], (json{{"tensor", 1}, {"data", 2}, {"pipeline", 1}, {"virtual_stages", 1}, {"expert", 1}, {"ranks", 2}, {"backend", "auto"}})) << t.dump();
   // Every step once (only rank 0 reports), on the curve of one process.
   expect_same_curve(url, tid, steps, std::move(reference), kDataParallelTolerance);
   // Both ranks are one MPI world, each line with its rank.

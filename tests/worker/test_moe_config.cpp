@@ -120,5 +120,19 @@ TEST(MoeConfig, BadCombinationsAreRefusedWithTheKey) {
   EXPECT_EQ(moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 4\nffn_hidden = 32\n[parallel]\ntensor = 4\n"), "");
 }
 
+TEST(MoeConfig, ExpertParallelLayoutsThatDoNotFitAreRefusedWithTheKey) {
+  std::string e = moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 6\n[parallel]\ndata = 4\nexpert = 4\n");
+  EXPECT_NE(e.find("parallel.expert"), std::string::npos) << e;
+  EXPECT_NE(e.find("do not divide model.moe.experts = 6"), std::string::npos) << e;
+  e = moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 4\n[parallel]\ndata = 3\nexpert = 2\n");
+  EXPECT_NE(e.find("parallel.expert"), std::string::npos) << e;
+  EXPECT_NE(e.find("must divide parallel.data = 3"), std::string::npos) << e;
+  e = moe_parse_error(kMoeLlama + "[parallel]\ndata = 2\nexpert = 2\n");
+  EXPECT_NE(e.find("needs a mixture of experts"), std::string::npos) << e;
+  e = moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 4\n[train]\ndevice = \"cuda\"\n[parallel]\ndata = 2\nexpert = 2\n");
+  EXPECT_NE(e.find("expert parallelism runs on the CPU"), std::string::npos) << e;
+  EXPECT_EQ(moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 4\n[parallel]\ndata = 4\nexpert = 2\n"), "");
+}
+
 }  // namespace
 }  // namespace precon::worker

@@ -1,11 +1,14 @@
 // A mixture-of-experts Llama under every layout against its single-process run: precon-train under
 // `mpirun -np N` (real MPI ranks) at TP=2 (every expert's columns split, the router replicated),
-// DP=2, PP=2, TP2×DP2 and PP2×TP2 follow the trajectory one process follows (train and validation
-// losses, the load-balancing loss and the worst expert's load) for every optimizer, with two
-// micro-batches per rank (the aux loss is taken per micro-batch, so equal micro-batches give equal
-// runs); checkpoints reshard TP2→TP1 and PP2→PP1 and back on the same trajectory.
+// DP=2, PP=2, TP2×DP2, PP2×TP2 and expert parallelism (EP2, EP2×TP2, EP2×PP2, DP4 with EP2: the
+// tokens cross the ranks by all-to-all) follow the trajectory one process follows (train and
+// validation losses, the load-balancing loss and the worst expert's load) for every optimizer, with
+// two micro-batches per rank (the aux loss is taken per micro-batch, so equal micro-batches give
+// equal runs); checkpoints reshard TP2→TP1, PP2→PP1, EP2→EP1 and back on the same trajectory; a
+// rank killed while its peers wait in the all-to-all ends the job in seconds.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -57,6 +60,10 @@ TEST_F(MoeParallel, EveryLayoutFollowsTheSingleProcessRunForEveryOptimizer) {
       {"pp2", 2, "--set parallel.pipeline=2"},
       {"tp2dp2", 4, "--set parallel.tensor=2 --set parallel.data=2"},
       {"pp2tp2", 4, "--set parallel.pipeline=2 --set parallel.tensor=2"},
+      {"ep2", 2, "--set parallel.data=2 --set parallel.expert=2"},
+      {"ep2tp2", 4, "--set parallel.data=2 --set parallel.expert=2 --set parallel.tensor=2"},
+      {"ep2pp2", 4, "--set parallel.data=2 --set parallel.expert=2 --set parallel.pipeline=2"},
+      {"dp4ep2", 4, "--set parallel.data=4 --set parallel.expert=2"},
   };
   for (const char* opt : mpitest::kOptimizers) {
     SCOPED_TRACE(opt);
@@ -92,6 +99,8 @@ TEST_F(MoeParallel, CheckpointsReshardBetweenLayouts) {
       {"tp1_tp2", 1, "", 2, "--set parallel.tensor=2"},
       {"pp2_pp1", 2, "--set parallel.pipeline=2", 1, ""},
       {"dp1_dp2", 1, "", 2, "--set parallel.data=2"},
+      {"ep2_ep1", 2, "--set parallel.data=2 --set parallel.expert=2", 1, ""},
+      {"ep1_ep2", 1, "", 2, "--set parallel.data=2 --set parallel.expert=2"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -102,6 +111,22 @@ TEST_F(MoeParallel, CheckpointsReshardBetweenLayouts) {
     EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
     expect_same_trajectory("straight", c.name, 12);
   }
+}
+
+TEST_F(MoeParallel, ARankKilledInTheAllToAllEndsTheJobInSeconds) {
+  // Rank 1 alone carries the fault hook (mpirun's MPMD form) and SIGKILLs itself inside its 9th
+  // all-to-all, while rank 0 waits in the same exchange.
+  const fs::path cfg = config(mpitest::kOptimizers[0], 100000);
+  const std::string sets = kMoe + "--set parallel.data=2 --set parallel.expert=2";
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = run(mpirun(1) + trainer(cfg, "killed", sets) + " : -np 1 env PRECON_FAULT_KILL_AT=alltoall:9 " +
+                       trainer(cfg, "killed", sets));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("rank 1 killed in an all-to-all of an EP=2 job: it ended %.2f s after the launch with status %d\n", seconds,
+              r.status);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_LT(seconds, 20.0) << r.output;
+  EXPECT_NE(r.output.find("rank 1"), std::string::npos) << "the output does not name the rank:\n" << r.output;
 }
 
 }  // namespace

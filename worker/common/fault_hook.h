@@ -6,6 +6,8 @@
 //               manifest and the rename)
 //   report:S    once the controller has acknowledged a metric batch holding step S or later,
 //               before the answer is acted on
+//   alltoall:S  inside the S-th expert-parallel all-to-all of a mixture-of-experts layer (each
+//               layer counts its own), while the peers wait in it
 // Unset (the normal case) or another phase: no effect.
 // Thread-safety: reads the environment only.
 #pragma once

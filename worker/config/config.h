@@ -136,6 +136,7 @@ struct ParallelConfig {
   int64_t pipeline = 1;          // pipeline stages (transformer blocks split over them, 1F1B schedule)
   std::vector<int64_t> pipeline_layers;  // blocks per (virtual) stage, first to last; empty = as even as possible
   int64_t virtual_stages = 1;    // model chunks per pipeline rank, interleaved 1F1B (1 = plain 1F1B)
+  int64_t expert = 1;            // expert-parallel ranks, carved from the data-parallel ones (divides data)
   std::string backend = "auto";  // "auto" (nccl on CUDA, mpi on CPU) | "mpi" | "nccl"
 };
 

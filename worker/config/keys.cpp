@@ -418,6 +418,26 @@ std::vector<KeySpec> build_table() {
                                    std::to_string(p)
                                  : std::string();
                   }));
+  k.push_back(trial("parallel.expert", "ranks",
+                    "expert-parallel ranks: each mixture-of-experts layer's experts split over this many of the "
+                    "data-parallel ranks, tokens sent to their experts' ranks and back by all-to-all",
+                    T(parallel.expert))
+                  .range(1, 4096)
+                  .rule([](const TrialConfig& c) {
+                    const int64_t ep = c.parallel.expert, e = c.model.moe.experts;
+                    if (ep == 1) return std::string();
+                    if (e == 0)
+                      return "expert = " + std::to_string(ep) + " splits experts over ranks; it needs a mixture of experts "
+                             "(model.moe.experts > 0)";
+                    if (e % ep)
+                      return "expert = " + std::to_string(ep) + " ranks do not divide model.moe.experts = " + std::to_string(e);
+                    if (c.parallel.data % ep)
+                      return "expert = " + std::to_string(ep) + " ranks must divide parallel.data = " +
+                             std::to_string(c.parallel.data) + " (the expert-parallel group is carved from the data-parallel one)";
+                    return c.train.device != "cpu" || c.train.precision != "fp32"
+                               ? std::string("expert parallelism runs on the CPU in fp32 in this precon-train")
+                               : std::string();
+                  }));
   k.push_back(trial("parallel.backend", "", "collectives: auto = nccl on CUDA, mpi on CPU", T(parallel.backend))
                   .choices({"auto", "mpi", "nccl"})
                   .rule([](const TrialConfig& c) {

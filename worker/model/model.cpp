@@ -250,8 +250,8 @@ double Model::flops_per_token() const {
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,
                                   const std::string& precision, Communicator* tp, const ModelStage& stage,
-                                  ParamStore* shared) {
-  if (config.llama()) return std::make_unique<Llama>(config, batch_size, device, precision, tp, stage, shared);
+                                  ParamStore* shared, Communicator* ep) {
+  if (config.llama()) return std::make_unique<Llama>(config, batch_size, device, precision, tp, stage, shared, ep);
   return std::make_unique<Gpt>(config, batch_size, device, precision, tp, stage, shared);
 }
 

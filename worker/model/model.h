@@ -86,6 +86,8 @@ class Model : public LayerWeights {
   // n_layer, zeros for a dense layer or another stage's) the assignments of each of its E experts
   // at [1 + l·E + e]. Empty for a dense model. The step runner sums and clears it.
   std::vector<double>& moe_tally() { return moe_tally_; }
+  // Seconds this model's mixture-of-experts layers spent in expert-parallel all-to-alls so far.
+  virtual double moe_alltoall_seconds() const { return 0; }
 
   // LayerWeights: what the passes read (the bf16 copy under bf16 precision, else the fp32
   // parameter of this rank's part) and the gradient they accumulate into.
@@ -181,6 +183,7 @@ class Model : public LayerWeights {
 // The model of config.arch's family (gpt2 or llama) for one rank: see Model's constructor.
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, kernels::Device device,
                                   const std::string& precision = "fp32", Communicator* tp = nullptr,
-                                  const ModelStage& stage = {}, ParamStore* shared = nullptr);
+                                  const ModelStage& stage = {}, ParamStore* shared = nullptr,
+                                  Communicator* ep = nullptr);
 
 }  // namespace precon::worker

@@ -1,7 +1,7 @@
 // A group of ranks and the collectives the trainer needs, with backends `local` (one process:
 // every collective is the identity), `mpi` (OpenMPI: CPU collectives and the bootstrap for NCCL)
-// and `nccl` (GPU tensors). Groups for tensor, data and pipeline parallelism are split from the
-// world; point-to-point messages carry activations between pipeline stages.
+// and `nccl` (GPU tensors). Groups for tensor, data, pipeline and expert parallelism are split from
+// the world; point-to-point messages carry activations between pipeline stages.
 // Thread-compatible: one thread issues a communicator's calls (the training thread).
 #pragma once
 
@@ -36,6 +36,12 @@ class Communicator {
   virtual void all_gather(const float* in, float* out, int64_t n) = 0;
   // The same over raw bytes (bf16 payloads): out (size() · bytes) = every rank's `in`, in rank order.
   virtual void all_gather_bytes(const void* in, void* out, int64_t bytes) = 0;
+  // Every rank sends send_bytes[r] bytes to each rank r, from `send` in rank order (block r right
+  // after block r − 1), and receives recv_bytes[r] bytes from each rank r into `recv`, in rank
+  // order: MPI's Alltoallv over contiguous blocks (the mixture of experts's token dispatch). Both
+  // count arrays hold size() entries and must match their peers' (rank r's send_bytes[me] = my
+  // recv_bytes[r]).
+  virtual void all_to_all_bytes(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes) = 0;
   virtual std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) = 0;
   // The sum over the group into `root`'s `data` only: the other ranks send theirs and keep it as
   // it was (half an all-reduce's bytes, for a result that one rank alone needs).

@@ -63,6 +63,11 @@ ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const
   ctx.dp = world->split(pp * ctx.tensor + tp, dp);
   ctx.pp = world->split(dp * ctx.tensor + tp, pp);
   ctx.stage = world->split(pp, rank % per_stage);
+  ctx.expert = static_cast<int>(layout.expert);
+  if (ctx.data % ctx.expert != 0)
+    throw ConfigError("config", 0, "parallel.expert",
+                      "expert = " + std::to_string(ctx.expert) + " ranks must divide parallel.data = " + std::to_string(ctx.data));
+  ctx.ep = ctx.dp->split(dp / ctx.expert, dp);
   const bool ends = ctx.pipeline > 1 && (pp == 0 || pp == ctx.pipeline - 1);
   // Every rank takes part in the split; the middle stages each get a group of their own and drop it.
   std::unique_ptr<Communicator> embedding = world->split(ends ? dp * ctx.tensor + tp : per_stage + rank, pp);

@@ -1,6 +1,7 @@
 // Where this process sits in a job and the communicators of its layout. A layout is
 // tensor × data × pipeline = world size; rank = (pp_rank · data + dp_rank) · tensor + tp_rank:
 // tensor-parallel ranks are adjacent (on one node) and pipeline stages the slowest, Megatron's order.
+// The expert-parallel groups split each data-parallel group into runs of parallel.expert ranks.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +30,16 @@ struct ParallelContext {
   std::unique_ptr<Communicator> dp;  // the ranks that hold the same part of the same stage
   std::unique_ptr<Communicator> pp;  // one rank of every stage (same dp and tp rank), in stage order
   std::unique_ptr<Communicator> stage;  // every rank of this stage (tensor × data ranks)
+  // parallel.expert consecutive ranks of the data-parallel group (Megatron's expert-model-parallel
+  // group): each holds 1/expert of every MoE layer's experts and they exchange tokens by all-to-all.
+  std::unique_ptr<Communicator> ep;
   // The first and the last stage's ranks of one pipeline (they both hold the tied embedding);
   // null on the other stages and with one stage.
   std::unique_ptr<Communicator> embedding;
   int tensor = 1;
   int data = 1;
   int pipeline = 1;
+  int expert = 1;
   // Model chunks a pipeline rank holds (interleaved 1F1B): virtual stage v·pipeline + p, for v in
   // [0, virtual_stages), lies on pipeline rank p. 1: one contiguous stage a rank.
   int virtual_stages = 1;

@@ -1,11 +1,13 @@
 #include "worker/parallel/moe.h"
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
+#include "worker/common/fault_hook.h"
 #include "worker/parallel/tensor_parallel.h"
 
 namespace precon::worker {
@@ -61,20 +63,64 @@ void to_device(const Tensor& dst, std::vector<int32_t>& src) {
   k::copy(dst.reshape({dst.numel()}), Tensor::view(src.data(), {dst.numel()}, DType::i32));
 }
 
+// The expert side's buffers for `rows` rows (grown, never shrunk). Without expert parallelism x and y
+// are the sender's own xs and ys and only the activations between the GEMMs live here.
+void grow_rows(MoeMlp::ExpertRows& ex, int64_t rows, const MoeMlp::Shape& s, bool parallel) {
+  if (rows <= ex.capacity && ex.capacity > 0) return;
+  const int64_t R = std::max<int64_t>(rows, 1), C = s.channels, F = s.expert_width;
+  Carve c;
+  if (parallel) {
+    c.add(&ex.xr, {R, C}, s.dtype);
+    c.add(&ex.yr, {R, C}, s.dtype);
+    c.add(&ex.order, {R}, DType::i32);
+    c.add(&ex.inv, {R}, DType::i32);
+    c.add(&ex.x, {R, C}, s.dtype);
+    c.add(&ex.y, {R, C}, s.dtype);
+  }
+  c.add(&ex.gate, {R, F}, s.dtype);
+  c.add(&ex.up, {R, F}, s.dtype);
+  c.add(&ex.h, {R, F}, s.dtype);
+  ex.buf = c.allocate(s.device);
+  ex.capacity = R;
+}
+
+void grow_rows(MoeMlp::Scratch& r, int64_t rows, bool parallel) {
+  if (rows <= r.capacity && r.capacity > 0) return;
+  const MoeMlp::Shape& s = r.shape;
+  const int64_t R = std::max<int64_t>(rows, 1), C = s.channels, F = s.expert_width;
+  Carve c;
+  if (parallel) {
+    c.add(&r.dyr, {R, C}, s.dtype);
+    c.add(&r.dxr, {R, C}, s.dtype);
+    c.add(&r.dy, {R, C}, s.dtype);
+    c.add(&r.dx_rows, {R, C}, s.dtype);
+  }
+  c.add(&r.dh, {R, F}, s.dtype);
+  c.add(&r.dgate, {R, F}, s.dtype);
+  c.add(&r.dup, {R, F}, s.dtype);
+  r.expert_buf = c.allocate(s.device);
+  r.capacity = R;
+}
+
 }  // namespace
 
-MoeMlp::MoeMlp(TpGroup tp, Rows rows, int64_t top_k, double aux_loss_coeff)
-    : tp_(tp), rows_(std::move(rows)), top_k_(top_k), aux_loss_coeff_(aux_loss_coeff) {
+MoeMlp::MoeMlp(TpGroup tp, TpGroup ep, Rows rows, int64_t top_k, double aux_loss_coeff)
+    : tp_(tp), ep_(ep), rows_(std::move(rows)), top_k_(top_k), aux_loss_coeff_(aux_loss_coeff),
+      kill_at_exchange_(fault_point("alltoall").step) {
   const size_t E = rows_.gate.size();
   if (E == 0 || rows_.up.size() != E || rows_.down.size() != E || rows_.router == kNoRow)
     throw std::invalid_argument("MoeMlp: a router and gate, up and down rows for each expert");
   if (top_k_ < 1 || top_k_ > static_cast<int64_t>(E))
     throw std::invalid_argument("MoeMlp: top_k = " + std::to_string(top_k_) + " must be in [1, " + std::to_string(E) + "]");
+  if (E % static_cast<size_t>(ep_.size()) != 0)
+    throw std::invalid_argument("MoeMlp: " + std::to_string(ep_.size()) + " expert-parallel ranks do not divide " +
+                                std::to_string(E) + " experts");
 }
 
 MoeMlp::Acts MoeMlp::make_acts(const Shape& s) const {
   Acts a;
-  const int64_t N = s.tokens, C = s.channels, E = experts(), K = top_k_, M = N * K, F = s.expert_width;
+  a.shape = s;
+  const int64_t N = s.tokens, C = s.channels, E = experts(), K = top_k_, M = N * K;
   Carve c;
   if (s.dtype != DType::f32) c.add(&a.x32, {N, C}, DType::f32);
   c.add(&a.logits, {N, E}, DType::f32);
@@ -84,11 +130,8 @@ MoeMlp::Acts MoeMlp::make_acts(const Shape& s) const {
   c.add(&a.pos, {N, K}, DType::i32);
   c.add(&a.rows, {M}, DType::i32);
   c.add(&a.aux_dprobs, {E}, DType::f32);
-  c.add(&a.xp, {M, C}, s.dtype);
-  c.add(&a.gate, {M, F}, s.dtype);
-  c.add(&a.up, {M, F}, s.dtype);
-  c.add(&a.h, {M, F}, s.dtype);
-  c.add(&a.y, {M, C}, s.dtype);
+  c.add(&a.xs, {M, C}, s.dtype);
+  c.add(&a.ys, {M, C}, s.dtype);
   if (shared()) {
     const int64_t Fs = s.shared_width;
     c.add(&a.shared_gate, {N, Fs}, s.dtype);
@@ -98,18 +141,22 @@ MoeMlp::Acts MoeMlp::make_acts(const Shape& s) const {
   }
   a.buf = c.allocate(s.device);
   a.counts.assign(static_cast<size_t>(E), 0);
+  // Without expert parallelism the experts compute on the sender's rows, all N·k of them.
+  if (!ep_.parallel()) {
+    grow_rows(a.ex, M, s, false);
+    a.ex.x = a.xs;
+    a.ex.y = a.ys;
+  }
   return a;
 }
 
 MoeMlp::Scratch MoeMlp::make_scratch(const Shape& s) const {
   Scratch r;
-  const int64_t N = s.tokens, C = s.channels, E = experts(), K = top_k_, M = N * K, F = s.expert_width;
+  r.shape = s;
+  const int64_t N = s.tokens, C = s.channels, E = experts(), K = top_k_, M = N * K;
   Carve c;
-  c.add(&r.dy, {M, C}, s.dtype);
-  c.add(&r.dxp, {M, C}, s.dtype);
-  c.add(&r.dh, {M, F}, s.dtype);
-  c.add(&r.dgate, {M, F}, s.dtype);
-  c.add(&r.dup, {M, F}, s.dtype);
+  c.add(&r.dys, {M, C}, s.dtype);
+  c.add(&r.dxs, {M, C}, s.dtype);
   c.add(&r.dw, {N, K}, DType::f32);
   c.add(&r.dlogits, {N, E}, DType::f32);
   c.add(&r.dx32, {N, C}, DType::f32);
@@ -121,7 +168,89 @@ MoeMlp::Scratch MoeMlp::make_scratch(const Shape& s) const {
     c.add(&r.shared_dup, {N, Fs}, s.dtype);
   }
   r.buf = c.allocate(s.device);
+  if (!ep_.parallel()) {
+    grow_rows(r, M, false);
+    r.dy = r.dys;
+    r.dx_rows = r.dxs;
+  }
   return r;
+}
+
+void MoeMlp::exchange(const Tensor& send, const std::vector<int64_t>& send_rows, const Tensor& recv,
+                      const std::vector<int64_t>& recv_rows) const {
+  const int64_t row_bytes = send.shape[1] * static_cast<int64_t>(k::dtype_size(send.dtype));
+  std::vector<int64_t> sb(send_rows.size()), rb(recv_rows.size());
+  for (size_t r = 0; r < sb.size(); ++r) {
+    sb[r] = send_rows[r] * row_bytes;
+    rb[r] = recv_rows[r] * row_bytes;
+  }
+  if (++exchanges_ == kill_at_exchange_) fault_kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  ep_.comm->all_to_all_bytes(send.data, sb.data(), recv.data, rb.data());
+  alltoall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void MoeMlp::dispatch(Acts& a) const {
+  const int P = ep_.size(), me = ep_.rank();
+  const int64_t E = experts(), El = local_experts();
+  // Every rank's assignments per expert (P × E), so each knows what it sends and receives.
+  std::vector<int64_t> all(static_cast<size_t>(P * E));
+  ep_.comm->all_gather_bytes(a.counts.data(), all.data(), E * static_cast<int64_t>(sizeof(int64_t)));
+  a.send_rows.assign(static_cast<size_t>(P), 0);
+  a.recv_rows.assign(static_cast<size_t>(P), 0);
+  a.local_rows.assign(static_cast<size_t>(El), 0);
+  for (int q = 0; q < P; ++q)
+    for (int64_t j = 0; j < El; ++j) {
+      a.send_rows[q] += a.counts[q * El + j];
+      const int64_t got = all[q * E + me * El + j];
+      a.recv_rows[q] += got;
+      a.local_rows[j] += got;
+    }
+  int64_t R = 0;
+  for (int64_t n : a.recv_rows) R += n;
+  grow_rows(a.ex, R, a.shape, true);
+  // Received rows come source by source, each source's expert by expert: regroup expert by expert.
+  std::vector<int32_t> order(static_cast<size_t>(R)), inv(static_cast<size_t>(R));
+  std::vector<int64_t> source_first(static_cast<size_t>(P), 0);
+  for (int q = 1; q < P; ++q) source_first[q] = source_first[q - 1] + a.recv_rows[q - 1];
+  int64_t i = 0;
+  for (int64_t j = 0; j < El; ++j)
+    for (int q = 0; q < P; ++q) {
+      int64_t from = source_first[q];
+      for (int64_t jj = 0; jj < j; ++jj) from += all[q * E + me * El + jj];
+      for (int64_t n = 0, m = all[q * E + me * El + j]; n < m; ++n, ++i) {
+        order[i] = static_cast<int32_t>(from + n);
+        inv[from + n] = static_cast<int32_t>(i);
+      }
+    }
+  if (R > 0) {
+    to_device(rows_of(a.ex.order, 0, R), order);
+    to_device(rows_of(a.ex.inv, 0, R), inv);
+  }
+  exchange(a.xs, a.send_rows, rows_of(a.ex.xr, 0, R), a.recv_rows);
+  if (R > 0) k::gather_rows(rows_of(a.ex.x, 0, R), rows_of(a.ex.xr, 0, R), rows_of(a.ex.order, 0, R));
+}
+
+void MoeMlp::gather_outputs(Acts& a) const {
+  int64_t R = 0;
+  for (int64_t n : a.recv_rows) R += n;
+  if (R > 0) k::gather_rows(rows_of(a.ex.yr, 0, R), rows_of(a.ex.y, 0, R), rows_of(a.ex.inv, 0, R));
+  exchange(rows_of(a.ex.yr, 0, R), a.recv_rows, a.ys, a.send_rows);
+}
+
+void MoeMlp::dispatch_grads(const Acts& a, Scratch& s) const {
+  int64_t R = 0;
+  for (int64_t n : a.recv_rows) R += n;
+  grow_rows(s, R, true);
+  exchange(s.dys, a.send_rows, rows_of(s.dyr, 0, R), a.recv_rows);
+  if (R > 0) k::gather_rows(rows_of(s.dy, 0, R), rows_of(s.dyr, 0, R), rows_of(a.ex.order, 0, R));
+}
+
+void MoeMlp::return_grads(const Acts& a, Scratch& s) const {
+  int64_t R = 0;
+  for (int64_t n : a.recv_rows) R += n;
+  if (R > 0) k::gather_rows(rows_of(s.dxr, 0, R), rows_of(s.dx_rows, 0, R), rows_of(a.ex.inv, 0, R));
+  exchange(rows_of(s.dxr, 0, R), a.recv_rows, s.dxs, a.send_rows);
 }
 
 void MoeMlp::forward(const LayerWeights& w, Tensor out, const Tensor& in, Acts& a) const {
@@ -134,14 +263,13 @@ void MoeMlp::forward(const LayerWeights& w, Tensor out, const Tensor& in, Acts& 
   k::matmul_forward(a.logits, x32, w.master(rows_.router), Tensor{}, out_in);
   k::moe_router_forward(a.probs, a.idx, a.weights, a.logits);
 
-  // Group the assignments by expert, each expert's in token order: row p of xp is token rows[p];
+  // Group the assignments by expert, each expert's in token order: row p of xs is token rows[p];
   // assignment (n, j) lies at pos[n, j].
   const std::vector<int32_t> idx = host_ints(a.idx);
   a.counts.assign(static_cast<size_t>(E), 0);
   for (int32_t e : idx) ++a.counts[static_cast<size_t>(e)];
   std::vector<int64_t> cursor(static_cast<size_t>(E), 0);
   for (int64_t e = 1; e < E; ++e) cursor[e] = cursor[e - 1] + a.counts[e - 1];
-  const std::vector<int64_t> first = cursor;
   std::vector<int32_t> rows(static_cast<size_t>(N * K)), pos(static_cast<size_t>(N * K));
   for (int64_t n = 0; n < N; ++n)
     for (int64_t j = 0; j < K; ++j) {
@@ -167,18 +295,24 @@ void MoeMlp::forward(const LayerWeights& w, Tensor out, const Tensor& in, Acts& 
   }
   k::copy(a.aux_dprobs, Tensor::view(dprobs.data(), {E}));
 
-  // Each expert's block: one GEMM per projection.
-  k::gather_rows(a.xp, x, a.rows);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = a.counts[e], f = first[e];
+  k::gather_rows(a.xs, x, a.rows);
+  if (ep_.parallel()) dispatch(a);
+  else a.local_rows = a.counts;
+  // Each expert of this rank: one GEMM per projection over its block.
+  int64_t f = 0;
+  for (int64_t j = 0; j < local_experts(); ++j) {
+    const int64_t n = a.local_rows[j], e = first_expert() + j;
     if (n == 0) continue;
-    const Tensor g = rows_of(a.gate, f, n), u = rows_of(a.up, f, n), h = rows_of(a.h, f, n);
-    k::matmul_forward(g, rows_of(a.xp, f, n), w.weight(rows_.gate[e]), Tensor{}, out_in);
-    k::matmul_forward(u, rows_of(a.xp, f, n), w.weight(rows_.up[e]), Tensor{}, out_in);
+    const ExpertRows& ex = a.ex;
+    const Tensor g = rows_of(ex.gate, f, n), u = rows_of(ex.up, f, n), h = rows_of(ex.h, f, n);
+    k::matmul_forward(g, rows_of(ex.x, f, n), w.weight(rows_.gate[e]), Tensor{}, out_in);
+    k::matmul_forward(u, rows_of(ex.x, f, n), w.weight(rows_.up[e]), Tensor{}, out_in);
     k::swiglu_forward(h, g, u);
-    k::matmul_forward(rows_of(a.y, f, n), h, w.weight(rows_.down[e]), Tensor{}, out_in);
+    k::matmul_forward(rows_of(ex.y, f, n), h, w.weight(rows_.down[e]), Tensor{}, out_in);
+    f += n;
   }
-  k::moe_combine_forward(y, a.y, a.pos, a.weights);
+  if (ep_.parallel()) gather_outputs(a);
+  k::moe_combine_forward(y, a.ys, a.pos, a.weights);
   if (shared()) {
     k::matmul_forward(a.shared_gate, x, w.weight(rows_.shared_gate), Tensor{}, out_in);
     k::matmul_forward(a.shared_up, x, w.weight(rows_.shared_up), Tensor{}, out_in);
@@ -195,7 +329,6 @@ void MoeMlp::backward(const LayerWeights& w, Tensor din, const Tensor& in, const
   const auto out_in = k::WeightLayout::out_in;
   const Tensor x = flat(in), dx = flat(din);
   const Tensor dy = flat(dout);
-  const int64_t E = experts();
   if (tp_.parallel()) reduce_from_tp_region_backward(dout, *tp_.comm);
   if (shared()) {
     k::fill_zero(s.shared_dh);
@@ -207,30 +340,33 @@ void MoeMlp::backward(const LayerWeights& w, Tensor din, const Tensor& in, const
     k::matmul_backward(dx, w.grad(rows_.shared_gate), Tensor{}, s.shared_dgate, x, w.weight(rows_.shared_gate), out_in);
     k::matmul_backward(dx, w.grad(rows_.shared_up), Tensor{}, s.shared_dup, x, w.weight(rows_.shared_up), out_in);
   }
-  k::fill_zero(s.dy);
+  k::fill_zero(s.dys);
   k::fill_zero(s.dw);
-  k::moe_combine_backward(s.dy, s.dw, dy, a.y, a.pos, a.weights);
-  // Each rank's y is a part of every expert's output: the weights' gradient is the sum of the parts'.
+  k::moe_combine_backward(s.dys, s.dw, dy, a.ys, a.pos, a.weights);
+  // Each rank's ys is a part of every expert's output: the weights' gradient is the sum of the parts'.
   if (tp_.parallel()) tp_.comm->all_reduce_sum(s.dw.f32(), s.dw.numel());
 
+  if (ep_.parallel()) dispatch_grads(a, s);
   k::fill_zero(s.dh);
   k::fill_zero(s.dgate);
   k::fill_zero(s.dup);
-  k::fill_zero(s.dxp);
+  k::fill_zero(s.dx_rows);
   int64_t f = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t n = a.counts[e];
+  for (int64_t j = 0; j < local_experts(); ++j) {
+    const int64_t n = a.local_rows[j], e = first_expert() + j;
     if (n == 0) continue;
+    const ExpertRows& ex = a.ex;
     const Tensor dh = rows_of(s.dh, f, n), dg = rows_of(s.dgate, f, n), du = rows_of(s.dup, f, n);
-    const Tensor xp = rows_of(a.xp, f, n), dxp = rows_of(s.dxp, f, n);
-    k::matmul_backward(dh, w.grad(rows_.down[e]), Tensor{}, rows_of(s.dy, f, n), rows_of(a.h, f, n),
+    const Tensor xe = rows_of(ex.x, f, n), dxe = rows_of(s.dx_rows, f, n);
+    k::matmul_backward(dh, w.grad(rows_.down[e]), Tensor{}, rows_of(s.dy, f, n), rows_of(ex.h, f, n),
                        w.weight(rows_.down[e]), out_in);
-    k::swiglu_backward(dg, du, dh, rows_of(a.gate, f, n), rows_of(a.up, f, n));
-    k::matmul_backward(dxp, w.grad(rows_.gate[e]), Tensor{}, dg, xp, w.weight(rows_.gate[e]), out_in);
-    k::matmul_backward(dxp, w.grad(rows_.up[e]), Tensor{}, du, xp, w.weight(rows_.up[e]), out_in);
+    k::swiglu_backward(dg, du, dh, rows_of(ex.gate, f, n), rows_of(ex.up, f, n));
+    k::matmul_backward(dxe, w.grad(rows_.gate[e]), Tensor{}, dg, xe, w.weight(rows_.gate[e]), out_in);
+    k::matmul_backward(dxe, w.grad(rows_.up[e]), Tensor{}, du, xe, w.weight(rows_.up[e]), out_in);
     f += n;
   }
-  k::scatter_add_rows(dx, s.dxp, a.rows);
+  if (ep_.parallel()) return_grads(a, s);
+  k::scatter_add_rows(dx, s.dxs, a.rows);
   if (tp_.parallel()) copy_to_tp_region_backward(din, *tp_.comm);
 
   // The router: the same on every rank, added after the sum.

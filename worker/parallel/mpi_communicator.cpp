@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "worker/common/error.h"
 
@@ -66,6 +67,21 @@ class MpiCommunicator final : public Communicator {
   }
   void all_gather_bytes(const void* in, void* out, int64_t bytes) override {
     check_mpi(MPI_Allgather(in, count(bytes), MPI_BYTE, out, count(bytes), MPI_BYTE, comm_), "allgather");
+  }
+  void all_to_all_bytes(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes) override {
+    const size_t n = static_cast<size_t>(size_);
+    std::vector<int> sc(n), sd(n), rc(n), rd(n);
+    int64_t so = 0, ro = 0;
+    for (size_t r = 0; r < n; ++r) {
+      sc[r] = count(send_bytes[r]);
+      rc[r] = count(recv_bytes[r]);
+      sd[r] = count(so);
+      rd[r] = count(ro);
+      so += send_bytes[r];
+      ro += recv_bytes[r];
+    }
+    check_mpi(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, comm_),
+              "alltoallv");
   }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
     auto pending = std::make_unique<MpiPending>();

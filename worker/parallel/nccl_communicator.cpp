@@ -72,6 +72,24 @@ class NcclCommunicator final : public Communicator {
     check_nccl(ncclAllGather(in, out, static_cast<size_t>(bytes), ncclUint8, comm_, 0), "all-gather");
     check_cuda(cudaStreamSynchronize(0), "stream synchronize");
   }
+  // Grouped sends and receives, one pair a peer (NCCL has no all-to-all of its own).
+  void all_to_all_bytes(const void* send, const int64_t* send_bytes, void* recv, const int64_t* recv_bytes) override {
+    if (!on_device(send) || !on_device(recv))
+      throw WorkerError("NCCL all-to-all: the buffers are host memory; experts on GPUs exchange device tensors");
+    const char* s = static_cast<const char*>(send);
+    char* r = static_cast<char*>(recv);
+    check_nccl(ncclGroupStart(), "group start");
+    for (int peer = 0; peer < size(); ++peer) {
+      if (send_bytes[peer] > 0)
+        check_nccl(ncclSend(s, static_cast<size_t>(send_bytes[peer]), ncclUint8, peer, comm_, 0), "send");
+      if (recv_bytes[peer] > 0)
+        check_nccl(ncclRecv(r, static_cast<size_t>(recv_bytes[peer]), ncclUint8, peer, comm_, 0), "recv");
+      s += send_bytes[peer];
+      r += recv_bytes[peer];
+    }
+    check_nccl(ncclGroupEnd(), "group end");
+    check_cuda(cudaStreamSynchronize(0), "stream synchronize");
+  }
   std::unique_ptr<PendingCollective> start_all_reduce_sum(float* data, int64_t n) override {
     if (!on_device(data)) {
       all_reduce_sum(data, n);

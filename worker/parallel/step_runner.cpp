@@ -20,10 +20,16 @@ void take_rows(const Batch& from, int64_t first, int64_t rows, Batch& to) {
 
 // Sums the chunks' tallies over the world (a tensor-parallel group's replicas routed alike: its
 // first rank speaks) and clears them; `micro` micro-batches on each of the data-parallel ranks.
-MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chunks, int64_t micro) {
+// alltoall_seconds: this rank's all-to-all seconds before the step, advanced to now.
+MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chunks, int64_t micro,
+                      double& alltoall_seconds) {
   MoeReport r;
   const ModelConfig& m = chunks.front()->config();
   if (m.moe.experts == 0) return r;
+  double now = 0;
+  for (Model* chunk : chunks) now += chunk->moe_alltoall_seconds();
+  r.alltoall_seconds = now - alltoall_seconds;
+  alltoall_seconds = now;
   std::vector<double> sum(chunks.front()->moe_tally().size(), 0.0);
   for (Model* chunk : chunks) {
     std::vector<double>& t = chunk->moe_tally();
@@ -85,7 +91,7 @@ class BatchRunner final : public StepRunner {
     return mean_over_batch(batch, [&](const Batch& part, bool) { return model_.forward(part.inputs, part.targets, false); });
   }
 
-  MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro); }
+  MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro, alltoall_seconds_); }
 
   double comm_wait_seconds() const override { return sync_.wait_seconds(); }
   int64_t comm_bytes() const override { return sync_.bytes_sent(); }
@@ -114,6 +120,7 @@ class BatchRunner final : public StepRunner {
   Model& model_;
   GradientSync sync_;
   bool overlap_, assemble_parts_;
+  double alltoall_seconds_ = 0;
 };
 
 class PipelineRunner final : public StepRunner {
@@ -160,7 +167,7 @@ class PipelineRunner final : public StepRunner {
     return mean(schedule_.evaluate(micro_batches(par_, p_.slice, p_.micro, batch)));
   }
 
-  MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro); }
+  MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro, alltoall_seconds_); }
 
   double comm_wait_seconds() const override { return sync_.wait_seconds(); }
   int64_t comm_bytes() const override { return sync_.bytes_sent() + pipe_bytes_; }
@@ -182,6 +189,7 @@ class PipelineRunner final : public StepRunner {
   PipelineSchedule schedule_;
   GradientSync sync_;
   bool overlap_;
+  double alltoall_seconds_ = 0;
   int64_t pipe_bytes_ = 0;  // gradients all-reduced after the schedule
 };
 

@@ -27,6 +27,7 @@ namespace precon::worker {
 struct MoeReport {
   double aux_loss = 0;  // the load-balancing loss (summed over layers), mean over the step's micro-batches
   double load_max = 0;  // the largest fₑ·E over experts and MoE layers: 1 is perfect balance, E all on one
+  double alltoall_seconds = 0;  // this rank's seconds in the step's expert-parallel all-to-alls
   // Per layer of the model (empty for a dense one), fₑ·E of each expert: its share of the step's
   // assignments times E.
   std::vector<std::vector<double>> load;

@@ -80,7 +80,7 @@ void build_model(Run& run) {
     run.rank_params = std::make_unique<ParamStore>(model_param_table(cfg.model), run.device, run.rows);
   for (const ModelStage& chunk : chunks)
     run.chunks.push_back(make_model(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), chunk,
-                                    run.rank_params.get()));
+                                    run.rank_params.get(), run.par.ep.get()));
   if (!cfg.train.init_from.empty()) {
     load_model_safetensors(run.model().params(), cfg.train.init_from);
     run.log("initialised the model from " + cfg.train.init_from);
@@ -169,6 +169,11 @@ void build_step_runner(Run& run) {
     run.log("layout: " + std::to_string(run.par.data) + " data-parallel rank(s) over " + run.par.world->backend() +
             ", " + std::to_string(run.par.tensor) + " tensor-parallel, " + std::to_string(run.par.pipeline) +
             virtual_stages + " pipeline stage(s) (this one: " + pipeline_blocks_text(chunks) + ")" + ", " +
+            (run.par.expert > 1 ? std::to_string(run.par.expert) + " expert-parallel (this rank: experts " +
+                                      std::to_string(run.par.ep->rank() * (run.cfg().model.moe.experts / run.par.expert)) + "–" +
+                                      std::to_string((run.par.ep->rank() + 1) * (run.cfg().model.moe.experts / run.par.expert) - 1) +
+                                      " of each MoE layer), "
+                                : std::string()) +
             std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +
             " sequence(s) per step");
   }

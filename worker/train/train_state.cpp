@@ -111,7 +111,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
                      {{"tensor", state.config->parallel.tensor},
                       {"data", state.config->parallel.data},
                       {"pipeline", state.config->parallel.pipeline},
-                      {"virtual_stages", state.config->parallel.virtual_stages}}},
+                      {"virtual_stages", state.config->parallel.virtual_stages},
+                      {"expert", state.config->parallel.expert}}},
                     {"format", 1}};
     if (state.objective && std::isfinite(*state.objective)) {
       trainer["objective"] = {{"metric", state.config->objective.metric},

@@ -134,6 +134,7 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
     // The load-balancing loss beside train_loss (which leaves it out), and the worst expert's share.
     r.values.emplace_back("moe_aux_loss", stats.moe.aux_loss);
     r.values.emplace_back("moe_load_max", stats.moe.load_max);
+    if (cfg.parallel.expert > 1) r.values.emplace_back("moe_alltoall_seconds", stats.moe.alltoall_seconds);
     // Per MoE layer, its worst expert's fₑ·E (the full shares go to the log at each evaluation).
     for (size_t l = 0; l < stats.moe.load.size(); ++l) {
       if (stats.moe.load[l].empty()) continue;
