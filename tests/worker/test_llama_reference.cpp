@@ -19,6 +19,7 @@
 
 #include "tests/common/npy.h"
 #include "tests/common/temp_dir.h"
+#include "tests/worker/golden_suite.h"
 #include "tests/worker/test_optim_util.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/common/file_io.h"
@@ -39,63 +40,14 @@ namespace {
 constexpr double kTensorTolerance = 1e-5;
 constexpr double kLossTolerance = 2e-3;
 
-class LlamaReference : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("precon_llama_ref_" + std::to_string(::getpid())));
-    const std::string cmd = std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR +
-                            "/tests/worker/llama_reference.py --out " + dir_->string() + " > /dev/null";
-    status_ = std::system(cmd.c_str());
-    if (status_ == 0) {
-      std::ifstream in(*dir_ / "config.json");
-      cfg_ = new nlohmann::json(nlohmann::json::parse(in));
-    }
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*dir_, ec);
-    delete dir_;
-    delete cfg_;
-    cfg_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_EQ(status_, 0) << "llama_reference.py failed (needs " << PRECON_PYTHON << " with torch)";
-  }
+struct LlamaGolden {
+  static constexpr const char* kScript = "llama_reference.py";
+  static constexpr const char* kName = "precon_llama_ref";
+};
 
-  static ModelConfig model_config() {
-    const nlohmann::json& c = *cfg_;
-    ModelConfig m;
-    m.arch = c.at("arch").get<std::string>();
-    m.n_layer = c.at("n_layer");
-    m.n_head = c.at("n_head");
-    m.n_kv_head = c.at("n_kv_head");
-    m.d_model = c.at("d_model");
-    m.ffn_hidden = c.at("ffn_hidden");
-    m.seq_len = c.at("seq_len");
-    m.vocab_size = c.at("vocab_size");
-    m.rope_theta = c.at("rope_theta");
-    m.norm_eps = c.at("norm_eps");
-    m.tie_embeddings = c.at("tie_embeddings").get<int64_t>() != 0;
-    return m;
-  }
-  static int64_t batch_size() { return (*cfg_).at("batch_size"); }
-  static std::vector<int32_t> ints(const std::string& file) {
-    test::NpyArray a = test::read_npy((*dir_ / file).string());
-    return {a.values.begin(), a.values.end()};
-  }
-  static std::vector<float> floats(const std::string& file) {
-    test::NpyArray a = test::read_npy((*dir_ / file).string());
-    return {a.values.begin(), a.values.end()};
-  }
-  // max |a - b| / max |b|: the error relative to the tensor's scale.
-  static double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-      diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
-      scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    return a.size() == b.size() ? diff / std::max(scale, 1e-30) : INFINITY;
-  }
+class LlamaReference : public testing::GoldenSuite<LlamaGolden> {
+ protected:
+  static ModelConfig model_config() { return testing::llama_config_from_json(*cfg_); }
   // The ModelIoError's message from loading `file` into a fresh Llama ("" if it loaded).
   static std::string load_error(const fs::path& file) {
     Llama model(model_config(), 1, kernels::Device::cpu);
@@ -159,15 +111,8 @@ class LlamaReference : public ::testing::Test {
     std::printf("[ %s ] loss %.4f -> %.4f (torch %.4f -> %.4f), max relative difference %.2g; %s\n", name.c_str(),
                 ours.front(), ours.back(), ref.front(), ref.back(), worst, opt->routing_summary().c_str());
   }
-
-  static fs::path* dir_;
-  static nlohmann::json* cfg_;
-  static int status_;
 };
 
-fs::path* LlamaReference::dir_ = nullptr;
-nlohmann::json* LlamaReference::cfg_ = nullptr;
-int LlamaReference::status_ = -1;
 
 // HF's names and shapes in the reference's order (its writer keeps table order), and the kinds
 // that route the optimizers: Linear weights are matrices stored (out, in), not Conv1D.

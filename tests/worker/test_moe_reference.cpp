@@ -22,6 +22,7 @@
 
 #include "kernels/linalg.h"
 #include "tests/common/npy.h"
+#include "tests/worker/golden_suite.h"
 #include "tests/worker/test_optim_util.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/model/llama.h"
@@ -36,70 +37,14 @@ namespace {
 constexpr double kMoeTensorTolerance = 1e-5;
 constexpr double kMoeLossTolerance = 2e-3;
 
-class MoeReference : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    dir_ = new fs::path(fs::temp_directory_path() / ("precon_moe_ref_" + std::to_string(::getpid())));
-    const std::string cmd = std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR +
-                            "/tests/worker/moe_reference.py --out " + dir_->string() + " > /dev/null";
-    status_ = std::system(cmd.c_str());
-    if (status_ == 0) {
-      std::ifstream in(*dir_ / "config.json");
-      cfg_ = new nlohmann::json(nlohmann::json::parse(in));
-    }
-  }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(*dir_, ec);
-    delete dir_;
-    delete cfg_;
-    cfg_ = nullptr;
-  }
-  void SetUp() override {
-    ASSERT_EQ(status_, 0) << "moe_reference.py failed (needs " << PRECON_PYTHON << " with torch)";
-  }
+struct MoeGolden {
+  static constexpr const char* kScript = "moe_reference.py";
+  static constexpr const char* kName = "precon_moe_ref";
+};
 
-  static ModelConfig model_config() {
-    const nlohmann::json& c = *cfg_;
-    ModelConfig m;
-    m.arch = c.at("arch").get<std::string>();
-    m.n_layer = c.at("n_layer");
-    m.n_head = c.at("n_head");
-    m.n_kv_head = c.at("n_kv_head");
-    m.d_model = c.at("d_model");
-    m.ffn_hidden = c.at("ffn_hidden");
-    m.seq_len = c.at("seq_len");
-    m.vocab_size = c.at("vocab_size");
-    m.rope_theta = c.at("rope_theta");
-    m.norm_eps = c.at("norm_eps");
-    m.tie_embeddings = c.at("tie_embeddings").get<int64_t>() != 0;
-    const nlohmann::json& e = c.at("moe");
-    m.moe.experts = e.at("experts");
-    m.moe.top_k = e.at("top_k");
-    m.moe.ffn_hidden = e.at("ffn_hidden");
-    m.moe.shared_experts = e.at("shared_experts");
-    m.moe.first_dense_layers = e.at("first_dense_layers");
-    m.moe.aux_loss_coeff = e.at("aux_loss_coeff");
-    return m;
-  }
-  static int64_t batch_size() { return (*cfg_).at("batch_size"); }
-  static std::vector<double> values(const std::string& file) { return test::read_npy((*dir_ / file).string()).values; }
-  static std::vector<int32_t> ints(const std::string& file) {
-    const std::vector<double> v = values(file);
-    return {v.begin(), v.end()};
-  }
-  static std::vector<float> floats(const std::string& file) {
-    const std::vector<double> v = values(file);
-    return {v.begin(), v.end()};
-  }
-  static double rel_error(const std::vector<float>& a, const std::vector<float>& b) {
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-      diff = std::max(diff, std::fabs(double(a[i]) - b[i]));
-      scale = std::max(scale, std::fabs(double(b[i])));
-    }
-    return a.size() == b.size() ? diff / std::max(scale, 1e-30) : INFINITY;
-  }
+class MoeReference : public testing::GoldenSuite<MoeGolden> {
+ protected:
+  static ModelConfig model_config() { return testing::llama_config_from_json(*cfg_); }
 
   void check_trajectory(const std::string& name) {
     std::ifstream in(*dir_ / "cases.json");
@@ -145,15 +90,8 @@ class MoeReference : public ::testing::Test {
                 name.c_str(), ours.front(), ours.back(), ref.front(), ref.back(), worst,
                 opt->routing_summary().c_str());
   }
-
-  static fs::path* dir_;
-  static nlohmann::json* cfg_;
-  static int status_;
 };
 
-fs::path* MoeReference::dir_ = nullptr;
-nlohmann::json* MoeReference::cfg_ = nullptr;
-int MoeReference::status_ = -1;
 
 TEST_F(MoeReference, ParameterTableIsQwenMoesInOrder) {
   const std::vector<ParamSpec> table = llama_param_table(model_config());
