@@ -39,6 +39,10 @@ class NumericalError : public KernelError {
 class BackendError : public KernelError {
   using KernelError::KernelError;
 };
+// An allocation the device (or the host) could not satisfy.
+class OutOfMemoryError : public BackendError {
+  using BackendError::BackendError;
+};
 
 }  // namespace precon::kernels
 

@@ -21,7 +21,7 @@ void set_threads(int threads) {
 void* device_malloc(size_t bytes) {
   // 64-byte alignment for vector loads; round the size up as aligned_alloc requires.
   void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) PRECON_THROW(BackendError, "device_malloc", "out of host memory allocating " + std::to_string(bytes) + " bytes");
+  if (!p) PRECON_THROW(OutOfMemoryError, "device_malloc", "out of host memory allocating " + std::to_string(bytes) + " bytes");
   return p;
 }
 

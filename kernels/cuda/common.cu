@@ -23,7 +23,10 @@ const char* cusolver_status_name(cusolverStatus_t status) {
 
 void throw_cuda(cudaError_t status, const char* call, const char* file, int line) {
   std::string message = std::string(cudaGetErrorName(status)) + ": " + cudaGetErrorString(status);
-  if (status == cudaErrorMemoryAllocation) message += " (reduce the batch size or free GPU memory)";
+  if (status == cudaErrorMemoryAllocation) {
+    message += " (reduce the batch size or free GPU memory)";
+    throw OutOfMemoryError(call, message, file, line);
+  }
   throw BackendError(call, message, file, line);
 }
 

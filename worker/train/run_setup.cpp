@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "kernels/backend.h"
+#include "kernels/linalg.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/fault_hook.h"
 #include "worker/model/model_io.h"
@@ -82,7 +83,12 @@ void build_model(Run& run) {
     run.chunks.push_back(make_model(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), chunk,
                                     run.rank_params.get(), run.par.ep.get()));
   if (!cfg.train.init_from.empty()) {
+    const ParamStore& params = run.model().params();
     load_model_safetensors(run.model().params(), cfg.train.init_from);
+    for (size_t i = 0; i < params.size(); ++i)
+      if (params.resident(i) && !k::all_finite(params.param(i)))
+        throw ModelIoError(cfg.train.init_from + ": tensor " + params.spec(i).name +
+                           " holds NaN or infinite values: the model cannot start from it");
     run.log("initialised the model from " + cfg.train.init_from);
   } else {
     run.model().init_random(static_cast<uint64_t>(cfg.train.seed));  // every row the (shared) store holds

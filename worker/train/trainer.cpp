@@ -11,14 +11,19 @@
 #include <ctime>
 #include <fstream>
 #include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
 
+#include "kernels/error.h"
 #include "kernels/nn.h"
 #include "worker/ckpt/checkpoint.h"
+#include "worker/common/error.h"
 #include "worker/common/fault_hook.h"
+#include "worker/config/parse.h"
+#include "worker/model/model_io.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -292,13 +297,35 @@ void install_requeue_signal_handlers() {
 bool requeue_signal_received() { return g_requeue.load(); }
 void reset_requeue_signal() { g_requeue.store(false); }
 
+// A failure that the config names and that no retry changes (a token file or train.init_from that is
+// not what it must be, a model that cannot be allocated) is a configuration error: precon-train
+// exits 2 and the controller does not launch the trial again.
+template <class Step>
+void as_config_error(const Run& run, const std::string& key, Step step) {
+  try {
+    step();
+  } catch (const DataError& e) {
+    throw ConfigError(run.options->config_path.string(), 0, key, e.what());
+  } catch (const ModelIoError& e) {
+    throw ConfigError(run.options->config_path.string(), 0, key, e.what());
+  } catch (const kernels::OutOfMemoryError& e) {
+    throw ConfigError(run.options->config_path.string(), 0, "model",
+                      std::string("the model does not fit in memory (") + e.what() +
+                          "): shrink model.n_layer / d_model / vocab_size or train.micro_batch_size");
+  } catch (const std::bad_alloc&) {
+    throw ConfigError(run.options->config_path.string(), 0, "model",
+                      "the model does not fit in memory: shrink model.n_layer / d_model / vocab_size or "
+                      "train.micro_batch_size");
+  }
+}
+
 TrainOutcome train(const TrainOptions& options) {
   Run run;
   run.options = &options;
   run.log = options.log ? options.log : default_log;
   configure_run(run);
-  build_model(run);
-  build_data(run);
+  as_config_error(run, "train.init_from", [&] { build_model(run); });
+  as_config_error(run, "data", [&] { build_data(run); });
   build_optimizer(run);
   build_step_runner(run);
   resume_run(run);
