@@ -237,8 +237,10 @@ class Dashboard(unittest.TestCase):
     def test_3b_a_failed_trial_shows_the_trainers_error(self):
         t = self.ctl.get(f'/api/v1/experiments/{self.failed_id}/trials')['trials'][0]
         self.assertEqual(t['state'], 'failed')
-        self.assertTrue(t['reason'].startswith('token shard '), t['reason'])
+        # A shard the model cannot read is a configuration error: one attempt, exit 2.
+        self.assertTrue(t['reason'].startswith('data: token shard '), t['reason'])
         self.assertIn("outside the model's vocab_size 61", t['reason'])
+        self.assertTrue(t['reason'].endswith('(exit code 2: configuration error, not retried)'), t['reason'])
         self.open(f'/experiments/{self.failed_id}', 'experiment')
         row = self.driver.find_element(By.CSS_SELECTOR, '#trials tbody tr')
         self.assertEqual(self.cells(row, 'reason'), t['reason'])

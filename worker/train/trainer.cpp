@@ -300,20 +300,21 @@ void reset_requeue_signal() { g_requeue.store(false); }
 // A failure that the config names and that no retry changes (a token file or train.init_from that is
 // not what it must be, a model that cannot be allocated) is a configuration error: precon-train
 // exits 2 and the controller does not launch the trial again.
+// The message starts with the key ("data: token shard ..."); the file it names is the one at fault.
 template <class Step>
-void as_config_error(const Run& run, const std::string& key, Step step) {
+void as_config_error(const std::string& key, Step step) {
   try {
     step();
   } catch (const DataError& e) {
-    throw ConfigError(run.options->config_path.string(), 0, key, e.what());
+    throw ConfigError(key, 0, "", e.what());
   } catch (const ModelIoError& e) {
-    throw ConfigError(run.options->config_path.string(), 0, key, e.what());
+    throw ConfigError(key, 0, "", e.what());
   } catch (const kernels::OutOfMemoryError& e) {
-    throw ConfigError(run.options->config_path.string(), 0, "model",
+    throw ConfigError("model", 0, "",
                       std::string("the model does not fit in memory (") + e.what() +
                           "): shrink model.n_layer / d_model / vocab_size or train.micro_batch_size");
   } catch (const std::bad_alloc&) {
-    throw ConfigError(run.options->config_path.string(), 0, "model",
+    throw ConfigError("model", 0, "",
                       "the model does not fit in memory: shrink model.n_layer / d_model / vocab_size or "
                       "train.micro_batch_size");
   }
@@ -324,8 +325,8 @@ TrainOutcome train(const TrainOptions& options) {
   run.options = &options;
   run.log = options.log ? options.log : default_log;
   configure_run(run);
-  as_config_error(run, "train.init_from", [&] { build_model(run); });
-  as_config_error(run, "data", [&] { build_data(run); });
+  as_config_error("train.init_from", [&] { build_model(run); });
+  as_config_error("data", [&] { build_data(run); });
   build_optimizer(run);
   build_step_runner(run);
   resume_run(run);
