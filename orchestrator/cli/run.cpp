@@ -10,6 +10,8 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
+#include <sstream>
+#include <stdexcept>
 #include <thread>
 
 #include "orchestrator/cli/admin_token.h"
@@ -36,6 +38,7 @@ struct RunOptions {
   uint16_t port = 0;
   std::string web_dir;
   int cpu_slots = 0;
+  double db_wait_s = 30;  // how long the database may keep failing the scheduler's writes
   bool quiet = false;
   AdminTokenOptions token;
 };
@@ -43,6 +46,10 @@ struct RunOptions {
 double last_value(const orch::Store& store, int64_t trial, const std::string& name) {
   const auto p = store.last_metric(trial, name);
   return p && std::isfinite(p->value) ? p->value : kUnknown;
+}
+
+double elapsed_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 // What the progress display shows, read from the store: the running trials and the counts.
@@ -132,9 +139,23 @@ void run_command(const RunOptions& o) {
   std::signal(SIGTERM, on_interrupt);
   bool cancel_sent = false;
   LiveView view;
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  const auto elapsed = [&] { return elapsed_since(started); };
   auto last_plain = std::chrono::steady_clock::now();
   while (!controller.scheduler().experiment_done(id)) {
+    if (const auto failure = controller.scheduler().store_failure();
+        failure && elapsed_since(failure->since) >= o.db_wait_s) {
+      // Retrying forever would look like a run that hangs. Nothing is lost by leaving: the
+      // database holds what was stored, the trials' run directories the rest.
+      if (tty) std::cout << "\n" << std::flush;
+      view.detach();
+      controller.stop();
+      std::ostringstream why;
+      why << "the database " << global().db << " could not be written for " << o.db_wait_s << " s ("
+          << failure->error << "); giving up. What it holds is intact and the trials still running keep running: "
+          << "once it can be written again (e.g. with space freed on its disk), `precon serve --db " << global().db
+          << "` records what was not stored and adopts them";
+      throw std::runtime_error(why.str());
+    }
     if (g_interrupts.load() > 0 && !cancel_sent) {
       std::cout << "\ninterrupted: stopping the trials (Ctrl-C again to leave them running)\n" << std::flush;
       view.detach();
@@ -188,6 +209,10 @@ void add_run(CLI::App& app) {
   cmd->add_option("--port", o->port, "dashboard/API port (0 = any free port)")->capture_default_str();
   cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for trials (0 = all cores)");
+  cmd->add_option("--db-wait", o->db_wait_s,
+                  "seconds the database may stay unwritable (a full disk) before the run gives up with exit 1")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--quiet", o->quiet, "no progress display");
   add_db_option(cmd);
   add_json_option(cmd);

@@ -104,14 +104,33 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Scheduler::note_store_error(const std::exception& e) {
+  if (dynamic_cast<const StoreError*>(&e) != nullptr) tick_store_error_ = e.what();
+}
+
+std::optional<Scheduler::StoreFailure> Scheduler::store_failure() {
+  std::lock_guard lock(shared_mu_);
+  return store_failure_;
+}
+
 void Scheduler::tick() {
+  tick_store_error_.clear();
   try {
     collect_finished();
     escalate_stops();
     scan_checkpoints();
     launch_ready();
   } catch (const std::exception& e) {
+    note_store_error(e);
     log(std::string("scheduler error: ") + e.what());
+  }
+  {
+    // A pass that met no store error clears the failure: what waited to be stored has been (an
+    // ended attempt is retried at every pass until it is).
+    std::lock_guard lock(shared_mu_);
+    if (tick_store_error_.empty()) store_failure_.reset();
+    else if (!store_failure_) store_failure_ = StoreFailure{std::chrono::steady_clock::now(), tick_store_error_};
+    else store_failure_->error = tick_store_error_;
   }
   timer_->expires_after(options_.poll_interval);
   timer_->async_wait([this](const boost::system::error_code& ec) {

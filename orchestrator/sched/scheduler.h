@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -95,6 +96,16 @@ class Scheduler {
   // True when every trial of the experiment has ended.
   bool experiment_done(int64_t experiment_id);
 
+  // A store that fails the scheduler's writes (a full disk under the database, a lock another
+  // process holds): since when every pass of the scheduler has met an error of it, and the last
+  // one. nullopt while it works. The scheduler keeps retrying (`precon serve` recovers once space
+  // returns); `precon run` gives up after a bound (cli/run.cpp).
+  struct StoreFailure {
+    std::chrono::steady_clock::time_point since;
+    std::string error;
+  };
+  std::optional<StoreFailure> store_failure();
+
   // Runs fn on the scheduler thread and waits for it.
   template <class Fn>
   auto call(Fn&& fn) -> decltype(fn()) {
@@ -121,7 +132,10 @@ class Scheduler {
   // The spec for the trial's next attempt and its executor (validated), or nullptr after ending
   // the trial with the reason.
   Executor* prepare_launch(TrialRow& trial, const ExperimentRow& exp, LaunchSpec& spec);
-  void write_config(const TrialRow& trial);
+  // Creates the trial's run directory and writes its config.toml there. False when it could not:
+  // the trial has then failed with the reason when that reason will not pass (a read-only file
+  // system, a regular file on the path, no permission), or its launch is deferred (a full disk).
+  bool write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex);
   // A fresh token for the trial's next attempt, put into spec.env: the store and the report
   // check keep only its hash, so each launch issues a new one (a retry after a restart too).
   void issue_token(const TrialRow& trial, LaunchSpec& spec);
@@ -147,6 +161,8 @@ class Scheduler {
   void event(int64_t experiment_id, int64_t trial_id, const std::string& kind, const std::string& message,
              nlohmann::json data = nlohmann::json::object());
   void log(const std::string& line);
+  // Notes `e` for store_failure() when it is the store's error (StoreError).
+  void note_store_error(const std::exception& e);
 
   Store& store_;
   std::map<std::string, Executor*> executors_;
@@ -163,6 +179,7 @@ class Scheduler {
   // disk): the executor has forgotten them, so they are settled again at every tick until stored.
   std::vector<std::pair<int64_t, ExitStatus>> unsettled_;
   std::map<Executor*, std::chrono::steady_clock::time_point> unavailable_until_;  // see defer_launch
+  std::string tick_store_error_;  // the store's last error in this tick; "" when it had none
   std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
   std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
   std::map<int64_t, std::set<int64_t>> stopper_seen_;                       // trial -> steps judged
@@ -177,6 +194,7 @@ class Scheduler {
   std::map<int64_t, TrialAuth> tokens_;                        // trial -> its report credentials
   std::map<int64_t, std::string> stop_answers_;                // trial -> reason
   std::map<int64_t, std::string> objective_metric_;            // experiment -> metric name
+  std::optional<StoreFailure> store_failure_;                  // see store_failure()
 };
 
 }  // namespace precon::orch

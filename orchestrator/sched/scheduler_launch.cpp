@@ -2,10 +2,13 @@
 // of their next attempt, Slurm-style batches (job arrays), and the records a launch leaves.
 #include "orchestrator/sched/scheduler.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <map>
 
 #include "orchestrator/obs/controller_metrics.h"
@@ -37,6 +40,35 @@ void die_if_fault(const char* point) {
 int64_t count_of(const std::map<TrialState, int64_t>& counts, TrialState s) {
   auto it = counts.find(s);
   return it == counts.end() ? 0 : it->second;
+}
+
+// Errors that writing a run directory meets again at every try: the path is wrong (a regular file
+// on it, a loop, too long a name) or its file system refuses it (read-only, no permission). The
+// others (a full disk, a quota, an I/O error) may pass.
+bool lasting(int err) {
+  switch (err) {
+    case EROFS: case ENOTDIR: case EACCES: case EPERM: case EEXIST: case EISDIR: case ENAMETOOLONG: case ELOOP:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Writes `text` to `path` (created or truncated): 0, or the errno of the call that failed.
+int write_text_file(const fs::path& path, const std::string& text) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return errno;
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return err;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return ::close(fd) == 0 ? 0 : errno;
 }
 
 }  // namespace
@@ -117,9 +149,22 @@ void Scheduler::issue_token(const TrialRow& trial, LaunchSpec& spec) {
   spec.env["PRECON_TRIAL_TOKEN"] = token;
 }
 
-void Scheduler::write_config(const TrialRow& trial) {
-  fs::create_directories(trial.run_dir);
-  std::ofstream(fs::path(trial.run_dir) / "config.toml") << trial.config_toml;
+bool Scheduler::write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex) {
+  const fs::path dir = trial.run_dir;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  int err = ec.value();
+  std::string what = ec ? "cannot create run directory " + dir.string() + ": " + ec.message() : "";
+  if (!ec && (err = write_text_file(dir / "config.toml", trial.config_toml)) != 0)
+    what = "cannot write " + (dir / "config.toml").string() + ": " + std::strerror(err);
+  if (what.empty()) return true;
+  if (lasting(err)) {
+    end_trial(trial, TrialState::failed,
+              what + " (not retried: the run root, --runs, must be a directory the controller can write)");
+  } else {
+    defer_launch(trial, exp, ex, what);
+  }
+  return false;
 }
 
 void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
@@ -127,8 +172,8 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   Executor* ex = prepare_launch(trial, exp, spec);
   if (ex == nullptr) return;
   if (!ex->has_capacity(spec) || deferring(ex)) return;
+  if (!write_config(trial, exp, ex)) return;
   issue_token(trial, spec);
-  write_config(trial);
   Handle handle;
   // Active before the worker can report; a failed launch ends the trial, which removes it again.
   if (options_.metrics) options_.metrics->trial_active(trial.id, exp.name);
@@ -161,14 +206,18 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
     if (batcher != nullptr && ex != batcher) continue;
     if (deferring(ex)) return true;  // tried again once the executor may answer
     batcher = ex;
+    if (!write_config(t, exp, ex)) {
+      if (deferring(ex)) break;  // a full disk: the others would fail alike; those ready launch now
+      continue;                  // this trial has failed
+    }
     issue_token(t, spec);
-    write_config(t);
     if (options_.metrics) options_.metrics->trial_active(t.id, exp.name);
     rows.push_back(&t);
     specs.push_back(std::move(spec));
     stderr_offsets.push_back(stderr_size(t.run_dir));
   }
   if (batcher == nullptr) return false;
+  if (rows.empty()) return true;
   std::vector<Executor::BatchResult> results = batcher->launch_batch(specs, static_cast<int>(exp.max_concurrent));
   die_if_fault("after_spawn");
   for (size_t i = 0; i < rows.size(); ++i) {

@@ -39,6 +39,7 @@ void Scheduler::collect_finished() {
     try {
       for (auto& [handle, note] : ex->state_changes()) note_attempt_state(ex, handle, note);
     } catch (const std::exception& e) {
+      note_store_error(e);
       log("executor " + name + ": a state note was not stored: " + e.what());
     }
     for (auto& [handle, status] : ended) {
@@ -59,6 +60,7 @@ void Scheduler::settle_ended() {
     try {
       finish_attempt(trial_id, status);
     } catch (const std::exception& e) {
+      note_store_error(e);
       log("trial " + std::to_string(trial_id) + ": the end of its attempt (" + status.detail +
           ") is not stored yet, retrying: " + e.what());
       return;

@@ -1,7 +1,8 @@
 // `precon run` and `precon serve` as a user starts them: the live view under a pseudo-terminal
-// (redrawn in place, sized to the terminal, the leaderboard at the end), and the dashboard they
+// (redrawn in place, sized to the terminal, the leaderboard at the end), the dashboard they
 // advertise only when they can serve it (the `web` target's output next to the program, or a
-// message saying where they looked and how to build it).
+// message saying where they looked and how to build it), and a run whose run root or database
+// cannot be written (it ends, with the reason, instead of retrying forever).
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <pty.h>
@@ -10,9 +11,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <regex>
 #include <sstream>
 
+#include "orchestrator/store/sqlite.h"
 #include "orchestrator/store/store.h"
 #include "tests/orchestrator/cli_fixture.h"
 
@@ -140,6 +143,83 @@ TEST_F(CliRun, ServeSaysWhereItLookedWhenTheDashboardIsMissing) {
   EXPECT_EQ(index.status, 200);
   EXPECT_NE(index.body.find("beside the program"), std::string::npos) << index.body;
   EXPECT_NE(read_file(found.log).find("dashboard " + found.url + "/"), std::string::npos) << read_file(found.log);
+}
+
+// `precon run ARGS` in `dir`, killed after 120 s: before issue 28's fixes a run that could not
+// write its run directories or its database retried forever; now it must end long before.
+test::CommandResult run_bounded(const fs::path& dir, const std::string& args) {
+  return test::run_command("cd '" + dir.string() + "' && timeout -s KILL 120 " + PRECON_BIN + " run " + args);
+}
+
+TEST_F(CliRun, RunDirectoryThatCannotBeCreatedFailsTheTrialAtOnce) {
+  // A regular file where the run root's parent should be: mkdir says ENOTDIR, as it will every
+  // time (root ignores a read-only mode, so this is the lasting error a test can make).
+  std::ofstream(dir_ / "file") << "a regular file\n";
+  std::ofstream(dir_ / "r.toml") << recipe(10, "[sweep]\nmax_attempts = 3\n[sweep.parameters]\n"
+                                                "\"optimizer.lr\" = [0.001, 0.003]\n");
+  const test::CommandResult r = run_bounded(dir_, "r.toml --quiet --cpus 1 --db run.db --runs file/runs");
+  EXPECT_EQ(r.status, 1) << r.output;
+  const std::string where = (dir_ / "file" / "runs").string();
+  EXPECT_NE(r.output.find("failed: cannot create run directory " + where), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Not a directory (not retried"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("experiment 1 completed"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("scheduler error"), std::string::npos) << r.output;
+
+  Store store(dir_ / "run.db");
+  const std::vector<TrialRow> trials = store.trials(1);
+  ASSERT_EQ(trials.size(), 2u);
+  for (const TrialRow& t : trials) {
+    EXPECT_EQ(t.state, TrialState::failed);
+    EXPECT_NE(t.reason.find("Not a directory"), std::string::npos) << t.reason;
+    EXPECT_EQ(t.attempts, 0);
+    EXPECT_TRUE(store.attempts(t.id).empty());
+  }
+}
+
+TEST_F(CliRun, DatabaseThatStaysUnwritableEndsTheRunNamingIt) {
+  // The database refuses to record the end of an attempt, as a full disk refuses the writes that
+  // need room: a trigger fails every update of an attempt row (and nothing else), so the trial
+  // starts, trains and reports, and only its end cannot be stored.
+  const fs::path db = dir_ / "serve.db";
+  { Store create(db); }
+  {
+    sql::Database raw(db, false);
+    raw.exec("CREATE TRIGGER unwritable BEFORE UPDATE ON attempts "
+             "BEGIN SELECT RAISE(ABORT, 'refused by the test'); END");
+  }
+  std::ofstream(dir_ / "r.toml") << recipe(10, "");
+  const auto t0 = std::chrono::steady_clock::now();
+  const test::CommandResult r = run_bounded(dir_, "r.toml --quiet --cpus 1 --db serve.db --runs runs --db-wait 1");
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("precon: the database serve.db could not be written for 1 s ("), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("refused by the test"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("`precon serve --db serve.db` records what was not stored"), std::string::npos) << r.output;
+  EXPECT_LT(took, 60) << r.output;
+
+  // What it holds is intact: the trial is running, its one attempt open, its reports stored.
+  int64_t trial_id = 0;
+  {
+    Store store(db);
+    const std::vector<TrialRow> trials = store.trials(1);
+    ASSERT_EQ(trials.size(), 1u);
+    trial_id = trials[0].id;
+    EXPECT_EQ(trials[0].state, TrialState::running);
+    const std::vector<AttemptRow> attempts = store.attempts(trial_id);
+    ASSERT_EQ(attempts.size(), 1u);
+    EXPECT_EQ(attempts[0].ended_at, 0);
+    EXPECT_GT(store.metric_count(trial_id), 0);
+  }
+  // Once it can be written again, a controller on it records the end the run could not.
+  sql::Database(db, false).exec("DROP TRIGGER unwritable");
+  Serve s = serve();
+  ASSERT_FALSE(s.url.empty()) << read_file(s.log);
+  ASSERT_TRUE(done(s.url, 1, std::chrono::seconds(60))) << read_file(s.log);
+  const nlohmann::json t = get(s.url, "/api/v1/trials/" + std::to_string(trial_id));
+  EXPECT_EQ(t["state"], "completed") << t.dump();
+  EXPECT_EQ(t["last_step"], 10) << t.dump();
+  EXPECT_EQ(t["attempts"].size(), 1u) << t.dump();
 }
 
 #ifdef PRECON_WEB_OUT
