@@ -131,6 +131,11 @@ TEST(Checkpoint, MissingPiecesAndNoGoodCheckpoint) {
   EXPECT_NE(verify_checkpoint(d)->find("manifest.json missing"), std::string::npos);
   std::ofstream(d / "manifest.json") << "{\"step\": 5, \"files\": [{\"name\": 3}]}";
   EXPECT_NE(verify_checkpoint(d)->find("manifest.json is malformed"), std::string::npos);
+  EXPECT_EQ(verify_checkpoint(d), "manifest.json is malformed (type must be string, but is number)");
+  // Not JSON: the reason (logged, served by the controller) says where, not what the file holds
+  // (the string runs to the end of the file's 37 bytes).
+  std::ofstream(d / "manifest.json") << "{\"step\": 5, \"files\": [\"hunter2-secret";
+  EXPECT_EQ(verify_checkpoint(d), "manifest.json is malformed (a syntax error at byte 38)");
   // Numbers that are not the integers they stand for (found by fuzz_checkpoint: reading 5e112 as a
   // size was undefined behaviour).
   std::ofstream(d / "manifest.json") << "{\"step\": 5.5, \"files\": []}";

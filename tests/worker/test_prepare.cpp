@@ -184,12 +184,20 @@ TEST(Bpe, EncodesByRankWithTinyVocabulary) {
   std::string msg = data_error([&] { bpe.encode("z"); });
   EXPECT_NE(msg.find("do not belong together"), std::string::npos) << msg;
 
-  std::ofstream(t.vocab) << "#version: 0.2\nl l x\n";
-  EXPECT_NE(data_error([&] { Gpt2Bpe b(t.encoder, t.vocab); }).find("line 2"), std::string::npos);
+  // The files' bytes are not quoted, only where the fault is (issue 28, item 5).
+  std::ofstream(t.vocab) << "#version: 0.2\nl l hunter2\n";
+  msg = data_error([&] { Gpt2Bpe b(t.encoder, t.vocab); });
+  EXPECT_NE(msg.find("line 2: expected two symbols separated by one space"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("hunter2"), std::string::npos) << msg;
 
   std::ofstream(t.encoder) << "{\"h\": 1e999}";  // a number past double: a DataError, not an escaped exception
   msg = data_error([&] { Gpt2Bpe b(t.encoder, t.vocab); });
-  EXPECT_NE(msg.find("not valid JSON"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not valid JSON (a number out of range)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("1e999"), std::string::npos) << msg;
+  std::ofstream(t.encoder) << "{\"hunter2\": hunter2}";
+  msg = data_error([&] { Gpt2Bpe b(t.encoder, t.vocab); });
+  EXPECT_NE(msg.find("not valid JSON (a syntax error at byte 13)"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("hunter2"), std::string::npos) << msg;
 }
 
 TEST(Prepare, Gpt2BpeUsesEndOfTextBetweenDocuments) {

@@ -199,6 +199,41 @@ TEST(Safetensors, ValidationNamesFileAndTensor) {
             std::string::npos);
 }
 
+// Reasons reach logs and the API that anyone may read, and train.init_from can name any file the
+// trainer can read: what is wrong is said without the file's bytes (issue 28, item 5).
+TEST(Safetensors, ErrorsQuoteNoBytesOfTheFile) {
+  // A text file: its first 8 bytes, read as the header length, are "root:$6$" (2609312867587944306).
+  std::string shadow;
+  while (shadow.size() < 696) shadow += "root:$6$Zm9vYmFy$c2VjcmV0aGFzaA:19000:0:99999:7:::\n";
+  shadow.resize(696);
+  uint64_t first8 = 0;
+  std::memcpy(&first8, shadow.data(), 8);
+  std::string msg = safetensors_error_of(
+      [&] { SafetensorsFile::parse(std::vector<uint8_t>(shadow.begin(), shadow.end()), "/etc/shadow"); });
+  EXPECT_NE(msg.find("safetensors file /etc/shadow: not a safetensors file (or a truncated one): its header length "
+                     "does not fit the file (696 bytes)"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find(std::to_string(first8)), std::string::npos) << msg;
+
+  // A length that fits, then text that is not JSON: nlohmann's messages quote what they last read
+  // (a string up to the error, a number that overflows).
+  for (const std::string& header : {std::string(R"({"password": "hunter2-secret)"),
+                                    std::string("{\"password\": \"hunter2-secret\n\"}"),
+                                    std::string(R"({"a": hunter2-secret})"), std::string(R"({"a": 1e99999})")}) {
+    msg = safetensors_error_of([&] { SafetensorsFile::parse(raw_file(header, 0), "x.safetensors"); });
+    EXPECT_NE(msg.find("safetensors file x.safetensors: not a safetensors file: its header is not valid JSON ("),
+              std::string::npos)
+        << msg;
+    for (const char* secret : {"hunter2", "secret", "1e99999", "password"})
+      EXPECT_EQ(msg.find(secret), std::string::npos) << "quotes \"" << secret << "\": " << msg;
+  }
+  msg = safetensors_error_of([&] { SafetensorsFile::parse(raw_file(R"({"a": hunter2})", 0), "x.safetensors"); });
+  EXPECT_NE(msg.find("(a syntax error at byte 7)"), std::string::npos) << msg;
+  msg = safetensors_error_of([&] { SafetensorsFile::parse(raw_file(R"({"a": 1e99999})", 0), "x.safetensors"); });
+  EXPECT_NE(msg.find("(a number out of range)"), std::string::npos) << msg;
+}
+
 TEST(Safetensors, TruncatedFileOnDiskIsRejected) {
   TempDir dir;
   Sample s;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -226,6 +227,31 @@ TEST_F(Trainer, NaNWeightsGiveANonFiniteLossNotAHang) {
   } catch (const TrainingError& e) {
     EXPECT_NE(std::string(e.what()).find("at step 1; no checkpoint was written yet"), std::string::npos) << e.what();
   }
+}
+
+// issue 28, item 5: train.init_from = /etc/shadow said "header length 3619251681095544690 does not
+// fit the file", the file's first 8 bytes, in the trainer's error line that the controller serves.
+TEST_F(Trainer, InitFromAFileThatIsNotSafetensorsQuotesNoneOfIt) {
+  std::string text;
+  while (text.size() < 696) text += "root:$6$Zm9vYmFy$c2VjcmV0aGFzaA:19000:0:99999:7:::\n";
+  text.resize(696);
+  std::ofstream(dir_ / "shadow", std::ios::binary) << text;
+  uint64_t first8 = 0;
+  std::memcpy(&first8, text.data(), 8);
+  TrainOptions o = options(config(kOptimizerTables[0], 10), "run");
+  o.overrides = {"train.init_from=" + (dir_ / "shadow").string()};
+  std::string msg = "(no error)";
+  try {
+    train(o);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  EXPECT_NE(msg.find((dir_ / "shadow").string() + ": not a safetensors file (or a truncated one): its header length "
+                     "does not fit the file (696 bytes)"),
+            std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find(std::to_string(first8)), std::string::npos) << msg;
+  EXPECT_EQ(msg.find("$6$"), std::string::npos) << msg;
 }
 
 TEST_F(Trainer, RunDirectoryHoldsOneConfigFile) {

@@ -17,6 +17,7 @@
 
 #include "worker/common/error.h"
 #include "worker/common/fault_hook.h"
+#include "worker/common/json_error.h"
 
 namespace precon::worker {
 
@@ -262,7 +263,7 @@ std::optional<std::string> verify_checkpoint(const fs::path& dir) {
       if (crc_hex(file_crc(p).first) != f.at("crc32").get<std::string>()) return name + ": CRC mismatch";
     }
   } catch (const nlohmann::json::exception& e) {
-    return std::string("manifest.json is malformed (") + e.what() + ")";
+    return "manifest.json is malformed (" + json_error_text(e) + ")";
   } catch (const IoError& e) {
     return std::string(e.what());
   }

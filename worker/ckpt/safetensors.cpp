@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/common/error.h"
+#include "worker/common/json_error.h"
 
 namespace precon::worker {
 
@@ -176,16 +177,18 @@ void SafetensorsFile::parse_header(std::span<const std::byte> all) {
   if (all.size() < 8) throw fail("only " + std::to_string(all.size()) + " bytes, not even a header length");
   uint64_t len;
   std::memcpy(&len, all.data(), 8);
+  // The length is not quoted: for a file that is not a safetensors file it is the file's first 8
+  // bytes (and a recipe can name any file the trainer can read).
   if (len > kMaxHeaderBytes || len > all.size() - 8) {
-    throw fail("header length " + std::to_string(len) + " does not fit the file (" + std::to_string(all.size()) +
-               " bytes): truncated, or not a safetensors file");
+    throw fail("not a safetensors file (or a truncated one): its header length does not fit the file (" +
+               std::to_string(all.size()) + " bytes)");
   }
   const char* text = reinterpret_cast<const char*>(all.data() + 8);
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text, text + len);
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past double
-    throw fail(std::string("header is not valid JSON (") + e.what() + ")");
+    throw fail("not a safetensors file: its header is not valid JSON (" + json_error_text(e) + ")");
   }
   if (!header.is_object()) throw fail("header is not a JSON object");
   const uint64_t data_size = all.size() - 8 - len;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/common/error.h"
+#include "worker/common/json_error.h"
 
 namespace precon::worker {
 
@@ -158,7 +159,7 @@ Gpt2Bpe::Gpt2Bpe(const fs::path& encoder_json, const fs::path& vocab_bpe) : enco
   try {
     enc = nlohmann::json::parse(raw.begin(), raw.end());
   } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past double
-    throw DataError("GPT-2 encoder " + encoder_json.string() + " is not valid JSON (" + e.what() + ")");
+    throw DataError("GPT-2 encoder " + encoder_json.string() + " is not valid JSON (" + json_error_text(e) + ")");
   }
   if (!enc.is_object() || enc.empty()) throw DataError("GPT-2 encoder " + encoder_json.string() + " is not a {token: id} object");
   for (auto it = enc.begin(); it != enc.end(); ++it) {
@@ -186,7 +187,7 @@ Gpt2Bpe::Gpt2Bpe(const fs::path& encoder_json, const fs::path& vocab_bpe) : enco
     const size_t sp = line.find(' ');
     if (sp == 0 || sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos) {
       throw DataError("GPT-2 merges " + vocab_bpe.string() + " line " + std::to_string(line_no) +
-                      ": expected two symbols separated by one space, got \"" + std::string(line) + "\"");
+                      ": expected two symbols separated by one space");
     }
     ranks_.emplace(std::string(line), rank++);
   }
