@@ -34,7 +34,7 @@ void add_recipe(CLI::App& app) {
       } else {
         std::cout << *file << ": " << trials.size() << " trial(s)\n";
         for (const auto& t : trials) std::cout << "  " << t.index << "  " << (t.label.empty() ? "(base config)" : t.label) << "\n";
-        for (const std::string& m : missing) std::cout << "missing data: " << m << "\n";
+        for (const std::string& m : missing) std::cout << "data: " << m << "\n";
       }
       if (!missing.empty()) exit_code() = 1;
     });

@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <tuple>
 
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
+#include "worker/data/prepare.h"
 
 namespace precon::orch {
 
@@ -313,26 +315,42 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     add("data.val", t.config.data.val, t);
     add("train.init_from", t.config.train.init_from, t);
   }
+  // "; used by ..." for the trials of `users` (nothing when the recipe has one trial).
+  auto users_text = [&](const std::vector<const TrialSpec*>& users) {
+    if (trials.size() <= 1) return std::string();
+    if (users.size() == trials.size()) return "; used by all " + std::to_string(trials.size()) + " trials";
+    std::string text = "; used by ";
+    const size_t shown = std::min<size_t>(users.size(), 3);
+    for (size_t i = 0; i < shown; ++i)
+      text += (i ? ", " : "") + std::string("trial ") + std::to_string(users[i]->index) + " (" + users[i]->label + ")";
+    if (users.size() > shown) text += " and " + std::to_string(users.size() - shown) + " more";
+    return text;
+  };
   std::vector<std::string> missing;
   std::map<std::string, bool> exists;
+  // Token files: each (path, seq_len, vocab_size) the trials read it with is checked once.
+  std::map<std::tuple<std::string, int64_t, int64_t>, std::string> checked;
   for (const Use& u : uses) {
     auto [it, inserted] = exists.emplace(u.path, false);
     if (inserted) {
       std::error_code ec;
       it->second = std::filesystem::is_regular_file(u.path, ec);
     }
-    if (it->second) continue;
-    std::string line = u.path + " (" + u.key + ") does not exist";
-    if (trials.size() > 1 && u.trials.size() == trials.size()) {
-      line += "; used by all " + std::to_string(trials.size()) + " trials";
-    } else if (trials.size() > 1) {
-      line += "; used by ";
-      const size_t shown = std::min<size_t>(u.trials.size(), 3);
-      for (size_t i = 0; i < shown; ++i)
-        line += (i ? ", " : "") + std::string("trial ") + std::to_string(u.trials[i]->index) + " (" + u.trials[i]->label + ")";
-      if (u.trials.size() > shown) line += " and " + std::to_string(u.trials.size() - shown) + " more";
+    if (!it->second) {
+      missing.push_back(u.path + " (" + u.key + ") does not exist" + users_text(u.trials));
+      continue;
     }
-    missing.push_back(line);
+    if (u.key == "train.init_from") continue;
+    std::map<std::string, std::vector<const TrialSpec*>> problems;  // problem -> the trials it hits
+    for (const TrialSpec* t : u.trials) {
+      const auto key = std::make_tuple(u.path, t->config.model.seq_len, t->config.model.vocab_size);
+      auto found = checked.find(key);
+      if (found == checked.end())
+        found = checked.emplace(key, worker::check_token_file(u.path, t->config.model.seq_len, t->config.model.vocab_size))
+                    .first;
+      if (!found->second.empty()) problems[found->second].push_back(t);
+    }
+    for (const auto& [problem, users] : problems) missing.push_back(problem + " (" + u.key + ")" + users_text(users));
   }
   return missing;
 }

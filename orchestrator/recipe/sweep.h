@@ -47,8 +47,9 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe);
 int64_t sweep_size(const Recipe& recipe);
 
 // Data files the trials name (data.train, comma-separated; data.val; train.init_from) that do not
-// exist, relative paths from the working directory. One line per missing file with the key and
-// the trials that use it. Empty when everything is there.
+// exist, relative paths from the working directory, and token files that the trials cannot read
+// (worker::check_token_file: not a shard, shorter than seq_len + 1, a sampled token past
+// vocab_size). One line per problem with the key and the trials it hits. Empty when all is well.
 std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials);
 
 }  // namespace precon::orch

@@ -154,7 +154,7 @@ int64_t Controller::submit_recipe(const std::string& text, const std::string& so
   std::vector<TrialSpec> trials = expand_sweep(recipe);
   std::vector<std::string> missing = check_recipe_data(trials);
   if (!missing.empty()) {
-    std::string msg = source + ": data files are missing:";
+    std::string msg = source + ": data files are missing or unusable:";
     for (const std::string& m : missing) msg += "\n  " + m;
     throw std::invalid_argument(msg + "\n(prepare them first, e.g. deploy/prepare-quickstart-data.sh)");
   }

@@ -56,11 +56,12 @@ class Dashboard(unittest.TestCase):
         cls.union_id = cls.ctl.submit(harness.tiny_recipe(data, 'union-sweep', 10, union))
         cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.union_id}')['state'] != 'running', 120,
                      'the union sweep')
-        # A trial the trainer rejects: its shard holds tokens beyond the model's vocab_size.
-        harness.write_shard(os.path.join(data, 'wide.bin'), [i % 100 for i in range(8000)])
+        # A trial the trainer rejects: its train.init_from is a token shard, not a safetensors file
+        # (submit checks that the file exists; what it holds is the trainer's to read).
         failing = harness.tiny_recipe(data, 'failing-trial', 20,
-                                      '[sweep]\nmax_attempts = 1\n[sweep.parameters]\n"train.seed" = [1]\n')
-        cls.failed_id = cls.ctl.submit(failing.replace(os.path.join(data, 'train.bin'), os.path.join(data, 'wide.bin')))
+                                      '[sweep]\nmax_attempts = 3\n[sweep.parameters]\n"train.seed" = [1]\n'
+                                      '"train.init_from" = ["%s"]\n' % os.path.join(data, 'val.bin'))
+        cls.failed_id = cls.ctl.submit(failing)
         cls.ctl.wait(lambda: cls.ctl.get(f'/api/v1/experiments/{cls.failed_id}')['state'] != 'running', 60,
                      'the failing trial')
         cls.run_id = cls.ctl.submit(harness.tiny_recipe(data, 'running-sweep', 10000000, '', log_every=5))
@@ -237,9 +238,9 @@ class Dashboard(unittest.TestCase):
     def test_3b_a_failed_trial_shows_the_trainers_error(self):
         t = self.ctl.get(f'/api/v1/experiments/{self.failed_id}/trials')['trials'][0]
         self.assertEqual(t['state'], 'failed')
-        # A shard the model cannot read is a configuration error: one attempt, exit 2.
-        self.assertTrue(t['reason'].startswith('data: token shard '), t['reason'])
-        self.assertIn("outside the model's vocab_size 61", t['reason'])
+        # A file the model cannot start from is a configuration error: one attempt of three, exit 2.
+        self.assertTrue(t['reason'].startswith('train.init_from: '), t['reason'])
+        self.assertIn('val.bin', t['reason'])
         self.assertTrue(t['reason'].endswith('(exit code 2: configuration error, not retried)'), t['reason'])
         self.open(f'/experiments/{self.failed_id}', 'experiment')
         row = self.driver.find_element(By.CSS_SELECTOR, '#trials tbody tr')

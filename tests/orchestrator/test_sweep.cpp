@@ -9,6 +9,7 @@
 
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
+#include "worker/data/shard.h"
 
 namespace precon::orch {
 namespace {
@@ -267,8 +268,9 @@ TEST(Sweep, HugeGridIsRefused) {
 TEST(Sweep, CheckRecipeDataFindsMissingFiles) {
   const fs::path dir = fs::temp_directory_path() / ("precon_sweep_data_" + std::to_string(::getpid()));
   fs::create_directories(dir);
-  std::ofstream(dir / "train.bin") << "x";
-  std::ofstream(dir / "val.bin") << "x";
+  const std::vector<uint16_t> tokens(100, 7);
+  worker::write_shard(dir / "train.bin", tokens);
+  worker::write_shard(dir / "val.bin", tokens);
   const std::string d = dir.string();
   Recipe r = parse_recipe_text("[data]\ntrain = \"" + d + "/train.bin, " + d + "/more.bin," + d + "/more.bin\"\nval = \"" + d +
                                    "/val.bin\"\n[sweep.parameters]\n\"data.val\" = [\"" + d + "/val.bin\", \"" + d +
@@ -281,14 +283,52 @@ TEST(Sweep, CheckRecipeDataFindsMissingFiles) {
                             "/val.bin train.init_from=" + d + "/init.safetensors), trial 3 (data.val=" + d +
                             "/val2.bin train.init_from=" + d + "/init.safetensors)");
   EXPECT_EQ(missing[2].rfind(d + "/val2.bin (data.val) does not exist; used by trial 2", 0), 0u) << missing[2];
-  std::ofstream(dir / "more.bin") << "x";
-  std::ofstream(dir / "val2.bin") << "x";
-  std::ofstream(dir / "init.safetensors") << "x";
+  worker::write_shard(dir / "more.bin", tokens);
+  worker::write_shard(dir / "val2.bin", tokens);
+  std::ofstream(dir / "init.safetensors") << "x";  // its contents are the trainer's to check
   EXPECT_TRUE(check_recipe_data(expand_sweep(r)).empty());
   fs::remove_all(dir);
   auto one = check_recipe_data(expand_sweep(parse_recipe_text("[data]\ntrain = \"/nonexistent/t.bin\"\nval = \"/nonexistent/v.bin\"\n", "one.toml")));
   ASSERT_EQ(one.size(), 2u);
   EXPECT_EQ(one[1], "/nonexistent/v.bin (data.val) does not exist");
+}
+
+TEST(Sweep, CheckRecipeDataRefusesTokenFilesTheTrialsCannotRead) {
+  const fs::path dir = fs::temp_directory_path() / ("precon_sweep_shards_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string d = dir.string();
+  worker::write_shard(dir / "ok.bin", std::vector<uint16_t>(100, 7));
+  worker::write_shard(dir / "short.bin", std::vector<uint16_t>(20, 7));
+  std::vector<uint16_t> wide(5000, 7);
+  wide[4000] = 300;
+  worker::write_shard(dir / "wide.bin", wide);
+  {
+    std::ofstream text(dir / "text.bin");
+    for (int i = 0; i < 64; ++i) text << "root:x:0:0:root:/root:/bin/bash\n";
+  }
+  auto problems = [&](const std::string& train, const std::string& extra = "") {
+    return check_recipe_data(expand_sweep(parse_recipe_text(
+        "[model]\nseq_len = 32\nvocab_size = 256\n[data]\ntrain = \"" + d + "/" + train + "\"\nval = \"\"\n" + extra,
+        "s.toml")));
+  };
+  EXPECT_TRUE(problems("ok.bin").empty());
+  auto p = problems("short.bin");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "token shard " + d + "/short.bin has 20 tokens, fewer than seq_len + 1 = 33 needed for one (input, "
+                  "target) window (data.train)");
+  p = problems("wide.bin");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0], "token shard " + d + "/wide.bin has token 300 at position 4000, outside model.vocab_size = 256 (data.train)");
+  // Not a shard: said without quoting the file's bytes.
+  p = problems("text.bin");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("text.bin is not a precon/llm.c token shard"), std::string::npos) << p[0];
+  EXPECT_EQ(p[0].find("root"), std::string::npos) << p[0];
+  // A sweep over seq_len: only the trials the file is too short for are named.
+  p = problems("short.bin", "[sweep.parameters]\n\"model.seq_len\" = [8, 32]\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("used by trial 1 (model.seq_len=32)"), std::string::npos) << p[0];
+  fs::remove_all(dir);
 }
 
 }  // namespace

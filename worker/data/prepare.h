@@ -49,4 +49,11 @@ std::vector<fs::path> collect_text_files(const std::vector<fs::path>& inputs);
 // too small for seq_len; IoError when a file cannot be read or written.
 PrepareResult prepare_data(const PrepareOptions& options);
 
+// What a recipe check finds wrong with a token file before anything runs ("" when nothing): not a
+// token shard (magic, version, a body as long as its count), fewer than seq_len + 1 tokens, or a
+// token at or past vocab_size among kTokenSample spread over the file (vocab_size 0: not checked).
+// The message names the file and what is wrong, never bytes of a file that is not a shard.
+inline constexpr int64_t kTokenSample = 65536;
+std::string check_token_file(const fs::path& path, int64_t seq_len, int64_t vocab_size);
+
 }  // namespace precon::worker
