@@ -8,6 +8,7 @@
 #include "kernels/backend.h"
 #include "worker/common/error.h"
 #include "worker/common/file_io.h"
+#include "worker/common/json_error.h"
 
 namespace precon::worker {
 
@@ -160,7 +161,7 @@ std::map<std::string, std::vector<StoredPart>> read_index(const std::filesystem:
     std::vector<uint8_t> bytes = read_file(dir / kIndex);
     index = json::parse(bytes.begin(), bytes.end());
   } catch (const json::exception& e) {
-    throw CheckpointError(where + ": not a valid optimizer index: " + e.what());
+    throw CheckpointError(where + ": not a valid optimizer index: " + json_error_text(e));
   }
   const json entries = index.is_object() ? index.value("entries", json()) : json();
   if (!entries.is_array()) throw CheckpointError(where + ": not a valid optimizer index: no \"entries\" list");

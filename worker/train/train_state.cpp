@@ -15,6 +15,7 @@
 #include "worker/ckpt/checkpoint.h"
 #include "worker/ckpt/safetensors.h"
 #include "worker/common/error.h"
+#include "worker/common/json_error.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
@@ -170,7 +171,7 @@ int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state)
     std::vector<uint8_t> bytes = read_file(dir / "trainer.json");
     trainer = json::parse(bytes.begin(), bytes.end());
   } catch (const json::exception& e) {
-    throw CheckpointError((dir / "trainer.json").string() + ": not valid JSON: " + e.what());
+    throw CheckpointError((dir / "trainer.json").string() + ": not valid JSON: " + json_error_text(e));
   }
   const std::string want = config_hash(*state.config);
   if (trainer.value("config_hash", "") != want) {
