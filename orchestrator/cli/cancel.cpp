@@ -12,10 +12,12 @@ void add_cancel(CLI::App& app) {
   auto trial = std::make_shared<int64_t>(0);
   CLI::App* cmd = app.add_subcommand("cancel", "cancel an experiment or one trial");
   cmd->add_option("experiment", *which, "experiment id or name");
-  cmd->add_option("--trial", *trial, "cancel only this trial");
+  CLI::Option* trial_option = cmd->add_option("--trial", *trial, "cancel only this trial (its id)");
   add_remote_options(cmd);
-  cmd->callback([which, trial] {
+  cmd->callback([which, trial, trial_option] {
     guarded([&] {
+      if (trial_option->count() > 0 && *trial <= 0)
+        throw std::invalid_argument("--trial must be a trial id (a positive integer), got " + std::to_string(*trial));
       if (*trial > 0) {
         call_controller("POST", "/api/v1/trials/" + std::to_string(*trial) + "/cancel");
         std::cout << "trial " << *trial << ": cancel requested\n";

@@ -1,10 +1,12 @@
 // The controller's HTTP API: one flat route table; handlers are named functions over the store,
 // the scheduler and the queries shared with the CLI.
 #include <algorithm>
+#include <memory>
 
 #include "orchestrator/service/api_bodies.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
+#include "orchestrator/service/report_limits.h"
 #include "orchestrator/service/routes_dashboard.h"
 #include "orchestrator/service/views.h"
 
@@ -145,11 +147,22 @@ void Controller::add_routes() {
   // refuses a report without any token, before its body is read).
   // 401 bad_token for an unknown trial or a wrong token (one answer, so ids cannot be probed; it
   // comes before anything about the trial is looked at), 409 trial_finished once the trial ended.
-  r.add({"POST", "/api/v1/report", [this](Request& req) {
+  // Past the trial's bounds (report_limits.h) it is 400 bad_report, checked only once the token
+  // is: the scheduler authenticates a report of no points first, which stores nothing.
+  auto limits = std::make_shared<ReportLimits>(store);
+  r.add({"POST", "/api/v1/report", [this, limits](Request& req) {
            const ReportBody body = parse_report_body(req);
+           const std::string token = bearer_token(req);
            ReportAnswer answer;
            try {
-             answer = scheduler_->report(body.trial, bearer_token(req), body.points);
+             scheduler_->report(body.trial, token, {});
+             limits->check_and_reserve(body.trial, body.points);
+             try {
+               answer = scheduler_->report(body.trial, token, body.points);
+             } catch (...) {
+               limits->forget(body.trial);  // its names may not all be stored: reload them next time
+               throw;
+             }
            } catch (const ReportRefused& e) {
              if (e.kind == ReportRefused::kFinished) throw HttpError(409, "trial_finished", e.what());
              throw HttpError(401, "bad_token", e.what());

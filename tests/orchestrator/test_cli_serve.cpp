@@ -126,6 +126,25 @@ TEST_F(CliServe, CancelStopsARunningExperimentAndRefusesAFinishedOneAndUnknownId
   EXPECT_NE(r.output.find("name an experiment or pass --trial ID"), std::string::npos) << r.output;
 }
 
+// Ids and counts that cannot be are refused before anything is asked (exit 2, saying what is
+// wanted): a trial id not above 0 (it once read as no id: "name an experiment"), and a log of 0
+// lines (the API refuses lines=0; the CLI once printed the whole log).
+TEST_F(CliServe, CancelAndLogsRefuseATrialIdOrLineCountThatCannotBe) {
+  const std::string db = " --db " + (dir_ / "none.db").string();
+  for (const std::string& id : {"-5", "0"}) {
+    const test::CommandResult r = precon("cancel --trial " + id + db);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--trial must be a trial id (a positive integer), got " + id), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("name an experiment"), std::string::npos) << r.output;
+  }
+  for (const std::string& n : {"0", "100001"}) {
+    const test::CommandResult r = precon("logs 1 -n " + n + db);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--lines"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("not in range 1 to 100000"), std::string::npos) << r.output;
+  }
+}
+
 TEST_F(CliServe, ServeRefusesAPortInUse) {
   Serve s = serve();
   ASSERT_FALSE(s.url.empty()) << read_file(s.log);

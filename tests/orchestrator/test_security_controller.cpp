@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -228,6 +229,92 @@ TEST_F(Security, MalformedReportsWithTheRightTokenAreRefusedAndStoreNothing) {
   EXPECT_EQ(c->store().trial(trial)->last_step, 1);
   std::ofstream(run_dir / "finish").put('\n');
   ASSERT_TRUE(done(url, id, std::chrono::seconds(30)));
+  c->stop();
+}
+
+// Reports from the worker that holds the right token cannot make its record absurd: a step past
+// train.steps (2^63-1 was shown as the trial's step) or more than 256 distinct metric names (one
+// report of 20,000 was taken) is refused whole with 400 bad_report, and nothing recorded changes.
+// A 128-layer MoE run's per-layer names (moe_load_max.layerN) count as one name.
+TEST_F(Security, ReportsPastTheTrialsStepsOrNameBoundAreRefusedAndChangeNothing) {
+  const fs::path trainer = dir_ / "fake-train.sh";
+  std::ofstream(trainer) << "#!/bin/sh\nprintf '%s\\n' \"$PRECON_TRIAL_TOKEN\" > \"$4/token.txt\"\n"
+                            "while [ ! -e \"$4/finish\" ]; do sleep 0.05; done\n";  // waits for the test
+  fs::permissions(trainer, fs::perms::owner_all);
+  auto c = start(trainer.string(), "admin-secret");
+  const std::string url = c->url();
+  std::string text = recipe(5, "");
+  text.replace(text.find("n_layer = 1\n"), 12, "n_layer = 128\n");
+  const int64_t id = submit(url, text);
+  const json trial_json = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  const int64_t trial = trial_json["id"];
+  const fs::path run_dir = trial_json["run_dir"].get<std::string>();
+  ASSERT_TRUE(wait_for([&] { return fs::exists(run_dir / "token.txt") && fs::file_size(run_dir / "token.txt") == 33; },
+                       std::chrono::seconds(20)));
+  std::string token = slurp(run_dir / "token.txt");
+  token.pop_back();
+  const std::string t = std::to_string(trial);
+  auto report = [&](int64_t step, const json& values) {
+    return post(url, "/api/v1/report", json{{"trial", trial}, {"records", {{{"step", step}, {"values", values}}}}}.dump(),
+                token);
+  };
+  auto refused = [&](const ClientResponse& r, const std::string& says) {
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(code_of(r), "bad_report") << r.body;
+    EXPECT_NE(r.body.find(says), std::string::npos) << r.body;
+  };
+  // What a deep MoE trainer reports at a step: its usual names and one per layer.
+  json usual = {{"train_loss", 2.5}, {"lr", 0.003}, {"grad_norm", 1.0}, {"tokens_per_second", 1e5},
+                {"step_seconds", 0.1}, {"moe_aux_loss", 0.01}, {"moe_load_max", 1.2}};
+  for (int l = 0; l < 128; ++l) usual["moe_load_max.layer" + std::to_string(l)] = 1.1;
+  ClientResponse r = report(1, usual);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(report(5, {{"val_loss", 2.4}}).status, 200);  // the last step, validation at it
+
+  refused(report(6, {{"train_loss", 1.0}}), "step 6 is past trial " + t + "'s train.steps (5)");
+  refused(report(INT64_MAX, {{"train_loss", 1.0}}), "train.steps (5)");
+  refused(post(url, "/api/v1/report",
+               json{{"trial", trial},
+                    {"records", {{{"step", 2}, {"values", {{"train_loss", 2.0}}}},
+                                 {{"step", 7}, {"values", {{"train_loss", 2.0}}}}}}}.dump(),
+               token),
+          "step 7");
+  json many;
+  for (int i = 0; i < 20000; ++i) many["m" + std::to_string(i)] = 1.0;
+  refused(report(3, many), "more than 256");
+
+  // 9 counted so far (8 names and the per-layer family): 247 more fit, not one further; a layer
+  // index the model does not have is a name of its own.
+  json fill;
+  for (int i = 0; i < 247; ++i) fill["f" + std::to_string(i)] = 1.0;
+  EXPECT_EQ(report(3, fill).status, 200);
+  refused(report(4, {{"one_more", 1.0}}), "257 distinct metric names, more than 256");
+  refused(report(4, {{"moe_load_max.layer128", 1.0}}), "more than 256");
+  EXPECT_EQ(report(4, {{"train_loss", 2.2}, {"moe_load_max.layer127", 1.0}}).status, 200);
+
+  EXPECT_EQ(c->store().trial(trial)->last_step, 5);
+  EXPECT_EQ(get(url, "/api/v1/trials/" + t)["last_step"], 5);
+  EXPECT_EQ(c->store().metric_names(trial).size(), 8u + 128u + 247u);
+  EXPECT_EQ(c->store().metric_count(trial), 8 + 128 + 247 + 2);
+  std::ofstream(run_dir / "finish").put('\n');
+  ASSERT_TRUE(done(url, id, std::chrono::seconds(30)));
+  c->stop();
+}
+
+// A user's long text comes back cut in an error: a 5,000-character experiment name is quoted
+// to 200 characters and "…", not whole.
+TEST_F(Security, ALongNameIsEchoedCutShortInErrors) {
+  auto c = start("/bin/true", "admin-secret");
+  std::string text = recipe(5, "");
+  text.replace(text.find("name = \"tiny\""), 13, "name = \"" + std::string(5000, 'n') + "\"");
+  const ClientResponse r = post(c->url(), "/api/v1/experiments", json{{"recipe", text}, {"source", "t.toml"}}.dump(),
+                                "admin-secret");
+  EXPECT_EQ(r.status, 400) << r.body.substr(0, 400);
+  EXPECT_EQ(code_of(r), "bad_recipe") << r.body.substr(0, 400);
+  const std::string message = json::parse(r.body)["error"]["message"];
+  EXPECT_NE(message.find("experiment.name: \"" + std::string(200, 'n') + "…\" is not valid"), std::string::npos)
+      << message;
+  EXPECT_LT(message.size(), 400u) << message;
   c->stop();
 }
 

@@ -29,6 +29,16 @@ std::pair<std::string, int> split_location(const std::string& where) {
   return {where, 0};
 }
 
+// A user's text quoted in a message, cut to 200 bytes (at a character boundary) and "…": a
+// 5,000-character name must not come back whole in every error.
+std::string echoed(const std::string& text) {
+  constexpr size_t kMaxEchoed = 200;
+  if (text.size() <= kMaxEchoed) return text;
+  size_t cut = kMaxEchoed;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  return text.substr(0, cut) + "…";
+}
+
 std::string unknown_key_message(const std::string& key) {
   const std::string hint = closest_key(key, {"sweep.parameters", "sweep.grid"});
   return "unknown key" + (hint.empty() ? std::string(" (`precon recipe keys` lists them)") : " (did you mean " + hint + "?)");
@@ -56,10 +66,10 @@ const std::regex& compiled(const std::string& pattern) {
 // keys whose default is "" (partition, mem, ...), so it passes there.
 void check_string(const KeySpec& k, const std::string& v, const std::string& source, int line, bool empty_ok) {
   if (!k.choices.empty() && std::find(k.choices.begin(), k.choices.end(), v) == k.choices.end())
-    throw ConfigError(source, line, k.name, "\"" + v + "\" is not " + k.expected_text());
+    throw ConfigError(source, line, k.name, "\"" + echoed(v) + "\" is not " + k.expected_text());
   if (k.pattern.empty() || (v.empty() && empty_ok)) return;
   if (!std::regex_match(v, compiled(k.pattern)))
-    throw ConfigError(source, line, k.name, toml_quoted(v) + " is not valid: expected " + k.pattern_text);
+    throw ConfigError(source, line, k.name, toml_quoted(echoed(v)) + " is not valid: expected " + k.pattern_text);
 }
 
 // Type-checks `value` against key `k` and stores it through `ref`; the one place values enter a
@@ -139,9 +149,9 @@ void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::
 
 const KeySpec& known_key(const std::string& key, KeyScope scope, const std::string& source, int line) {
   const KeySpec* k = find_key(key);
-  if (!k) throw ConfigError(source, line, key, unknown_key_message(key));
+  if (!k) throw ConfigError(source, line, echoed(key), unknown_key_message(key));
   if (k->scope() != scope) {
-    throw ConfigError(source, line, key,
+    throw ConfigError(source, line, k->name,
                       scope == KeyScope::trial
                           ? "a [sweep] setting belongs to a recipe (precon run / submit), not to one trial's config"
                           : "a trial key, not a [sweep] setting");
@@ -244,7 +254,7 @@ void set_sweep_key(SweepSettings& sweep, const std::string& key, const toml::nod
 std::pair<std::string, toml::table> split_override(const std::string& assignment) {
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0)
-    throw ConfigError("--set", 0, "", "expected key=value, got \"" + assignment + "\"");
+    throw ConfigError("--set", 0, "", "expected key=value, got \"" + echoed(assignment) + "\"");
   std::string key = assignment.substr(0, eq), text = assignment.substr(eq + 1);
   key.erase(0, key.find_first_not_of(' '));
   while (!key.empty() && key.back() == ' ') key.pop_back();
