@@ -27,16 +27,23 @@ void add_recipe(CLI::App& app) {
                   << "(`precon recipe keys` lists them)\n";
       std::vector<orch::TrialSpec> trials = orch::expand_sweep(recipe);
       std::vector<std::string> missing = orch::check_recipe_data(trials);
+      const std::vector<std::string> memory = orch::check_recipe_memory(trials, orch::machine_memory_bytes());
       if (global().json) {
         nlohmann::json list = nlohmann::json::array();
         for (const auto& t : trials) list.push_back({{"index", t.index}, {"params", t.params}});
-        std::cout << nlohmann::json{{"ok", missing.empty()}, {"trials", list}, {"missing_data", missing}}.dump(2) << "\n";
+        std::cout << nlohmann::json{{"ok", missing.empty() && memory.empty()},
+                                    {"trials", list},
+                                    {"missing_data", missing},
+                                    {"memory", memory}}
+                         .dump(2)
+                  << "\n";
       } else {
         std::cout << *file << ": " << trials.size() << " trial(s)\n";
         for (const auto& t : trials) std::cout << "  " << t.index << "  " << (t.label.empty() ? "(base config)" : t.label) << "\n";
         for (const std::string& m : missing) std::cout << "data: " << m << "\n";
+        for (const std::string& m : memory) std::cout << "memory: " << m << "\n";
       }
-      if (!missing.empty()) exit_code() = 1;
+      if (!missing.empty() || !memory.empty()) exit_code() = 1;
     });
   });
 }

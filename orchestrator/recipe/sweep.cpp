@@ -5,18 +5,33 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <fstream>
 #include <map>
 #include <tuple>
 
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/data/prepare.h"
+#include "worker/model/memory_estimate.h"
 
 namespace precon::orch {
 
 namespace {
 
 using worker::ConfigError;
+
+// "; VERB ..." naming the trials of `users` (nothing when the recipe has one trial).
+std::string trials_text(const std::vector<TrialSpec>& trials, const std::vector<const TrialSpec*>& users,
+                        const std::string& verb) {
+  if (trials.size() <= 1) return std::string();
+  if (users.size() == trials.size()) return "; " + verb + " all " + std::to_string(trials.size()) + " trials";
+  std::string text = "; " + verb + " ";
+  const size_t shown = std::min<size_t>(users.size(), 3);
+  for (size_t i = 0; i < shown; ++i)
+    text += (i ? ", " : "") + std::string("trial ") + std::to_string(users[i]->index) + " (" + users[i]->label + ")";
+  if (users.size() > shown) text += " and " + std::to_string(users.size() - shown) + " more";
+  return text;
+}
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
@@ -315,17 +330,7 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     add("data.val", t.config.data.val, t);
     add("train.init_from", t.config.train.init_from, t);
   }
-  // "; used by ..." for the trials of `users` (nothing when the recipe has one trial).
-  auto users_text = [&](const std::vector<const TrialSpec*>& users) {
-    if (trials.size() <= 1) return std::string();
-    if (users.size() == trials.size()) return "; used by all " + std::to_string(trials.size()) + " trials";
-    std::string text = "; used by ";
-    const size_t shown = std::min<size_t>(users.size(), 3);
-    for (size_t i = 0; i < shown; ++i)
-      text += (i ? ", " : "") + std::string("trial ") + std::to_string(users[i]->index) + " (" + users[i]->label + ")";
-    if (users.size() > shown) text += " and " + std::to_string(users.size() - shown) + " more";
-    return text;
-  };
+  auto users_text = [&](const std::vector<const TrialSpec*>& users) { return trials_text(trials, users, "used by"); };
   std::vector<std::string> missing;
   std::map<std::string, bool> exists;
   // Token files: each (path, seq_len, vocab_size) the trials read it with is checked once.
@@ -353,6 +358,60 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     for (const auto& [problem, users] : problems) missing.push_back(problem + " (" + u.key + ")" + users_text(users));
   }
   return missing;
+}
+
+double machine_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string name;
+  double kib = 0;
+  std::string unit;
+  while (in >> name >> kib >> unit)
+    if (name == "MemTotal:") return kib * 1024;
+  return 0;
+}
+
+std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trials, double machine_bytes) {
+  // Trials that differ only in what the estimate does not read share one computation.
+  std::map<std::string, std::string> verdicts;
+  std::map<std::string, std::vector<const TrialSpec*>> hits;  // problem -> its trials, in order
+  std::vector<std::string> order;
+  for (const TrialSpec& t : trials) {
+    const worker::TrialConfig& c = t.config;
+    const worker::ModelConfig& m = c.model;
+    const std::string key = m.arch + " " + std::to_string(m.n_layer) + " " + std::to_string(m.d_model) + " " +
+                            std::to_string(m.n_head) + " " + std::to_string(m.kv_heads()) + " " + std::to_string(m.ffn()) +
+                            " " + std::to_string(m.vocab_size) + " " + std::to_string(m.seq_len) + " " +
+                            std::to_string(m.tie_embeddings) + " " + std::to_string(m.moe.experts) + " " +
+                            std::to_string(m.expert_ffn()) + " " + std::to_string(m.moe.shared_experts) + " " +
+                            std::to_string(m.moe.first_dense_layers) + " " + c.optimizer.name + " " +
+                            std::to_string(c.optimizer.shampoo.max_preconditioner_dim) + " " + c.train.precision + " " +
+                            std::to_string(c.parallel.tensor) + " " + std::to_string(c.parallel.data) + " " +
+                            std::to_string(c.parallel.pipeline) + " " + c.resources.executor + " " +
+                            std::to_string(c.resources.ntasks_per_node) + " " + c.resources.mem;
+    auto found = verdicts.find(key);
+    if (found == verdicts.end()) {
+      std::string verdict;
+      const double limit = worker::memory_limit_bytes(c.resources.mem);
+      const double have = limit > 0 ? limit : c.resources.executor == "local" ? machine_bytes : 0;
+      if (have > 0) {
+        const worker::MemoryEstimate e = worker::estimate_memory(c);
+        if (e.bytes_per_node > have)
+          verdict = "the model's parameters, gradients and " + c.optimizer.name + " state need at least " +
+                    worker::bytes_text(e.bytes_per_node) + " per node (" + std::to_string(e.parameters) +
+                    " parameters, activations not counted), more than " +
+                    (limit > 0 ? "resources.mem = " + c.resources.mem : "this machine's " + worker::bytes_text(have)) +
+                    ": shrink the model or spread it with parallel.tensor / parallel.pipeline";
+      }
+      found = verdicts.emplace(key, verdict).first;
+    }
+    if (found->second.empty()) continue;
+    auto [it, inserted] = hits.emplace(found->second, std::vector<const TrialSpec*>{});
+    if (inserted) order.push_back(found->second);
+    it->second.push_back(&t);
+  }
+  std::vector<std::string> problems;
+  for (const std::string& p : order) problems.push_back(p + trials_text(trials, hits[p], "in"));
+  return problems;
 }
 
 }  // namespace precon::orch

@@ -52,4 +52,12 @@ int64_t sweep_size(const Recipe& recipe);
 // vocab_size). One line per problem with the key and the trials it hits. Empty when all is well.
 std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials);
 
+// Trials whose model cannot fit where it will run (worker::estimate_memory: parameters, gradients,
+// optimizer state and bf16 copies per node, a lower bound) against resources.mem, or for the local
+// executor without it `machine_bytes` (this machine's memory; 0: unknown). One line per distinct
+// problem with the estimate and the trials it hits. Empty when every trial fits.
+std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trials, double machine_bytes);
+// This machine's memory in bytes (MemTotal of /proc/meminfo), 0 when unknown.
+double machine_memory_bytes();
+
 }  // namespace precon::orch

@@ -158,6 +158,12 @@ int64_t Controller::submit_recipe(const std::string& text, const std::string& so
     for (const std::string& m : missing) msg += "\n  " + m;
     throw std::invalid_argument(msg + "\n(prepare them first, e.g. deploy/prepare-quickstart-data.sh)");
   }
+  std::vector<std::string> memory = check_recipe_memory(trials, machine_memory_bytes());
+  if (!memory.empty()) {
+    std::string msg = source + ": trials that cannot fit in memory:";
+    for (const std::string& m : memory) msg += "\n  " + m;
+    throw std::invalid_argument(msg);
+  }
   return scheduler_->submit(recipe, trials, options_.run_root);
 }
 

@@ -331,5 +331,43 @@ TEST(Sweep, CheckRecipeDataRefusesTokenFilesTheTrialsCannotRead) {
   fs::remove_all(dir);
 }
 
+TEST(Sweep, CheckRecipeMemoryRefusesModelsThatCannotFit) {
+  // GPT-2, 2 layers of d_model C = 256: 12·C² weights and 13·C biases and norms a layer, the embedding
+  // (1000 × C), the positions (64 × C) and the final norm; AdamW keeps 16 bytes a weight with its gradient.
+  const std::string base = "[model]\nn_layer = 2\nd_model = 256\nn_head = 4\nseq_len = 64\nvocab_size = 1000\n";
+  auto check = [&](const std::string& extra, double machine) {
+    return check_recipe_memory(expand_sweep(parse_recipe_text(base + extra, "m.toml")), machine);
+  };
+  const int64_t params = 2 * (12 * 256 * 256 + 13 * 256) + 1000 * 256 + 64 * 256 + 2 * 256;
+  EXPECT_TRUE(check("", 1e9).empty());
+  auto p = check("", 1e6);  // a machine of 1 MB
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("need at least"), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find("more than this machine's 976.6 KiB"), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find(std::to_string(params) + " parameters"), std::string::npos) << p[0] << " want " << params;
+  // resources.mem rules when given; an unknown machine and no resources.mem check nothing.
+  EXPECT_TRUE(check("[resources]\nmem = \"1G\"\n", 1e6).empty());
+  p = check("[resources]\nmem = \"1M\"\n", 1e12);
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("more than resources.mem = 1M"), std::string::npos) << p[0];
+  EXPECT_TRUE(check("", 0).empty());
+  // Tensor parallelism splits the weights; a sweep names the trials that do not fit, grouped.
+  const double one_rank = 16.0 * static_cast<double>(params);
+  EXPECT_TRUE(check("[parallel]\ntensor = 4\n[resources]\nexecutor = \"slurm\"\nnodes = 4\nntasks_per_node = 1\nmem = \"" +
+                        std::to_string(static_cast<int64_t>(one_rank / 3 / (1 << 20)) + 1) + "M\"\n",
+                    0)
+                  .empty());
+  EXPECT_EQ(check("[resources]\nexecutor = \"slurm\"\nmem = \"" +
+                      std::to_string(static_cast<int64_t>(one_rank / 3 / (1 << 20)) + 1) + "M\"\n",
+                  0)
+                .size(),
+            1u);
+  p = check("[sweep.parameters]\n\"model.n_layer\" = [1, 2, 200]\n\"train.seed\" = [1, 2]\n", 60e6);
+  ASSERT_EQ(p.size(), 1u) << ::testing::PrintToString(p);
+  EXPECT_NE(p[0].find("; in trial 4 (model.n_layer=200 train.seed=1), trial 5 (model.n_layer=200 train.seed=2)"),
+            std::string::npos)
+      << p[0];
+}
+
 }  // namespace
 }  // namespace precon::orch

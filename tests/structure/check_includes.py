@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The parts' seams, checked on the source tree: dependencies point orchestrator -> worker ->
 kernels, and the orchestrator reaches the worker only through its stated interface (the recipe
-schema, the exit codes, the checkpoint listing, data preparation for `precon data`, the HTTP
-client and the error base). Prints every include that breaks a rule; exits 1 if there is one."""
+schema, the exit codes, the checkpoint listing, data preparation for `precon data`, the memory
+estimate, the HTTP client and the error base). Prints every include that breaks a rule; exits 1 if there is one."""
 import os
 import re
 import sys
@@ -13,6 +13,7 @@ WORKER_INTERFACE = {
     "worker/train/exit_codes.h",                                                 # how a trainer ends
     "worker/ckpt/checkpoint.h", "worker/train/train_state.h",                    # the checkpoint listing
     "worker/data/prepare.h",                                                     # precon data prepare
+    "worker/model/memory_estimate.h",                                            # what a trial needs
     "worker/common/http_client.h", "worker/common/error.h",
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')

@@ -1,0 +1,73 @@
+#include "worker/model/memory_estimate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "worker/model/params.h"
+
+namespace precon::worker {
+
+namespace {
+
+// Bytes of optimizer state per parameter of one table row (fp32 state).
+double state_bytes(const OptimizerConfig& o, const ParamSpec& spec) {
+  const bool matrix = spec.kind == ParamKind::matrix;
+  const double n = static_cast<double>(spec.numel());
+  if (o.name == "muon" && matrix) return 4 * n;  // the momentum
+  if (o.name == "shampoo" && matrix) {
+    // Momentum and Adam grafting (3 per weight), and per block of each side's max_preconditioner_dim
+    // its statistics and inverse root (2 · d² each side).
+    const double d = static_cast<double>(std::max<int64_t>(1, o.shampoo.max_preconditioner_dim));
+    const double rows = static_cast<double>(spec.shape.front()), cols = static_cast<double>(spec.shape.back());
+    const double br = std::min(rows, d), bc = std::min(cols, d);
+    const double blocks = std::ceil(rows / br) * std::ceil(cols / bc);
+    return 12 * n + blocks * 8 * (br * br + bc * bc);
+  }
+  return 8 * n;  // AdamW's two moments
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const TrialConfig& c) {
+  MemoryEstimate e;
+  double bytes = 0;
+  for (const ParamSpec& spec : model_param_table(c.model)) {
+    e.parameters += spec.numel();
+    const double n = static_cast<double>(spec.numel());
+    bytes += 8 * n + state_bytes(c.optimizer, spec) + (c.train.precision == "bf16" ? 2 * n : 0);
+  }
+  const double split = static_cast<double>(c.parallel.tensor * c.parallel.pipeline);
+  e.bytes_per_rank = bytes / split;
+  const int64_t ranks = c.parallel.tensor * c.parallel.data * c.parallel.pipeline;
+  const int64_t per_node = c.resources.executor == "slurm" ? std::min(ranks, c.resources.ntasks_per_node) : ranks;
+  e.bytes_per_node = e.bytes_per_rank * static_cast<double>(per_node);
+  return e;
+}
+
+double memory_limit_bytes(const std::string& mem) {
+  if (mem.empty()) return 0;
+  const double v = std::strtod(mem.c_str(), nullptr);
+  switch (mem.back()) {
+    case 'K': return v * 1024;
+    case 'M': return v * 1024 * 1024;
+    case 'G': return v * 1024 * 1024 * 1024;
+    case 'T': return v * 1024 * 1024 * 1024 * 1024;
+    default: return v * 1024 * 1024;  // sbatch --mem: megabytes without a suffix
+  }
+}
+
+std::string bytes_text(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 5) {
+    bytes /= 1024;
+    ++u;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return text;
+}
+
+}  // namespace precon::worker
