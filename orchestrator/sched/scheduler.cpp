@@ -36,6 +36,7 @@ namespace {
 std::string sanitize(const std::string& name) {
   std::string out;
   for (char c : name) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+  if (!out.empty() && out[0] == '.') out[0] = '_';  // a leading dot would hide the run directory
   return out.empty() ? "experiment" : out;
 }
 

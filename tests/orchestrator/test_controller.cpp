@@ -312,6 +312,23 @@ TEST_F(Controller, ConfigErrorIsNotRetriedAndTheReasonIsTheTrainersLine) {
       << shown;
 }
 
+TEST_F(Controller, ANameStartingWithADotGetsAVisibleRunDirectory) {
+  // issue 28, item 10: experiment.name = ".hidden" made a hidden run directory.
+  auto c = start();
+  const std::string url = c->url();
+  std::string text = recipe(2, "");
+  text.replace(text.find("name = \"tiny\""), 13, "name = \".hidden\"");
+  const int64_t id = submit(url, text);
+  ASSERT_TRUE(done(url, id));
+  const json t = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"][0];
+  const std::string dir = fs::path(get(url, "/api/v1/trials/" + std::to_string(t["id"].get<int64_t>()))["run_dir"].get<std::string>())
+                              .parent_path()
+                              .filename()
+                              .string();
+  EXPECT_EQ(dir.rfind("_hidden-", 0), 0u) << dir;
+  c->stop();
+}
+
 TEST_F(Controller, OneTrialIdentifierInRunDirsApiAndCli) {
   // A second experiment's trials are trials 4..6: every place names them so, never 0..2.
   auto c = start(3);
