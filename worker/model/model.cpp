@@ -251,7 +251,15 @@ double Model::flops_per_token() const {
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,
                                   const std::string& precision, Communicator* tp, const ModelStage& stage,
                                   ParamStore* shared, Communicator* ep) {
-  if (config.llama()) return std::make_unique<Llama>(config, batch_size, device, precision, tp, stage, shared, ep);
+  if (config.llama()) {
+    // Expert parallelism: this rank holds its own experts only.
+    ModelStage own = stage;
+    if (ep && ep->size() > 1) {
+      own.expert_rank = ep->rank();
+      own.expert_ranks = ep->size();
+    }
+    return std::make_unique<Llama>(config, batch_size, device, precision, tp, own, shared, ep);
+  }
   return std::make_unique<Gpt>(config, batch_size, device, precision, tp, stage, shared);
 }
 

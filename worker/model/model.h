@@ -180,7 +180,9 @@ class Model : public LayerWeights {
   Acts* acts_ = nullptr;  // the selected slot
 };
 
-// The model of config.arch's family (gpt2 or llama) for one rank: see Model's constructor.
+// The model of config.arch's family (gpt2 or llama) for one rank: see Model's constructor. ep: the
+// expert-parallel group of a mixture of experts; with several ranks the model holds (and computes)
+// only this rank's routed experts (ModelStage::expert_rank), the others' rows take no memory.
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, kernels::Device device,
                                   const std::string& precision = "fp32", Communicator* tp = nullptr,
                                   const ModelStage& stage = {}, ParamStore* shared = nullptr,

@@ -107,10 +107,14 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     linear(h + ".self_attn.v_proj.weight", C, kv, true, l);
     linear(h + ".self_attn.o_proj.weight", q, C, false, l);
     add(h + ".post_attention_layernorm.weight", {C}, ParamKind::norm, -1, l);
-    auto swiglu = [&](const std::string& mlp, int64_t width) {
+    auto swiglu = [&](const std::string& mlp, int64_t width, int64_t expert = -1) {
       linear(mlp + ".gate_proj.weight", C, width, true, l);
       linear(mlp + ".up_proj.weight", C, width, true, l);
       linear(mlp + ".down_proj.weight", width, C, false, l);
+      for (size_t i = t.size() - 3; i < t.size(); ++i) {
+        t[i].expert = expert;
+        t[i].experts = expert >= 0 ? m.moe.experts : 0;
+      }
     };
     if (!m.moe_layer(l)) {
       swiglu(h + ".mlp", F);
@@ -119,7 +123,7 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     ParamSpec* router = add(h + ".mlp.gate.weight", {m.moe.experts, C}, ParamKind::router, -1, l);
     router->fan_in = C;
     router->fan_out = m.moe.experts;
-    for (int64_t e = 0; e < m.moe.experts; ++e) swiglu(h + ".mlp.experts." + std::to_string(e), m.expert_ffn());
+    for (int64_t e = 0; e < m.moe.experts; ++e) swiglu(h + ".mlp.experts." + std::to_string(e), m.expert_ffn(), e);
     if (m.moe.shared_experts > 0) swiglu(h + ".mlp.shared_expert", m.moe.shared_experts * m.expert_ffn());
   }
   add("model.norm.weight", {C}, ParamKind::norm, -1, -1)->head_end = true;
@@ -141,9 +145,15 @@ std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelS
     const ParamSpec& p = table[i];
     const bool mine = p.layer >= 0 ? p.layer >= stage.first_layer && (stage.end_layer < 0 || p.layer < stage.end_layer)
                                    : (p.embedding_end && stage.embedding) || (p.head_end && stage.head);
-    if (mine) rows.push_back(i);
+    const bool my_expert = p.expert < 0 || expert_holder(p, stage.expert_ranks) == stage.expert_rank;
+    if (mine && my_expert) rows.push_back(i);
   }
   return rows;
+}
+
+int expert_holder(const ParamSpec& spec, int ranks) {
+  if (spec.expert < 0 || ranks <= 1) return 0;
+  return static_cast<int>(spec.expert / (spec.experts / ranks));
 }
 
 size_t tied_embedding_row(const std::vector<ParamSpec>& table) {

@@ -41,6 +41,9 @@ struct ParamSpec {
   // embedding on the first stage, with the head on the last, or both (a tied embedding).
   int64_t layer = -1;
   bool embedding_end = false, head_end = false;
+  // A routed expert's gate, up or down: its index in its mixture-of-experts layer of `experts`
+  // (-1: not an expert's). Expert parallelism places it on one rank of each expert-parallel group.
+  int64_t expert = -1, experts = 0;
   int64_t numel() const;          // of the visible shape
   int64_t storage_numel() const;  // of the allocated shape
 };
@@ -69,14 +72,20 @@ std::vector<ParamSpec> model_param_table(const ModelConfig& config);
 // The part of the model one pipeline stage computes: transformer blocks [first_layer, end_layer)
 // (end_layer < 0: up to n_layer), the embedding on the first stage, the final norm and the head on
 // the last. `slots`: sets of activations, one per micro-batch in flight at once (1F1B holds up to
-// the number of stages after this one, itself included).
+// the number of stages after this one, itself included). Under expert parallelism over
+// `expert_ranks` ranks the stage holds only the routed experts of `expert_rank`: experts
+// [expert_rank·E/expert_ranks, (expert_rank + 1)·E/expert_ranks) of each MoE layer.
 struct ModelStage {
   int64_t first_layer = 0;
   int64_t end_layer = -1;
   bool embedding = true;
   bool head = true;
   int slots = 1;
+  int expert_rank = 0, expert_ranks = 1;
 };
+// The expert-parallel rank that holds a table row among `ranks` (0 for every row that is not a
+// routed expert's: those are on every rank).
+int expert_holder(const ParamSpec& spec, int ranks);
 // The table rows a stage computes with, in table order (a tied embedding on both ends of a pipeline).
 std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelStage& stage);
 // The row the first and the last stage both hold (a tied embedding), or table.size() if none.

@@ -11,8 +11,12 @@
 
 namespace precon::worker {
 
-GradientSync::GradientSync(Communicator& dp, const ParamStore& params, std::vector<int> roots, int64_t bucket_bytes)
-    : dp_(dp), params_(params), roots_(std::move(roots)), bucket_bytes_(bucket_bytes) {
+GradientSync::GradientSync(Communicator& dp, const ParamStore& params, std::vector<int> roots, int64_t bucket_bytes,
+                           std::vector<bool> rows)
+    : dp_(dp), params_(params), roots_(std::move(roots)), bucket_bytes_(bucket_bytes), rows_(std::move(rows)) {
+  if (!rows_.empty() && rows_.size() != params.size())
+    throw std::logic_error("GradientSync: a row selection of " + std::to_string(rows_.size()) + " for " +
+                           std::to_string(params.size()) + " parameters");
   if (!roots_.empty() && roots_.size() != params.size())
     throw std::logic_error("GradientSync: " + std::to_string(roots_.size()) + " roots for " +
                            std::to_string(params.size()) + " parameters");
@@ -38,14 +42,18 @@ void GradientSync::ready(size_t first, size_t end) {
   for (auto& p : inflight_) p->poke();
 }
 
-// One collective per maximal run of the bucket with the same root: the bucket's memory is
-// contiguous, so each run is too.
+// One collective per maximal run of the bucket's own rows with the same root: the bucket's memory
+// is contiguous, so each run is too.
 void GradientSync::launch() {
   if (lo_ == hi_) return;
   float* base = params_.all_grads().f32();
   for (size_t i = lo_; i < hi_;) {
+    if (!mine(i)) {
+      ++i;
+      continue;
+    }
     size_t j = i + 1;
-    while (j < hi_ && root(j) == root(i)) ++j;
+    while (j < hi_ && mine(j) && root(j) == root(i)) ++j;
     const int64_t n = offset_[j] - offset_[i];
     const int64_t bytes = n * static_cast<int64_t>(sizeof(float));
     const int r = root(i);
@@ -74,22 +82,37 @@ void GradientSync::finish(float scale) {
   for (const auto& [offset, n] : foreign_)
     kernels::fill_zero(kernels::Tensor::view(all.f32() + offset, {n}, kernels::DType::f32, all.device));
   foreign_.clear();
-  if (scale != 1.0f) kernels::scale(all, scale);
+  if (scale != 1.0f && rows_.empty()) {
+    kernels::scale(all, scale);
+  } else if (scale != 1.0f) {
+    for (size_t i = 0; i < params_.size();) {
+      size_t j = i;
+      while (j < params_.size() && mine(j)) ++j;
+      if (j > i && offset_[j] > offset_[i])
+        kernels::scale(kernels::Tensor::view(all.f32() + offset_[i], {offset_[j] - offset_[i]}, kernels::DType::f32,
+                                             all.device),
+                       scale);
+      i = j + 1;
+    }
+  }
   lo_ = hi_ = params_.size();
 }
 
-double GradientSync::norm() {
+double GradientSync::norm() { return std::sqrt(norm_squared()); }
+
+double GradientSync::norm_squared() {
   double shared = 0, own = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
+    if (!mine(i)) continue;
     const int r = root(i);
     if (r < 0) shared += kernels::sum_squares(params_.grad(i));
     else if (r == dp_.rank()) own += kernels::sum_squares(params_.grad(i));
   }
-  if (reduced_tensors() == 0) return std::sqrt(shared);
+  if (reduced_tensors() == 0) return shared;
   // The all-reduced part is the same on every rank: the first adds it, so it counts once.
   double total = own + (dp_.rank() == 0 ? shared : 0.0);
   dp_.all_reduce_sum(&total, 1);
-  return std::sqrt(total);
+  return total;
 }
 
 int GradientSync::reduced_tensors() const {

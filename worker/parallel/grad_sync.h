@@ -25,9 +25,11 @@ class GradientSync {
  public:
   // roots: per parameter table row, the group rank that alone needs its summed gradient, or -1
   // for every rank; empty: every rank needs every gradient (all-reduce only).
-  // bucket_bytes: the size below which ready ranges wait for their neighbours.
+  // bucket_bytes: the size below which ready ranges wait for their neighbours. rows: the table
+  // rows this sync sums, scales and counts in norm() (empty: all); expert parallelism sums the
+  // routed experts' gradients over another group than the rest, with a second GradientSync.
   GradientSync(Communicator& dp, const ParamStore& params, std::vector<int> roots = {},
-               int64_t bucket_bytes = 4 << 20);
+               int64_t bucket_bytes = 4 << 20, std::vector<bool> rows = {});
   // Parameters [first, end) of the table have their final gradients. Ranges arrive from the end
   // of the table towards its start, each adjacent to the previous one.
   void ready(size_t first, size_t end);
@@ -37,6 +39,8 @@ class GradientSync {
   // reduced gradient counts on its root, each all-reduced one once; one scalar all-reduce when
   // some gradients were reduced, none otherwise. Every rank must call it.
   double norm();
+  // Its square, known to every rank of the group (the same collectives as norm()).
+  double norm_squared();
   // Bytes this rank sent since construction (comm_cost.h: ring all-reduce, tree reduce).
   int64_t bytes_sent() const { return bytes_sent_; }
   int buckets() const { return buckets_; }
@@ -46,11 +50,13 @@ class GradientSync {
  private:
   void launch();
   int root(size_t i) const { return roots_.empty() ? -1 : roots_[i]; }
+  bool mine(size_t i) const { return rows_.empty() || rows_[i]; }
 
   Communicator& dp_;
   const ParamStore& params_;
   std::vector<int> roots_;
   int64_t bucket_bytes_;
+  std::vector<bool> rows_;
   std::vector<int64_t> offset_;  // element offset of each parameter's gradient in the flat buffer
   size_t lo_ = 0, hi_ = 0;       // the pending range [lo_, hi_), empty when lo_ == hi_
   std::vector<std::unique_ptr<PendingCollective>> inflight_;

@@ -42,6 +42,10 @@ std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_
   return counts;
 }
 
+int ParallelContext::row_holder(const ParamSpec& spec, int s) const {
+  return (s * data + expert_holder(spec, expert)) * tensor;
+}
+
 ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const ParallelConfig& layout,
                                       int64_t n_layer) {
   const int64_t needed = layout.tensor * layout.data * layout.pipeline;
@@ -68,6 +72,9 @@ ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const
     throw ConfigError("config", 0, "parallel.expert",
                       "expert = " + std::to_string(ctx.expert) + " ranks must divide parallel.data = " + std::to_string(ctx.data));
   ctx.ep = ctx.dp->split(dp / ctx.expert, dp);
+  if (ctx.expert > 1) {
+    ctx.expert_stage = world->split(pp * ctx.expert + dp % ctx.expert, dp / ctx.expert * ctx.tensor + tp);
+  }
   const bool ends = ctx.pipeline > 1 && (pp == 0 || pp == ctx.pipeline - 1);
   // Every rank takes part in the split; the middle stages each get a group of their own and drop it.
   std::unique_ptr<Communicator> embedding = world->split(ends ? dp * ctx.tensor + tp : per_stage + rank, pp);

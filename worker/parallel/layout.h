@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "worker/config/config.h"
+#include "worker/model/params.h"
 #include "worker/parallel/communicator.h"
 
 namespace precon::worker {
@@ -33,6 +34,12 @@ struct ParallelContext {
   // parallel.expert consecutive ranks of the data-parallel group (Megatron's expert-model-parallel
   // group): each holds 1/expert of every MoE layer's experts and they exchange tokens by all-to-all.
   std::unique_ptr<Communicator> ep;
+  // With several expert-parallel ranks (null otherwise): the ranks of this stage that hold the same
+  // experts, whose expert gradients are summed together and whose optimizer shares out their work
+  // (Megatron's expert-data-parallel group, with its tensor-parallel ranks): the ranks of the same
+  // expert-parallel rank, group rank = data index / expert · tensor + tensor rank (the order
+  // OptimizerHooks::group asks for).
+  std::unique_ptr<Communicator> expert_stage;
   // The first and the last stage's ranks of one pipeline (they both hold the tied embedding);
   // null on the other stages and with one stage.
   std::unique_ptr<Communicator> embedding;
@@ -52,6 +59,9 @@ struct ParallelContext {
   // The world rank of stage s's first rank (data and tensor rank 0), which speaks for the stage.
   int stage_leader(int s) const { return s * data * tensor; }
   bool first() const { return world->rank() == 0; }  // writes metrics, reports, checkpoints
+  // The world rank that holds table row `spec` of stage s for a checkpoint: the stage leader, or
+  // for a routed expert the first rank of the stage with that expert's expert-parallel rank.
+  int row_holder(const ParamSpec& spec, int s) const;
 };
 
 // The transformer blocks of each (virtual) stage, first to last, pipeline × virtual_stages of them:

@@ -16,7 +16,25 @@ using nlohmann::json;
 
 namespace {
 
-void broadcast_json(Communicator& world, json& value, int root, bool is_root) {
+// Virtual stage s's blocks and ends, with one slot; with own_experts only this rank's routed
+// experts (expert parallelism), else all of them.
+ModelStage virtual_stage(const ParallelContext& par, int s, bool own_experts = true) {
+  const std::vector<int64_t>& counts = par.stage_layers;
+  ModelStage stage;
+  for (int i = 0; i < s; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
+  stage.end_layer = stage.first_layer + counts[static_cast<size_t>(s)];
+  stage.embedding = s == 0;
+  stage.head = s == par.pipeline * par.virtual_stages - 1;
+  if (own_experts && par.expert > 1) {
+    stage.expert_rank = par.ep->rank();
+    stage.expert_ranks = par.expert;
+  }
+  return stage;
+}
+}  // namespace
+
+void broadcast_json(Communicator& world, json& value, int root) {
+  const bool is_root = world.rank() == root;
   std::string text = is_root ? value.dump() : std::string();
   int64_t n = static_cast<int64_t>(text.size());
   world.broadcast(&n, sizeof n, root);
@@ -25,12 +43,11 @@ void broadcast_json(Communicator& world, json& value, int root, bool is_root) {
   if (!is_root) value = json::parse(text);
 }
 
-// Objects merged key by key (recursively), numbers summed.
-void merge_into(json& into, const json& from) {
+void merge_scalars(json& into, const json& from) {
   if (into.is_null()) {
     into = from;
   } else if (into.is_object() && from.is_object()) {
-    for (const auto& [key, value] : from.items()) merge_into(into[key], value);
+    for (const auto& [key, value] : from.items()) merge_scalars(into[key], value);
   } else if (into.is_number_integer() && from.is_number_integer()) {
     into = into.get<int64_t>() + from.get<int64_t>();
   } else if (into.is_number() && from.is_number()) {
@@ -38,30 +55,17 @@ void merge_into(json& into, const json& from) {
   }
 }
 
-// The part of `saved` that `mine` (a stage's own scalars) has keys for; counters go to the first stage.
-json select_for(const json& saved, const json& mine, bool first) {
+json scalars_for(const json& saved, const json& mine, bool first) {
   if (saved.is_object() && mine.is_object()) {
     json out = json::object();
     for (const auto& [key, value] : saved.items()) {
-      if (mine.contains(key)) out[key] = select_for(value, mine.at(key), first);
+      if (mine.contains(key)) out[key] = scalars_for(value, mine.at(key), first);
     }
     return out;
   }
   if (saved.is_number() && !first) return saved.is_number_integer() ? json(0) : json(0.0);
   return saved;
 }
-
-// Virtual stage s's blocks and ends, with one slot.
-ModelStage virtual_stage(const ParallelContext& par, int s) {
-  const std::vector<int64_t>& counts = par.stage_layers;
-  ModelStage stage;
-  for (int i = 0; i < s; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
-  stage.end_layer = stage.first_layer + counts[static_cast<size_t>(s)];
-  stage.embedding = s == 0;
-  stage.head = s == par.pipeline * par.virtual_stages - 1;
-  return stage;
-}
-}  // namespace
 
 std::vector<ModelStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches) {
   const std::vector<int> slots = pipeline_slots(p, par.pipeline, par.virtual_stages, micro_batches);
@@ -104,34 +108,36 @@ std::vector<NamedState> StageOptimizers::state_tensors() {
 json StageOptimizers::state_scalars() const {
   json out = json::object();
   for (int s = 0; s < stages_; ++s)
-    merge_into(out, s == own_stage_ ? own_->state_scalars() : scalars_[static_cast<size_t>(s)]);
+    merge_scalars(out, s == own_stage_ ? own_->state_scalars() : scalars_[static_cast<size_t>(s)]);
   return out;
 }
 
 void StageOptimizers::load_state_scalars(const json& scalars) {
-  own_->load_state_scalars(select_for(scalars, own_->state_scalars(), own_stage_ == 0));
+  own_->load_state_scalars(scalars_for(scalars, own_->state_scalars(), own_stage_ == 0));
 }
 
 void StageOptimizers::gather(Communicator& world, const ParallelContext& par) {
   for (int s = 0; s < stages_; ++s) {
     const int root = par.stage_leader(s);
     json scalars = s == own_stage_ ? own_->state_scalars() : json();
-    broadcast_json(world, scalars, root, world.rank() == root);
+    broadcast_json(world, scalars, root);
     scalars_[static_cast<size_t>(s)] = std::move(scalars);
   }
 }
 
 std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
                                                   const ParamStore& params) {
-  // Each row once, from the first stage that holds it, in table order on every side.
+  // Each row once, from the first stage that holds it (a routed expert from the rank of that stage
+  // that holds it), in table order on every side.
   std::vector<int> from(params.size(), -1);
   for (int s = par.pipeline - 1; s >= 0; --s)
-    for (size_t row : pipeline_rank_rows(par, params.table(), s)) from[row] = s;
+    for (int v = 0; v < par.virtual_stages; ++v)
+      for (size_t row : stage_rows(params.table(), virtual_stage(par, v * par.pipeline + s, false))) from[row] = s;
   const int me = world.rank();
   std::unique_ptr<ParamStore> full;
   if (me == 0) full = std::make_unique<ParamStore>(params.table(), k::Device::cpu);
   for (size_t row = 0; row < params.size(); ++row) {
-    const int leader = par.stage_leader(from[row]);
+    const int leader = par.row_holder(params.spec(row), from[row]);
     if (me == 0) {
       const k::Tensor dst = full->param(row);
       if (leader == 0) k::copy(dst, params.param(row));
@@ -149,16 +155,20 @@ std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const Par
 int64_t sum_stage_gradients(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows,
                             float scale) {
   int64_t bytes = 0;
-  // Maximal runs of adjacent rows are contiguous gradient memory: one all-reduce each.
+  // Routed experts' gradients are summed over the ranks that hold the same experts, the rest over
+  // the stage.
+  auto group = [&](size_t row) { return p.spec(row).expert >= 0 && par.expert_stage ? par.expert_stage.get() : par.stage.get(); };
+  // Maximal runs of adjacent rows of one group are contiguous gradient memory: one all-reduce each.
   for (size_t i = 0; i < rows.size();) {
     size_t j = i + 1;
-    while (j < rows.size() && rows[j] == rows[j - 1] + 1) ++j;
+    while (j < rows.size() && rows[j] == rows[j - 1] + 1 && group(rows[j]) == group(rows[i])) ++j;
     float* first = p.grad(rows[i]).f32();
     const k::Tensor last = p.grad(rows[j - 1]);
     const int64_t n = (last.f32() + last.numel()) - first;
-    if (par.stage->size() > 1) {
-      par.stage->all_reduce_sum(first, n);
-      bytes += sent_by_all_reduce(n * static_cast<int64_t>(sizeof(float)), par.stage->size());
+    Communicator& g = *group(rows[i]);
+    if (g.size() > 1) {
+      g.all_reduce_sum(first, n);
+      bytes += sent_by_all_reduce(n * static_cast<int64_t>(sizeof(float)), g.size());
     }
     if (scale != 1.0f) k::scale(k::Tensor::view(first, {n}), scale);
     i = j;
@@ -176,6 +186,16 @@ int64_t sum_tied_embedding(const ParallelContext& par, const ParamStore& p) {
 
 double pipeline_grad_norm(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows) {
   const size_t wte = tied_embedding_row(p.table());  // p.size() when untied
+  if (par.expert > 1) {
+    // Each expert-parallel rank of a stage adds its own experts' squares once.
+    double dense = 0, experts = 0;
+    for (size_t row : rows)
+      if (row != wte || par.first_stage()) (p.spec(row).expert >= 0 ? experts : dense) += k::sum_squares(p.grad(row));
+    par.ep->all_reduce_sum(&experts, 1);
+    double squared = dense + experts;
+    par.pp->all_reduce_sum(&squared, 1);
+    return std::sqrt(squared);
+  }
   std::vector<k::Tensor> grads;
   for (size_t row : rows)
     if (row != wte || par.first_stage()) grads.push_back(p.grad(row));

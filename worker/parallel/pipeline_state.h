@@ -22,10 +22,19 @@ namespace precon::worker {
 // stage v·pipeline + p for v in [0, virtual_stages) (one chunk without interleaving), each with the
 // activation slots the schedule needs for `micro_batches`.
 std::vector<ModelStage> pipeline_chunks(const ParallelContext& par, int p, int64_t micro_batches);
-// The parameter table rows pipeline rank p holds: its chunks' rows, in table order.
+// The parameter table rows pipeline rank p holds: its chunks' rows, in table order (of the routed
+// experts, this rank's expert-parallel rank's only).
 std::vector<size_t> pipeline_rank_rows(const ParallelContext& par, const std::vector<ParamSpec>& table, int p);
 // "blocks 0 to 1" for one chunk, "blocks 0 to 0, 2 to 2" for several (for the layout's log line).
 std::string pipeline_blocks_text(const std::vector<ModelStage>& chunks);
+
+// Optimizer scalars (state_scalars) of several parts of a model: objects merged key by key
+// (recursively), numbers summed; and the part of `saved` that `mine` (a part's own scalars) has
+// keys for, with numbers zeroed unless `counters` (one part takes the counters).
+void merge_scalars(nlohmann::json& into, const nlohmann::json& from);
+nlohmann::json scalars_for(const nlohmann::json& saved, const nlohmann::json& mine, bool counters);
+// Collective over `group`: `value` from its rank `root` to every rank.
+void broadcast_json(Communicator& group, nlohmann::json& value, int root);
 
 // This rank's stage's optimizer, with the counters of the others for checkpoints. The state lists
 // the own stage's tensors with the names a single-process optimizer gives; on the last stage the
@@ -56,8 +65,9 @@ class StageOptimizers final : public Optimizer {
   std::vector<nlohmann::json> scalars_;   // each stage's counters, as of the last gather()
 };
 
-// Collective over the world: the whole model, from every stage's leader, in a host store on the
-// first rank (nullptr on the others), for model.safetensors.
+// Collective over the world: the whole model, from every stage's leader (a routed expert from the
+// rank of its stage that holds it), in a host store on the first rank (nullptr on the others), for
+// model.safetensors.
 std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
                                                   const ParamStore& params);
 

@@ -55,11 +55,37 @@ MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chu
   return r;
 }
 
+// Expert parallelism sums the routed experts' gradients over the ranks that hold the same experts
+// and the rest over the whole group: the rows of one side (empty without expert parallelism: all).
+std::vector<bool> row_side(const ParallelContext& par, const ParamStore& params, bool experts) {
+  if (!par.expert_stage) return {};
+  std::vector<bool> side(params.size());
+  for (size_t i = 0; i < params.size(); ++i) side[i] = (params.spec(i).expert >= 0) == experts;
+  return side;
+}
+
+// The routed experts' sums (null without expert parallelism).
+std::unique_ptr<GradientSync> expert_sync(const ParallelContext& par, const ParamStore& params,
+                                          const std::vector<int>& roots) {
+  if (!par.expert_stage) return nullptr;
+  return std::make_unique<GradientSync>(*par.expert_stage, params, roots, 4 << 20, row_side(par, params, true));
+}
+
+// The global norm from the two sides: each expert-parallel rank adds its own experts' squares once.
+double two_sided_norm(const ParallelContext& par, GradientSync& dense, GradientSync* experts) {
+  if (!experts) return dense.norm();
+  double e = experts->norm_squared();
+  par.ep->all_reduce_sum(&e, 1);
+  return std::sqrt(dense.norm_squared() + e);
+}
+
 class BatchRunner final : public StepRunner {
  public:
   explicit BatchRunner(const StepParts& parts)
       : p_(parts), par_(*parts.par), model_(*parts.chunks.front()),
-        sync_(par_.tensor > 1 ? *par_.stage : *par_.dp, model_.params(), parts.roots),
+        sync_(par_.tensor > 1 ? *par_.stage : *par_.dp, model_.params(), parts.roots, 4 << 20,
+              row_side(par_, model_.params(), false)),
+        esync_(expert_sync(par_, model_.params(), parts.expert_roots)),
         overlap_(par_.data > 1 && par_.tensor == 1), assemble_parts_(par_.tensor > 1) {
     if (sync_.reduced_tensors() > 0)
       notes_.push_back("gradients: " + std::to_string(sync_.reduced_tensors()) + " of " +
@@ -71,7 +97,10 @@ class BatchRunner final : public StepRunner {
     model_.zero_grads();
     // The last micro-batch's backward starts the data-parallel sums bucket by bucket; under tensor
     // parallelism the parts are placed into the full gradients first and summed over the stage.
-    const Model::GradsReady ready = [this](size_t first, size_t end) { sync_.ready(first, end); };
+    const Model::GradsReady ready = [this](size_t first, size_t end) {
+      sync_.ready(first, end);
+      if (esync_) esync_->ready(first, end);
+    };
     const double loss = mean_over_batch(batch, [&](const Batch& part, bool last) {
       const double micro_loss = model_.forward(part.inputs, part.targets, true);
       if (std::isfinite(micro_loss)) model_.backward(last && overlap_ ? ready : Model::GradsReady{});
@@ -79,13 +108,16 @@ class BatchRunner final : public StepRunner {
     });
     if (assemble_parts_) {
       model_.place_grads_for_sum();
-      sync_.ready(0, model_.params().size());
+      ready(0, model_.params().size());
+    } else if (!overlap_ && esync_) {
+      ready(0, model_.params().size());
     }
     sync_.finish(scale());
+    if (esync_) esync_->finish(scale());
     return loss;
   }
 
-  double grad_norm() override { return sync_.norm(); }
+  double grad_norm() override { return two_sided_norm(par_, sync_, esync_.get()); }
 
   double evaluate(const Batch& batch) override {
     return mean_over_batch(batch, [&](const Batch& part, bool) { return model_.forward(part.inputs, part.targets, false); });
@@ -93,8 +125,8 @@ class BatchRunner final : public StepRunner {
 
   MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro, alltoall_seconds_); }
 
-  double comm_wait_seconds() const override { return sync_.wait_seconds(); }
-  int64_t comm_bytes() const override { return sync_.bytes_sent(); }
+  double comm_wait_seconds() const override { return sync_.wait_seconds() + (esync_ ? esync_->wait_seconds() : 0.0); }
+  int64_t comm_bytes() const override { return sync_.bytes_sent() + (esync_ ? esync_->bytes_sent() : 0); }
 
  private:
   float scale() const { return 1.0f / static_cast<float>(p_.slice / p_.micro * par_.data); }
@@ -119,6 +151,7 @@ class BatchRunner final : public StepRunner {
   const ParallelContext& par_;
   Model& model_;
   GradientSync sync_;
+  std::unique_ptr<GradientSync> esync_;  // the routed experts' (expert parallelism only)
   bool overlap_, assemble_parts_;
   double alltoall_seconds_ = 0;
 };
@@ -127,8 +160,9 @@ class PipelineRunner final : public StepRunner {
  public:
   explicit PipelineRunner(const StepParts& parts)
       : p_(parts), par_(*parts.par), params_(parts.chunks.front()->params()),
-        schedule_(parts.chunks, *par_.pp), sync_(par_.tensor > 1 ? *par_.stage : *par_.dp, params_),
-        overlap_(par_.tensor == 1 && par_.data > 1) {
+        schedule_(parts.chunks, *par_.pp),
+        sync_(par_.tensor > 1 ? *par_.stage : *par_.dp, params_, {}, 4 << 20, row_side(par_, params_, false)),
+        esync_(expert_sync(par_, params_, {})), overlap_(par_.tensor == 1 && par_.data > 1) {
     if (overlap_)
       notes_.push_back("gradients: this stage's data-parallel sums run bucket by bucket during its last micro-batch's backward");
   }
@@ -152,11 +186,16 @@ class PipelineRunner final : public StepRunner {
     size_t lowest = params_.size();
     const Model::GradsReady ready = [&](size_t first, size_t) {
       sync_.ready(first, lowest);
+      if (esync_) esync_->ready(first, lowest);
       lowest = first;
     };
     const double loss = mean(schedule_.train(micro, ready));
-    if (lowest > 0) sync_.ready(0, lowest);
+    if (lowest > 0) {
+      sync_.ready(0, lowest);
+      if (esync_) esync_->ready(0, lowest);
+    }
     sync_.finish(scale);
+    if (esync_) esync_->finish(scale);
     pipe_bytes_ += sum_tied_embedding(par_, params_);
     return loss;
   }
@@ -169,8 +208,10 @@ class PipelineRunner final : public StepRunner {
 
   MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro, alltoall_seconds_); }
 
-  double comm_wait_seconds() const override { return sync_.wait_seconds(); }
-  int64_t comm_bytes() const override { return sync_.bytes_sent() + pipe_bytes_; }
+  double comm_wait_seconds() const override { return sync_.wait_seconds() + (esync_ ? esync_->wait_seconds() : 0.0); }
+  int64_t comm_bytes() const override {
+    return sync_.bytes_sent() + (esync_ ? esync_->bytes_sent() : 0) + pipe_bytes_;
+  }
   const PipelineTimes* pipeline_times() const override { return &schedule_.times(); }
 
  private:
@@ -188,6 +229,7 @@ class PipelineRunner final : public StepRunner {
   const ParamStore& params_;
   PipelineSchedule schedule_;
   GradientSync sync_;
+  std::unique_ptr<GradientSync> esync_;  // the routed experts' (expert parallelism only)
   bool overlap_;
   double alltoall_seconds_ = 0;
   int64_t pipe_bytes_ = 0;  // gradients all-reduced after the schedule

@@ -70,6 +70,9 @@ struct StepParts {
   // Per table row, the data-parallel rank that alone reads the summed gradient (-1: every rank);
   // empty: all-reduce every gradient. Used with one stage and data parallelism.
   std::vector<int> roots;
+  // Expert parallelism: per table row, the expert-stage rank (ParallelContext::expert_stage) that
+  // alone reads a routed expert's summed gradient; roots then names the other rows' only.
+  std::vector<int> expert_roots;
 };
 
 std::unique_ptr<StepRunner> make_step_runner(const StepParts& parts);

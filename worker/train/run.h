@@ -16,6 +16,7 @@
 #include "worker/parallel/layout.h"
 #include "worker/report/metrics.h"
 #include "worker/report/reporter.h"
+#include "worker/parallel/expert_optimizers.h"
 #include "worker/parallel/pipeline_state.h"
 #include "worker/parallel/step_runner.h"
 #include "worker/train/train_state.h"
@@ -42,6 +43,7 @@ struct Run {
   Model& model() { return *chunks.front(); }
   std::unique_ptr<StepRunner> runner;  // the layout's forward/backward, gradient sums and evaluation
   StageOptimizers* stages = nullptr;   // several stages: the optimizer, one per stage
+  ExpertOptimizers* experts = nullptr; // expert parallelism: the optimizer (or the stage's), its experts apart
   PipelineTimes prev_pipe;             // the schedule's times at the last metrics record
   std::unique_ptr<DataLoader> loader;
   std::unique_ptr<Optimizer> optimizer;
@@ -61,7 +63,7 @@ struct Run {
   int64_t step_pace_ms = 0;         // test-only: PRECON_FAULT_STEP_PACE_MS sleeps after each step
   RunState state() {
     return {&parsed.config, chunks.front().get(), optimizer.get(), loader.get(), objective, par.world.get(),
-            par.stage.get()};
+            par.expert_stage ? par.expert_stage.get() : par.stage.get()};
   }
 };
 

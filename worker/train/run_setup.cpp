@@ -115,17 +115,30 @@ void build_data(Run& run) {
 // Each rank steps its own stage's optimizer over its own rows (pipeline_state.h).
 void build_optimizer(Run& run) {
   const ParamStore& store = run.model().params();
-  std::vector<OptimParam> oparams;
-  for (size_t i : run.rows) oparams.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  // Under expert parallelism the routed experts (this rank's) get an optimizer of their own.
+  std::vector<OptimParam> oparams, expert_params;
+  for (size_t i : run.rows)
+    (store.spec(i).expert >= 0 && run.par.expert_stage ? expert_params : oparams)
+        .push_back({&store.spec(i), store.param(i), store.grad(i)});
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
   // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
-  // per-matrix work is shared out over all of them.
-  if (run.par.stage->size() > 1) {
-    hooks.group = run.par.stage.get();  // stage rank = data index · tensor + tensor rank
-    hooks.tp = run.par.tp.get();
-    hooks.tensor = run.par.tensor;
-  }
+  // per-matrix work is shared out over all of them (a routed expert's over the ranks that hold it).
+  OptimizerHooks expert_hooks = hooks;
+  auto share_over = [&](OptimizerHooks& h, Communicator* group) {
+    if (group->size() == 1) return;
+    h.group = group;  // group rank = data index · tensor + tensor rank
+    h.tp = run.par.tp.get();
+    h.tensor = run.par.tensor;
+  };
+  share_over(hooks, run.par.stage.get());
   std::unique_ptr<Optimizer> own = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
+  if (!expert_params.empty()) {
+    share_over(expert_hooks, run.par.expert_stage.get());
+    auto both = std::make_unique<ExpertOptimizers>(
+        std::move(own), make_optimizer(run.cfg().optimizer, expert_params, run.device, expert_hooks), *run.par.ep);
+    run.experts = both.get();
+    own = std::move(both);
+  }
   if (run.par.pipeline == 1) {
     run.optimizer = std::move(own);
   } else {
@@ -135,11 +148,12 @@ void build_optimizer(Run& run) {
     run.stages = composite.get();
     run.optimizer = std::move(composite);
   }
-  if (run.par.pipeline > 1) {
+  if (run.par.pipeline > 1 || run.par.expert > 1) {
     int64_t whole = 0;
     for (const ParamSpec& spec : store.table()) whole += spec.storage_numel();
     run.log("parameters: " + std::to_string(store.total_numel()) + " of the model's " + std::to_string(whole) +
-            " held on this rank (pipeline stage " + std::to_string(run.par.pp_rank()) + ")");
+            " held on this rank (pipeline stage " + std::to_string(run.par.pp_rank()) +
+            (run.par.expert > 1 ? ", expert-parallel rank " + std::to_string(run.par.ep->rank()) : std::string()) + ")");
   }
   run.log("routing: " + run.optimizer->routing_summary());
 }
@@ -159,11 +173,18 @@ void build_step_runner(Run& run) {
   parts.micro = run.micro;
   parts.rows = run.rows;
   if (run.par.pipeline == 1 && run.par.data > 1) {
-    const std::vector<int> by_param = run.optimizer->gradient_roots();
-    if (!by_param.empty()) {
-      parts.roots.assign(store.size(), -1);
-      for (size_t j = 0; j < run.rows.size(); ++j) parts.roots[run.rows[j]] = by_param.at(j);
-    }
+    // Per table row from the optimizer's order (its rows, the routed experts apart when they have
+    // an optimizer of their own).
+    auto place = [&](const Optimizer& o, bool experts, std::vector<int>& roots) {
+      const std::vector<int> by_param = o.gradient_roots();
+      if (by_param.empty()) return;
+      roots.assign(store.size(), -1);
+      size_t j = 0;
+      for (size_t row : run.rows)
+        if ((store.spec(row).expert >= 0 && run.experts) == experts) roots[row] = by_param.at(j++);
+    };
+    place(run.experts ? run.experts->dense() : *run.optimizer, false, parts.roots);
+    if (run.experts) place(run.experts->experts(), true, parts.expert_roots);
   }
   run.runner = make_step_runner(parts);
   for (const std::string& note : run.runner->notes()) run.log(note);
