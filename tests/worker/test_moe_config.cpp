@@ -1,11 +1,13 @@
 // [model.moe]'s keys: defaults, the parameter table's Qwen-MoE rows (dense leading layers, the
 // shared expert, the router's kind), the FLOPs of the active parameters only, the checkpoint's
-// config.json, and every bad combination refused at parse time with the key that is wrong.
+// config.json, every bad combination refused at parse time with the key that is wrong, and the
+// memory estimate's share of the routed experts under expert parallelism.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "worker/config/parse.h"
+#include "worker/model/memory_estimate.h"
 #include "worker/model/model.h"
 #include "worker/model/model_io.h"
 #include "worker/model/params.h"
@@ -132,6 +134,18 @@ TEST(MoeConfig, ExpertParallelLayoutsThatDoNotFitAreRefusedWithTheKey) {
   e = moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 4\n[train]\ndevice = \"cuda\"\n[parallel]\ndata = 2\nexpert = 2\n");
   EXPECT_NE(e.find("expert parallelism runs on the CPU"), std::string::npos) << e;
   EXPECT_EQ(moe_parse_error(kMoeLlama + "[model.moe]\nexperts = 4\n[parallel]\ndata = 4\nexpert = 2\n"), "");
+}
+
+TEST(MoeConfig, TheMemoryEstimateCountsAnExpertParallelRanksOwnExpertsOnly) {
+  // 3 MoE layers of 4 experts, each a gate, an up and a down of 32 × 16: 18,432 routed-expert
+  // weights, each 16 bytes with AdamW (the weight, its gradient, two moments). At EP=2 a rank
+  // holds half of them; the rest of the model is on every rank.
+  const std::string text = kMoeLlama + "[model.moe]\nexperts = 4\nffn_hidden = 16\n[optimizer]\nname = \"adamw\"\n";
+  const MemoryEstimate one = estimate_memory(parse_config_text(text + "[parallel]\ndata = 2\n", "r.toml").config);
+  const MemoryEstimate two =
+      estimate_memory(parse_config_text(text + "[parallel]\ndata = 2\nexpert = 2\n", "r.toml").config);
+  EXPECT_EQ(one.parameters, two.parameters);
+  EXPECT_DOUBLE_EQ(one.bytes_per_rank - two.bytes_per_rank, 18432.0 * 16 / 2);
 }
 
 }  // namespace

@@ -36,7 +36,9 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
   for (const ParamSpec& spec : model_param_table(c.model)) {
     e.parameters += spec.numel();
     const double n = static_cast<double>(spec.numel());
-    bytes += 8 * n + state_bytes(c.optimizer, spec) + (c.train.precision == "bf16" ? 2 * n : 0);
+    // A routed expert lives on one rank of each expert-parallel group.
+    const double share = spec.expert >= 0 ? 1.0 / static_cast<double>(c.parallel.expert) : 1.0;
+    bytes += share * (8 * n + state_bytes(c.optimizer, spec) + (c.train.precision == "bf16" ? 2 * n : 0));
   }
   const double split = static_cast<double>(c.parallel.tensor * c.parallel.pipeline);
   e.bytes_per_rank = bytes / split;

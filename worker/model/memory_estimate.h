@@ -14,7 +14,7 @@ namespace precon::worker {
 
 struct MemoryEstimate {
   int64_t parameters = 0;     // of the whole model
-  double bytes_per_rank = 0;  // this rank's share under tensor and pipeline parallelism
+  double bytes_per_rank = 0;  // this rank's share under tensor, pipeline and expert parallelism
   double bytes_per_node = 0;  // the ranks that share one node
 };
 
