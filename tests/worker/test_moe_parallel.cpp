@@ -4,9 +4,10 @@
 // tokens cross the ranks by all-to-all) follow the trajectory one process follows (train and
 // validation losses, the load-balancing loss and the worst expert's load) for every optimizer, with
 // two micro-batches per rank (the aux loss is taken per micro-batch, so equal micro-batches give
-// equal runs); checkpoints reshard TP2→TP1, PP2→PP1, EP2→EP1 and back on the same trajectory; a
-// rank killed while its peers wait in the all-to-all ends the job in seconds; an expert-parallel
-// rank holds only its own experts, and the checkpoint gathers every expert from the rank that holds it.
+// equal runs); checkpoints reshard TP2→TP1, PP2→PP1, EP2→EP1, EP2×DP2→one and back on the same
+// trajectory; a rank killed while its peers wait in the all-to-all ends the job in seconds; an
+// expert-parallel rank holds only its own experts, and the checkpoint gathers every expert from
+// the rank that holds it.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -107,6 +108,9 @@ TEST_F(MoeParallel, CheckpointsReshardBetweenLayouts) {
       {"dp1_dp2", 1, "", 2, "--set parallel.data=2"},
       {"ep2_ep1", 2, "--set parallel.data=2 --set parallel.expert=2", 1, ""},
       {"ep1_ep2", 1, "", 2, "--set parallel.data=2 --set parallel.expert=2"},
+      // EP2×DP2: each expert held by two ranks, which share its Newton–Schulz.
+      {"dp4ep2_one", 4, "--set parallel.data=4 --set parallel.expert=2", 1, ""},
+      {"one_dp4ep2", 1, "", 4, "--set parallel.data=4 --set parallel.expert=2"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
