@@ -597,7 +597,7 @@ void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, const Tensor& do
   PRECON_DISPATCH(device, matmul_backward, dinp, dweight, dbias, dout, inp, weight, layout);
 }
 
-void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
+void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head, Tensor row_max) {
   const char* op = "attention_forward";
   Device device = require_same_device(op, {&out, &att, &qkv});
   int64_t C = attention_channels(op, qkv, n_head);
@@ -606,8 +606,13 @@ void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
   require_shape(op, "out", out, {B, T, C});
   require_dtype(op, "att", att, {qkv.dtype});
   require_shape(op, "att", att, {B, n_head, T, T});
+  if (row_max.data) {
+    require_same_device(op, {&row_max, &qkv});
+    require_dtype(op, "row_max", row_max, {DType::f32});
+    require_shape(op, "row_max", row_max, {B, n_head, T});
+  }
   if (out.numel() == 0) return;
-  PRECON_DISPATCH(device, attention_forward, out, att, qkv, n_head);
+  PRECON_DISPATCH(device, attention_forward, out, att, qkv, n_head, row_max);
 }
 
 void attention_backward(Tensor dqkv, Tensor datt, const Tensor& dout, const Tensor& qkv, const Tensor& att,

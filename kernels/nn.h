@@ -113,8 +113,10 @@ void matmul_backward(Tensor dinp, Tensor dweight, Tensor dbias, const Tensor& do
 
 // Causal multi-head self-attention. qkv (B,T,3C) laid out [q | k | v], each C split into NH heads
 // of C/NH; out (B,T,C); att (B,NH,T,T) saves the softmax probabilities for the backward
-// (entries above the diagonal are zero). Scale 1/√(C/NH).
-void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head);
+// (entries above the diagonal are zero). Scale 1/√(C/NH). row_max, when given, (B,NH,T) f32: each
+// row's largest pre-softmax logit q_t·k_s/√(C/NH) over its causal keys s ≤ t (QK-clip's statistic;
+// the softmax computes it anyway).
+void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head, Tensor row_max = {});
 // dqkv (B,T,3C) accumulates; datt (B,NH,T,T) is scratch (overwritten).
 void attention_backward(Tensor dqkv, Tensor datt, const Tensor& dout, const Tensor& qkv, const Tensor& att,
                         int n_head);

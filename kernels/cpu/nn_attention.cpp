@@ -22,7 +22,7 @@ Head head_views(const Tensor& qkv, int64_t b, int64_t h, int64_t C, int64_t hs) 
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
+void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head, Tensor row_max) {
   const int64_t B = qkv.shape[0], T = qkv.shape[1], C = qkv.shape[2] / 3, NH = n_head, hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for schedule(dynamic, 1)
@@ -38,6 +38,7 @@ void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
       float* row = rows + t * T;
       float maxv = row[0];
       for (int64_t s = 1; s <= t; ++s) maxv = std::fmax(maxv, row[s]);
+      if (row_max.data) row_max.f32()[bh * T + t] = maxv;
       float sum = 0.0f;
       for (int64_t s = 0; s <= t; ++s) {
         row[s] = fast_exp(row[s] - maxv);

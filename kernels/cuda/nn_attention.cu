@@ -28,7 +28,8 @@ __device__ float warp_sum(float v) {
 
 // att[row, j] = softmax over j <= t of pre[row, :], zero above the diagonal (t = row % T).
 // Each lane writes only elements it read itself, so att may alias pre.
-__global__ void causal_softmax_kernel(Elems att, const float* pre, int64_t rows, int64_t T) {
+// row_max (nullable): each row's largest score.
+__global__ void causal_softmax_kernel(Elems att, const float* pre, float* row_max, int64_t rows, int64_t T) {
   int64_t row = blockIdx.x * int64_t(kRowsPerBlock) + threadIdx.x / 32;
   int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -36,6 +37,7 @@ __global__ void causal_softmax_kernel(Elems att, const float* pre, int64_t rows,
   float m = -INFINITY;
   for (int64_t j = lane; j <= t; j += 32) m = fmaxf(m, pre[base + j]);
   m = warp_max(m);
+  if (row_max && lane == 0) row_max[row] = m;
   float s = 0.0f;
   for (int64_t j = lane; j <= t; j += 32) s += expf(pre[base + j] - m);
   float inv = 1.0f / warp_sum(s);
@@ -102,7 +104,7 @@ unsigned row_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRowsPe
 
 }  // namespace
 
-void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
+void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head, Tensor row_max) {
   Dims d = dims_of(qkv, n_head);
   DType cd = qkv.dtype;
   float scale = 1.0f / std::sqrt(static_cast<float>(d.hs));
@@ -115,7 +117,8 @@ void attention_forward(Tensor out, Tensor att, const Tensor& qkv, int n_head) {
   Tensor pre = batch_view(in_place ? att.data : spre.get(), d, d.T, DType::f32);
   cuda::gemm(pre, q, k, Trans::no, Trans::yes, scale, 0.0f);
   int64_t rows = d.B * d.NH * d.T;
-  causal_softmax_kernel<<<row_blocks(rows), kThreads>>>(elems(att), pre.f32(), rows, d.T);
+  causal_softmax_kernel<<<row_blocks(rows), kThreads>>>(elems(att), pre.f32(), row_max.data ? row_max.f32() : nullptr,
+                                                        rows, d.T);
   PRECON_CUDA_LAUNCHED("causal_softmax_kernel");
 
   Scratch sy(heads_bytes(d, DType::f32));

@@ -156,6 +156,19 @@ void BM_AttentionForward(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * attention_flops(T));
 }
 
+// With each row's largest logit written out (QK-clip's statistic): against BM_AttentionForward.
+void BM_AttentionForwardRowMax(benchmark::State& state) {
+  const int64_t T = state.range(0);
+  auto qkv = normal(kB * T * 3 * kC);
+  std::vector<float> out(kB * T * kC), att(kB * kNH * T * T), row_max(kB * kNH * T);
+  for (auto _ : state) {
+    k::attention_forward(view(out, {kB, T, kC}), view(att, {kB, kNH, T, T}), view(qkv, {kB, T, 3 * kC}), kNH,
+                         view(row_max, {kB, kNH, T}));
+    benchmark::DoNotOptimize(row_max.data());
+  }
+  state.SetItemsProcessed(state.iterations() * attention_flops(T));
+}
+
 void BM_AttentionBackward(benchmark::State& state) {
   const int64_t T = state.range(0);
   auto qkv = normal(kB * T * 3 * kC), dout = normal(kB * T * kC);
@@ -442,6 +455,7 @@ BENCHMARK(BM_GeluBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_MatmulForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_MatmulBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_AttentionForward)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->MinTime(0.2);
+BENCHMARK(BM_AttentionForwardRowMax)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_AttentionBackward)->Arg(64)->Arg(256)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_CrossentropyForward)->Unit(benchmark::kMillisecond)->MinTime(0.2);
 BENCHMARK(BM_CrossentropyBackward)->Unit(benchmark::kMillisecond)->MinTime(0.2);

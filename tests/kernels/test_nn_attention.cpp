@@ -1,4 +1,5 @@
-// attention_forward / attention_backward against the double reference and finite differences.
+// attention_forward / attention_backward against the double reference and finite differences, and
+// attention_forward's per-row largest logit against a naive double loop.
 #include <gtest/gtest.h>
 
 #include "kernels/error.h"
@@ -32,8 +33,24 @@ TEST(NnAttention, MatchesReference) {
     std::vector<float> out(size_t(B) * T * C), att(size_t(B) * NH * T * T, NAN);  // att must be overwritten
     std::vector<float> datt(att.size(), NAN);                                     // scratch: contents irrelevant
 
+    std::vector<float> row_max(size_t(B) * NH * T, NAN);
     kernels::attention_forward(host_view(out, {B, T, C}), host_view(att, {B, NH, T, T}),
-                               host_view(qkv, {B, T, 3 * C}), NH);
+                               host_view(qkv, {B, T, 3 * C}), NH, host_view(row_max, {B, NH, T}));
+    // Each row's largest causal logit, computed naively in double.
+    const int hs = C / NH;
+    std::vector<double> row_max_r(row_max.size(), -INFINITY);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int t = 0; t < T; ++t)
+          for (int u = 0; u <= t; ++u) {
+            double dot = 0;
+            for (int i = 0; i < hs; ++i)
+              dot += double(qkv[(size_t(b) * T + t) * 3 * C + h * hs + i]) * qkv[(size_t(b) * T + u) * 3 * C + C + h * hs + i];
+            double& m = row_max_r[(size_t(b) * NH + h) * T + t];
+            m = std::max(m, dot / std::sqrt(double(hs)));
+          }
+    // Scores are sgemm dot products of hs unit normals, scaled: a few ulp of their O(sqrt(hs)) size.
+    EXPECT_LE(max_rel(row_max, row_max_r, 1.0), 1e-5);
     std::vector<double> out_r(out.size()), att_r(att.size());
     auto qkv_d = to_double(qkv);
     ref::attention_forward(out_r.data(), att_r.data(), qkv_d.data(), B, T, C, NH);
@@ -113,6 +130,9 @@ TEST(NnAttention, RejectsBadInput) {
   EXPECT_THROW(kernels::attention_forward(host_view(out, {B, C, T}), a, x, NH), ShapeError);
   EXPECT_THROW(kernels::attention_forward(as_bf16(y), as_bf16(a), as_bf16(x), NH), UnsupportedError);
   EXPECT_THROW(kernels::attention_forward(y, on_cuda(a), x, NH), ShapeError);
+  std::vector<float> rm(B * NH * T);
+  EXPECT_NO_THROW(kernels::attention_forward(y, a, x, NH, host_view(rm, {B, NH, T})));
+  EXPECT_THROW(kernels::attention_forward(y, a, x, NH, host_view(rm, {B, T, NH})), ShapeError);
   EXPECT_THROW(kernels::attention_backward(x, a, host_view(big, {B, T, C + 1}), x, a, NH), ShapeError);
   EXPECT_THROW(kernels::attention_backward(host_view(big, {B, T, 3 * C + 3}), a, y, x, a, NH), ShapeError);
   EXPECT_THROW(kernels::attention_backward(x, a, y, x, a, 5), ShapeError);

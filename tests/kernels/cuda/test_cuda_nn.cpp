@@ -162,9 +162,11 @@ TEST(CudaNN, Attention) {
       auto qkv = upload_pair(test::random_normal(B * T * 3 * C, seed), {B, T, 3 * C}, dt);
       auto out = upload_pair(std::vector<float>(B * T * C), {B, T, C}, dt);
       auto att = upload_pair(std::vector<float>(B * NH * T * T, 7.0f), {B, NH, T, T}, dt);
-      attention_forward(hv(out, {B, T, C}), hv(att, {B, NH, T, T}), hv(qkv, {B, T, 3 * C}), s.NH);
-      attention_forward(out.dev, att.dev, qkv.dev, s.NH);
+      auto row_max = upload_pair(std::vector<float>(B * NH * T, 7.0f), {B, NH, T}, DType::f32);
+      attention_forward(hv(out, {B, T, C}), hv(att, {B, NH, T, T}), hv(qkv, {B, T, 3 * C}), s.NH, hv(row_max, {B, NH, T}));
+      attention_forward(out.dev, att.dev, qkv.dev, s.NH, row_max.dev);
       EXPECT_LE(compare(out), tol(dt)) << "out";
+      EXPECT_LE(compare(row_max), tol(dt)) << "row_max";
       EXPECT_LE(compare(att), tol(dt)) << "att (zeros above the diagonal)";
 
       auto dout = upload_pair(test::random_normal(B * T * C, seed + 1), {B, T, C}, dt);
