@@ -6,7 +6,10 @@ MLP, no biases, untied head), in plain torch ops and independent of the C++ code
 Builds a small Llama with random weights (HF names; every Linear stored (out, in)), writes them
 as model.safetensors (gpt_reference.py's writer), then a batch, the logits, the loss and every
 gradient as .npy files for test_llama_reference.cpp, and a 12-step loss trajectory for each of
-AdamW, Muon and Shampoo (optim_reference.py's implementations, routed as precon routes them).
+AdamW, Muon and Shampoo (optim_reference.py's implementations, routed as precon routes them), and
+one of AdamW with QK-clip (MuonClip's clip, Kimi K2: after each update, the query and key weights
+of every kv group whose largest attention logit in the step passed tau are rescaled by
+gamma^alpha and gamma^(1 - alpha), gamma = tau / that logit).
 """
 import argparse
 import json
@@ -223,6 +226,72 @@ def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, rout
     return losses
 
 
+QK_CLIP = dict(tau=2.5, alpha=0.5, config=dict(name="adamw", lr=2e-2, weight_decay=0.1,
+                                                adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8)))
+
+
+def attention_logit_max(p, c, tokens):
+    """(n_layer, n_head): each query head's largest pre-softmax logit q·k/sqrt(hd) over the causal
+    pairs of the batch, the residual stream recomputed without gradients."""
+    Bn, T = tokens.shape
+    NH, NKV = c["n_head"], c["n_kv_head"]
+    hd = c["d_model"] // NH
+    cos, sin, mask = rope_and_mask(c, T, p["model.embed_tokens.weight"].dtype)
+    out = torch.empty(c["n_layer"], NH, dtype=torch.float64)
+    with torch.no_grad():
+        x = p["model.embed_tokens.weight"][tokens]
+        for l in range(c["n_layer"]):
+            pre = f"model.layers.{l}"
+            a = rms_norm(x, p[f"{pre}.input_layernorm.weight"], c["norm_eps"])
+            q = (a @ p[f"{pre}.self_attn.q_proj.weight"].T).view(Bn, T, NH, hd).transpose(1, 2)
+            k = (a @ p[f"{pre}.self_attn.k_proj.weight"].T).view(Bn, T, NKV, hd).transpose(1, 2)
+            q = q * cos + rotate_half(q) * sin
+            k = repeat_kv(k * cos + rotate_half(k) * sin, NH // NKV)
+            s = ((q @ k.transpose(-2, -1)) / math.sqrt(hd)).masked_fill(mask, float("-inf"))
+            out[l] = s.amax(dim=(0, 2, 3)).double()
+            h = attention(p, pre, x, c, cos, sin, mask)
+            m = rms_norm(h, p[f"{pre}.post_attention_layernorm.weight"], c["norm_eps"])
+            x = h + swiglu(m, p[f"{pre}.mlp.gate_proj.weight"], p[f"{pre}.mlp.up_proj.weight"],
+                           p[f"{pre}.mlp.down_proj.weight"])
+    return out
+
+
+def run_qk_clip(c, init, batches, tau, alpha, cfg):
+    """STEPS AdamW steps, each followed by QK-clip; per step the loss, the largest logit before the
+    clip and the kv groups clipped."""
+    table = param_table(c)
+    params = {n: init[n].detach().clone().requires_grad_(True) for n, *_ in table}
+    names = [n for n, *_ in table]
+    adamw = TorchAdamW([params[n] for n in names], adamw_group_hyper(cfg, True))
+    NH, NKV = c["n_head"], c["n_kv_head"]
+    hd, group = c["d_model"] // NH, NH // NKV
+    losses, max_logits, clipped = [], [], []
+    for t in range(1, STEPS + 1):
+        tokens, targets = batches[t - 1]
+        for q in params.values():
+            q.grad = None
+        _, loss = forward(params, c, tokens, targets)
+        loss.backward()
+        logits = attention_logit_max(params, c, tokens)
+        losses.append(loss.item())
+        with torch.no_grad():
+            adamw.step([params[n].grad.detach().clone() for n in names], 1.0)
+            n_clipped = 0
+            for l in range(c["n_layer"]):
+                pre = f"model.layers.{l}.self_attn"
+                for g in range(NKV):
+                    S = logits[l, g * group:(g + 1) * group].max().item()
+                    if S <= tau:
+                        continue
+                    n_clipped += 1
+                    gamma = tau / S
+                    params[f"{pre}.q_proj.weight"][g * group * hd:(g + 1) * group * hd] *= gamma ** alpha
+                    params[f"{pre}.k_proj.weight"][g * hd:(g + 1) * hd] *= gamma ** (1 - alpha)
+        max_logits.append(logits.max().item())
+        clipped.append(n_clipped)
+    return losses, max_logits, clipped
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -259,8 +328,13 @@ def main():
         losses = run_case(case, c, p, batches)
         np.save(os.path.join(args.out, f"traj_losses.{case['name']}.npy"), np.array(losses, dtype=np.float64))
         summary.append(f"{case['name']} {losses[0]:.4f} -> {losses[-1]:.4f}")
+    losses, max_logits, clipped = run_qk_clip(c, p, batches, QK_CLIP["tau"], QK_CLIP["alpha"], QK_CLIP["config"])
+    np.save(os.path.join(args.out, "traj_losses.qk_clip.npy"), np.array(losses, dtype=np.float64))
+    np.save(os.path.join(args.out, "traj_max_logit.qk_clip.npy"), np.array(max_logits, dtype=np.float64))
+    np.save(os.path.join(args.out, "traj_clipped.qk_clip.npy"), np.array(clipped, dtype=np.float64))
+    summary.append(f"qk_clip max logits {[round(m, 3) for m in max_logits]}, clipped {clipped}")
     with open(os.path.join(args.out, "cases.json"), "w") as f:
-        json.dump(dict(steps=STEPS, cases=CASES), f, indent=1)
+        json.dump(dict(steps=STEPS, cases=CASES, qk_clip=QK_CLIP), f, indent=1)
     print(f"wrote Llama reference to {args.out}: loss {loss.item():.6f}; " + ", ".join(summary))
 
 

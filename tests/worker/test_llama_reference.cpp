@@ -1,7 +1,8 @@
 // The Llama model against a PyTorch implementation of Hugging Face's LlamaForCausalLM
 // (llama_reference.py): the parameter table, logits, loss and every gradient (relative error
 // <= 1e-5 against fp64 torch), a 12-step loss trajectory under each of AdamW, Muon and Shampoo
-// (precon's optimizers, routed as in training, against optim_reference.py's), and the loader's
+// (precon's optimizers, routed as in training, against optim_reference.py's) and under AdamW with
+// QK-clip (the clip's per-step statistics too), and the loader's
 // refusal, naming the tensor, of a checkpoint that is not this model.
 #include <gtest/gtest.h>
 
@@ -26,6 +27,7 @@
 #include "worker/model/llama.h"
 #include "worker/model/model_io.h"
 #include "worker/model/params.h"
+#include "worker/model/qk_clip.h"
 
 namespace precon::worker {
 namespace {
@@ -169,6 +171,64 @@ TEST_F(LlamaReference, AdamWLossTrajectory) { check_trajectory("adamw"); }
 TEST_F(LlamaReference, MuonLossTrajectory) { check_trajectory("muon"); }
 
 TEST_F(LlamaReference, ShampooLossTrajectory) { check_trajectory("shampoo"); }
+
+// QK-clip (MuonClip's clip) after each AdamW step, at a threshold the unclipped run's largest
+// logit passes from step 5 on (1.3 at the start, 6.3 at step 12 without the clip): per step the
+// loss, the largest logit before the clip and the kv groups rescaled, against the reference's
+// clip written from the description (per kv group, gamma = tau / its largest logit).
+TEST_F(LlamaReference, QkClipTrajectory) {
+  std::ifstream in(*dir_ / "cases.json");
+  const nlohmann::json qk = nlohmann::json::parse(in).at("qk_clip");
+  const double tau = qk.at("tau"), alpha = qk.at("alpha");
+  const auto ref_loss = test::read_npy((*dir_ / "traj_losses.qk_clip.npy").string()).values;
+  const auto ref_max = test::read_npy((*dir_ / "traj_max_logit.qk_clip.npy").string()).values;
+  const auto ref_clipped = test::read_npy((*dir_ / "traj_clipped.qk_clip.npy").string()).values;
+  // Runs the case with the clip at `threshold` (0: the model does not even track the logits).
+  auto run = [&](double threshold, std::vector<QkClipStats>* stats) {
+    Llama model(model_config(), batch_size(), kernels::Device::cpu);
+    ParamStore& p = model.params();
+    load_model_safetensors(p, *dir_ / "model.safetensors");
+    if (threshold > 0) model.track_attention_logits();
+    auto opt = make_optimizer(testing::config_from_json(qk.at("config")), testing::optim_params(p), kernels::Device::cpu);
+    std::vector<double> losses;
+    for (int t = 1; t <= static_cast<int>(ref_loss.size()); ++t) {
+      p.zero_grads();
+      losses.push_back(model.forward(ints("traj_tokens_" + std::to_string(t - 1) + ".npy"),
+                                     ints("traj_targets_" + std::to_string(t - 1) + ".npy"), true));
+      model.backward();
+      StepContext ctx;
+      ctx.step = t;
+      opt->step(ctx);
+      if (threshold > 0) {
+        std::vector<float>& logits = model.attention_logit_max();
+        stats->push_back(qk_clip(p, model_config(), logits, threshold, alpha));
+        std::fill(logits.begin(), logits.end(), -INFINITY);
+      }
+    }
+    return losses;
+  };
+  std::vector<QkClipStats> stats;
+  const std::vector<double> losses = run(tau, &stats);
+  double worst_loss = 0, worst_logit = 0;
+  int64_t clipped = 0;
+  for (size_t t = 0; t < losses.size(); ++t) {
+    worst_loss = std::max(worst_loss, std::fabs(losses[t] - ref_loss[t]) / ref_loss[t]);
+    worst_logit = std::max(worst_logit, std::fabs(stats[t].max_logit - ref_max[t]) / ref_max[t]);
+    EXPECT_EQ(stats[t].clipped, static_cast<int64_t>(ref_clipped[t])) << "step " << t + 1;
+    clipped += stats[t].clipped;
+  }
+  EXPECT_LT(worst_loss, kLossTolerance);
+  EXPECT_LT(worst_logit, kLossTolerance);
+  EXPECT_GE(clipped, 5) << "the threshold did not bite";
+  std::printf("[ qk_clip ] tau %.2f: max logit %.3f -> %.3f (torch %.3f -> %.3f), %lld groups clipped over %zu steps, "
+              "max relative difference: loss %.2g, logit %.2g\n",
+              tau, stats.front().max_logit, stats.back().max_logit, ref_max.front(), ref_max.back(),
+              static_cast<long long>(clipped), losses.size(), worst_loss, worst_logit);
+  // A threshold no logit reaches changes nothing: bitwise the run without QK-clip.
+  std::vector<QkClipStats> none;
+  EXPECT_EQ(run(1e9, &none), run(0, nullptr));
+  for (const QkClipStats& s : none) EXPECT_EQ(s.clipped, 0);
+}
 
 // A GPT-2 checkpoint of the same width and depth, written by precon's own writer: the error names
 // the file and a tensor (the first Llama one it lacks, or a GPT-2 one the Llama does not know).

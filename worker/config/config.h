@@ -125,6 +125,11 @@ struct OptimizerConfig {
   int64_t warmup_steps = 10;         // linear warm-up steps
   double min_lr_ratio = 0.1;         // final lr as a fraction of the peak
   double decay_fraction = 0.2;       // wsd: fraction of steps spent decaying
+  // QK-clip (MuonClip), any optimizer: after each update, the query and key weights of every head
+  // whose largest attention logit in the step exceeded the threshold are scaled down to it
+  // (worker/model/qk_clip.h). 0 = off.
+  double qk_clip_threshold = 0.0;
+  double qk_clip_alpha = 0.5;        // the query's share of the rescaling (the key's is 1 − alpha)
   AdamWConfig adamw;
   MuonConfig muon;
   ShampooConfig shampoo;

@@ -111,7 +111,8 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
     const size_t i = static_cast<size_t>(l - L0_);
     k::layernorm_forward(a.ln1[i], a.ln1_mean[i], a.ln1_rstd[i], residual, weight(b.ln_1_w), weight(b.ln_1_b));
     b.c_attn.forward(*this, a.ln1[i], {a.qkv[i]});
-    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], static_cast<int>(NHl_));
+    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], static_cast<int>(NHl_), attention_row_max());
+    note_attention_logits(l);
     b.attn_proj.forward(*this, a.branch_out, a.atty[i]);
     k::add(a.residual2[i], residual, a.branch_out);
     k::layernorm_forward(a.ln2[i], a.ln2_mean[i], a.ln2_rstd[i], a.residual2[i], weight(b.ln_2_w), weight(b.ln_2_b));

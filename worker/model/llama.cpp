@@ -171,7 +171,8 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
     k::rope_forward(a.q, nh, theta);
     k::rope_forward(a.kk, nkv, theta);
     k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
-    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh);
+    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
+    note_attention_logits(l);
     b.o.forward(*this, a.branch_out, a.atty[i]);
     k::add(a.residual2[i], residual, a.branch_out);
     k::rmsnorm_forward(a.ln2[i], a.rstd2[i], a.residual2[i], weight(b.post_norm), eps);

@@ -1,6 +1,7 @@
 #include "worker/model/model.h"
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 #include <stdexcept>
 
@@ -137,6 +138,22 @@ void Model::place_grads_for_sum() {
     if (spec.tp_split_dim >= 0) copy_tp_part(spec, full.f32(), parts_->grad(i).f32(), tp_.rank(), tp_.size(), false);
     else if (tp_.rank() == 0) k::copy(full, parts_->grad(i));
   }
+}
+
+void Model::track_attention_logits() {
+  row_max_buf_ = k::Buffer(device_, static_cast<size_t>(B_ * NHl_ * T_) * sizeof(float));
+  row_max_ = row_max_buf_.view({B_, NHl_, T_});
+  qk_max_.assign(static_cast<size_t>(L_ * NH_), -INFINITY);
+}
+
+void Model::note_attention_logits(int64_t layer) {
+  if (!row_max_.data || !acts_->grads_ready) return;
+  std::vector<float> rows(static_cast<size_t>(row_max_.numel()));
+  k::copy(Tensor::view(rows.data(), {row_max_.numel()}), row_max_.reshape({row_max_.numel()}));
+  float* out = qk_max_.data() + layer * NH_ + tp_.rank() * NHl_;
+  for (int64_t b = 0; b < B_; ++b)
+    for (int64_t h = 0; h < NHl_; ++h)
+      for (int64_t t = 0; t < T_; ++t) out[h] = std::max(out[h], rows[static_cast<size_t>((b * NHl_ + h) * T_ + t)]);
 }
 
 void Model::cast_weights() {

@@ -89,6 +89,13 @@ class Model : public LayerWeights {
   // Seconds this model's mixture-of-experts layers spent in expert-parallel all-to-alls so far.
   virtual double moe_alltoall_seconds() const { return 0; }
 
+  // QK-clip (optimizer.qk_clip_threshold): once tracking, the training forwards (compute_grad)
+  // record the largest pre-softmax attention logit of each layer and query head at [l·n_head + h]
+  // (global head indices; -inf for the layers and heads this rank does not compute). The trainer
+  // reduces it over the ranks and resets it to -inf.
+  void track_attention_logits();
+  std::vector<float>& attention_logit_max() { return qk_max_; }
+
   // LayerWeights: what the passes read (the bf16 copy under bf16 precision, else the fp32
   // parameter of this rank's part) and the gradient they accumulate into.
   kernels::Tensor weight(size_t row) const override;
@@ -151,6 +158,10 @@ class Model : public LayerWeights {
   void begin_backward();
   // Adds one MoE layer's forward to moe_tally().
   void tally_moe(int64_t layer, double aux, const std::vector<int64_t>& counts);
+  // attention_forward's row_max for this rank's heads (B, NH/tp, T), empty unless tracking; and
+  // what a training forward of `layer` records from it into attention_logit_max().
+  kernels::Tensor attention_row_max() const { return row_max_; }
+  void note_attention_logits(int64_t layer);
   // [first, end) of the table rows given, for the ready callback.
   static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
   ParamStore& compute() const { return parts_ ? *parts_ : *params_; }  // what the passes read and write
@@ -177,6 +188,9 @@ class Model : public LayerWeights {
   std::vector<kernels::Tensor> shadow_;
   std::vector<std::unique_ptr<Acts>> slots_;
   std::vector<double> moe_tally_;
+  kernels::Buffer row_max_buf_;  // QK-clip's (tracking only)
+  kernels::Tensor row_max_;
+  std::vector<float> qk_max_;
   Acts* acts_ = nullptr;  // the selected slot
 };
 

@@ -82,6 +82,8 @@ void build_model(Run& run) {
   for (const ModelStage& chunk : chunks)
     run.chunks.push_back(make_model(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), chunk,
                                     run.rank_params.get(), run.par.ep.get()));
+  if (cfg.optimizer.qk_clip_threshold > 0)
+    for (auto& chunk : run.chunks) chunk->track_attention_logits();
   if (!cfg.train.init_from.empty()) {
     const ParamStore& params = run.model().params();
     load_model_safetensors(run.model().params(), cfg.train.init_from);

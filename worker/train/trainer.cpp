@@ -24,6 +24,7 @@
 #include "worker/common/fault_hook.h"
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
+#include "worker/model/qk_clip.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -55,6 +56,7 @@ void default_log(const std::string& line) {
 struct StepStats {
   double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
   MoeReport moe;
+  QkClipStats qk;  // QK-clip's (optimizer.qk_clip_threshold > 0)
 };
 
 double evaluate(Run& run) {
@@ -103,6 +105,20 @@ void optimizer_step(Run& run, int64_t step, double lr_scale, float grad_scale) {
   }
 }
 
+// QK-clip after the update: the step's largest logit per layer and head, from every chunk and
+// every rank (each fills its own layers and heads), then the rescaling of the rows this rank holds.
+QkClipStats qk_clip_step(Run& run) {
+  std::vector<float> logits(run.model().attention_logit_max().size(), -INFINITY);
+  for (auto& chunk : run.chunks) {
+    std::vector<float>& mine = chunk->attention_logit_max();
+    for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::max(logits[i], mine[i]);
+    std::fill(mine.begin(), mine.end(), -INFINITY);
+  }
+  run.par.world->all_reduce_max(logits.data(), static_cast<int64_t>(logits.size()));
+  const OptimizerConfig& o = run.cfg().optimizer;
+  return qk_clip(run.model().params(), run.cfg().model, logits, o.qk_clip_threshold, o.qk_clip_alpha);
+}
+
 // Every train.log_every steps and at the last: loss, lr, throughput and optimizer time per phase
 // since the previous record.
 void log_step(Run& run, int64_t step, const StepStats& stats) {
@@ -135,6 +151,11 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_inverse_root_seconds", phase[3]},
                   {"optim_grafting_seconds", phase[4]},
                   {"optim_communication_seconds", phase[5]}}};
+  if (cfg.optimizer.qk_clip_threshold > 0) {
+    // This step's largest attention logit before clipping, and the heads (kv groups) clipped.
+    r.values.emplace_back("max_attention_logit", stats.qk.max_logit);
+    r.values.emplace_back("qk_clipped_heads", static_cast<double>(stats.qk.clipped));
+  }
   if (cfg.model.moe.experts > 0) {
     // The load-balancing loss beside train_loss (which leaves it out), and the worst expert's share.
     r.values.emplace_back("moe_aux_loss", stats.moe.aux_loss);
@@ -267,6 +288,7 @@ TrainOutcome step_loop(Run& run) {
     std::tie(stats.grad_norm, grad_scale) = clip_gradients(run);
     stats.lr_scale = lr_multiplier(run.cfg().optimizer, step, steps);
     optimizer_step(run, step, stats.lr_scale, grad_scale);
+    if (run.cfg().optimizer.qk_clip_threshold > 0) stats.qk = qk_clip_step(run);
     stats.seconds = seconds_since(t0);
     log_step(run, step, stats);
     if (step == run.kill_fault_step) fault_kill();
