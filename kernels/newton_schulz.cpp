@@ -13,23 +13,76 @@
 namespace precon::kernels {
 
 const std::vector<std::string>& ns_coefficient_set_names() {
-  static const std::vector<std::string> names = {"keller", "polar-express"};
+  static const std::vector<std::string> names = {"simple", "quintic",  "polar_express", "cans",
+                                                 "aol",    "deepseekv4", "cubic5",      "keller",
+                                                 "polar-express"};
   return names;
 }
 
-std::vector<NsCoefficients> ns_coefficient_set(std::string_view name) {
-  if (name == "keller") return {{3.4445f, -4.7750f, 2.0315f}};
-  if (name == "polar-express") {
-    // Amsel et al. 2025, per-step minimax tuples with the 1.01 safety factor folded in.
+namespace {
+
+// The canonical name of an alias.
+std::string_view canonical(std::string_view name) {
+  if (name == "keller") return "simple";
+  if (name == "polar-express") return "polar_express";
+  return name;
+}
+
+// Past its last tuple a set starts again from its first (cycle) or keeps its last (repeat_last).
+bool cycles(std::string_view name) { return name == "simple" || name == "quintic" || name == "aol" || name == "cubic5"; }
+
+}  // namespace
+
+std::vector<NsCoefficients> ns_coefficient_set(std::string_view alias) {
+  // The numbers of Emerging-Optimizers' muon_utils.py _COEFFICIENT_SETS (see the header).
+  const std::string_view name = canonical(alias);
+  if (name == "simple") return {{3.4445f, -4.7750f, 2.0315f}};
+  if (name == "quintic") {
+    return {{4.0848f, -6.8946f, 2.9270f}, {3.9505f, -6.3029f, 2.6377f}, {3.7418f, -5.5913f, 2.3037f},
+            {2.8769f, -3.1427f, 1.2046f}, {2.8366f, -3.0525f, 1.2012f}};
+  }
+  if (name == "polar_express") {
     return {{8.2051f, -22.9019f, 16.4607f}, {4.0664f, -2.8612f, 0.5184f}, {3.9096f, -2.8234f, 0.5250f},
             {3.2856f, -2.4153f, 0.4853f},   {2.2779f, -1.6198f, 0.3985f}, {1.8726f, -1.2307f, 0.3585f},
             {1.8564f, -1.2132f, 0.3568f},   {1.8750f, -1.2500f, 0.3750f}};
+  }
+  if (name == "cans") {
+    return {{8.4703f, -25.1081f, 18.6293f}, {4.1828f, -3.1087f, 0.5806f}, {3.9619f, -2.9541f, 0.5630f},
+            {3.2866f, -2.4647f, 0.5074f}, {2.2737f, -1.6447f, 0.4162f}};
+  }
+  if (name == "aol") {
+    return {{4.0098f, -7.0585f, 2.4635f}, {3.4585f, -5.5479f, 2.5959f}, {2.7573f, -3.2939f, 1.4254f},
+            {2.7215f, -3.0494f, 1.3169f}};
+  }
+  if (name == "deepseekv4") {
+    std::vector<NsCoefficients> set(8, {3.4445f, -4.7750f, 2.0315f});
+    set.insert(set.end(), 2, {2.0f, -1.5f, 0.5f});
+    return set;
+  }
+  if (name == "cubic5") {
+    return {{3.3656576f, -3.3420992f, 0.0f}, {2.5744352f, -1.4957376f, 0.0f}, {2.5368962f, -1.4312570f, 0.0f},
+            {2.4418906f, -1.2764040f, 0.0f}, {2.2230472f, -0.9630650f, 0.0f}};
   }
   std::string known;
   for (const std::string& n : ns_coefficient_set_names()) known += n + ", ";
   PRECON_THROW(UnsupportedError, "ns_coefficient_set",
                "unknown coefficient set '" + std::string(name) + "' (known: " + known +
                    "or an explicit list of [a, b, c] tuples)");
+}
+
+int ns_required_steps(std::string_view name) { return canonical(name) == "cubic5" ? 5 : 0; }
+
+std::vector<NsCoefficients> ns_schedule(std::string_view alias, int steps) {
+  const std::vector<NsCoefficients> set = ns_coefficient_set(alias);
+  const int required = ns_required_steps(alias);
+  PRECON_REQUIRE(required == 0 || steps == required, UnsupportedError, "ns_schedule",
+                 std::string(alias) + " is a fixed " + std::to_string(required) + "-step schedule; got " +
+                     std::to_string(steps) + " steps");
+  if (!cycles(canonical(alias))) return ns_schedule(set, steps);
+  PRECON_REQUIRE(steps >= 0, UnsupportedError, "ns_schedule", "steps must be >= 0, got " + std::to_string(steps));
+  std::vector<NsCoefficients> schedule;
+  for (int i = 0; i < steps; ++i) schedule.push_back(set[static_cast<size_t>(i) % set.size()]);
+  return schedule;
 }
 
 std::vector<NsCoefficients> ns_schedule(const std::vector<NsCoefficients>& set, int steps) {
@@ -79,7 +132,8 @@ void newton_schulz_one(Tensor out, const Tensor& g, const NsOptions& options) {
   for (const NsCoefficients& k : options.schedule) {
     syrk(a, x, Trans::no, 1.0f, 0.0f);  // A = X Xᵀ
     copy(b, a);
-    syrk(b, a, Trans::no, k.c, k.b);    // B = c A Aᵀ + b A  (A symmetric, so A Aᵀ = A²)
+    if (k.c == 0.0f) scale(b, k.b);     // a cubic step: B = b A, no Gram-square product
+    else syrk(b, a, Trans::no, k.c, k.b);  // B = c A Aᵀ + b A  (A symmetric, so A Aᵀ = A²)
     copy(y, x);
     gemm(y, b, x, Trans::no, Trans::no, 1.0f, k.a);  // Y = B X + a X
     std::swap(x, y);

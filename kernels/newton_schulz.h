@@ -15,14 +15,29 @@ struct NsCoefficients {
   float a, b, c;
 };
 
-// A named coefficient set: "keller" (one tuple, repeated) or "polar-express" (per-step
-// minimax tuples). Throws UnsupportedError naming the known sets for anything else.
+// The named coefficient sets, with the numbers and the rule for steps past a set's end of NVIDIA's
+// Emerging-Optimizers (emerging_optimizers/orthogonalized_optimizers/muon_utils.py, _COEFFICIENT_SETS
+// and newton_schulz(), as of its commit fd77292):
+//   simple         one tuple, repeated (Keller Jordan's Muon; alias "keller");
+//   quintic        5 tuples (modded-nanogpt's medium record), cycled;
+//   polar_express  8 tuples (Amsel et al. 2025, the 1.01 safety factor folded in), the last repeated
+//                  (alias "polar-express");
+//   cans           5 tuples (CANS, Grishina et al. 2025), the last repeated;
+//   aol            4 tuples (flash-newton-schulz's AOL set), cycled;
+//   deepseekv4     simple's tuple 8 times then (2, -1.5, 0.5) twice, the last repeated;
+//   cubic5         5 cubic tuples (c = 0: no Gram-square product), exactly 5 steps.
+// Throws UnsupportedError naming the known sets for anything else.
 std::vector<NsCoefficients> ns_coefficient_set(std::string_view name);
-// The names ns_coefficient_set knows, in the order documented.
+// The names ns_coefficient_set knows (aliases last), in the order documented.
 const std::vector<std::string>& ns_coefficient_set_names();
 
-// The per-step schedule for `steps` steps: the set's tuples in order, the last one repeated.
+// The per-step schedule for `steps` steps of a named set, by its rule above; cubic5 with steps != 5
+// throws UnsupportedError.
+std::vector<NsCoefficients> ns_schedule(std::string_view name, int steps);
+// Of an explicit list: its tuples in order, the last one repeated.
 std::vector<NsCoefficients> ns_schedule(const std::vector<NsCoefficients>& set, int steps);
+// The step count a named set requires (cubic5: 5), or 0 when any count is fine.
+int ns_required_steps(std::string_view name);
 
 struct NsOptions {
   std::vector<NsCoefficients> schedule;  // one tuple per step (see ns_schedule)

@@ -1,9 +1,12 @@
-// Linear-algebra kernels on the CPU: sgemm at GPT shapes, Newton–Schulz, inverse roots.
+// Linear-algebra kernels on the CPU: sgemm at GPT shapes, Newton–Schulz (and each coefficient set's
+// distance from the polar factor against steps), inverse roots.
 // Each case reports achieved GFLOP/s and its ratio to this machine's sgemm rate, measured in the
 // same run (counter vs_sgemm). Run: precon_bench_linalg [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cmath>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -79,6 +82,51 @@ void BM_NewtonSchulz(benchmark::State& state) {
 }
 BENCHMARK(BM_NewtonSchulz)->Args({384, 1536})->Args({768, 768})->Args({768, 3072})->Args({3072, 768})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Each named coefficient set's distance from the polar factor against steps: ‖U Vᵀ − NS(X)‖_F /
+// ‖U Vᵀ‖_F for a Gaussian 256 × 768 X (U Vᵀ = X (Xᵀ X)^(−1/2) on the short side, through fp64 eigh),
+// as the counter polar_error, and the time of the steps. cubic5 runs its 5 steps only.
+const std::vector<std::string>& ns_sets() {
+  static const std::vector<std::string> sets = {"simple", "quintic", "polar_express", "cans", "aol", "deepseekv4", "cubic5"};
+  return sets;
+}
+
+void BM_NewtonSchulzSetError(benchmark::State& state) {
+  namespace k = precon::kernels;
+  const std::string set = ns_sets()[static_cast<size_t>(state.range(0))];
+  const int steps = static_cast<int>(state.range(1));
+  if (k::ns_required_steps(set) > 0 && steps != k::ns_required_steps(set)) {
+    state.SkipWithError("fixed step count");
+    return;
+  }
+  const int64_t m = 256, n = 768;
+  auto g = random_vector(m * n, 5);
+  // The polar factor: P = (X Xᵀ)^(−1/2) X for the wide X (m ≤ n).
+  std::vector<float> gram(m * m), w(m), q(m * m), inv(m * m), polar(m * n);
+  Tensor tg = Tensor::view(g.data(), {m, n}), tgram = Tensor::view(gram.data(), {m, m});
+  k::syrk(tgram, tg);
+  k::symmetric_eigh(Tensor::view(w.data(), {m}), Tensor::view(q.data(), {m, m}), tgram, true);
+  std::vector<float> d(m);
+  for (int64_t i = 0; i < m; ++i) d[i] = 1.0f / std::sqrt(w[i]);
+  k::eigen_reconstruct(Tensor::view(inv.data(), {m, m}), Tensor::view(q.data(), {m, m}), d);
+  k::gemm(Tensor::view(polar.data(), {m, n}), Tensor::view(inv.data(), {m, m}), tg, k::Trans::no, k::Trans::no, 1.0f,
+          0.0f);
+  std::vector<float> out(g.size());
+  const k::NsOptions opt{k::ns_schedule(set, steps), 1e-7f, k::DType::f32};
+  for (auto _ : state) k::newton_schulz(Tensor::view(out.data(), {m, n}), tg, opt);
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    err += (double(out[i]) - polar[i]) * (double(out[i]) - polar[i]);
+    norm += double(polar[i]) * polar[i];
+  }
+  state.counters["polar_error"] = std::sqrt(err / norm);
+  state.SetLabel(set);
+}
+BENCHMARK(BM_NewtonSchulzSetError)
+    ->ArgsProduct({{0, 1, 2, 3, 4, 5}, {3, 5, 8, 10}})
+    ->Args({6, 5})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 void BM_InverseRoot(benchmark::State& state) {
   const int64_t n = state.range(0);

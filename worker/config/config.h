@@ -89,7 +89,7 @@ struct MuonConfig {
   bool nesterov = true;
   std::string momentum_form = "ema";      // "ema" (lerp) | "sgd"
   int64_t ns_steps = 5;                   // Newton–Schulz iterations
-  std::string coefficients = "keller";    // "keller" | "polar-express" | "explicit"
+  std::string coefficients = "keller";    // a kernels::ns_coefficient_set_names() name | "explicit"
   std::vector<std::array<double, 3>> coefficient_list;  // the tuples when coefficients = explicit
   std::string scale = "shape";            // "shape" | "rms-match" | "spectral"
   bool split_qkv = true;                  // orthogonalise Q, K, V blocks separately

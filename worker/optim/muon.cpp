@@ -33,16 +33,16 @@ double muon_scale(const std::string& mode, double fan_out, double fan_in) {
 
 kernels::NsOptions ns_options(const MuonConfig& c, kernels::Device device) {
   // Values were checked by make_optimizer against the key table; a named set comes from the kernels.
-  std::vector<kernels::NsCoefficients> set;
+  kernels::NsOptions o;
   if (c.coefficients == "explicit") {
+    std::vector<kernels::NsCoefficients> set;
     for (const auto& t : c.coefficient_list) {
       set.push_back({static_cast<float>(t[0]), static_cast<float>(t[1]), static_cast<float>(t[2])});
     }
+    o.schedule = kernels::ns_schedule(set, static_cast<int>(c.ns_steps));
   } else {
-    set = kernels::ns_coefficient_set(c.coefficients);
+    o.schedule = kernels::ns_schedule(c.coefficients, static_cast<int>(c.ns_steps));
   }
-  kernels::NsOptions o;
-  o.schedule = kernels::ns_schedule(set, static_cast<int>(c.ns_steps));
   o.eps = static_cast<float>(c.ns_eps);
   if (c.ns_precision == "auto") {
     o.compute = device == kernels::Device::cuda ? kernels::DType::bf16 : kernels::DType::f32;

@@ -89,7 +89,8 @@ void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& opti
     kernels::syrk(a, cur, dim == 1 ? Trans::no : Trans::yes, 1.0f, 0.0f);  // this rank's part of the Gram matrix
     group.all_reduce_sum(a.f32(), a.numel());
     kernels::copy(b, a);
-    kernels::syrk(b, a, Trans::no, k.c, k.b);  // B = c A² + b A
+    if (k.c == 0.0f) kernels::scale(b, k.b);       // a cubic step: B = b A
+    else kernels::syrk(b, a, Trans::no, k.c, k.b);  // B = c A² + b A
     kernels::copy(y, cur);
     if (dim == 1) kernels::gemm(y, b, cur, Trans::no, Trans::no, 1.0f, k.a);  // Y = B X + a X
     else kernels::gemm(y, cur, b, Trans::no, Trans::no, 1.0f, k.a);           // Y = X B + a X
