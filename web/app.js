@@ -80,7 +80,7 @@ function setupToken() {
   }
   const state = document.getElementById('token-state');
   const input = document.getElementById('token-input');
-  const show = () => { state.textContent = token() ? 'token set' : 'no token: cancel needs it'; };
+  const show = () => { state.textContent = token() ? 'token set' : 'no token: cancel needs it (and reads, where they are not public)'; };
   document.getElementById('token-form').addEventListener('submit', ev => {
     ev.preventDefault();
     setToken(input.value.trim());

@@ -1,6 +1,6 @@
 // The experiment page: header with cancel, the trial table (sortable, filterable, rows
 // selectable for the curves), the curve panel, the sweep panel and the experiment's events.
-import { ACTIVE, api, cancelButton, duration, eventRows, h, num, paramText, rate, stateBadge, trialLabels } from './util.js';
+import { ACTIVE, api, apiAll, cancelButton, duration, eventRows, h, num, paramText, rate, stateBadge, trialLabels } from './util.js';
 import { curvePanel } from './curves.js';
 import { sweepPanel } from './sweep.js';
 
@@ -60,9 +60,15 @@ function compare(a, b) {
   return paramText(a).localeCompare(paramText(b), undefined, { numeric: true });
 }
 
+// The trial table of every page, with the union of the keys the pages' trials sweep.
+function tableOf(id) {
+  return apiAll(`/api/v1/dashboard/experiments/${id}`, 'trial_rows',
+    (all, page) => { all.swept = [...new Set([...all.swept, ...page.swept])].sort(); });
+}
+
 export async function render(root, id, ctx) {
   const onError = e => ctx.showError(e);
-  let exp = await api(`/api/v1/dashboard/experiments/${id}`);
+  let exp = await tableOf(id);
   if (!ctx.isCurrent()) return { dispose() {} };
   ctx.crumbs([{ text: 'experiments', href: '#/' }, { text: `${exp.name} (#${id})` }]);
 
@@ -143,7 +149,7 @@ export async function render(root, id, ctx) {
 
   async function refresh() {
     const before = new Map(exp.trial_rows.map(r => [r.id, r.state]));
-    exp = await api(`/api/v1/dashboard/experiments/${id}`);
+    exp = await tableOf(id);
     if (!ctx.isCurrent()) return;
     drawHeader();
     drawTable();

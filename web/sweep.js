@@ -1,7 +1,7 @@
 // The experiment page's sweep panel: the best objective against each swept parameter (scatter;
 // categorical parameters by name), a heatmap of two parameters, and the Pareto front of the
 // objective against seconds per step (from /api/v1/experiments/ID/best).
-import { api, h, num, paramText } from './util.js';
+import { apiAll, h, num, paramText } from './util.js';
 import { paretoChart, scatterChart } from './charts.js';
 
 function distinct(values) {
@@ -115,7 +115,7 @@ export function sweepPanel({ experimentId, objective, onError }) {
   }
 
   async function loadPareto() {
-    const r = await api(`/api/v1/experiments/${experimentId}/best`);
+    const r = await apiAll(`/api/v1/experiments/${experimentId}/best`, 'pareto');
     const pts = r.pareto.filter(p => p.compared && p.final_value !== null && p.seconds_per_step > 0)
       .map(p => ({ x: p.seconds_per_step, y: p.final_value, front: p.on_front, label: p.label, trial: p.trial }));
     if (!pts.length) {

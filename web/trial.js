@@ -36,7 +36,7 @@ export async function render(root, id, ctx) {
     t = await api(`/api/v1/trials/${id}`);
     if (!ctx.isCurrent()) return;
     const [exp, series, ev] = await Promise.all([
-      api(`/api/v1/experiments/${t.experiment_id}`),
+      api(`/api/v1/experiments/${t.experiment_id}?limit=1`),
       api(`/api/v1/trials/${id}/metrics?max_points=1000`),
       api(`/api/v1/events?experiment=${t.experiment_id}&limit=10000`),
     ]);

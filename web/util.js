@@ -12,13 +12,12 @@ export class ApiError extends Error {
   constructor(status, code, message) { super(message); this.status = status; this.code = code; }
 }
 
-// GET (or POST with the admin token) a JSON route; throws ApiError with the server's message.
+// A JSON route, with the token when one is set (a controller whose reads are not public needs
+// it for GETs too); throws ApiError with the server's message.
 export async function api(path, { method = 'GET', body } = {}) {
   const headers = {};
-  if (method !== 'GET') {
-    headers['Content-Type'] = 'application/json';
-    if (token()) headers.Authorization = 'Bearer ' + token();
-  }
+  if (method !== 'GET') headers['Content-Type'] = 'application/json';
+  if (token()) headers.Authorization = 'Bearer ' + token();
   let res;
   try {
     res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -34,6 +33,29 @@ export async function api(path, { method = 'GET', body } = {}) {
   }
   if (json === null) throw new ApiError(res.status, 'bad_json', path + ' did not answer JSON');
   return json;
+}
+
+// The most a page of a long list holds (the controller's maximum).
+export const PAGE = 5000;
+
+// Every page of a paginated route (?limit&cursor; the body's next_cursor says where the next
+// starts, null after the last): the first page's body with the `key` lists of all pages joined.
+// merge(all, page) may combine other fields of the later pages.
+export async function apiAll(path, key, merge) {
+  const sep = path.includes('?') ? '&' : '?';
+  let all = null;
+  let cursor = null;
+  do {
+    const page = await api(`${path}${sep}limit=${PAGE}` + (cursor === null ? '' : `&cursor=${cursor}`));
+    if (all === null) all = page;
+    else {
+      for (const item of page[key]) all[key].push(item);
+      if (merge) merge(all, page);
+    }
+    cursor = page.next_cursor ?? null;
+  } while (cursor !== null);
+  delete all.next_cursor;
+  return all;
 }
 
 // h('td', {class: 'num', onclick: f}, 'text', child, ...): an element; strings become text nodes.

@@ -23,6 +23,8 @@ struct ServeOptions {
   uint16_t port = 8080;
   std::string web_dir;
   AdminTokenOptions token;
+  std::string reads = "auto";    // --public-reads / --no-public-reads
+  std::string read_token_file;   // --read-token-file
   int cpu_slots = 0;
   size_t metric_cache_points = 0;
   std::string advertise;
@@ -41,6 +43,16 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--port", o->port, "listen port")->capture_default_str();
   cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   add_admin_token_options(cmd, o->token);
+  CLI::Option* public_reads = cmd->add_flag_callback("--public-reads", [o] { o->reads = "public"; },
+                         "anyone who can connect may read the API (experiments, trials, metrics, logs); the default "
+                         "on a loopback --bind");
+  cmd->add_flag_callback("--no-public-reads", [o] { o->reads = "token"; },
+                         "reads need the read token (--read-token-file) or the admin token; the default on any "
+                         "other --bind")
+      ->excludes(public_reads);
+  cmd->add_option("--read-token-file", o->read_token_file,
+                  "a file whose first line is a token for reads only (mode 0600 or stricter), e.g. for a shared "
+                  "dashboard");
   cmd->add_option("--advertise-url", o->advertise,
                   "the controller's URL as workers (Slurm compute nodes) reach it, e.g. http://login01:8080; "
                   "default: http://<bind>:<port>, this host's name when bound to 0.0.0.0");
@@ -70,6 +82,16 @@ void add_serve(CLI::App& app) {
       co.port = o->port;
       co.web_dir = web.dir;
       co.admin_token = token;
+      co.reads = o->reads;
+      if (!o->read_token_file.empty()) {
+        try {
+          co.read_token = configured_admin_token({"", o->read_token_file});
+        } catch (const std::invalid_argument& e) {  // its messages name the admin token's flag
+          const std::string message = e.what(), flag = "--admin-token-file";
+          throw std::invalid_argument(message.starts_with(flag) ? "--read-token-file" + message.substr(flag.size()) : message);
+        }
+        if (co.read_token == token) throw std::invalid_argument("--read-token-file: the read token must differ from the admin token");
+      }
       co.cpu_slots = o->cpu_slots;
       co.metric_cache_points = o->metric_cache_points;
       co.advertise_url = o->advertise;
@@ -84,6 +106,10 @@ void add_serve(CLI::App& app) {
       write_connection_files(controller.url(), controller.admin_token());
       std::cerr << "precon serve: " << controller.url() << " (database " << global().db << ", admin token in "
                 << token_file().string() << ")\n";
+      std::cerr << "precon serve: reads "
+                << (controller.public_reads() ? "public (anyone who can connect to " + o->bind + ")"
+                                               : std::string("need the read token or the admin token"))
+                << "\n";
       if (web.dir.empty()) std::cerr << "precon serve: " << web.missing << "\n";
       else std::cerr << "precon serve: dashboard " << controller.url() << "/ (files in " << web.dir.string() << ")\n";
       while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(200));

@@ -361,16 +361,28 @@ std::vector<const Route*> Router::routes() const {
   return out;
 }
 
+bool Router::holds_token(const Request& request) const {
+  const std::string sent = bearer_token(request);
+  if (sent.empty()) return false;
+  const bool admin = !options_.admin_token.empty() && constant_time_equal(sent, options_.admin_token);
+  const bool reader = !options_.read_token.empty() && constant_time_equal(sent, options_.read_token);
+  return admin || reader;
+}
+
 bool Router::authorized(const Entry& entry, const Request& request) const {
   if (entry.route.authorize) return entry.route.authorize(request);
-  if (!entry.route.needs_token) return true;
-  return !options_.admin_token.empty() && constant_time_equal(bearer_token(request), options_.admin_token);
+  if (entry.route.needs_token) {
+    return !options_.admin_token.empty() && constant_time_equal(bearer_token(request), options_.admin_token);
+  }
+  if (entry.route.needs_read_token && !options_.public_reads) return request.token_holder;
+  return true;
 }
 
 std::optional<Response> Router::resolve(Request& request, const Entry*& found_entry) const {
   found_entry = nullptr;
   request.route.clear();
   request.params.clear();
+  request.token_holder = false;
   std::vector<std::string> decoded;
   if (!decode_segments(request.path, decoded)) {
     return error_response(400, "bad_path", "malformed percent-encoding in the path \"" + request.path + "\"");
@@ -414,6 +426,7 @@ std::optional<Response> Router::resolve(Request& request, const Entry*& found_en
   }
   request.route = entry->route.name;
   request.params = std::move(params);
+  request.token_holder = holds_token(request);
   found_entry = entry;
   return std::nullopt;
 }
@@ -422,6 +435,10 @@ Response Router::unauthorized(const Route& route, const Request& request) {
   const bool sent = request.headers.count("authorization") != 0;
   std::string message;
   if (route.authorize) message = sent ? "wrong token for this route" : "this route needs a token and none was sent";
+  else if (!route.needs_token)
+    message = sent ? "the token sent is neither this controller's read token nor its admin token"
+                   : "reads on this controller need a token: send \"Authorization: Bearer <token>\" with its read "
+                     "token or its admin token (or start it with --public-reads)";
   else if (!sent)
     message = "this route changes state: send \"Authorization: Bearer <token>\" with the controller's admin token";
   else if (bearer_token(request).empty())

@@ -29,6 +29,7 @@ struct Request {
   std::map<std::string, std::string> params;   // decoded path parameters, filled by the router
   std::string remote;                          // peer "address:port" ("" outside the server)
   std::string route;  // matched Route::name, filled by the router ("" when no route matched)
+  bool token_holder = false;  // sent the admin or the read token (filled by the router)
 };
 
 struct Response {
@@ -58,11 +59,18 @@ struct Route {
   // per-trial token); false answers 401. Runs twice: on the header alone (body "") before the
   // body is read, so it must not refuse for want of a body, and again with the body.
   std::function<bool(const Request&)> authorize;
+  // Reads stored data: needs the read or the admin token unless RouterOptions::public_reads.
+  bool needs_read_token = false;
+  // Slow on a big experiment: the server answers it on its worker pool, whose queue is bounded
+  // (full: 503 busy), never on an io thread (ServerOptions::workers).
+  bool offload = false;
 };
 
 struct RouterOptions {
   std::string admin_token;  // "" refuses every needs_token route (401)
   std::function<void(const std::string&)> log;  // 500s are logged here; default: stderr
+  std::string read_token = "";  // also accepted by needs_read_token routes; "" = the admin token only
+  bool public_reads = true; // needs_read_token routes answer anyone (no token needed)
 };
 
 class Router {
@@ -103,6 +111,7 @@ class Router {
   static bool decode_segments(const std::string& path, std::vector<std::string>& out);
   static bool match_entry(const Entry& entry, const std::vector<std::string>& decoded, std::vector<int>& score,
                           std::map<std::string, std::string>& params);
+  bool holds_token(const Request& request) const;  // the admin or the read token
   bool authorized(const Entry& entry, const Request& request) const;
   // The refusal for a request no handler will see, or nullopt and its entry (params filled).
   std::optional<Response> resolve(Request& request, const Entry*& entry) const;

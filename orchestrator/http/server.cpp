@@ -5,6 +5,9 @@
 
 #include "orchestrator/http/printable.h"
 #include "orchestrator/http/request_reader.h"
+#include "orchestrator/http/work_pool.h"
+
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -64,6 +67,11 @@ struct HttpServer::State {
   void do_accept();
   void on_accept(beast::error_code ec, tcp::socket socket);
   void admit(tcp::socket socket);  // a session for the connection, or its refusal over a cap
+  // The counted session waiting longest for a request, from `address` ("" any); null when none.
+  // With the mutex held.
+  Session* longest_idle(const std::string& address);
+  // After a big or slow offloaded answer: free pages back to the system, at most once a second.
+  void trim_heap(size_t bytes, double seconds);
 
   const Router& router;
   ServerOptions options;
@@ -76,6 +84,8 @@ struct HttpServer::State {
   std::optional<net::io_context> io;
   std::optional<tcp::acceptor> acceptor;    // on its own strand
   std::optional<net::steady_timer> retry;  // on the acceptor's strand
+  std::unique_ptr<WorkPool> pool;          // offloaded routes; null without workers
+  std::atomic<int64_t> last_trim{0};       // steady-clock ms of the last malloc_trim
 };
 
 namespace {
@@ -97,11 +107,29 @@ class Session : public std::enable_shared_from_this<Session> {
   ~Session() {
     std::lock_guard lock(state_.mutex);
     state_.sessions.erase(this);
-    if (!refusal_) {
-      --state_.serving;
-      if (--state_.per_address[address_] == 0) state_.per_address.erase(address_);
-    }
+    if (counted) uncount();
     if (state_.sessions.empty()) state_.sessions_gone.notify_all();
+  }
+
+  // Within the caps (serving, per_address count it). Read and written with the registry's mutex held.
+  bool counted = false;
+  const std::string& address() const { return address_; }
+  // Steady-clock ns since which it waits for a request; 0 while reading or answering one.
+  int64_t idle_since() const { return idle_since_.load(); }
+  // With the registry's mutex held: no longer counted against the caps.
+  void uncount() {
+    counted = false;
+    --state_.serving;
+    if (--state_.per_address[address_] == 0) state_.per_address.erase(address_);
+  }
+
+  // From admit(), its place given to a new connection (uncounted already): an idle connection
+  // closes now; one that began a request meanwhile closes after answering it.
+  void evict() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->evicted_ = true;
+      if (self->phase_ == Phase::kIdle) self->stream_.cancel();
+    });
   }
 
   void run() {
@@ -130,14 +158,17 @@ class Session : public std::enable_shared_from_this<Session> {
   enum class Phase { kIdle, kReading, kAnswering, kClosing };
 
   void wait_for_request() {
-    if (state_.stopping) return close();
+    if (state_.stopping || evicted_) return close();
     phase_ = Phase::kIdle;
     parser_.emplace();
     parser_->body_limit(state_.options.body_limit);
     if (buffer_.size() > 0) return read_header();  // pipelined: the next request is here already
-    stream_.expires_after(state_.options.idle_timeout);
+    const auto& o = state_.options;
+    stream_.expires_after(requests_ == 0 ? std::min(o.first_request_timeout, o.idle_timeout) : o.idle_timeout);
+    idle_since_ = std::max<int64_t>(1, std::chrono::steady_clock::now().time_since_epoch().count());
     stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      if (ec) return self->close();  // idle timeout, peer gone or stop(): nothing to answer
+      self->idle_since_ = 0;
+      if (ec) return self->close();  // idle timeout, peer gone, eviction or stop(): nothing to answer
       self->buffer_.commit(n);
       self->read_header();
     });
@@ -214,17 +245,54 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void handle() {
     deadline_.cancel();
-    auto& message = parser_->get();
-    const bool keep_alive = message.keep_alive();
-    const unsigned version = message.version();
-    const bool head = message.method() == bhttp::verb::head;
+    phase_ = Phase::kAnswering;
+    if (const Route* route = offloaded_route()) return offload(*route);
     Request request;
     double seconds = 0;
     std::optional<std::string> failure;
-    Response response = answer_request(message, state_.router, remote_, request, seconds, failure);
+    Response response = answer_request(parser_->get(), state_.router, remote_, request, seconds, failure);
+    finish(std::move(request), std::move(response), seconds, std::move(failure));
+  }
+
+  // The request's route when the worker pool answers it, else null.
+  const Route* offloaded_route() const {
+    if (!state_.pool) return nullptr;
+    const auto& message = parser_->get();
+    const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
+    const auto target = message.target();
+    const Route* route = state_.router.match(method, std::string(target.substr(0, target.find('?'))));
+    return route && route->offload ? route : nullptr;
+  }
+
+  // Answers on the worker pool; the parser is left alone on this strand until the answer is back.
+  void offload(const Route& route) {
+    const bool queued = state_.pool->try_post([self = shared_from_this()] {
+      Request request;
+      double seconds = 0;
+      std::optional<std::string> failure;
+      Response response = answer_request(self->parser_->get(), self->state_.router, self->remote_, request, seconds, failure);
+      const size_t bytes = response.body.size();
+      net::post(self->stream_.get_executor(), [self, request = std::move(request), response = std::move(response),
+                                               seconds, failure = std::move(failure)]() mutable {
+        self->finish(std::move(request), std::move(response), seconds, std::move(failure));
+      });
+      self->state_.trim_heap(bytes, seconds);
+    });
+    if (queued) return;
+    Request request = to_request(parser_->get(), "", remote_);
+    request.route = route.name;
+    Response busy = error_response(503, "busy",
+                                   "the controller is answering as many slow requests as it queues (" +
+                                       std::to_string(state_.options.worker_queue) + " waiting); retry shortly");
+    busy.headers["Retry-After"] = "1";
+    finish(std::move(request), std::move(busy), 0, std::nullopt);
+  }
+
+  void finish(Request request, Response response, double seconds, std::optional<std::string> failure) {
+    const auto& message = parser_->get();
     if (failure) state_.log("answering " + request.method + " " + request.path + " failed: " + *failure);
     report(request, response, seconds);
-    send(std::move(response), keep_alive, version, head);
+    send(std::move(response), message.keep_alive(), message.version(), message.method() == bhttp::verb::head);
   }
 
   void report(const Request& request, const Response& response, double seconds) {
@@ -248,7 +316,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.set(bhttp::field::server, "precon");
     if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) response_.set(name, value);
-    response_.keep_alive(keep_alive && !state_.stopping);
+    response_.keep_alive(keep_alive && !state_.stopping && !evicted_);
     if (head) {
       response_.content_length(response.body.size());
     } else {
@@ -283,6 +351,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void close() {
     phase_ = Phase::kClosing;
+    deadline_.cancel();  // its wait holds the session: a peer gone mid-request would keep its slot
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
@@ -302,6 +371,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string remote_;   // "address:port"
   std::optional<Response> refusal_;
   std::atomic<Phase> phase_{Phase::kIdle};  // read by describe() from HttpServer::stop()
+  std::atomic<int64_t> idle_since_{0};      // read by admit() on the acceptor's strand
+  bool evicted_ = false;                    // its place was given to a newer connection
 };
 
 }  // namespace
@@ -331,31 +402,71 @@ void HttpServer::State::admit(tcp::socket socket) {
   if (ec) return;  // gone already
   const std::string address = peer.address().to_string();
   std::optional<Response> refusal;
-  std::shared_ptr<Session> session;
+  std::shared_ptr<Session> session, evicted;
   {
     std::lock_guard lock(mutex);
     const size_t from_address = per_address.count(address) ? per_address[address] : 0;
-    if (serving >= options.max_connections) {
+    const bool address_full = from_address >= options.max_connections_per_address;
+    if (address_full || serving >= options.max_connections) {
+      // Over the address's cap a connection of that address makes room (which also frees one
+      // in all); over the total cap alone, any.
+      if (Session* idle = longest_idle(address_full ? address : "")) {
+        evicted = sessions.at(idle).lock();
+        if (evicted) evicted->uncount();
+      }
+    }
+    if (evicted) {
+      // Its slot is the new connection's.
+    } else if (serving >= options.max_connections) {
       refusal = error_response(503, "too_many_connections",
                                "the server has " + std::to_string(serving) +
-                                   " connections open, its limit; retry shortly");
-    } else if (from_address >= options.max_connections_per_address) {
+                                   " connections open, its limit, all of them busy with requests; retry shortly");
+    } else if (address_full) {
       refusal = error_response(503, "too_many_connections",
                                "this client address has " + std::to_string(from_address) +
-                                   " connections open, the limit per address; close some or retry shortly");
+                                   " connections open, the limit per address, all of them busy with requests; "
+                                   "retry shortly");
     }
-    if (refusal) {
+    const bool refused = refusal.has_value();
+    if (refused) {
       if (sessions.size() - serving >= kMaxRefusing) return;  // closed unanswered
       refusal->headers["Retry-After"] = "1";
-    } else {
-      ++serving;
-      ++per_address[address];
     }
     session = std::make_shared<Session>(std::move(socket), *this, address,
                                         address + ":" + std::to_string(peer.port()), std::move(refusal));
+    if (!refused) {
+      session->counted = true;
+      ++serving;
+      ++per_address[address];
+    }
     sessions.emplace(session.get(), session);
   }
+  if (evicted) evicted->evict();
   session->run();
+}
+
+Session* HttpServer::State::longest_idle(const std::string& address) {
+  Session* oldest = nullptr;
+  int64_t oldest_since = 0;
+  const int64_t latest = (std::chrono::steady_clock::now() - options.evictable_after).time_since_epoch().count();
+  for (const auto& [raw, weak] : sessions) {
+    if (!raw->counted || (!address.empty() && raw->address() != address)) continue;
+    const int64_t since = raw->idle_since();
+    if (since > 0 && since <= latest && (!oldest || since < oldest_since)) {
+      oldest = raw;
+      oldest_since = since;
+    }
+  }
+  return oldest;
+}
+
+void HttpServer::State::trim_heap(size_t bytes, double seconds) {
+  if (bytes < options.trim_after_bytes && seconds < 1.0) return;
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch()).count();
+  int64_t last = last_trim.load();
+  if (now - last < 1000 || !last_trim.compare_exchange_strong(last, now)) return;
+  ::malloc_trim(0);
 }
 
 bool reachable_from_other_machines(const std::string& bind) {
@@ -409,6 +520,7 @@ void HttpServer::start() {
   if (!listening_) listen();
   State& s = *state_;
   started_ = true;
+  if (s.options.workers > 0) s.pool = std::make_unique<WorkPool>(s.options.workers, s.options.worker_queue);
   s.do_accept();
   for (int i = 0; i < s.options.threads; ++i) {
     threads_.emplace_back([&s] {
@@ -462,6 +574,7 @@ void HttpServer::stop() {
   if (cut > 0) {
     s.log("stopping: " + std::to_string(cut) + " connection(s) still busy after the stop timeout are cut: " + which);
   }
+  if (s.pool) s.pool->stop();  // before the io_context goes: its jobs post back to sessions
   s.io->stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();

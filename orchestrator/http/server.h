@@ -32,14 +32,32 @@ struct ServerOptions {
   std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};
   // A kept-alive connection waiting for its next request is closed after this long.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
+  // A connection that has not sent its first request yet is closed after this long (at most
+  // idle_timeout): opened and left silent, it holds a slot for nothing.
+  std::chrono::milliseconds first_request_timeout{std::chrono::seconds(5)};
   // stop(): how long requests already being read or answered may take before they are cut.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(5)};
   // Connections open at once, in all and from one client address. A connection beyond either cap
-  // is answered 503 too_many_connections (with Retry-After) and closed, so clients that hold
-  // connections open (slowly, or many at once) cannot use up the server's descriptors or starve
-  // clients from other addresses.
+  // takes the place of the connection that has waited longest for its next request (or its first)
+  // under that cap, at least evictable_after, which is closed; only when every such connection is reading a request or
+  // being answered is the new one answered 503 too_many_connections (with Retry-After) and closed.
+  // So idle connections, however many, never lock other clients out (those of the same address
+  // included: the CLI and the workers' reports on loopback), and clients that stall mid-request
+  // hold their slots for read_timeout at most.
   size_t max_connections = 1024;
   size_t max_connections_per_address = 256;
+  // How long a connection must have waited before it may give its place: one that has just
+  // connected or been answered is about to send, most likely.
+  std::chrono::milliseconds evictable_after{std::chrono::seconds(1)};
+  // Threads and waiting places of the worker pool that answers the routes marked `offload`
+  // (Route::offload); a request for one while `worker_queue` wait already is answered 503 busy
+  // (with Retry-After). 0 threads: those routes are answered on the io threads.
+  size_t workers = 2;
+  size_t worker_queue = 32;
+  // After an offloaded answer of at least this many bytes (or one whose handler took over a
+  // second) the server returns the heap's free pages to the system (malloc_trim), at most once a
+  // second, so a burst of big reads does not leave the process at its peak size.
+  size_t trim_after_bytes = 1 << 20;
   // Called after every answer with the request (request.route is the Route::name, "" when no
   // route matched or the server answered by itself: 400/408/413/431/501), the response and the
   // seconds spent in the router. For /metrics: count by request.route and response.status.

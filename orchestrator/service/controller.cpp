@@ -9,6 +9,9 @@
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
+#include "orchestrator/service/api.h"
+#include "orchestrator/service/queries.h"
+#include "orchestrator/service/report_limits.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
@@ -72,10 +75,19 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   if (options_.trainer.empty()) options_.trainer = default_trainer();
   if (options_.web_dir.empty() && has_dashboard(default_web_dir_location())) options_.web_dir = default_web_dir_location();
   if (options_.admin_token.empty()) options_.admin_token = random_hex_token();
+  if (options_.reads != "auto" && options_.reads != "public" && options_.reads != "token") {
+    throw std::invalid_argument("reads must be auto, public or token, got \"" + options_.reads + "\"");
+  }
+  public_reads_ = options_.reads == "public" || (options_.reads == "auto" && !reachable_from_other_machines(options_.bind));
   metrics_ = std::make_unique<ControllerMetrics>();
+  best_cache_ = std::make_unique<BestCache>();
   store_ = std::make_unique<Store>(options_.db);
   if (options_.metric_cache_points > 0) store_->set_metric_cache_limit(options_.metric_cache_points);
-  store_->set_write_observer([m = metrics_.get()](const char* op, double seconds) { m->store_write(op, seconds); });
+  store_->set_write_observer([m = metrics_.get(), best = best_cache_.get()](const char* op, double seconds) {
+    m->store_write(op, seconds);
+    best->store_written(op);
+  });
+  report_limits_ = std::make_unique<ReportLimits>(*store_);
   LocalExecutorOptions lo;
   lo.cpu_slots = options_.cpu_slots;
   lo.gpu_ids = options_.gpu_ids;
@@ -91,10 +103,11 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   }
   RouterOptions ro;
   ro.admin_token = options_.admin_token;
+  ro.read_token = options_.read_token;
+  ro.public_reads = public_reads_;
   ro.log = options_.log;
   router_ = std::make_unique<Router>(ro);
   add_routes();
-  add_metrics_route();
   ServerOptions so;
   so.bind = options_.bind;
   so.port = options_.port;

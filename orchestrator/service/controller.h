@@ -18,8 +18,11 @@
 
 namespace precon::orch {
 
+struct Api;
+class BestCache;
 class ControllerMetrics;
 class LocalExecutor;
+class ReportLimits;
 class SlurmExecutor;
 
 struct ControllerOptions {
@@ -31,6 +34,12 @@ struct ControllerOptions {
   std::string bind = "127.0.0.1";              // loopback unless asked otherwise
   uint16_t port = 0;                           // 0 = ephemeral
   std::string admin_token;                     // required by routes that change state
+  // Who may read the API (experiments, trials, metrics, logs, the dashboard's data): "public"
+  // (anyone who can connect), "token" (the read or the admin token), or "auto": public when bound
+  // to a loopback address, token otherwise. /healthz, /metrics and the dashboard's files are
+  // public either way.
+  std::string reads = "auto";
+  std::string read_token;                      // accepted for reads besides the admin token; "" = none
   int cpu_slots = 0;                           // local executor CPU slots; 0 = all cores
   std::vector<int> gpu_ids;                    // local executor GPUs
   size_t metric_cache_points = 0;              // metric series cache budget; 0 = the store's default
@@ -71,6 +80,7 @@ class Controller {
   Scheduler& scheduler() { return *scheduler_; }
   ControllerMetrics& metrics() { return *metrics_; }
   const std::string& admin_token() const { return options_.admin_token; }
+  bool public_reads() const { return public_reads_; }
   const std::filesystem::path& web_dir() const { return options_.web_dir; }  // empty: no dashboard at /
 
   // Parses, expands and checks a recipe, then creates the experiment. Throws
@@ -79,15 +89,18 @@ class Controller {
                         const std::vector<std::string>& overrides);
 
  private:
-  void add_routes();
-  void add_metrics_route();  // GET /metrics (prometheus_route.cpp)
+  void add_routes();  // the route table (routes.cpp)
 
   ControllerOptions options_;
   std::unique_ptr<ControllerMetrics> metrics_;  // before the store and server, which report to it
+  std::unique_ptr<BestCache> best_cache_;       // before the store, whose writes it is told of
   std::unique_ptr<Store> store_;
   std::unique_ptr<LocalExecutor> local_;
   std::unique_ptr<SlurmExecutor> slurm_;  // null when Slurm is off or absent
   std::unique_ptr<Scheduler> scheduler_;
+  std::unique_ptr<ReportLimits> report_limits_;
+  std::unique_ptr<Api> api_;  // what the handlers share
+  bool public_reads_ = true;
   std::unique_ptr<Router> router_;
   std::unique_ptr<HttpServer> server_;
   std::thread warmer_;  // loads running trials' series into the query cache after a start

@@ -2,20 +2,20 @@
 // token: scrapers do not carry one, and nothing here is secret beyond what the read-only API
 // shows. Values that live in the store are read at scrape time.
 #include "orchestrator/obs/controller_metrics.h"
+#include "orchestrator/service/api.h"
 #include "orchestrator/service/controller.h"
 
 namespace precon::orch {
 
-void Controller::add_metrics_route() {
-  router_->add({"GET", "/metrics", [this](Request&) {
-                  metrics_->set_trial_counts(store_->trial_state_counts());
-                  metrics_->set_metric_cache_points(store_->metric_cache_points());
-                  Response r;
-                  r.content_type = ControllerMetrics::kContentType;
-                  r.body = metrics_->serialize();
-                  r.headers["Cache-Control"] = "no-store";
-                  return r;
-                }, false, "metrics", nullptr});
+Response metrics_page(const Api& api, Request&) {
+  ControllerMetrics& metrics = api.controller.metrics();
+  metrics.set_trial_counts(api.store.trial_state_counts());
+  metrics.set_metric_cache_points(api.store.metric_cache_points());
+  Response r;
+  r.content_type = ControllerMetrics::kContentType;
+  r.body = metrics.serialize();
+  r.headers["Cache-Control"] = "no-store";
+  return r;
 }
 
 }  // namespace precon::orch

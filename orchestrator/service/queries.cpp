@@ -71,6 +71,77 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
   return rank_trials(trials, s);
 }
 
+void BestCache::store_written(const char* op) {
+  // Metric points are told apart by metrics_stored, per experiment.
+  if (std::string_view(op) != "insert_metrics") ++global_;
+}
+
+void BestCache::metrics_stored(int64_t experiment_id) {
+  std::lock_guard lock(mu_);
+  ++local_[experiment_id];
+}
+
+std::shared_ptr<const BestReport> BestCache::report(const Store& store, const ExperimentRow& experiment) {
+  std::shared_ptr<std::mutex> gate;
+  {
+    std::lock_guard lock(mu_);
+    std::shared_ptr<std::mutex>& slot = computing_[experiment.id];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    gate = slot;
+  }
+  std::lock_guard computing(*gate);
+  uint64_t global = 0, local = 0;
+  {
+    std::lock_guard lock(mu_);
+    // Read before the store is: a write meanwhile leaves what is computed stale, never kept as current.
+    global = global_.load();
+    local = local_[experiment.id];
+    const auto it = kept_.find(experiment.id);
+    if (it != kept_.end() && it->second.global == global && it->second.local == local) {
+      it->second.used = ++clock_;
+      return it->second.report;
+    }
+  }
+  auto fresh = std::make_shared<const BestReport>(best_report(store, experiment));
+  ++computed_;
+  std::lock_guard lock(mu_);
+  kept_[experiment.id] = {global, local, ++clock_, fresh};
+  while (kept_.size() > kKept) {
+    auto oldest = kept_.begin();
+    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+      if (it->second.used < oldest->second.used) oldest = it;
+    kept_.erase(oldest);
+  }
+  return fresh;
+}
+
+namespace {
+template <class T>
+std::vector<T> slice(const std::vector<T>& all, size_t offset, size_t limit, bool& more) {
+  if (offset >= all.size()) return {};
+  const size_t end = std::min(all.size(), offset + limit);
+  more |= end < all.size();
+  return std::vector<T>(all.begin() + static_cast<std::ptrdiff_t>(offset), all.begin() + static_cast<std::ptrdiff_t>(end));
+}
+}  // namespace
+
+BestPage best_page(const BestReport& full, size_t offset, size_t limit) {
+  BestPage page;
+  bool more = false;
+  page.report.settings = full.settings;
+  for (auto [to, from] : {std::pair{&page.report.at_step, &full.at_step}, std::pair{&page.report.at_time, &full.at_time},
+                          std::pair{&page.report.at_flops, &full.at_flops}}) {
+    to->defined = from->defined;
+    to->at = from->at;
+    to->entries = slice(from->entries, offset, limit, more);
+  }
+  page.report.pareto = slice(full.pareto, offset, limit, more);
+  if (more) page.next_cursor = static_cast<int64_t>(offset + limit);
+  return page;
+}
+
+bool has_metrics(const Store& store, int64_t trial_id) { return !store.metric_names(trial_id).empty(); }
+
 json trial_summary_json(const Store& store, const TrialRow& t, const ExperimentRow& exp, bool has_metrics) {
   json j = trial_json(t);
   j["label"] = label_of(t);

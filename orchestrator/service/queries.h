@@ -2,7 +2,11 @@
 // directly): the same answers either way.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +21,46 @@ ExperimentRow find_experiment(const Store& store, const std::string& id_or_name)
 
 // `precon best`: rankings at equal steps and equal wall-clock, and the Pareto front.
 BestReport best_report(const Store& store, const ExperimentRow& experiment);
+
+// `precon best`'s report kept per experiment for as long as nothing it read changed: a write to
+// the store other than metric points (trial states, attempts, events, experiments: store_written)
+// ends every kept report, metric points stored for a trial (metrics_stored) end its experiment's.
+// Requests for one experiment while its report is computed wait for that one computation. At most
+// kKept reports are kept, the least recently asked for dropped first.
+// Thread-safety: every member from any thread.
+class BestCache {
+ public:
+  static constexpr size_t kKept = 2;
+
+  void store_written(const char* op);  // the store's write observer
+  void metrics_stored(int64_t experiment_id);
+  std::shared_ptr<const BestReport> report(const Store& store, const ExperimentRow& experiment);
+  size_t computed() const { return computed_.load(); }  // reports computed so far (tests)
+
+ private:
+  struct Kept {
+    uint64_t global = 0, local = 0;  // the versions it was computed at
+    uint64_t used = 0;               // when it was last asked for (clock_)
+    std::shared_ptr<const BestReport> report;
+  };
+  std::atomic<uint64_t> global_{1};
+  std::atomic<size_t> computed_{0};
+  std::mutex mu_;  // guards what follows
+  std::map<int64_t, uint64_t> local_;  // experiment -> version of its metric points
+  std::map<int64_t, Kept> kept_;
+  std::map<int64_t, std::shared_ptr<std::mutex>> computing_;  // one computation per experiment at once
+  uint64_t clock_ = 0;
+};
+
+// A page of a report: every ranking's entries and the Pareto list cut to [offset, offset + limit).
+struct BestPage {
+  BestReport report;
+  int64_t next_cursor = 0;  // offset + limit when a list goes on; 0 when none does
+};
+BestPage best_page(const BestReport& full, size_t offset, size_t limit);
+
+// Whether the trial has stored any metric (one index probe).
+bool has_metrics(const Store& store, int64_t trial_id);
 
 // A trial's summary row: state, params, last objective value, steps, seconds per step.
 // has_metrics false: the trial is known to have none (Store::trials_with_metrics), nothing is read.

@@ -28,13 +28,14 @@ ReportLimits::Trial& ReportLimits::load(int64_t trial_id) {
   const worker::TrialConfig config = stored_trial_config(row->config_toml, "trial " + std::to_string(trial_id));
   if (trials_.size() >= kMaxTrialsKept) trials_.clear();
   Trial t;
+  t.experiment = row->experiment_id;
   t.max_step = config.train.steps;
   t.layers = config.model.n_layer;
   for (const std::string& name : store_.metric_names(trial_id)) t.names.insert(counted_name(name, t.layers));
   return trials_.emplace(trial_id, std::move(t)).first->second;
 }
 
-void ReportLimits::check_and_reserve(int64_t trial_id, const std::vector<MetricPoint>& points) {
+int64_t ReportLimits::check_and_reserve(int64_t trial_id, const std::vector<MetricPoint>& points) {
   std::lock_guard lock(mu_);
   Trial& t = load(trial_id);
   std::set<std::string> fresh;
@@ -52,6 +53,7 @@ void ReportLimits::check_and_reserve(int64_t trial_id, const std::vector<MetricP
                         " distinct metric names, more than " + std::to_string(kMaxMetricNames) +
                         " (per-layer names <name>.layerN count once); nothing of this report was stored");
   t.names.insert(fresh.begin(), fresh.end());
+  return t.experiment;
 }
 
 void ReportLimits::forget(int64_t trial_id) {

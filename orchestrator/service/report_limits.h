@@ -28,8 +28,9 @@ class ReportLimits {
 
   // Throws HttpError 400 bad_report when the points go past the trial's bounds; otherwise counts
   // their names as the trial's (forget() undoes that when the report is not stored after all).
-  // Call it only for an authenticated report: it reads the trial's config.
-  void check_and_reserve(int64_t trial_id, const std::vector<MetricPoint>& points);
+  // Call it only for an authenticated report: it reads the trial's config. Returns the trial's
+  // experiment id.
+  int64_t check_and_reserve(int64_t trial_id, const std::vector<MetricPoint>& points);
   // Drops what is known of the trial; the next report reloads it from the store.
   void forget(int64_t trial_id);
 
@@ -38,6 +39,7 @@ class ReportLimits {
 
  private:
   struct Trial {
+    int64_t experiment = 0;        // the experiment's id
     int64_t max_step = 0;          // train.steps
     int64_t layers = 0;            // model.n_layer
     std::set<std::string> names;   // counted names stored (or being stored)

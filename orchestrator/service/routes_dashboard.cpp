@@ -1,4 +1,4 @@
-// Dashboard routes (see routes_dashboard.h): one flat table below, handlers over the store.
+// The dashboard's routes (routes.cpp lists them): views shaped for web/, handlers over the store.
 #include "orchestrator/service/routes_dashboard.h"
 
 #include <algorithm>
@@ -11,7 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "orchestrator/service/api.h"
+#include "orchestrator/service/queries.h"
 #include "orchestrator/service/views.h"
+#include "orchestrator/store/store_pages.h"
 
 namespace precon::orch {
 
@@ -92,10 +95,9 @@ json experiment_row_json(const Store& store, const ExperimentRow& e, double now)
   return j;
 }
 
-// "1,2,3" -> trial rows of experiment `e` (all of them when empty).
+// "1,2,3" -> trial rows of experiment `e` (all of them when empty), in the experiment's order.
 std::vector<TrialRow> selected_trials(const Store& store, const ExperimentRow& e, const std::string& list) {
-  std::vector<TrialRow> all = store.trials(e.id);
-  if (list.empty()) return all;
+  if (list.empty()) return store.trials(e.id);
   std::set<int64_t> wanted;
   std::stringstream in(list);
   std::string item;
@@ -112,11 +114,13 @@ std::vector<TrialRow> selected_trials(const Store& store, const ExperimentRow& e
     wanted.insert(id);
   }
   std::vector<TrialRow> out;
-  for (TrialRow& t : all)
-    if (wanted.erase(t.id)) out.push_back(std::move(t));
-  if (!wanted.empty())
-    throw HttpError(400, "bad_param", "trial " + std::to_string(*wanted.begin()) + " is not in experiment " +
-                                          std::to_string(e.id));
+  for (int64_t id : wanted) {
+    std::optional<TrialRow> t = store.trial(id);
+    if (!t || t->experiment_id != e.id)
+      throw HttpError(400, "bad_param", "trial " + std::to_string(id) + " is not in experiment " + std::to_string(e.id));
+    out.push_back(std::move(*t));
+  }
+  std::sort(out.begin(), out.end(), [](const TrialRow& a, const TrialRow& b) { return a.index < b.index; });
   return out;
 }
 
@@ -200,45 +204,46 @@ json experiment_curves_json(const Store& store, const std::vector<TrialRow>& tri
   return out;
 }
 
-void add_dashboard_routes(Router& r, const Store& store) {
-  r.add({"GET", "/api/v1/dashboard/experiments", [&](Request&) {
-           const double now = now_seconds();
-           json list = json::array();
-           for (const ExperimentRow& e : store.experiments()) list.push_back(experiment_row_json(store, e, now));
-           return json_response({{"experiments", list}, {"now", now}});
-         }, false, "dashboard_experiments", nullptr});
+Response dashboard_experiments(const Api& api, Request& req) {
+  const double now = now_seconds();
+  json list = json::array();
+  for (const ExperimentRow& e : api.store.experiments()) list.push_back(experiment_row_json(api.store, e, now));
+  return view_response(req, {{"experiments", list}, {"now", now}});
+}
 
-  r.add({"GET", "/api/v1/dashboard/experiments/{id}", [&](Request& req) {
-           const ExperimentRow e = experiment_or_404(store, req);
-           const double now = now_seconds();
-           const std::vector<TrialRow> trials = store.trials(e.id);
-           const std::vector<int64_t> reported = store.trials_with_metrics(e.id);
-           json j = experiment_json(e, trials, true);
-           std::set<std::string> swept;
-           json rows = json::array();
-           for (const TrialRow& t : trials) {
-             json row = trial_row_json(store, t, e, now, contains(reported, t.id));
-             if (row["params"].is_object())
-               for (auto& [k, v] : row["params"].items()) swept.insert(k);
-             rows.push_back(std::move(row));
-           }
-           j["swept"] = swept;
-           j["trial_rows"] = std::move(rows);
-           j["now"] = now;
-           return json_response(j);
-         }, false, "dashboard_experiment", nullptr});
+// The experiment and one page of its trial table (trial_rows, next_cursor); `swept` names the keys
+// the page's trials sweep, so a client that reads every page takes the union.
+Response dashboard_experiment(const Api& api, Request& req) {
+  const ExperimentRow e = experiment_or_404(api.store, req);
+  const PageParams page = page_params(req);
+  const double now = now_seconds();
+  const TrialPage trials = trial_page(api.store, e.id, page.cursor, page.limit);
+  json j = experiment_json(e, api.store.trial_state_counts(e.id), true);
+  std::set<std::string> swept;
+  json rows = json::array();
+  for (const TrialRow& t : trials.rows) {
+    json row = trial_row_json(api.store, t, e, now, has_metrics(api.store, t.id));
+    if (row["params"].is_object())
+      for (auto& [k, v] : row["params"].items()) swept.insert(k);
+    rows.push_back(std::move(row));
+  }
+  j["swept"] = swept;
+  j["trial_rows"] = std::move(rows);
+  j["next_cursor"] = trials.next_cursor > 0 ? json(trials.next_cursor) : json(nullptr);
+  j["now"] = now;
+  return view_response(req, std::move(j));
+}
 
-  r.add({"GET", "/api/v1/dashboard/experiments/{id}/curves", [&](Request& req) {
-           const ExperimentRow e = experiment_or_404(store, req);
-           const std::string x = query_string(req, "x", "step");
-           if (x != "step" && x != "time") throw HttpError(400, "bad_param", "x must be step or time, got \"" + x + "\"");
-           const int64_t points = query_int(req, "points", 400);
-           if (points < 2 || points > 10000) throw HttpError(400, "bad_param", "points must be between 2 and 10000");
-           const std::string name = query_string(req, "name", kDefaultCurve);
-           if (name.empty()) throw HttpError(400, "bad_param", "name must be a metric name");
-           const std::vector<TrialRow> trials = selected_trials(store, e, query_string(req, "trials"));
-           return json_response(experiment_curves_json(store, trials, name, x == "time", static_cast<size_t>(points)));
-         }, false, "dashboard_curves", nullptr});
+Response dashboard_curves(const Api& api, Request& req) {
+  const ExperimentRow e = experiment_or_404(api.store, req);
+  const std::string x = query_string(req, "x", "step");
+  if (x != "step" && x != "time") throw HttpError(400, "bad_param", "x must be step or time, got \"" + x + "\"");
+  const int64_t points = query_int(req, "points", 400);
+  if (points < 2 || points > 10000) throw HttpError(400, "bad_param", "points must be between 2 and 10000");
+  const std::string name = query_string(req, "name", kDefaultCurve);
+  if (name.empty()) throw HttpError(400, "bad_param", "name must be a metric name");
+  const std::vector<TrialRow> trials = selected_trials(api.store, e, query_string(req, "trials"));
+  return json_response(experiment_curves_json(api.store, trials, name, x == "time", static_cast<size_t>(points)));
 }
 
 }  // namespace precon::orch

@@ -1,7 +1,6 @@
-// Routes that shape stored data for the web dashboard (web/): overviews with best objectives,
-// a trial table with the latest training figures, and many trials' curves on one shared x grid
-// in one request. Read-only; the general API stays in routes.cpp. Thread-safety: the handlers
-// only read the store, which is safe from any thread.
+// What the dashboard's routes (api.h: dashboard_*) shape from stored data for web/: overviews with
+// best objectives, a trial table with the latest training figures, and many trials' curves on one
+// shared x grid in one request. Thread-safety: these only read the store, safe from any thread.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -10,8 +9,6 @@
 #include "orchestrator/store/store.h"
 
 namespace precon::orch {
-
-void add_dashboard_routes(Router& router, const Store& store);
 
 // The experiment the route's {id} names; HttpError 404 when there is none.
 ExperimentRow experiment_or_404(const Store& store, const Request& req);

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 
 #include "worker/config/parse.h"
 
@@ -38,6 +39,42 @@ json layout_json(const std::string& config_toml) {
   }
 }
 }  // namespace
+
+std::string path_from_run_root(const std::string& path) {
+  const std::filesystem::path p(path);
+  std::filesystem::path from_trial;
+  bool found = false;
+  for (const std::filesystem::path& part : p) {
+    const std::string name = part.string();
+    const bool trial_dir = name.size() > 6 && name.starts_with("trial-") &&
+                           name.find_first_not_of("0123456789", 6) == std::string::npos;
+    if (trial_dir) {
+      from_trial.clear();
+      found = true;
+    }
+    if (found) from_trial /= part;
+  }
+  return found ? from_trial.string() : p.filename().string();
+}
+
+void remote_view(json& view) {
+  if (view.is_array()) {
+    for (json& item : view) remote_view(item);
+    return;
+  }
+  if (!view.is_object()) return;
+  for (auto& [key, value] : view.items()) {
+    if (value.is_string() && (key == "run_dir" || key == "path")) {
+      value = path_from_run_root(value.get<std::string>());
+    } else if (value.is_string() && (key == "run_root" || key == "recipe_path")) {
+      value = std::filesystem::path(value.get<std::string>()).filename().string();
+    } else if (key == "recipe" || key == "config") {
+      value = nullptr;
+    } else if (value.is_structured()) {
+      remote_view(value);
+    }
+  }
+}
 
 std::map<TrialState, int64_t> count_states(const std::vector<TrialRow>& trials) {
   std::map<TrialState, int64_t> counts;

@@ -23,6 +23,14 @@ nlohmann::json checkpoint_json(const CheckpointRow& c);
 nlohmann::json event_json(const EventRow& e);
 nlohmann::json metric_points_json(const std::vector<MetricPoint>& points);
 
+// What a reader on another machine without a token sees of a view (the API's, above): run
+// directories and checkpoint paths relative to the run root ("trial-12/step_00000100"), the run
+// root and the recipe's file by their last name only, no recipe or trial config text. Walks
+// objects and arrays, pages of rows included.
+void remote_view(nlohmann::json& view);
+// A path from its trial's run directory on ("trial-<id>/..."), or its last name when it has none.
+std::string path_from_run_root(const std::string& path);
+
 // Trials per state, e.g. {"pending": 2, "running": 1, ...}.
 std::map<std::string, int64_t> state_counts(const std::vector<TrialRow>& trials);
 std::map<std::string, int64_t> state_counts(const std::map<TrialState, int64_t>& counts);

@@ -16,6 +16,16 @@ last quarter of the run after the warm-up is within 10% of the median of the fir
 Prints one table: per side the requests, p50/p99 latency and errors; points acknowledged, stored
 and lost; RSS after the warm-up, at the end and its maximum. With --check it exits 1 unless there
 are zero errors, zero lost points and the RSS stays bounded.
+
+    tests/load/load_test.py --precon build/orchestrator/precon --burst-trials 100000 [--check]
+
+is another case: a burst of the heavy reads (an experiment's trial list, its dashboard table, its
+`best` ranking, the experiments overview) from --burst-clients clients at once for --duration
+seconds against one experiment of --burst-trials ended trials (written into the database before
+the controller starts), while a probe asks /healthz and /metrics every 50 ms. With --check it
+exits 1 unless every probe is answered within 100 ms, every heavy read is answered 200 or
+503 busy, and the RSS a few seconds after the burst is within 20% of the RSS after one warm-up
+round of those reads.
 """
 import argparse
 import http.client
@@ -209,6 +219,184 @@ class RssSampler(threading.Thread):
             self.stop.wait(1.0)
 
 
+BURST_CONFIG = """[model]
+n_layer = 2
+n_head = 4
+d_model = 64
+seq_len = 128
+vocab_size = 50304
+[data]
+train = "/data/corpus/train_{i}.bin"
+val = "/data/corpus/val.bin"
+[train]
+steps = 1000
+batch_size = 32
+seed = {i}
+[optimizer]
+name = "muon"
+lr = {lr}
+""" + "\n".join("# padding line %d of a resolved config that lists every key" % k for k in range(24))
+
+
+def start_serve(bindir, work, db, admin, extra):
+    log = open(os.path.join(work, "serve.log"), "ab")
+    server = subprocess.Popen([os.path.join(bindir, "precon"), "serve", "--db", db, "--port", "0", "--slurm", "off",
+                               "--runs", os.path.join(work, "runs"), "--admin-token", admin] + extra,
+                              stderr=subprocess.PIPE, stdout=log, cwd=work)
+    for line in server.stderr:
+        log.write(line)
+        m = re.search(rb"precon serve: (http://\S+) \(database", line)
+        if m:
+            threading.Thread(target=lambda: [log.write(l) for l in server.stderr], daemon=True).start()
+            return server, urllib.parse.urlsplit(m.group(1).decode()), log
+    raise RuntimeError("precon serve did not start; see " + log.name)
+
+
+def rss_mib(pid):
+    with open("/proc/%d/status" % pid) as f:
+        return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1)) / 1024.0
+
+
+def fill_big_experiment(db, trials, runs):
+    """One completed experiment of `trials` ended trials, each with val_loss, step_seconds and flops
+    at two steps, written straight into a database the controller created."""
+    now = time.time()
+    with sqlite3.connect(db) as c:
+        cur = c.execute(
+            "INSERT INTO experiments (name, description, recipe_path, recipe_text, overrides_json, state, "
+            "objective_metric, objective_mode, max_concurrent, max_attempts, early_stop_json, run_root, created_at, "
+            "ended_at) VALUES ('burst', '', '/recipes/burst.toml', ?, '[]', 'completed', 'val_loss', 'min', 64, 1, "
+            "'{}', ?, ?, ?)", (BURST_CONFIG.format(i=0, lr=0.01), runs, now - 3600, now))
+        exp = cur.lastrowid
+        rows = []
+        for i in range(trials):
+            lr = 1e-4 * (1 + i % 997)
+            rows.append((exp, i, json.dumps({"optimizer.lr": lr, "train.seed": i}), BURST_CONFIG.format(i=i, lr=lr),
+                         "completed", "", "", 1, 1000, now - 3600, now - 3500, now - 100))
+        c.executemany("INSERT INTO trials (experiment_id, idx, params_json, config_toml, state, reason, run_dir, "
+                      "attempts, last_step, created_at, started_at, ended_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+        c.execute("UPDATE trials SET run_dir = ? || '/trial-' || id WHERE experiment_id = ?", (runs, exp))
+        names = {}
+        for name in ("val_loss", "step_seconds", "flops"):
+            c.execute("INSERT OR IGNORE INTO metric_names (name) VALUES (?)", (name,))
+            names[name] = c.execute("SELECT id FROM metric_names WHERE name = ?", (name,)).fetchone()[0]
+        ids = [r[0] for r in c.execute("SELECT id FROM trials WHERE experiment_id = ? ORDER BY idx", (exp,))]
+
+        def points():
+            for k, tid in enumerate(ids):
+                for step in (500, 1000):
+                    yield tid, names["val_loss"], step, 3.0 + (k * 7919 % 1000) / 1000.0 - step / 1000.0, now - 200
+                    yield tid, names["step_seconds"], step, 0.1 + (k % 13) / 100.0, now - 200
+                    yield tid, names["flops"], step, 1e12 * step, now - 200
+        c.executemany("INSERT INTO metrics (trial_id, name_id, step, value, time) VALUES (?,?,?,?,?)", points())
+    return exp
+
+
+def burst(args, work, bindir):
+    """The heavy-reads burst (see the module's docstring); returns the exit status."""
+    admin = "b" * 32
+    db = os.path.join(work, "precon.db")
+    runs = os.path.join(work, "runs")
+    server, u, log = start_serve(bindir, work, db, admin, [])  # creates the database at the current schema
+    server.send_signal(signal.SIGTERM)
+    server.wait(60)
+    t0 = time.monotonic()
+    exp = fill_big_experiment(db, args.burst_trials, runs)
+    filled = time.monotonic() - t0
+    server, u, log = start_serve(bindir, work, db, admin, [])
+    try:
+        heavy = ["/api/v1/experiments/%d/trials" % exp, "/api/v1/dashboard/experiments/%d" % exp,
+                 "/api/v1/experiments/%d/best" % exp, "/api/v1/dashboard/experiments"]
+
+        def get(path, timeout=120):
+            conn = http.client.HTTPConnection(u.hostname, u.port, timeout=timeout)
+            t = time.monotonic()
+            conn.request("GET", path)
+            r = conn.getresponse()
+            body = r.read()
+            conn.close()
+            return r.status, len(body), time.monotonic() - t
+
+        rss_start = rss_mib(server.pid)
+        print("burst: %d trials written in %.1f s; controller RSS %.1f MiB at start" % (args.burst_trials, filled,
+                                                                                         rss_start))
+        print("%-44s %7s %10s %9s" % ("warm-up read", "status", "bytes", "seconds"))
+        for path in heavy:
+            status, size, seconds = get(path)
+            print("%-44s %7d %10d %9.3f" % (path, status, size, seconds))
+            if status != 200:
+                raise RuntimeError("%s answered %d" % (path, status))
+        time.sleep(1)
+        rss_base = rss_mib(server.pid)
+        stop = threading.Event()
+        answers, failures, probes, peak = {}, [], [], [rss_base]
+        lock = threading.Lock()
+
+        def client(k):
+            i = k
+            while not stop.is_set():
+                path = heavy[i % len(heavy)]
+                i += 1
+                try:
+                    status, _, _ = get(path)
+                except (OSError, http.client.HTTPException) as e:
+                    status = repr(e)
+                with lock:
+                    answers[status] = answers.get(status, 0) + 1
+                    if status not in (200, 503):
+                        failures.append("%s: %s" % (path, status))
+
+        def probe():
+            i = 0
+            while not stop.is_set():
+                path = ("/healthz", "/metrics")[i % 2]
+                i += 1
+                try:
+                    status, _, seconds = get(path, timeout=10)
+                except (OSError, http.client.HTTPException) as e:
+                    status, seconds = repr(e), 10.0
+                probes.append((path, status, seconds))
+                peak[0] = max(peak[0], rss_mib(server.pid))
+                stop.wait(0.05)
+
+        threads = [threading.Thread(target=client, args=(k,), daemon=True) for k in range(args.burst_clients)]
+        threads.append(threading.Thread(target=probe, daemon=True))
+        for t in threads:
+            t.start()
+        time.sleep(args.duration)
+        stop.set()
+        for t in threads:
+            t.join(180)
+        time.sleep(3)
+        rss_after = rss_mib(server.pid)
+        slow = [p for p in probes if p[1] != 200 or p[2] >= 0.1]
+        for path in ("/healthz", "/metrics"):
+            lat = [p[2] for p in probes if p[0] == path]
+            print("probe %-8s %4d answers, p50 %.1f ms, p99 %.1f ms, max %.1f ms" % (
+                path, len(lat), percentile(lat, 0.5) * 1e3, percentile(lat, 0.99) * 1e3, max(lat or [0]) * 1e3))
+        print("heavy reads by status: %s" % ", ".join("%s: %d" % kv for kv in sorted(answers.items(), key=str)))
+        growth = rss_after / rss_base - 1
+        print("controller RSS: %.1f MiB after the warm-up, peak %.1f MiB, %.1f MiB 3 s after the burst (%+.1f%%)" % (
+            rss_base, peak[0], rss_after, growth * 100))
+        if args.check:
+            problems = []
+            if slow:
+                problems.append("%d of %d probes slower than 100 ms or not 200: %s" % (len(slow), len(probes), slow[:5]))
+            if failures:
+                problems.append("heavy reads answered neither 200 nor 503: %s" % failures[:5])
+            if not answers.get(200):
+                problems.append("no heavy read was answered")
+            if not growth <= 0.20:
+                problems.append("RSS %.1f MiB after the burst, %+.1f%% from %.1f MiB" % (rss_after, growth * 100, rss_base))
+            if problems:
+                print("load_test: FAILED: " + "; ".join(problems), file=sys.stderr)
+                return 1
+        return 0
+    finally:
+        server.kill()
+        server.wait()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--precon", required=True)
@@ -221,7 +409,19 @@ def main():
     ap.add_argument("--cache-points", type=int, default=200000,
                     help="the controller's metric cache budget (--metric-cache-points)")
     ap.add_argument("--check", action="store_true", help="exit 1 on errors, lost points or RSS growth over 10%%")
+    ap.add_argument("--burst-trials", type=int, default=0,
+                    help="run the heavy-reads burst against one experiment of this many trials instead")
+    ap.add_argument("--burst-clients", type=int, default=8, help="clients of the heavy-reads burst")
     args = ap.parse_args()
+    if args.burst_trials:
+        work = tempfile.mkdtemp(prefix="precon-burst-")
+        try:
+            bindir = os.path.join(work, "bin")
+            os.makedirs(bindir)
+            shutil.copy2(os.path.abspath(args.precon), os.path.join(bindir, "precon"))
+            return burst(args, work, bindir)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     warmup = args.warmup if args.warmup is not None else min(60.0, args.duration / 3)
     if not shutil.which(args.wrk):
         print("load_test: wrk is missing (deploy/install-deps.sh installs it)", file=sys.stderr)

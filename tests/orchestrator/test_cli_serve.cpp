@@ -145,6 +145,32 @@ TEST_F(CliServe, CancelAndLogsRefuseATrialIdOrLineCountThatCannotBe) {
   }
 }
 
+// --no-public-reads: reads need the read token (--read-token-file) or the admin token; the CLI,
+// which sends the admin token, keeps working. A read token file others may read is refused.
+TEST_F(CliServe, ReadsBehindATokenWithNoPublicReads) {
+  const std::string token_file = write("read.token", "viewer-secret\n");
+  fs::permissions(token_file, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::replace);
+  Serve s = serve(PRECON_BIN, {"--no-public-reads", "--read-token-file", token_file});
+  ASSERT_FALSE(s.url.empty()) << read_file(s.log);
+  EXPECT_EQ(http_request(s.url, "GET", "/healthz").status, 200);
+  EXPECT_EQ(http_request(s.url, "GET", "/api/v1/experiments").status, 401);
+  EXPECT_EQ(http_request(s.url, "GET", "/api/v1/experiments", "", {{"Authorization", "Bearer viewer-secret"}}).status, 200);
+  const test::CommandResult r = precon("cancel --trial 7 --db " + s.db.string());  // over the API, with the admin token
+  EXPECT_NE(r.output.find("answered 404: no trial 7"), std::string::npos) << r.output;
+  EXPECT_EQ(s.stop(), 0);
+  EXPECT_NE(read_file(s.log).find("precon serve: reads need the read token or the admin token"), std::string::npos)
+      << read_file(s.log);
+
+  fs::permissions(token_file, fs::perms::group_read | fs::perms::others_read, fs::perm_options::add);
+  test::CommandResult open = precon("serve --db " + (dir_ / "x.db").string() + " --port 0 --slurm off --read-token-file " +
+                                    token_file);
+  EXPECT_NE(open.status, 0) << open.output;
+  EXPECT_NE(open.output.find("--read-token-file " + token_file), std::string::npos) << open.output;
+  open = precon("serve --db " + (dir_ / "x.db").string() + " --port 0 --public-reads --no-public-reads");
+  EXPECT_NE(open.status, 0) << open.output;
+  EXPECT_NE(open.output.find("excludes"), std::string::npos) << open.output;
+}
+
 TEST_F(CliServe, ServeRefusesAPortInUse) {
   Serve s = serve();
   ASSERT_FALSE(s.url.empty()) << read_file(s.log);

@@ -1,15 +1,23 @@
 // The dashboard's routes (routes_dashboard.cpp) over a real socket, against rows and metric
-// points written straight into the store with known values; and the dashboard's files served
-// at `/`.
+// points written straight into the store with known values; the dashboard's files served at `/`;
+// pages of the long lists, the kept `best` report, and who may read what (read token, paths).
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/http/client.h"
+#include "orchestrator/service/api.h"
 #include "orchestrator/service/controller.h"
+#include "orchestrator/service/queries.h"
+#include "orchestrator/service/views.h"
 
 namespace precon::orch::testing {
 namespace {
@@ -24,6 +32,10 @@ class DashboardRoutes : public ::testing::Test {
                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
+    start(options());
+    seed(controller_->store());
+  }
+  ControllerOptions options() const {
     ControllerOptions o;
     o.db = dir_ / "precon.db";
     o.run_root = dir_ / "runs";
@@ -31,8 +43,12 @@ class DashboardRoutes : public ::testing::Test {
     o.trainer = "/bin/false";  // every trial below has ended: nothing is launched
     o.admin_token = "admin-secret";
     o.log = [](const std::string&) {};
+    return o;
+  }
+  // (Re)starts the controller on the fixture's database.
+  void start(const ControllerOptions& o) {
+    controller_.reset();
     controller_ = std::make_unique<Controller>(o);
-    seed(controller_->store());
     controller_->start();
     url_ = controller_->url();
   }
@@ -82,8 +98,10 @@ class DashboardRoutes : public ::testing::Test {
     s.insert_metrics(t2_, p2);
   }
 
-  json get(const std::string& target, int expect = 200) {
-    ClientResponse r = http_request(url_, "GET", target);
+  json get(const std::string& target, int expect = 200, const std::string& token = "") {
+    std::map<std::string, std::string> headers;
+    if (!token.empty()) headers["Authorization"] = "Bearer " + token;
+    ClientResponse r = http_request(url_, "GET", target, "", headers);
     EXPECT_EQ(r.status, expect) << target << ": " << r.body;
     return json::parse(r.body, nullptr, false);
   }
@@ -184,6 +202,226 @@ TEST_F(DashboardRoutes, ServesTheDashboardAtTheRoot) {
   r = http_request(url_, "GET", "/app.js");
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("/api/v1/events"), std::string::npos);
+}
+
+// An experiment of n ended trials written straight into the store, each with params {"i": index};
+// its id and its trial ids in sweep order.
+std::pair<int64_t, std::vector<int64_t>> dash_big_experiment(Store& store, int n) {
+  ExperimentRow e;
+  e.name = "big";
+  e.state = ExperimentState::completed;
+  e.objective_metric = "val_loss";
+  e.objective_mode = "min";
+  e.run_root = "/srv/precon/runs";
+  e.created_at = 900;
+  std::vector<TrialRow> rows(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    rows[static_cast<size_t>(i)].index = i;
+    rows[static_cast<size_t>(i)].params_json = json{{"i", i}}.dump();
+    rows[static_cast<size_t>(i)].state = TrialState::completed;
+    rows[static_cast<size_t>(i)].created_at = 900;
+  }
+  const int64_t id = store.create_experiment(e, rows);
+  std::vector<int64_t> ids;
+  for (const TrialRow& t : store.trials(id)) ids.push_back(t.id);
+  return {id, ids};
+}
+
+std::string error_message(const json& error) { return error["error"]["message"].get<std::string>(); }
+
+// Walking a list page by page (next_cursor) gives every trial exactly once, in sweep order.
+TEST_F(DashboardRoutes, CursorsWalkEveryTrialExactlyOnce) {
+  const auto [big, ids] = dash_big_experiment(controller_->store(), 2345);
+  const std::string e = std::to_string(big);
+  for (const auto& [route, list] : std::vector<std::pair<std::string, std::string>>{
+           {"/api/v1/experiments/" + e + "/trials", "trials"},
+           {"/api/v1/dashboard/experiments/" + e, "trial_rows"},
+           {"/api/v1/experiments/" + e, "trial_list"}}) {
+    SCOPED_TRACE(route);
+    std::vector<int64_t> seen;
+    std::vector<size_t> sizes;
+    json cursor = nullptr;
+    do {
+      const json page = get(route + "?limit=1000" + (cursor.is_null() ? "" : "&cursor=" + cursor.dump()));
+      ASSERT_TRUE(page[list].is_array()) << page.dump().substr(0, 300);
+      sizes.push_back(page[list].size());
+      for (const json& row : page[list]) seen.push_back(row["id"].get<int64_t>());
+      cursor = page["next_cursor"];
+    } while (!cursor.is_null() && sizes.size() < 10);
+    EXPECT_EQ(sizes, (std::vector<size_t>{1000, 1000, 345}));
+    EXPECT_EQ(seen, ids);
+  }
+  // Without limit: the default page; past the end: nothing.
+  const json first = get("/api/v1/experiments/" + e + "/trials");
+  EXPECT_EQ(first["trials"].size(), kDefaultPage);
+  EXPECT_FALSE(first["next_cursor"].is_null());
+  const json past = get("/api/v1/experiments/" + e + "/trials?cursor=99999");
+  EXPECT_TRUE(past["trials"].empty());
+  EXPECT_TRUE(past["next_cursor"].is_null());
+  const json dash = get("/api/v1/dashboard/experiments/" + e + "?limit=2&cursor=7");
+  EXPECT_EQ(dash["swept"], json::array({"i"}));
+  EXPECT_EQ(dash["trial_rows"][0]["params"]["i"], 7);
+  EXPECT_EQ(dash["next_cursor"], 9);
+}
+
+TEST_F(DashboardRoutes, BadPageParametersSayWhatIsAllowed) {
+  const std::string trials = "/api/v1/experiments/" + std::to_string(exp_) + "/trials";
+  for (const char* limit : {"0", "5001", "abc", "-1", "1e3", ""}) {
+    const json j = get(trials + "?limit=" + limit, 400);
+    EXPECT_EQ(j["error"]["code"], "bad_param");
+    EXPECT_EQ(error_message(j), std::string("limit must be an integer from 1 to 5000, got \"") + limit + "\"");
+  }
+  for (const char* cursor : {"abc", "-5", "1.5", ""}) {
+    const json j = get("/api/v1/dashboard/experiments/" + std::to_string(exp_) + "?cursor=" + cursor, 400);
+    EXPECT_EQ(error_message(j), std::string("cursor must be the next_cursor of the previous page (a non-negative integer), got \"") +
+                              cursor + "\"");
+  }
+  get("/api/v1/experiments/" + std::to_string(exp_) + "/best?limit=0", 400);
+}
+
+// /best's lists come in pages too (the cursor is an offset), and the pages join to the whole.
+TEST_F(DashboardRoutes, BestPagesJoinToTheWholeReport) {
+  const std::string best = "/api/v1/experiments/" + std::to_string(exp_) + "/best";
+  const json whole = get(best);
+  EXPECT_TRUE(whole["next_cursor"].is_null());
+  ASSERT_EQ(whole["pareto"].size(), 3u);
+  json joined = json::array();
+  json cursor = nullptr;
+  int pages = 0;
+  do {
+    const json page = get(best + "?limit=1" + (cursor.is_null() ? "" : "&cursor=" + cursor.dump()));
+    EXPECT_LE(page["at_step"]["entries"].size(), 1u);
+    EXPECT_EQ(page["pareto"].size(), 1u);
+    for (const json& entry : page["at_step"]["entries"]) joined.push_back(entry);
+    cursor = page["next_cursor"];
+  } while (!cursor.is_null() && ++pages < 10);
+  EXPECT_EQ(pages, 2);  // three pages: cursors null, 1, 2
+  EXPECT_EQ(joined, whole["at_step"]["entries"]);
+  EXPECT_EQ(whole["at_step"]["entries"][0]["trial"], t2_);  // val_loss 1.5 beats 2.0
+}
+
+// The report is kept until the store changes under it: writes other than metric points end every
+// kept report, metric points end their experiment's.
+TEST_F(DashboardRoutes, BestReportIsKeptUntilItsExperimentChanges) {
+  Store& store = controller_->store();
+  BestCache cache;
+  const ExperimentRow e = *store.experiment(exp_);
+  const auto first = cache.report(store, e);
+  EXPECT_EQ(cache.report(store, e), first);
+  cache.store_written("insert_metrics");
+  cache.metrics_stored(exp_ + 1000);
+  EXPECT_EQ(cache.report(store, e), first);
+  EXPECT_EQ(cache.computed(), 1u);
+  // New points make trial 3 the best; told of them, the next report has it.
+  store.insert_metrics(t3_, {{"val_loss", 10, 0.5, 1100}});
+  cache.metrics_stored(exp_);
+  const auto second = cache.report(store, e);
+  EXPECT_EQ(cache.computed(), 2u);
+  ASSERT_FALSE(second->at_step.entries.empty());
+  EXPECT_EQ(second->at_step.entries[0].trial, t3_);
+  cache.store_written("update_trial");
+  EXPECT_NE(cache.report(store, e), second);
+  EXPECT_EQ(cache.computed(), 3u);
+}
+
+TEST_F(DashboardRoutes, ReadsNeedATokenWhenTheyAreNotPublic) {
+  ControllerOptions o = options();
+  o.reads = "token";
+  o.read_token = "reader-secret";
+  start(o);
+  const std::string e = std::to_string(exp_);
+  for (const std::string& route : std::vector<std::string>{"/api/v1/experiments", "/api/v1/experiments/" + e, "/api/v1/experiments/" + e + "/trials",
+                                  "/api/v1/experiments/" + e + "/best", "/api/v1/trials/" + std::to_string(t1_),
+                                  "/api/v1/trials/" + std::to_string(t1_) + "/metrics", "/api/v1/events",
+                                  "/api/v1/dashboard/experiments", "/api/v1/dashboard/experiments/" + e}) {
+    SCOPED_TRACE(route);
+    const json refused = get(route, 401);
+    EXPECT_EQ(refused["error"]["code"], "unauthorized");
+    EXPECT_NE(error_message(refused).find("reads on this controller need a token"), std::string::npos) << refused.dump();
+    EXPECT_NE(error_message(get(route, 401, "guess")).find("neither this controller's read token nor its admin token"),
+              std::string::npos);
+    get(route, 200, "reader-secret");
+    get(route, 200, "admin-secret");
+  }
+  // The read token changes nothing; health, metrics and the dashboard's files need none.
+  ClientResponse r = http_request(url_, "POST", "/api/v1/trials/" + std::to_string(t1_) + "/cancel", "{}",
+                                  {{"Authorization", "Bearer reader-secret"}});
+  EXPECT_EQ(r.status, 401) << r.body;
+  for (const char* open : {"/healthz", "/metrics", "/", "/app.js"}) EXPECT_EQ(http_request(url_, "GET", open).status, 200) << open;
+  // "auto" on a loopback bind: public.
+  o.reads = "auto";
+  start(o);
+  get("/api/v1/experiments");
+  EXPECT_TRUE(controller_->public_reads());
+  o.reads = "sometimes";
+  EXPECT_THROW(Controller{o}, std::invalid_argument);
+}
+
+TEST(RemoteView, PathsFromTheRunRootAndNoRecipeOrConfig) {
+  EXPECT_EQ(path_from_run_root("/srv/precon/runs/trial-12"), "trial-12");
+  EXPECT_EQ(path_from_run_root("/srv/precon/runs/trial-12/step_00000100"), "trial-12/step_00000100");
+  EXPECT_EQ(path_from_run_root("/a/trial-1/b/trial-22/c"), "trial-22/c");
+  EXPECT_EQ(path_from_run_root("/a/trial-x/c"), "c");
+  json view = {{"run_root", "/srv/precon/runs"},
+               {"recipe_path", "/home/me/recipes/q.toml"},
+               {"recipe", "[experiment]\nname = \"q\""},
+               {"trial_list", {{{"id", 1}, {"run_dir", "/srv/precon/runs/trial-1"}, {"config", "[data]\ntrain = \"/x\""}}}},
+               {"checkpoints", {{{"path", "/srv/precon/runs/trial-1/step_00000010"}, {"step", 10}}}}};
+  remote_view(view);
+  const json want = {{"run_root", "runs"},
+                     {"recipe_path", "q.toml"},
+                     {"recipe", nullptr},
+                     {"trial_list", {{{"id", 1}, {"run_dir", "trial-1"}, {"config", nullptr}}}},
+                     {"checkpoints", {{{"path", "trial-1/step_00000010"}, {"step", 10}}}}};
+  EXPECT_EQ(view, want);
+  Request req;
+  req.remote = "10.1.2.3:40000";
+  EXPECT_FALSE(host_view(req));
+  req.token_holder = true;
+  EXPECT_TRUE(host_view(req));
+  for (const char* local : {"127.0.0.1:5", "::1:5", "::ffff:127.0.0.1:5"}) {
+    Request l;
+    l.remote = local;
+    EXPECT_TRUE(host_view(l)) << local;
+  }
+}
+
+// This machine's first address other than loopback, "" when it has none.
+std::string dash_non_loopback_address() {
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return "";
+  std::string found;
+  for (ifaddrs* a = list; a && found.empty(); a = a->ifa_next) {
+    if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+    if (std::string(text).rfind("127.", 0) != 0) found = text;
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+// Over a socket from an address other than loopback, public reads show no host path, recipe or
+// config; the admin token shows them.
+TEST_F(DashboardRoutes, ReadersOnOtherMachinesSeeNoHostPaths) {
+  const std::string address = dash_non_loopback_address();
+  if (address.empty()) GTEST_SKIP() << "no address other than loopback on this machine";
+  const auto [big, ids] = dash_big_experiment(controller_->store(), 2);
+  ControllerOptions o = options();
+  o.bind = "0.0.0.0";
+  o.reads = "public";
+  start(o);
+  url_ = "http://" + address + ":" + std::to_string(controller_->port());
+  const std::string e = std::to_string(big);
+  const json shown = get("/api/v1/experiments/" + e);
+  EXPECT_EQ(shown["run_root"], "runs");
+  EXPECT_TRUE(shown["recipe"].is_null());
+  EXPECT_EQ(shown["trial_list"][0]["run_dir"], "trial-" + std::to_string(ids[0]));
+  EXPECT_TRUE(get("/api/v1/trials/" + std::to_string(ids[1]))["config"].is_null());
+  EXPECT_EQ(get("/api/v1/dashboard/experiments/" + e)["trial_rows"][1]["run_dir"], "trial-" + std::to_string(ids[1]));
+  const json host = get("/api/v1/experiments/" + e, 200, "admin-secret");
+  EXPECT_EQ(host["run_root"], "/srv/precon/runs");
+  EXPECT_EQ(host["trial_list"][0]["run_dir"], "/srv/precon/runs/trial-" + std::to_string(ids[0]));
 }
 
 }  // namespace

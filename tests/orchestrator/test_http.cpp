@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -130,6 +131,77 @@ TEST(HttpServer, RoutesStatusesAndHookOverASocket) {
                                                          {"state", 401},   {"state", 200},     {"boom", 500},
                                                          {"echo", 200}};
   EXPECT_EQ(seen, want);
+}
+
+// Offloaded routes run on the worker pool: while its thread is busy and its queue full, one more
+// is answered 503 busy at once, and routes on the io threads (/echo here, /healthz in the
+// controller) answer meanwhile; what was queued is answered once the pool is free.
+TEST(HttpServer, OffloadedRoutesRunOnABoundedPoolAndAFullQueueAnswers503) {
+  std::mutex mutex;
+  std::condition_variable changed;
+  int entered = 0;
+  bool release = false;
+  ServerOptions options;
+  options.workers = 1;
+  options.worker_queue = 1;
+  TestServer t(options);
+  Route heavy{"GET", "/heavy", [&](Request&) {
+                std::unique_lock lock(mutex);
+                ++entered;
+                changed.notify_all();
+                changed.wait(lock, [&] { return release; });
+                return json_response({{"heavy", true}});
+              },
+              false, "heavy", {}};
+  heavy.offload = true;
+  t.router.add(heavy);
+  t.server->start();
+  const std::string url = t.url();
+  ClientResponse first;
+  std::thread a([&] { first = http_request(url, "GET", "/heavy"); });
+  {
+    std::unique_lock lock(mutex);
+    ASSERT_TRUE(changed.wait_for(lock, std::chrono::seconds(10), [&] { return entered == 1; }));
+  }
+  // Two more: whichever reaches the pool first waits in its queue of one, the other is refused.
+  std::atomic<int> refused{0};
+  ClientResponse second, third;
+  const auto ask = [&](ClientResponse& r) {
+    r = http_request(url, "GET", "/heavy");
+    if (r.status == 503) ++refused;
+  };
+  std::thread b([&] { ask(second); });
+  std::thread c([&] { ask(third); });
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (refused == 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(refused, 1);
+  const auto start = Clock::now();
+  EXPECT_EQ(http_request(url, "GET", "/echo").status, 200);
+  EXPECT_LT(seconds_since(start), 1.0);
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(entered, 1);
+    release = true;
+  }
+  changed.notify_all();
+  a.join();
+  b.join();
+  c.join();
+  EXPECT_EQ(first.status, 200) << first.body;
+  const ClientResponse& busy = second.status == 503 ? second : third;
+  const ClientResponse& queued = second.status == 503 ? third : second;
+  expect_error(busy.status, busy.body, 503, "busy");
+  EXPECT_EQ(busy.headers.at("retry-after"), "1");
+  EXPECT_EQ(queued.status, 200) << queued.body;
+  {
+    std::lock_guard lock(mutex);
+    EXPECT_EQ(entered, 2);
+  }
+  RawConnection head(t.server->port());
+  ASSERT_TRUE(head.send("HEAD /heavy HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string answer = head.read_head();
+  EXPECT_EQ(status_of(answer), 200) << answer;
+  EXPECT_NE(answer.find("Content-Length: 14"), std::string::npos) << answer;  // {"heavy":true}
 }
 
 TEST(HttpServer, BindsLoopbackByDefaultAndReportsBindErrors) {

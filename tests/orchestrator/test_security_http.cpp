@@ -83,6 +83,9 @@ struct Server {
   explicit Server(ServerOptions options = {}) : router({"admin-token", [](const std::string&) {}}) {
     router.add({"GET", "/echo", echo, false, "echo", {}});
     router.add({"POST", "/json", [](Request& request) { return json_response(json_body(request)); }, false, "json", {}});
+    router.add({"POST", "/admin", echo, true, "admin", {}});
+    // As a worker's report: a token of its own, checked by the handler.
+    router.add({"POST", "/report", echo, false, "report", [](const Request& r) { return !bearer_token(r).empty(); }});
     options.log = [](const std::string&) {};
     server = std::make_unique<HttpServer>(router, std::move(options));
     server->start();
@@ -109,30 +112,91 @@ void expect_too_many(const std::string& response) {
   EXPECT_NE(response.find("Retry-After: 1\r\n"), std::string::npos);
 }
 
-TEST(HttpSecurity, ConnectionsOverTheCapsAreAnswered503WhileOtherClientsAreServed) {
+// Over a cap, a new connection takes the place of an idle one; when every connection under the
+// cap is busy with a request, it is answered 503 and closed.
+TEST(HttpSecurity, ConnectionsOverTheCapsAreAnswered503WhenEveryOneIsBusy) {
   ServerOptions options;
   options.max_connections = 4;
   options.max_connections_per_address = 3;
   Server s(options);
-  std::vector<std::unique_ptr<ClientFrom>> held;
+  const std::string partial = "GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: a";
+  std::vector<std::unique_ptr<ClientFrom>> busy;
   for (int i = 0; i < 3; ++i) {
-    held.push_back(std::make_unique<ClientFrom>("127.0.0.1", s.port()));
-    ASSERT_EQ(held.back()->get("/echo"), 200);  // served, and kept open
+    busy.push_back(std::make_unique<ClientFrom>("127.0.0.1", s.port()));
+    ASSERT_TRUE(busy.back()->send(partial));
   }
-  // A fourth from the same address is over its cap; another address still gets the last slot.
-  ClientFrom fourth("127.0.0.1", s.port());
-  ASSERT_TRUE(fourth.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
-  expect_too_many(fourth.read_all());
+  // Its address's cap is reached and no connection of it is idle: refused.
+  ASSERT_TRUE(eventually([&] {
+    ClientFrom fourth("127.0.0.1", s.port());
+    fourth.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n");
+    const std::string answer = fourth.read_all();
+    if (status_of(answer) != 503) return false;
+    expect_too_many(answer);
+    return true;
+  }));
+  // Another address gets the last slot, and holds it idle.
   ClientFrom other("127.0.0.2", s.port());
-  EXPECT_EQ(other.get("/echo"), 200);
-  // Now the server is full: every address is refused.
+  ASSERT_EQ(other.get("/echo"), 200);
+  // The server is full; a third address takes the idle connection's place once that has waited
+  // evictable_after: it is closed.
+  std::this_thread::sleep_for(options.evictable_after + std::chrono::milliseconds(100));
   ClientFrom third_address("127.0.0.3", s.port());
-  ASSERT_TRUE(third_address.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
-  expect_too_many(third_address.read_all());
-  // The connections it holds are unaffected, and a slot that frees up is given again.
-  for (auto& c : held) EXPECT_EQ(c->get("/echo"), 200);
-  held.pop_back();
-  EXPECT_TRUE(eventually([&] { return ClientFrom("127.0.0.3", s.port()).get("/echo") == 200; }));
+  ASSERT_TRUE(third_address.send(partial));
+  EXPECT_TRUE(other.read_all().empty());  // closed without another answer
+  // Now every connection is busy: every address is refused.
+  ClientFrom fourth_address("127.0.0.4", s.port());
+  ASSERT_TRUE(fourth_address.send("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n"));
+  expect_too_many(fourth_address.read_all());
+  busy.pop_back();
+  // A slot that frees up (its client gone mid-request) is given again.
+  EXPECT_TRUE(eventually([&] { return ClientFrom("127.0.0.4", s.port()).get("/echo") == 200; }));
+}
+
+// 256 idle connections from loopback (the cap per address), half of them silent since they
+// connected, do not lock out the other loopback clients (the CLI, the workers): each new one takes
+// the place of the connection idle the longest.
+TEST(HttpSecurity, IdleConnectionsAtTheCapGiveWayToNewClientsOldestFirst) {
+  ServerOptions options;
+  options.first_request_timeout = std::chrono::seconds(60);  // this test's silent ones stay
+  Server s(options);
+  const size_t cap = options.max_connections_per_address;
+  std::vector<std::unique_ptr<ClientFrom>> idle;
+  for (size_t i = 0; i < cap; ++i) {
+    idle.push_back(std::make_unique<ClientFrom>("127.0.0.1", s.port()));
+    ASSERT_TRUE(idle.back()->connected());
+    if (i < cap / 2) {
+      ASSERT_EQ(idle.back()->get("/echo"), 200) << i;  // served, then idle
+    }
+  }
+  std::this_thread::sleep_for(options.evictable_after + std::chrono::milliseconds(100));
+  const std::string url = "http://127.0.0.1:" + std::to_string(s.port());
+  ClientResponse r = http_request(url, "POST", "/report", "{}", {{"Authorization", "Bearer trial-token"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = http_request(url, "POST", "/admin", "{}", {{"Authorization", "Bearer admin-token"}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(http_request(url, "GET", "/echo").status, 200);
+  // The oldest idle connection made room; the newest silent one is still served.
+  EXPECT_TRUE(idle.front()->read_all().empty());
+  EXPECT_EQ(idle.back()->get("/echo"), 200);
+}
+
+// A connection that sends nothing is closed after first_request_timeout; one that has been
+// answered waits for its next request up to idle_timeout.
+TEST(HttpSecurity, SilentConnectionsAreClosedSoonerThanIdleOnes) {
+  ServerOptions options;
+  options.first_request_timeout = std::chrono::milliseconds(300);
+  options.idle_timeout = std::chrono::seconds(30);
+  Server s(options);
+  ClientFrom answered("127.0.0.1", s.port());
+  ASSERT_EQ(answered.get("/echo"), 200);
+  ClientFrom silent("127.0.0.1", s.port());
+  ASSERT_TRUE(silent.connected());
+  const auto start = Clock::now();
+  EXPECT_TRUE(silent.read_all().empty());
+  const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_GT(waited, 0.2);
+  EXPECT_LT(waited, 4.0);  // closed by the server, not by the 5-s receive timeout
+  EXPECT_EQ(answered.get("/echo"), 200);
 }
 
 // Slowloris: one address opens every connection it may and sends its requests a byte at a
