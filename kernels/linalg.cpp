@@ -77,6 +77,18 @@ void axpby(Tensor y, const Tensor& x, float alpha, float beta) {
   PRECON_DISPATCH(device, axpby, y, x, alpha, beta);
 }
 
+void cautious_axpby(Tensor y, const Tensor& x, float alpha, float beta) {
+  const char* op = "cautious_axpby";
+  Device device = require_same_device(op, {&y, &x});
+  require_dtype(op, "y", y, {DType::f32});
+  require_dtype(op, "x", x, {DType::f32});
+  require_same_shape(op, "x", x, "y", y);
+  require_contiguous(op, "x", x);
+  require_contiguous(op, "y", y);
+  if (y.numel() == 0) return;
+  PRECON_DISPATCH(device, cautious_axpby, y, x, alpha, beta);
+}
+
 void scale(Tensor x, float alpha) {
   require_float("scale", "x", x);
   require_contiguous("scale", "x", x);

@@ -23,6 +23,9 @@ void syrk(Tensor c, const Tensor& a, Trans trans = Trans::no, float alpha = 1.0f
 
 // y = alpha * x + beta * y (same shape; contiguous).
 void axpby(Tensor y, const Tensor& x, float alpha, float beta);
+// Cautious weight decay's update: y = alpha·x + beta·y where the step alpha·x and y have opposite
+// signs (the step moves y toward zero, as the decay does), y = alpha·x + y elsewhere (no decay).
+void cautious_axpby(Tensor y, const Tensor& x, float alpha, float beta);
 // x = alpha * x.
 void scale(Tensor x, float alpha);
 // out = a + b.

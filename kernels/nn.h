@@ -132,6 +132,8 @@ void crossentropy_backward(Tensor dlogits, Tensor losses, const Tensor& logits, 
 // AdamW, PyTorch semantics, fp32 tensors of equal numel:
 //   p -= lr*wd*p; m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'²  with g' = grad_scale * g
 //   p -= lr * (m / (1-b1^t)) / (√(v / (1-b2^t)) + eps)
+// cautious: the decay applies only where that update and p have the same sign (cautious weight
+// decay, the modded-nanogpt records' rule); elsewhere p keeps its value before the update.
 struct AdamWParams {
   float lr = 1e-3f;
   float beta1 = 0.9f;
@@ -141,6 +143,7 @@ struct AdamWParams {
   int step = 1;              // t, 1-based, for bias correction
   bool bias_correction = true;
   float grad_scale = 1.0f;   // multiplies the gradient first (global-norm clipping)
+  bool cautious = false;
 };
 void adamw_update(Tensor params, const Tensor& grads, Tensor m, Tensor v, const AdamWParams& hp);
 

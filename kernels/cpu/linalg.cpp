@@ -70,6 +70,17 @@ void axpby(Tensor y, const Tensor& x, float alpha, float beta) {
   for (int64_t i = 0; i < n; ++i) py[i] = alpha * px[i] + beta * py[i];
 }
 
+void cautious_axpby(Tensor y, const Tensor& x, float alpha, float beta) {
+  float* py = y.f32();
+  const float* px = x.f32();
+  int64_t n = y.numel();
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const float step = alpha * px[i];
+    py[i] = step + (step * py[i] < 0.0f ? beta : 1.0f) * py[i];
+  }
+}
+
 void scale(Tensor x, float alpha) {
   float* p = x.f32();
   int64_t n = x.numel();

@@ -25,7 +25,8 @@ void adamw_update(Tensor params, const Tensor& grads, Tensor m, Tensor v, const 
     float vi = b2 * pv[i] + (1.0f - b2) * gi * gi;
     pm[i] = mi;
     pv[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    const float update = step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
+    p[i] = p[i] * (hp.cautious && !(update * p[i] > 0.0f) ? 1.0f : decay) - update;
   }
 }
 

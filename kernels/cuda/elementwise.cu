@@ -20,6 +20,13 @@ __global__ void axpby_kernel(Elems y, Elems x, float alpha, float beta, int64_t 
   }
 }
 
+__global__ void cautious_axpby_kernel(float* y, const float* x, float alpha, float beta, int64_t n) {
+  PRECON_GRID_STRIDE(i, n) {
+    const float step = alpha * x[i];
+    y[i] = step + (step * y[i] < 0.0f ? beta : 1.0f) * y[i];
+  }
+}
+
 __global__ void add_kernel(Elems out, Elems a, Elems b, int64_t n) {
   PRECON_GRID_STRIDE(i, n) out.set(i, a.get(i) + b.get(i));
 }
@@ -64,6 +71,12 @@ void axpby(Tensor y, const Tensor& x, float alpha, float beta) {
   int64_t n = y.numel();
   axpby_kernel<<<grid_for(n, kThreads), kThreads>>>(elems(y), elems(x), alpha, beta, n);
   PRECON_CUDA_LAUNCHED("axpby_kernel");
+}
+
+void cautious_axpby(Tensor y, const Tensor& x, float alpha, float beta) {
+  int64_t n = y.numel();
+  cautious_axpby_kernel<<<grid_for(n, kThreads), kThreads>>>(y.f32(), x.f32(), alpha, beta, n);
+  PRECON_CUDA_LAUNCHED("cautious_axpby_kernel");
 }
 
 void scale(Tensor x, float alpha) {

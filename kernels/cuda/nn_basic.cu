@@ -139,15 +139,17 @@ __global__ void gelu_backward_kernel(Elems dinp, Elems inp, Elems dout, int64_t 
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, int64_t n, float lr, float beta1,
-                             float beta2, float eps, float weight_decay, float grad_scale, float bc1, float bc2) {
+                             float beta2, float eps, float weight_decay, float grad_scale, float bc1, float bc2,
+                             bool cautious) {
   PRECON_GRID_STRIDE(i, n) {
     float grad = grad_scale * g[i];
-    float param = p[i] - lr * weight_decay * p[i];
     float mi = beta1 * m[i] + (1.0f - beta1) * grad;
     float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
     m[i] = mi;
     v[i] = vi;
-    p[i] = param - lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    float update = lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
+    float param = cautious && !(update * p[i] > 0.0f) ? p[i] : p[i] - lr * weight_decay * p[i];
+    p[i] = param - update;
   }
 }
 
@@ -224,7 +226,8 @@ void adamw_update(Tensor params, const Tensor& grads, Tensor m, Tensor v, const 
   float bc1 = hp.bias_correction ? static_cast<float>(1.0 - std::pow(double(hp.beta1), hp.step)) : 1.0f;
   float bc2 = hp.bias_correction ? static_cast<float>(1.0 - std::pow(double(hp.beta2), hp.step)) : 1.0f;
   adamw_kernel<<<grid_for(n, kThreads), kThreads>>>(params.f32(), grads.f32(), m.f32(), v.f32(), n, hp.lr, hp.beta1,
-                                                    hp.beta2, hp.eps, hp.weight_decay, hp.grad_scale, bc1, bc2);
+                                                    hp.beta2, hp.eps, hp.weight_decay, hp.grad_scale, bc1, bc2,
+                                                    hp.cautious);
   PRECON_CUDA_LAUNCHED("adamw_kernel");
 }
 

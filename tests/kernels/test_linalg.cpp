@@ -113,8 +113,22 @@ TEST(LinalgElementwise, MatchReference) {
   auto x = test::random_normal(n, seed), y = test::random_normal(n, seed + 1);
   std::vector<float> expect(n), out(n);
   for (int64_t i = 0; i < n; ++i) expect[i] = 2.5f * x[i] - 0.5f * y[i];
+  const std::vector<float> y0 = y;
   axpby(test::host_view(y, {n}), test::host_view(x, {n}), 2.5f, -0.5f);
   EXPECT_LT(test::max_abs_diff(y, expect), 1e-6);
+
+  // Cautious: the decay (beta) only where the step alpha·x and y have opposite signs.
+  std::vector<float> yc = y0;
+  int decayed = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool toward_zero = -0.01f * x[i] * y0[i] < 0.0f;
+    decayed += toward_zero;
+    expect[i] = -0.01f * x[i] + (toward_zero ? 0.9f : 1.0f) * y0[i];
+  }
+  cautious_axpby(test::host_view(yc, {n}), test::host_view(x, {n}), -0.01f, 0.9f);
+  EXPECT_LT(test::max_abs_diff(yc, expect), 1e-6);
+  EXPECT_GT(decayed, n / 4);
+  EXPECT_LT(decayed, 3 * n / 4);
 
   add(test::host_view(out, {n}), test::host_view(x, {n}), test::host_view(y, {n}));
   for (int64_t i = 0; i < n; ++i) EXPECT_FLOAT_EQ(out[i], x[i] + y[i]);

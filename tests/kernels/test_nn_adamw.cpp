@@ -82,6 +82,20 @@ TEST(NnAdamw, MatchesTorchFormulaOverSeveralSteps) {
   }
 }
 
+TEST(NnAdamw, CautiousDecaysOnlyWhereTheUpdateHasTheParametersSign) {
+  // First step: the update is lr·sign(g); p = ±1 with g of either sign covers all four cases.
+  std::vector<float> p = {1.0f, 1.0f, -1.0f, -1.0f}, g = {0.5f, -2.0f, 0.5f, -2.0f}, m(4), v(4);
+  AdamWParams hp;
+  hp.lr = 0.1f;
+  hp.weight_decay = 0.1f;
+  hp.cautious = true;
+  kernels::adamw_update(host_view(p, {4}), host_view(g, {4}), host_view(m, {4}), host_view(v, {4}), hp);
+  EXPECT_NEAR(p[0], 0.99f - 0.1f, 1e-6);   // update +lr, p > 0: decayed
+  EXPECT_NEAR(p[1], 1.0f + 0.1f, 1e-6);    // update −lr, p > 0: not decayed
+  EXPECT_NEAR(p[2], -1.0f - 0.1f, 1e-6);   // update +lr, p < 0: not decayed
+  EXPECT_NEAR(p[3], -0.99f + 0.1f, 1e-6);  // update −lr, p < 0: decayed
+}
+
 TEST(NnAdamw, FirstStepMovesByLearningRate) {
   // With bias correction the first step is lr * g / (|g| + eps) = lr * sign(g), after the decay.
   std::vector<float> p = {1.0f, 1.0f}, g = {0.5f, -2.0f}, m(2), v(2);

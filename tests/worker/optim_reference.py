@@ -53,12 +53,19 @@ def adamw_group_hyper(cfg, adamw_run):
 
 
 class TorchAdamW:
-    def __init__(self, tensors, hyper):
+    def __init__(self, tensors, hyper, cautious=False):
         self.tensors = tensors
         self.base_lr = hyper["lr"]
-        self.opt = torch.optim.AdamW(tensors, foreach=False, **hyper) if tensors else None
+        self.hyper = hyper
+        self.opt = torch.optim.AdamW(tensors, foreach=False, **hyper) if tensors and not cautious else None
+        self.cautious = cautious
+        self.t = 0
+        self.state = [(torch.zeros_like(p), torch.zeros_like(p)) for p in tensors]
 
     def step(self, grads, lr_scale):
+        if self.cautious:
+            self.cautious_step(grads, lr_scale)
+            return
         if self.opt is None:
             return
         for p, g in zip(self.tensors, grads):
@@ -66,6 +73,24 @@ class TorchAdamW:
         for group in self.opt.param_groups:
             group["lr"] = self.base_lr * lr_scale
         self.opt.step()
+
+    def cautious_step(self, grads, lr_scale):
+        """AdamW written out (PyTorch's order: bias-corrected moments, eps after the square root), with
+        cautious weight decay: the decay only where the update and the parameter have the same sign."""
+        self.t += 1
+        lr, (b1, b2), eps, wd = self.base_lr * lr_scale, self.hyper["betas"], self.hyper["eps"], self.hyper["weight_decay"]
+        for p, g, (m, v) in zip(self.tensors, grads, self.state):
+            m.mul_(b1).add_((1 - b1) * g)
+            v.mul_(b2).add_((1 - b2) * g * g)
+            update = (lr / (1 - b1 ** self.t)) * m / ((v / (1 - b2 ** self.t)).sqrt() + eps)
+            cautious_apply(p, update, lr, wd)
+
+
+def cautious_apply(w, update, lr, wd):
+    """w ← w·(1 − lr·wd) − update where update·w > 0 (same sign), w ← w − update elsewhere."""
+    same_sign = (update * w > 0).to(w.dtype)
+    w.mul_(1 - lr * wd * same_sign)
+    w.sub_(update)
 
 
 # ---------------------------------------------------------------- Muon
@@ -97,7 +122,7 @@ def muon_scale(mode, fan_out, fan_in):
     return math.sqrt(fan_out / fan_in)
 
 
-def muon_step(w, g, state, cfg, lr, wd, qkv_blocks):
+def muon_step(w, g, state, cfg, lr, wd, qkv_blocks, cautious=False):
     """w, g stored (fan_in, fan_out) as HF's Conv1D; the algorithm runs on the map Wᵀ."""
     m = cfg
     mu = m.get("momentum", 0.95)
@@ -121,11 +146,16 @@ def muon_step(w, g, state, cfg, lr, wd, qkv_blocks):
     blocks = qkv_blocks if m.get("split_qkv", True) else 1
     fan_out, fan_in = gm.shape
     rows = fan_out // blocks
-    w.mul_(1 - lr * wd)
+    update = torch.zeros_like(gm)
     for k in range(blocks):
         o = newton_schulz(U[k * rows:(k + 1) * rows], schedule, eps)
         scale = muon_scale(m.get("scale", "shape"), rows, fan_in)
-        w.T[k * rows:(k + 1) * rows].sub_(lr * scale * o)
+        update[k * rows:(k + 1) * rows] = lr * scale * o
+    if cautious:
+        cautious_apply(w.T, update, lr, wd)
+        return
+    w.mul_(1 - lr * wd)
+    w.T.sub_(update)
 
 
 # ---------------------------------------------------------------- Shampoo
@@ -137,7 +167,7 @@ def inverse_root(a, eps, p):
     return ((q * d) @ q.T).float()
 
 
-def shampoo_block_step(w, g, st, s, t, lr, wd):
+def shampoo_block_step(w, g, st, s, t, lr, wd, cautious=False):
     """One block (views w, g of the stored matrix), Distributed Shampoo as OPTIMIZERS.md writes it."""
     beta1, beta2 = s.get("beta1", 0.9), s.get("beta2", 1.0)
     eps = s.get("epsilon", 1e-12)
@@ -180,6 +210,9 @@ def shampoo_block_step(w, g, st, s, t, lr, wd):
         p = st["Li"] @ ghat @ st["Ri"]
         if graft != "none":
             p = p * (pg.norm() / (p.norm() + 1e-16))
+    if cautious:
+        cautious_apply(w, lr * p, lr, wd)
+        return
     w.mul_(1 - lr * wd)
     w.sub_(lr * p)
 
@@ -197,6 +230,20 @@ def split(n, size):
 SCHEDULE = [0.2, 0.5, 0.8, 1.0, 1.0, 0.9, 0.75, 0.6, 0.45, 0.3, 0.2, 0.1]
 
 CASES = [
+    # Cautious weight decay: the decay only where the update and the parameter have the same sign.
+    dict(name="adamw_cautious", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="adamw", lr=3e-3, weight_decay=0.5, weight_decay_mode="cautious",
+                     adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8))),
+    dict(name="muon_cautious", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="muon", lr=0.02, weight_decay=0.2, weight_decay_mode="cautious",
+                     adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.5),
+                     muon=dict(momentum=0.95, nesterov=True, momentum_form="ema", ns_steps=5,
+                               coefficients="keller", scale="shape", split_qkv=True))),
+    dict(name="shampoo_cautious", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="shampoo", lr=0.02, weight_decay=0.2, weight_decay_mode="cautious",
+                     adamw=dict(beta1=0.9, beta2=0.95),
+                     shampoo=dict(beta1=0.9, beta2=0.99, epsilon=1e-6, precondition_frequency=3,
+                                  start_preconditioning_step=3, max_preconditioner_dim=10, grafting="sgd"))),
     dict(name="adamw_wd_schedule_clip", grad_scale=0.5, lr_scales=SCHEDULE,
          config=dict(name="adamw", lr=3e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8))),
     dict(name="muon_ema_nesterov_keller_shape_qkv", grad_scale=1.0, lr_scales=SCHEDULE,
@@ -251,7 +298,8 @@ def run_case(case, init, grads):
     else:
         which = cfg["shampoo"].get("params", "hidden")
         side = [n for n, _, kind, *_ in table if not shampoo_routed(kind, which)]
-    adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, name == "adamw"))
+    cautious = cfg.get("weight_decay_mode", "decoupled") == "cautious"
+    adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, name == "adamw"), cautious)
     states = {}
     for t in range(1, STEPS + 1):
         scale = case["lr_scales"][t - 1]
@@ -262,7 +310,7 @@ def run_case(case, init, grads):
                 if n in side:
                     continue
                 if name == "muon":
-                    muon_step(params[n], g[n], states.setdefault(n, {}), cfg["muon"], lr * scale, wd, qkv)
+                    muon_step(params[n], g[n], states.setdefault(n, {}), cfg["muon"], lr * scale, wd, qkv, cautious)
                 else:
                     s = cfg["shampoo"]
                     size = s.get("max_preconditioner_dim", 1024)
@@ -270,7 +318,7 @@ def run_case(case, init, grads):
                         for bj, (c0, cn) in enumerate(split(shape[1], size)):
                             st = states.setdefault((n, bi, bj), {})
                             shampoo_block_step(params[n][r0:r0 + rn, c0:c0 + cn], g[n][r0:r0 + rn, c0:c0 + cn], st,
-                                               s, t, lr * scale, wd)
+                                               s, t, lr * scale, wd, cautious)
     return params
 
 

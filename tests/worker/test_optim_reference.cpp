@@ -92,6 +92,14 @@ int OptimReference::status_ = -1;
 
 TEST_F(OptimReference, AdamWMatchesTorch) { check_case("adamw_wd_schedule_clip", 2e-7); }
 
+// Cautious weight decay (the decay only where the update and the parameter agree in sign), against
+// the reference written from that rule; decoupled decay instead moves these parameters by 1e-4 or more.
+TEST_F(OptimReference, AdamWCautiousWeightDecay) { check_case("adamw_cautious", 2e-7); }
+
+TEST_F(OptimReference, MuonCautiousWeightDecay) { check_case("muon_cautious", 5e-7); }
+
+TEST_F(OptimReference, ShampooCautiousWeightDecay) { check_case("shampoo_cautious", 1e-6); }
+
 TEST_F(OptimReference, MuonEmaNesterovKellerShapeSplitQkv) { check_case("muon_ema_nesterov_keller_shape_qkv", 5e-7); }
 
 TEST_F(OptimReference, MuonSgdPolarExpressRmsMatch) { check_case("muon_sgd_polar_rms_match", 5e-7); }

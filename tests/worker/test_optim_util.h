@@ -58,6 +58,7 @@ inline OptimizerConfig config_from_json(const nlohmann::json& j) {
   c.name = j.at("name");
   c.lr = j.value("lr", c.lr);
   c.weight_decay = j.value("weight_decay", c.weight_decay);
+  c.weight_decay_mode = j.value("weight_decay_mode", c.weight_decay_mode);
   if (j.contains("adamw")) {
     const auto& a = j["adamw"];
     c.adamw.lr = a.value("lr", c.adamw.lr);

@@ -130,6 +130,9 @@ struct OptimizerConfig {
   // (worker/model/qk_clip.h). 0 = off.
   double qk_clip_threshold = 0.0;
   double qk_clip_alpha = 0.5;        // the query's share of the rescaling (the key's is 1 − alpha)
+  // "decoupled": p ← p·(1 − lr·wd) − lr·u; "cautious": the decay only on the entries where the
+  // update u and p have the same sign (every optimizer).
+  std::string weight_decay_mode = "decoupled";
   AdamWConfig adamw;
   MuonConfig muon;
   ShampooConfig shampoo;

@@ -12,6 +12,7 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run) {
   h.beta1 = config.adamw.beta1;
   h.beta2 = config.adamw.beta2;
   h.eps = config.adamw.eps;
+  h.cautious = config.weight_decay_mode == "cautious";
   if (adamw_run) {
     h.lr = config.lr;
     h.weight_decay = config.weight_decay;
@@ -51,6 +52,7 @@ void AdamWGroup::step(const StepContext& ctx) {
   hp.weight_decay = static_cast<float>(hyper_.weight_decay);
   hp.step = static_cast<int>(ctx.step);
   hp.grad_scale = ctx.grad_scale;
+  hp.cautious = hyper_.cautious;
   for (Entry& e : params_) kernels::adamw_update(e.param, e.grad, e.exp_avg, e.exp_avg_sq, hp);
 }
 

@@ -85,7 +85,7 @@ class Muon final : public Optimizer {
        const OptimizerHooks& hooks)
       : config_(config.muon),
         lr_(config.lr),
-        weight_decay_(config.weight_decay),
+        weight_decay_(config.weight_decay), cautious_(config.weight_decay_mode == "cautious"),
         device_(device),
         ns_(ns_options(config.muon, device)),
         adamw_(select(params, false), adamw_hyper(config, false), device) {
@@ -157,7 +157,9 @@ class Muon final : public Optimizer {
         if (p.whole) o = src;
         else scatter_spans(m.update, src, m.split_dim, p.spans);
       }
-      kernels::axpby(m.param, o, static_cast<float>(-lr * m.scale), static_cast<float>(1.0 - lr * weight_decay_));
+      const float alpha = static_cast<float>(-lr * m.scale), decay = static_cast<float>(1.0 - lr * weight_decay_);
+      if (cautious_) kernels::cautious_axpby(m.param, o, alpha, decay);
+      else kernels::axpby(m.param, o, alpha, decay);
     }
   }
 
@@ -463,6 +465,7 @@ class Muon final : public Optimizer {
 
   MuonConfig config_;
   double lr_, weight_decay_;
+  bool cautious_;  // optimizer.weight_decay_mode = "cautious"
   kernels::Device device_;
   kernels::NsOptions ns_;
   AdamWGroup adamw_;

@@ -67,6 +67,7 @@ struct AdamWHyper {
   double lr = 1e-3;
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
   double weight_decay = 0.0;
+  bool cautious = false;  // optimizer.weight_decay_mode = "cautious"
 };
 
 // name = "adamw": optimizer.lr / optimizer.weight_decay. Otherwise the AdamW side group of a

@@ -84,7 +84,7 @@ class Shampoo final : public Optimizer {
       : config_(config.shampoo),  // checked by make_optimizer against the key table
         grafting_(parse_grafting(config_.grafting)),
         lr_(config.lr),
-        weight_decay_(config.weight_decay),
+        weight_decay_(config.weight_decay), cautious_(config.weight_decay_mode == "cautious"),
         start_(config_.start_preconditioning_step > 0 ? config_.start_preconditioning_step
                                                        : config_.precondition_frequency),
         device_(device),
@@ -447,7 +447,11 @@ class Shampoo final : public Optimizer {
     const Matrix& mat = matrices_[b.matrix];
     const float alpha = static_cast<float>(-lr), decay = static_cast<float>(1.0 - lr * weight_decay_);
     Tensor wv = mat.param.narrow(0, b.r0, b.rn);
-    if (b.cn == mat.param.shape[1]) {
+    if (cautious_) {
+      // Row by row (a column block's rows are contiguous pieces of the storage's).
+      for (int64_t r = 0; r < b.rn; ++r)
+        kernels::cautious_axpby(wv.select(r).narrow(0, b.c0, b.cn), direction.select(r), alpha, decay);
+    } else if (b.cn == mat.param.shape[1]) {
       kernels::axpby(wv, direction, alpha, decay);
     } else {
       // A column block of the storage is strided and axpby needs contiguous operands: W = I·P·α + W·β.
@@ -487,6 +491,7 @@ class Shampoo final : public Optimizer {
   ShampooConfig config_;
   Grafting grafting_;
   double lr_, weight_decay_;
+  bool cautious_;  // optimizer.weight_decay_mode = "cautious"
   int64_t start_;
   kernels::Device device_;
   OptimizerHooks hooks_;
