@@ -20,8 +20,9 @@
 //    mean seconds per step (the mean of the step_seconds series, or else the slope of elapsed
 //    over steps between its first and last points, or elapsed / step with one point). Trials
 //    that no other trial beats on one axis while matching it on the other are on the front;
-//    equal points are both on it. Trials outside the reference set, with a non-finite final
-//    value or without timing are listed with a note and not compared.
+//    equal points are both on it; a trial off the front names the trials of the front that beat
+//    it (the 16 fastest). Trials outside the reference set, with a non-finite final value or
+//    without timing are listed with a note and not compared.
 // Equal values share a rank ("1, 2, 2, 4"); listed by trial id within a tie. A NaN value gets no
 // rank (rank 0) and is listed after the ranked trials of its group.
 #pragma once
@@ -78,6 +79,8 @@ struct Ranking {
   std::vector<RankEntry> entries;  // best first
 };
 
+constexpr size_t kMaxDominatedBy = 16;
+
 struct ParetoEntry {
   int64_t trial = 0;
   std::string label;
@@ -87,7 +90,8 @@ struct ParetoEntry {
   double seconds_per_step = -1;     // -1 when unknown
   bool compared = false;            // part of the front computation
   bool on_front = false;
-  std::vector<int64_t> dominated_by;  // trials that beat it (only when compared)
+  // Trials of the front that beat it (only when compared): the kMaxDominatedBy fastest, by id.
+  std::vector<int64_t> dominated_by;
   std::string note;
 };
 

@@ -1,8 +1,10 @@
 // `precon best` logic on hand-made series with known answers.
 #include "orchestrator/service/best.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -273,6 +275,74 @@ TEST(Best, RanksAtEqualCompute) {
   EXPECT_DOUBLE_EQ(j["at_flops"]["flops"].get<double>(), 4e11);
   EXPECT_EQ(j["at_flops"]["entries"][0]["trial"], 1);
   EXPECT_DOUBLE_EQ(j["at_flops"]["entries"][0]["flops"].get<double>(), 4e11);
+}
+
+// The front and each trial's beaters against the pairwise definition, on random sweeps with
+// ties on both axes, minimised and maximised.
+TEST(Best, ParetoFrontMatchesThePairwiseDefinition) {
+  for (const char* mode : {"min", "max"}) {
+    std::mt19937 rng(7);
+    std::vector<BestTrial> ts;
+    const bool maximise = std::string(mode) == "max";
+    for (int64_t id = 1; id <= 400; ++id) {
+      // Slower trials tend to be better, so that the front holds many of them.
+      const int slow = static_cast<int>(rng() % 30), noise = static_cast<int>(rng() % 8);
+      const double seconds = 0.05 * (1 + slow);
+      const double value = (maximise ? slow + noise : 30 - slow + noise) / 10.0;
+      ts.push_back(trial(id, TrialState::completed, {{100, value}}, {}, {{100, seconds}}));
+    }
+    const BestReport r = rank_trials(ts, {"val_loss", mode});
+    const bool max = maximise;
+    const auto beats = [&](const ParetoEntry& b, const ParetoEntry& a) {
+      const bool no_worse = (max ? b.final_value >= a.final_value : b.final_value <= a.final_value) &&
+                            b.seconds_per_step <= a.seconds_per_step;
+      return no_worse && (b.final_value != a.final_value || b.seconds_per_step < a.seconds_per_step);
+    };
+    ASSERT_EQ(r.pareto.size(), ts.size());
+    size_t on_front = 0;
+    for (const ParetoEntry& a : r.pareto) {
+      std::vector<const ParetoEntry*> front_beaters;
+      bool beaten = false;
+      for (const ParetoEntry& b : r.pareto) {
+        if (!beats(b, a)) continue;
+        beaten = true;
+        if (b.on_front) front_beaters.push_back(&b);
+      }
+      EXPECT_EQ(a.on_front, !beaten) << mode << " trial " << a.trial;
+      on_front += a.on_front;
+      // The fastest kMaxDominatedBy of the front's beaters, by id.
+      std::stable_sort(front_beaters.begin(), front_beaters.end(), [](const ParetoEntry* x, const ParetoEntry* y) {
+        return x->seconds_per_step < y->seconds_per_step;
+      });
+      std::vector<int64_t> want;
+      for (size_t i = 0; i < front_beaters.size() && i < kMaxDominatedBy; ++i) want.push_back(front_beaters[i]->trial);
+      std::sort(want.begin(), want.end());
+      if (front_beaters.size() <= kMaxDominatedBy) {
+        EXPECT_EQ(a.dominated_by, want) << mode << " trial " << a.trial;
+      } else {
+        EXPECT_EQ(a.dominated_by.size(), kMaxDominatedBy) << mode << " trial " << a.trial;
+      }
+      EXPECT_EQ(beaten, !a.dominated_by.empty()) << mode << " trial " << a.trial;
+    }
+    EXPECT_GT(on_front, 1u);
+    EXPECT_LT(on_front, ts.size());
+  }
+}
+
+// 100,000 compared trials rank at once (a pairwise front took hours).
+TEST(Best, ParetoFrontOfAHundredThousandTrials) {
+  std::vector<BestTrial> ts;
+  for (int64_t id = 1; id <= 100000; ++id) {
+    const double k = static_cast<double>(id * 7919 % 100000);
+    ts.push_back(trial(id, TrialState::completed, {{100, 3 - k / 1e5}}, {}, {{100, 0.1 + k / 1e6}}));
+  }
+  ts.push_back(trial(100001, TrialState::completed, {{100, 5.0}}, {}, {{100, 1.0}}));  // beaten by all
+  const BestReport r = rank_trials(ts, {});
+  size_t on_front = 0;
+  for (const ParetoEntry& p : r.pareto) on_front += p.on_front;
+  EXPECT_EQ(on_front, 100000u);  // faster is worse: every trial but the last is on the front
+  EXPECT_EQ(r.pareto.back().trial, 100001);
+  EXPECT_EQ(r.pareto.back().dominated_by.size(), kMaxDominatedBy);
 }
 
 }  // namespace
