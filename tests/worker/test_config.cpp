@@ -90,6 +90,45 @@ TEST(Config, WrongTypesAndRangesAreErrors) {
   EXPECT_NE(e.find("[a, b, c]"), std::string::npos) << e;
 }
 
+TEST(Config, IntegerBoundsAndValuesPrintAsIntegers) {
+  // model.seq_len is between 1 and 2^20: %g printed "1.04858e+06".
+  std::string e = error_of("[model]\nseq_len = 2000000\n");
+  EXPECT_NE(e.find("model.seq_len: value 2000000 is out of range: expected between 1 and 1048576"), std::string::npos) << e;
+  e = error_of("[train]\nseed = -1\n");
+  EXPECT_NE(e.find("expected between 0 and 9200000000000000000"), std::string::npos) << e;
+  EXPECT_EQ(e.find("e+"), std::string::npos) << e;
+  // A value past 2^53 is shown as given, not rounded through a double.
+  e = error_of("[train]\nsteps = 9007199254740993\n");
+  EXPECT_NE(e.find("value 9007199254740993 is out of range: expected between 1 and 1000000000000"), std::string::npos) << e;
+  // Bounds that are not integral keep their shortest text.
+  EXPECT_EQ(number_shown(3e-5), "3e-05");
+  EXPECT_EQ(number_shown(0.5), "0.5");
+  EXPECT_EQ(number_shown(1 << 20), "1048576");
+}
+
+TEST(Config, IntegersPast64BitsNameTheKeyAndItsBounds) {
+  // 2^63 in a file: toml++ refuses it while parsing, before any key is read.
+  std::string e = error_of("[model]\nn_layer = 2\n\n[train]\nsteps = 9223372036854775808\n");
+  EXPECT_NE(e.find("recipe.toml:5: train.steps: 9223372036854775808 is out of range for a 64-bit integer: "
+                   "expected between 1 and 1000000000000"), std::string::npos) << e;
+  e = error_of("[train]\nseed = -9223372036854775809   # too low\n");
+  EXPECT_NE(e.find("recipe.toml:2: train.seed: -9223372036854775809 is out of range for a 64-bit integer"),
+            std::string::npos) << e;
+  // In --set, where it used to become a string ("expected integer, got a string").
+  e = error_of("", {"train.steps=9223372036854775808"});
+  EXPECT_NE(e.find("--set: train.steps: 9223372036854775808 is out of range for a 64-bit integer: expected between 1"),
+            std::string::npos) << e;
+  EXPECT_EQ(e.find("got a string"), std::string::npos) << e;
+  // A swept value: the key is the quoted name in [sweep.parameters].
+  try {
+    parse_toml_text("[sweep.parameters]\n\"train.steps\" = [10, 99999999999999999999]\n", "r.toml");
+    ADD_FAILURE() << "parsed";
+  } catch (const ConfigError& err) {
+    EXPECT_NE(std::string(err.what()).find("r.toml:2: train.steps: 99999999999999999999 is out of range for a 64-bit "
+                                           "integer: expected between 1 and"), std::string::npos) << err.what();
+  }
+}
+
 TEST(Config, CrossKeyChecks) {
   std::string e = error_of("[model]\nn_head = 3\nd_model = 64\n");
   EXPECT_NE(e.find("recipe.toml:2"), std::string::npos) << e;

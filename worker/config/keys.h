@@ -70,6 +70,10 @@ std::string format_key_table(bool with_recipe_keys = false, const std::vector<st
 std::string format_key_row(const std::string& name, const std::string& type, const std::string& def,
                            const std::string& unit, const std::string& description);
 
+// A bound or a value in a message: an integral number in full (1048576, not 1.04858e+06), any
+// other in the shortest text that reads back the same (3e-05).
+std::string number_shown(double v);
+
 // Renders the value of one key as TOML (e.g. `5`, `"keller"`, `[[3.4, -4.7, 2.0]]`).
 std::string value_text(const TrialConfig& config, const KeySpec& key);
 std::string value_text(const SweepSettings& sweep, const KeySpec& key);

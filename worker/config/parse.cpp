@@ -45,11 +45,60 @@ std::string unknown_key_message(const std::string& key) {
 }
 
 void check_range(const KeySpec& k, double v, const std::string& source, int line) {
-  if (v < k.min || v > k.max || std::isnan(v)) {
-    std::ostringstream msg;
-    msg << "value " << v << " is out of range: expected " << k.range_text();
-    throw ConfigError(source, line, k.name, msg.str());
+  if (v < k.min || v > k.max || std::isnan(v))
+    throw ConfigError(source, line, k.name, "value " + number_shown(v) + " is out of range: expected " + k.range_text());
+}
+
+// An integer key's value is compared as a double (the bounds are doubles) but shown exactly.
+void check_range(const KeySpec& k, int64_t v, const std::string& source, int line) {
+  const auto d = static_cast<double>(v);
+  if (d < k.min || d > k.max)
+    throw ConfigError(source, line, k.name, "value " + std::to_string(v) + " is out of range: expected " + k.range_text());
+}
+
+// A TOML integer past 64 bits: what toml++ reports (its parse error, or a bare word for --set)
+// said nothing of the key. `key` may be empty when it cannot be told.
+std::string out_of_64_bits(const std::string& number, const std::string& key) {
+  std::string text = echoed(number) + " is out of range for a 64-bit integer";
+  if (const KeySpec* k = key.empty() ? nullptr : find_key(key); k && (std::isfinite(k->min) || std::isfinite(k->max)))
+    text += ": expected " + k->range_text();
+  return text;
+}
+
+bool looks_like_integer(const std::string& text) {
+  static const std::regex integer(R"(\s*[+-]?([0-9][0-9_]*|0x[0-9A-Fa-f_]+|0o[0-7_]+|0b[01_]+)\s*)");
+  return std::regex_match(text, integer);
+}
+
+std::string trimmed(std::string s) {
+  s.erase(0, s.find_first_not_of(" \t"));
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.pop_back();
+  if (s.size() >= 2 && (s.front() == '"' || s.front() == '\'') && s.back() == s.front()) s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+// The dotted key assigned on line `line` (1-based) of a TOML text, from the last table header
+// above it and the key before '=', and the value's text (up to a comment). A key in
+// [sweep.parameters] or [[sweep.grid]] is already a full trial key. Empty when the line holds no
+// plain `key = value`.
+std::pair<std::string, std::string> assignment_on_line(const std::string& text, int line) {
+  std::istringstream in(text);
+  std::string row, table;
+  static const std::regex header(R"(\s*\[\[?\s*([^\[\]]+?)\s*\]\]?\s*(#.*)?)");
+  for (int n = 1; std::getline(in, row); ++n) {
+    std::smatch m;
+    if (n < line) {
+      if (std::regex_match(row, m, header)) table = m[1];
+      continue;
+    }
+    const size_t eq = row.find('=');
+    if (eq == std::string::npos) return {};
+    const std::string key = trimmed(row.substr(0, eq));
+    const std::string value = trimmed(row.substr(eq + 1, row.find('#', eq) - eq - 1));
+    if (table.empty() || table == "sweep.parameters" || table == "sweep.grid") return {key, value};
+    return {table + "." + key, value};
   }
+  return {};
 }
 
 // Each key's pattern compiled once: stored configs are parsed again at every launch.
@@ -84,7 +133,7 @@ void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::
   };
   if (auto p = std::get_if<int64_t*>(&ref)) {
     if (auto v = value.value_exact<int64_t>()) {
-      check_range(k, static_cast<double>(*v), source, line);
+      check_range(k, *v, source, line);
       **p = *v;
     } else if (auto d = value.value_exact<double>(); d && std::floor(*d) == *d && std::fabs(*d) < 9e15) {
       check_range(k, *d, source, line);
@@ -195,7 +244,10 @@ std::string ConfigIssue::text() const {
 namespace {
 std::string join_issues(const std::vector<ConfigIssue>& issues, size_t more) {
   std::string s;
-  for (size_t i = 0; i < issues.size(); ++i) s += (i ? "\n" : "") + issues[i].text();
+  for (size_t i = 0; i < issues.size(); ++i) {
+    if (i) s += '\n';  // appended apart: GCC 12 warns (-Wrestrict) on (i ? "\n" : "") + string
+    s += issues[i].text();
+  }
   if (more > 0) s += "\n... and " + std::to_string(more) + " more";
   return s;
 }
@@ -262,6 +314,7 @@ std::pair<std::string, toml::table> split_override(const std::string& assignment
   try {
     doc = toml::parse("v = " + text);
   } catch (const toml::parse_error&) {
+    if (looks_like_integer(text)) throw ConfigError("--set", 0, echoed(key), out_of_64_bits(trimmed(text), key));
     doc = toml::table{{"v", text}};  // a bare word: take it as a string
   }
   return {key, std::move(doc)};
@@ -296,7 +349,7 @@ void check_values(const TrialConfig& config, const std::string& prefix, const st
     if (k->name.rfind(prefix, 0) != 0) continue;
     issues.attempt([&] {
       FieldRef ref = k->field(copy);
-      if (auto p = std::get_if<int64_t*>(&ref)) check_range(*k, static_cast<double>(**p), source, 0);
+      if (auto p = std::get_if<int64_t*>(&ref)) check_range(*k, **p, source, 0);
       else if (auto p = std::get_if<double*>(&ref)) check_range(*k, **p, source, 0);
       else if (auto p = std::get_if<std::string*>(&ref)) check_string(*k, **p, source, 0, k->default_text() == "\"\"");
       else if (auto p = std::get_if<std::vector<std::string>*>(&ref))
@@ -317,8 +370,17 @@ toml::table parse_toml_text(const std::string& text, const std::string& source) 
   try {
     return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    throw ConfigError(source, static_cast<int>(e.source().begin.line), "",
-                      "TOML syntax error: " + std::string(e.description()));
+    const int line = static_cast<int>(e.source().begin.line);
+    // toml++: "Error while parsing decimal integer: '9223372036854775808' is not representable in 64 bits"
+    static const std::regex too_wide(R"(.*'([^']*)' is not representable in 64 bits.*)");
+    std::smatch m;
+    const std::string description(e.description());
+    if (std::regex_match(description, m, too_wide)) {
+      const auto [key, value] = assignment_on_line(text, line);
+      // toml++ drops the sign: a plain `key = -N` is quoted from the line itself.
+      throw ConfigError(source, line, echoed(key), out_of_64_bits(looks_like_integer(value) ? value : m[1].str(), key));
+    }
+    throw ConfigError(source, line, "", "TOML syntax error: " + description);
   }
 }
 
