@@ -9,11 +9,11 @@ find_library(PRECON_OPENBLAS_OPENMP openblas
   PATHS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp NO_DEFAULT_PATH)
 if(PRECON_OPENBLAS_OPENMP)
   set(BLAS_LIBRARIES ${PRECON_OPENBLAS_OPENMP})
-  message(STATUS "precon: OpenBLAS (OpenMP build): ${PRECON_OPENBLAS_OPENMP}")
+  set(PRECON_BLAS_TEXT "OpenBLAS, OpenMP build (${PRECON_OPENBLAS_OPENMP})")
 else()
   set(BLA_VENDOR OpenBLAS)
   find_package(BLAS REQUIRED)
-  message(STATUS "precon: BLAS: ${BLAS_LIBRARIES}")
+  set(PRECON_BLAS_TEXT "${BLAS_LIBRARIES} (not OpenBLAS's OpenMP build: BLAS threads and OpenMP loops may contend)")
 endif()
 pkg_check_modules(LAPACKE REQUIRED IMPORTED_TARGET lapacke)
 find_package(nlohmann_json REQUIRED)
@@ -25,6 +25,10 @@ find_package(tomlplusplus REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED COMPONENTS core)
 # Asio and Beast are header-only: the worker's reporter and the controller's HTTP server.
 find_package(Boost 1.74 REQUIRED)
+
+# OpenMPI (optional): the CPU collectives of multi-rank layouts and the bootstrap for NCCL.
+# QUIET: cmake/Summary.cmake says whether it was found and what its absence means.
+find_package(MPI QUIET COMPONENTS C)
 
 if(PRECON_BUILD_TESTS)
   find_package(GTest REQUIRED)
