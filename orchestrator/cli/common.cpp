@@ -17,6 +17,7 @@
 #include "orchestrator/http/client.h"
 #include "orchestrator/http/printable.h"
 #include "orchestrator/service/queries.h"
+#include "worker/common/file_io.h"
 #include "worker/config/parse.h"
 
 namespace precon::cli {
@@ -73,7 +74,12 @@ fs::path url_file() { return global().db + ".url"; }
 fs::path token_file() { return global().db + ".token"; }
 
 void write_connection_files(const std::string& url, const std::string& token) {
-  std::ofstream(url_file()) << url << "\n";
+  // Both 0600, as the database is: the URL says where a controller of this user listens.
+  try {
+    worker::write_file_atomic(url_file(), url + "\n");
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("cannot write the controller's URL: ") + e.what());
+  }
   // Created 0600, never readable by others even for a moment; an older file is made so before
   // the token is written into it.
   const int fd = ::open(token_file().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);

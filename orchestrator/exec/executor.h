@@ -85,6 +85,12 @@ std::filesystem::path trainer_stderr_path(const std::filesystem::path& run_dir);
 // or after byte `from` of the run directory's trainer stderr, or "" when there is none.
 std::string trainer_error_message(const std::filesystem::path& run_dir, uintmax_t from = 0);
 
+// Which rank of a multi-rank attempt died of which signal, from the launcher's lines in the
+// trainer's stderr log at or after byte `from`: mpirun's "process rank 1 with PID ... on node n1
+// exited on signal 9 (Killed)" and srun's "srun: error: n1: task 1: Killed" give "rank 1 (on n1)
+// killed by SIGKILL (signal 9)", several joined by "; "; "" when the launcher said none.
+std::string launcher_rank_deaths(const std::filesystem::path& run_dir, uintmax_t from = 0);
+
 // Names one launched attempt. Everything in it is persisted by the scheduler (attempts row and
 // the trial's run_dir), so that after a restart it can rebuild the Handle and adopt() it.
 struct Handle {

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "orchestrator/exec/wrapped_process.h"
+#include "worker/common/file_io.h"
 
 extern char** environ;
 
@@ -214,7 +215,7 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
                     " GPUs (check has_capacity first)");
   }
   std::error_code ec;
-  fs::create_directories(spec.run_dir, ec);
+  worker::create_private_directories(spec.run_dir, ec);
   if (ec) throw ExecError("cannot create run directory " + spec.run_dir.string() + ": " + ec.message());
 
   const fs::path status_path = exit_status_path(spec.run_dir, spec.attempt);
@@ -248,10 +249,11 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   cmd.stderr_path = trainer_stderr_path(spec.run_dir);
   cmd.status_path = status_path;
   cmd.identity_path = launch_record_path(spec.run_dir, spec.attempt);
-  {
-    std::ofstream record(launch_record_path(spec.run_dir, spec.attempt), std::ios::trunc);
-    record << "cpus=" << spec.total_cpus() << "\ngpus=" << join_ids(gpus) << "\n";
-    if (!record) throw ExecError("cannot write " + launch_record_path(spec.run_dir, spec.attempt).string());
+  try {
+    worker::write_file_atomic(launch_record_path(spec.run_dir, spec.attempt),
+                              "cpus=" + std::to_string(spec.total_cpus()) + "\ngpus=" + join_ids(gpus) + "\n");
+  } catch (const std::exception& e) {
+    throw ExecError(std::string("cannot write ") + e.what());
   }
   pid_t pid = spawn_wrapped(cmd);
 

@@ -1,11 +1,6 @@
 #include "orchestrator/exec/slurm_executor.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include <algorithm>
 #include <chrono>
@@ -14,33 +9,27 @@
 #include <set>
 #include <utility>
 
+#include "orchestrator/common/clock.h"
 #include "orchestrator/exec/slurm_state.h"
 #include "orchestrator/exec/wrapped_process.h"
+#include "worker/common/file_io.h"
 
 namespace precon::orch {
 namespace fs = std::filesystem;
 
 namespace {
 
-double wall_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 fs::path status_path(const Handle& h) { return h.run_dir / ("exit_status." + std::to_string(h.attempt)); }
 fs::path job_record_path(const fs::path& run_dir, const std::string& id) { return run_dir / ("slurm_job." + id); }
 
-void write_file(const fs::path& path, const std::string& text, fs::perms perms = fs::perms::owner_read |
-                                                                                   fs::perms::owner_write) {
-  const fs::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    if (!out) throw ExecError("cannot write " + tmp.string());
+// The scripts, the token and the job records are written as every file in a run directory:
+// atomically, and readable by the controller's user only (a script 0700).
+void write_file(const fs::path& path, const std::string& text, unsigned mode = worker::kPrivateFileMode) {
+  try {
+    worker::write_file_atomic(path, text, mode);
+  } catch (const std::exception& e) {
+    throw ExecError(std::string("cannot write ") + e.what());
   }
-  std::error_code ec;
-  fs::permissions(tmp, perms, ec);
-  fs::rename(tmp, path, ec);
-  if (ec) throw ExecError("cannot write " + path.string() + ": " + ec.message());
 }
 
 // What a restarted controller needs to take the job over: the attempt it began as, and what its
@@ -53,32 +42,6 @@ void write_job_record(const fs::path& run_dir, const std::string& id, int64_t ba
                                                  "\npending_limit=" + std::to_string(pending_limit) +
                                                  "\nsubmitted_at=" + std::to_string(submitted_at) + "\n");
   } catch (const std::exception&) {
-  }
-}
-
-// A file only its owner can read, created so from the start (never wider for a moment), then
-// renamed into place.
-void write_private_file(const fs::path& path, const std::string& text) {
-  const fs::path tmp = path.string() + ".tmp";
-  ::unlink(tmp.c_str());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, S_IRUSR | S_IWUSR);
-  if (fd < 0) throw ExecError("cannot create " + tmp.string() + ": " + std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw ExecError("cannot write " + tmp.string() + ": " + std::strerror(e));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw ExecError("cannot write " + path.string() + ": " + std::strerror(e));
   }
 }
 
@@ -107,7 +70,7 @@ bool slurm_unreachable(const CommandResult& r) {
   return r.error.find("timed out") != std::string::npos;
 }
 
-constexpr auto kScript = fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec;
+constexpr unsigned kScript = 0700;
 
 }  // namespace
 
@@ -202,11 +165,11 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
     try {
       validate(spec);
       std::error_code ec;
-      fs::create_directories(spec.run_dir, ec);
+      worker::create_private_directories(spec.run_dir, ec);
       if (ec) throw ExecError("cannot create run directory " + spec.run_dir.string() + ": " + ec.message());
       fs::remove(status_path(Handle{"slurm", "", "", spec.trial_id, spec.attempt, spec.run_dir}), ec);
       if (auto token = spec.env.find(kTrialTokenEnv); token != spec.env.end())
-        write_private_file(slurm_token_path(spec.run_dir, spec.attempt), token->second + "\n");
+        write_file(slurm_token_path(spec.run_dir, spec.attempt), token->second + "\n");
       const fs::path script = slurm_script_path(spec.run_dir, spec.attempt);
       write_file(script, trial_script(spec, options_.script), kScript);
       ready.push_back(i);
@@ -263,7 +226,7 @@ std::vector<Executor::BatchResult> SlurmExecutor::launch_batch(const std::vector
     h.attempt = spec.attempt;
     h.run_dir = spec.run_dir;
     const int64_t pending_limit = slurm_time_seconds(spec.resources.pending_limit).value_or(0);
-    const double submitted_at = wall_seconds();
+    const double submitted_at = epoch_seconds();
     write_job_record(spec.run_dir, id, spec.attempt, pending_limit, submitted_at);
     track(h, spec.attempt, pending_limit, submitted_at);
     results[i].handle = h;
@@ -332,19 +295,19 @@ SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
     j.throttled = true;
   } else if (j.throttled) {
     j.throttled = false;
-    j.submitted_at = wall_seconds();
+    j.submitted_at = epoch_seconds();
     // Unwritten, a restart counts from the sbatch: at worst the limit ends the wait sooner.
     if (j.pending_limit > 0) write_job_record(j.handle.run_dir, id, j.base_attempt, j.pending_limit, j.submitted_at);
   }
   if (state == "PENDING" && !throttled && j.pending_limit > 0 && !j.seen_running && !j.cancelled &&
-      j.handle.attempt == j.base_attempt && wall_seconds() - j.submitted_at > static_cast<double>(j.pending_limit)) {
+      j.handle.attempt == j.base_attempt && epoch_seconds() - j.submitted_at > static_cast<double>(j.pending_limit)) {
     // It never started: waiting longer is the user's choice (resources.pending_limit), not ours.
     run({options_.scancel, id});
     j.cancelled = true;
     ExitStatus s;
     s.kind = ExitKind::usage;  // the same job would wait the same way again
     s.detail = "Slurm job " + id + " stayed PENDING" + (reason.empty() || reason == "None" ? "" : " (" + reason + ")") +
-               " for " + std::to_string(static_cast<int64_t>(wall_seconds() - j.submitted_at)) +
+               " for " + std::to_string(static_cast<int64_t>(epoch_seconds() - j.submitted_at)) +
                " s, longer than resources.pending_limit (" + std::to_string(j.pending_limit) +
                " s); it was cancelled";
     return {true, s};
@@ -451,7 +414,7 @@ std::optional<ExitStatus> SlurmExecutor::adopt(const Handle& h) {
   for (const Job& j : jobs_)
     if (j.handle.external_id == h.external_id) return std::nullopt;
   int64_t base = h.attempt, pending_limit = 0;
-  double submitted_at = wall_seconds();  // a record without the time: counted from now
+  double submitted_at = epoch_seconds();  // a record without the time: counted from now
   std::ifstream in(job_record_path(h.run_dir, h.external_id));
   std::string line;
   while (std::getline(in, line)) {

@@ -144,8 +144,9 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
     << "# SLURM_NODEID and SLURM_NTASKS set. SIGUSR1 (time-limit warning, preemption notice) makes the\n"
     << "# trainer checkpoint and exit " << worker::kExitRequeue << "; the job then requeues itself.\n\n";
   // The traps come first, before anything that takes time: a warning that arrives during the
-  // script's own setup is kept for the trainer.
-  s << "stop_signal=\nresend=\ntrainer=\n"
+  // script's own setup is kept for the trainer. srun passes the umask on to every rank: what
+  // the trial writes is its user's alone.
+  s << "umask 077\nstop_signal=\nresend=\ntrainer=\n"
     << "forward() {\n"
     << "  stop_signal=$1\n"
     << "  if [ -n \"$trainer\" ]; then resend=$1; kill -s \"$1\" \"$trainer\" 2>/dev/null; fi\n"
@@ -226,6 +227,7 @@ std::string array_script(const std::vector<LaunchSpec>& specs, const std::vector
   }
   s << "#\n# precon job array: task i runs the trial script of trial i below, its output appended to that\n"
     << "# trial's run directory.\n\n";
+  s << "umask 077\n";
   s << "case \"$SLURM_ARRAY_TASK_ID\" in\n";
   for (size_t i = 0; i < specs.size(); ++i) {
     const std::string out = shell_quote((specs[i].run_dir / "slurm.out").string());

@@ -104,7 +104,7 @@ void write_status_file(const ForkPlan& p, int status) {
   n = word_len;
   n += format_uint(buf + n, WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
   buf[n++] = '\n';
-  int fd = ::open(p.status_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(p.status_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
   write_all(fd, buf, n);
   ::fsync(fd);
@@ -145,7 +145,7 @@ void write_identity(const ForkPlan& p) {
   line[len++] = ':';
   len += format_uint(line + len, ticks);
   line[len++] = '\n';
-  fd = ::open(p.identity_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  fd = ::open(p.identity_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
   if (fd < 0) return;
   write_all(fd, line, len);
   ::close(fd);
@@ -156,6 +156,9 @@ extern "C" void ignore_signal(int) {}
 // The forked child of the controller. Never returns; async-signal-safe calls only.
 [[noreturn]] void run_wrapper(const ForkPlan& p) {
   ::setpgid(0, 0);
+  // What the trainer writes in its run directory (checkpoints, metrics, logs, mpirun's files) is
+  // the controller's user's alone, whatever mode each file is created with.
+  ::umask(077);
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sigemptyset(&sa.sa_mask);
@@ -240,8 +243,8 @@ pid_t spawn_wrapped(const WrappedCommand& cmd) {
   plan.identity_path = cmd.identity_path.string();
   plan.exec_error = "precon local executor: cannot execute " + plan.exe + ": errno ";
   Fd null_fd(open_high("/dev/null", O_RDONLY));
-  Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0644));
-  Fd err_fd(open_high(cmd.stderr_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0644));
+  Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600));
+  Fd err_fd(open_high(cmd.stderr_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600));
   plan.null_fd = null_fd.get();
   plan.out_fd = out_fd.get();
   plan.err_fd = err_fd.get();

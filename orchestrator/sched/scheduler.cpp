@@ -19,11 +19,6 @@ namespace precon::orch {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using sched_detail::now_seconds;
-
-double sched_detail::now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 uintmax_t sched_detail::stderr_size(const std::string& run_dir) {
   std::error_code ec;
@@ -67,7 +62,7 @@ void Scheduler::post(std::function<void()> fn) { boost::asio::post(io_, std::mov
 void Scheduler::event(int64_t experiment_id, int64_t trial_id, const std::string& kind, const std::string& message,
                       json data) {
   EventRow e;
-  e.time = now_seconds();
+  e.time = epoch_seconds();
   e.experiment_id = experiment_id;
   e.trial_id = trial_id;
   e.kind = kind;
@@ -164,7 +159,7 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
                                {"n_startup_trials", es.n_startup_trials},
                                {"interval", es.interval}}
                               .dump();
-    exp.created_at = now_seconds();
+    exp.created_at = epoch_seconds();
     // Unique, readable run root per experiment: <root>/<name>-<timestamp>; the store names each
     // trial's run directory after its id in it (trial-<id>).
     const std::string stamp = std::to_string(static_cast<int64_t>(exp.created_at * 1000));

@@ -7,11 +7,10 @@
 
 #include "orchestrator/sched/scheduler_live.h"
 #include "worker/ckpt/checkpoint.h"
-#include "worker/train/train_state.h"
+#include "worker/ckpt/objective.h"
 
 namespace precon::orch {
 
-using sched_detail::now_seconds;
 
 namespace fs = std::filesystem;
 
@@ -40,7 +39,7 @@ void Scheduler::record_checkpoints(const TrialRow& trial) {
     c.trial_id = trial.id;
     c.step = info.step;
     c.path = info.dir.string();
-    c.created_at = now_seconds();
+    c.created_at = epoch_seconds();
     // The worker records the objective it ranked the checkpoint by (keep_best); older
     // checkpoints without it take the stored metric at or before their step.
     std::optional<double> objective = worker::checkpoint_objective(info.dir);
@@ -52,7 +51,7 @@ void Scheduler::record_checkpoints(const TrialRow& trial) {
   }
   // The worker applies keep_checkpoints and keep_best; record what it deleted.
   for (const CheckpointRow& c : known)
-    if (c.deleted_at == 0 && !on_disk.count(c.step)) store_.mark_checkpoint_deleted(c.id, now_seconds());
+    if (c.deleted_at == 0 && !on_disk.count(c.step)) store_.mark_checkpoint_deleted(c.id, epoch_seconds());
 }
 
 }  // namespace precon::orch

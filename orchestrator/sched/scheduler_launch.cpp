@@ -14,12 +14,12 @@
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
 #include "orchestrator/store/token_hash.h"
+#include "worker/common/file_io.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
 
 namespace fs = std::filesystem;
-using sched_detail::now_seconds;
 using sched_detail::stderr_size;
 
 namespace {
@@ -56,7 +56,7 @@ bool lasting(int err) {
 
 // Writes `text` to `path` (created or truncated): 0, or the errno of the call that failed.
 int write_text_file(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, worker::kPrivateFileMode);
   if (fd < 0) return errno;
   for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -152,7 +152,7 @@ void Scheduler::issue_token(const TrialRow& trial, LaunchSpec& spec) {
 bool Scheduler::write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex) {
   const fs::path dir = trial.run_dir;
   std::error_code ec;
-  fs::create_directories(dir, ec);
+  worker::create_private_directories(dir, ec);  // 0700: a run directory is the controller's user's alone
   int err = ec.value();
   std::string what = ec ? "cannot create run directory " + dir.string() + ": " + ec.message() : "";
   if (!ec && (err = write_text_file(dir / "config.toml", trial.config_toml)) != 0)
@@ -256,7 +256,7 @@ int64_t Scheduler::add_attempt(int64_t trial_id, const Handle& handle) {
   a.executor = handle.executor;
   a.external_id = handle.external_id;
   a.nodes = handle.nodes;
-  a.started_at = now_seconds();
+  a.started_at = epoch_seconds();
   return store_.add_attempt(a);
 }
 
@@ -274,7 +274,7 @@ void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executo
   trial.state = TrialState::running;
   trial.attempts = handle.attempt;
   if (trial.reason.rfind("waiting to launch: ", 0) == 0) trial.reason.clear();
-  if (trial.started_at == 0) trial.started_at = now_seconds();
+  if (trial.started_at == 0) trial.started_at = epoch_seconds();
   store_.update_trial(trial);
   event(exp.id, trial.id, "attempt_started",
         "attempt " + std::to_string(handle.attempt) + " started (" + handle.executor + " " + handle.external_id + ")");

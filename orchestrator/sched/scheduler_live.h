@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "orchestrator/common/clock.h"
 #include "orchestrator/sched/scheduler.h"
 
 namespace precon::orch {
@@ -30,9 +31,6 @@ struct Scheduler::Live {
 };
 
 namespace sched_detail {
-
-// Wall-clock seconds since the epoch, as the store records times.
-double now_seconds();
 
 // The size of the trial's trainer stderr log: where the next attempt's lines will start.
 uintmax_t stderr_size(const std::string& run_dir);

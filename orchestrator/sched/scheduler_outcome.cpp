@@ -8,7 +8,6 @@
 
 namespace precon::orch {
 
-using sched_detail::now_seconds;
 
 namespace {
 
@@ -85,7 +84,8 @@ void Scheduler::note_attempt_state(Executor* ex, const Handle& h, const std::str
   }
 }
 
-void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
+void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
+  ExitStatus status = ended;
   auto it = live_.find(trial_id);
   if (it == live_.end()) return;
   std::unique_ptr<Live> live = std::move(it->second);
@@ -108,10 +108,15 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& status) {
         status.kind == ExitKind::succeeded || status.kind == ExitKind::requeue
             ? std::string()
             : trainer_error_message(trial.run_dir, live->stderr_offset);
+    // A launcher's exit code (mpirun's 137) says little: which rank died of which signal, when it
+    // said so, goes with it.
+    if (status.kind != ExitKind::succeeded && status.kind != ExitKind::requeue)
+      if (const std::string deaths = launcher_rank_deaths(trial.run_dir, live->stderr_offset); !deaths.empty())
+        status.detail += ": " + deaths;
 
     for (AttemptRow a : store_.attempts(trial_id)) {
       if (a.id != live->attempt_id) continue;
-      a.ended_at = now_seconds();
+      a.ended_at = epoch_seconds();
       a.exit_code = status.code;
       a.detail = trainer_error.empty() ? status.detail : status.detail + ": " + trainer_error;
       switch (status.kind) {
@@ -220,7 +225,7 @@ void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& 
   }
   trial.state = state;
   trial.reason = reason;
-  trial.ended_at = now_seconds();
+  trial.ended_at = epoch_seconds();
   store_.update_trial(trial);
   {
     std::lock_guard lock(shared_mu_);
@@ -238,7 +243,7 @@ void Scheduler::maybe_finish_experiment(int64_t experiment_id) {
   const std::map<TrialState, int64_t> counts = store_.trial_state_counts(experiment_id);
   if (counts.count(TrialState::pending) || counts.count(TrialState::running)) return;
   const ExperimentState state = counts.count(TrialState::cancelled) ? ExperimentState::cancelled : ExperimentState::completed;
-  store_.set_experiment_state(experiment_id, state, now_seconds());
+  store_.set_experiment_state(experiment_id, state, epoch_seconds());
   event(experiment_id, 0, std::string("experiment_") + experiment_state_name(state),
         "experiment " + exp->name + " " + experiment_state_name(state));
 }

@@ -9,7 +9,6 @@
 
 namespace precon::orch {
 
-using sched_detail::now_seconds;
 
 void Scheduler::reconcile() {
   // Attempts left open by a previous controller: adopt the workers still running, settle the rest.
@@ -20,7 +19,7 @@ void Scheduler::reconcile() {
     if (it == executors_.end()) {
       AttemptRow done = a;
       done.state = AttemptState::lost;
-      done.ended_at = now_seconds();
+      done.ended_at = epoch_seconds();
       done.detail = "executor " + a.executor + " is not configured in this controller";
       store_.update_attempt(done);
       finish_attempt(a.trial_id, ExitStatus{ExitKind::lost, -1, 0, done.detail});

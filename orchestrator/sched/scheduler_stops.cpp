@@ -11,7 +11,6 @@
 namespace precon::orch {
 
 using nlohmann::json;
-using sched_detail::now_seconds;
 
 void Scheduler::request_stop(int64_t trial_id, TrialState final_state, const std::string& reason) {
   auto trial = store_.trial(trial_id);
@@ -100,7 +99,7 @@ bool Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reas
     if (exp->state != ExperimentState::running) return false;
     // Pending trials end in one transaction (an event each), however many there are; only the
     // running ones need a stop request each.
-    const std::vector<int64_t> cancelled = store_.cancel_pending_trials(experiment_id, reason, now_seconds());
+    const std::vector<int64_t> cancelled = store_.cancel_pending_trials(experiment_id, reason, epoch_seconds());
     {
       std::lock_guard lock(shared_mu_);
       for (int64_t id : cancelled)

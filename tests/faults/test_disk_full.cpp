@@ -106,13 +106,9 @@ TEST_F(DiskFull, DatabaseDiskFullRefusesNewWorkClearlyAndRecovers) {
   if (disk.empty()) GTEST_SKIP() << why_not_;
   std::mutex log_mu;
   std::vector<std::string> log;
-  ControllerOptions o;
+  ControllerOptions o = controller_options();
   o.db = disk / "precon.db";
-  o.run_root = dir_ / "runs";
-  o.trainer = PRECON_TRAIN_BIN;
-  o.admin_token = "admin-secret";
   o.poll_interval = std::chrono::milliseconds(100);
-  o.cpu_slots = 2;
   o.slurm = "off";
   o.log = [&](const std::string& line) {
     std::lock_guard lock(log_mu);

@@ -40,15 +40,10 @@ TEST_F(WorkerKill, EveryRunResumesToTheUninterruptedCurveAndLosesNoMetric) {
     std::ofstream(plan / std::to_string(i + 1)) << f;
     faults.push_back(f);
   }
-  ControllerOptions o;
-  o.db = dir_ / "precon.db";
-  o.run_root = dir_ / "runs";
+  ControllerOptions o = controller_options();
   o.trainer = trainer;
-  o.admin_token = "admin-secret";
   o.poll_interval = std::chrono::milliseconds(100);
-  o.cpu_slots = 2;
   o.slurm = "off";
-  o.log = [](const std::string&) {};
   Controller c(o);
   c.start();
   const std::string url = c.url();

@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/http/client.h"
+#include "orchestrator/service/controller.h"
 #include "worker/data/shard.h"
 
 namespace precon::orch::testing {
@@ -67,6 +68,24 @@ class ControllerFixture : public ::testing::Test {
     worker::write_shard(dir_ / "val.bin", std::vector<uint16_t>(tokens.begin(), tokens.begin() + 2000));
   }
   void TearDown() override { fs::remove_all(dir_); }
+
+  // What every controller test starts from: this test's database and run root, the real trainer,
+  // the tests' admin token ("admin-secret"), a 50-ms poll, a 2-s stop grace and no log. A test
+  // changes what it exercises.
+  ControllerOptions controller_options(int cpu_slots = 2) const {
+    ControllerOptions o;
+    o.db = dir_ / "precon.db";
+    o.run_root = dir_ / "runs";
+#ifdef PRECON_TRAIN_BIN
+    o.trainer = PRECON_TRAIN_BIN;
+#endif
+    o.cpu_slots = cpu_slots;
+    o.admin_token = "admin-secret";
+    o.poll_interval = std::chrono::milliseconds(50);
+    o.stop_grace = std::chrono::milliseconds(2000);
+    o.log = [](const std::string&) {};
+    return o;
+  }
 
   // A tiny GPT recipe; `extra` is appended (e.g. a [sweep] table).
   std::string recipe(int steps, const std::string& extra) const {

@@ -23,15 +23,7 @@ class Controller : public ControllerFixture {
  protected:
   std::unique_ptr<orch::Controller> start(int cpu_slots = 2,
                                           const std::function<void(ControllerOptions&)>& adjust = nullptr) {
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.trainer = PRECON_TRAIN_BIN;
-    o.cpu_slots = cpu_slots;
-    o.admin_token = "admin-secret";
-    o.poll_interval = std::chrono::milliseconds(50);
-    o.stop_grace = std::chrono::milliseconds(2000);
-    o.log = [](const std::string&) {};
+    ControllerOptions o = controller_options(cpu_slots);
     if (adjust) adjust(o);
     auto c = std::make_unique<orch::Controller>(o);
     c->start();
@@ -109,6 +101,24 @@ TEST_F(Controller, EveryReadRouteOverASocket) {
   json best = get(url, "/api/v1/experiments/" + std::to_string(id) + "/best");
   EXPECT_TRUE(best.is_object());
   c->stop();
+
+  // Everything under the run root is the user's alone, as the database is: the directories the
+  // controller created 0700, every file in them 0600 (config, logs, metrics, checkpoints).
+  int files = 0, checkpoint_files = 0;
+  const auto mode = [](const fs::path& p) { return fs::symlink_status(p).permissions() & fs::perms::all; };
+  EXPECT_EQ(mode(dir_ / "runs"), fs::perms::owner_all);
+  for (const fs::directory_entry& e : fs::recursive_directory_iterator(dir_ / "runs")) {
+    if (e.is_directory()) {
+      EXPECT_EQ(mode(e.path()), fs::perms::owner_all) << e.path();
+    } else {
+      EXPECT_EQ(mode(e.path()), fs::perms::owner_read | fs::perms::owner_write) << e.path();
+      ++files;
+      checkpoint_files += e.path().string().find("/checkpoints/step_") != std::string::npos;
+    }
+  }
+  EXPECT_GT(checkpoint_files, 4) << "model, optimizer, trainer.json, manifest, configs";
+  EXPECT_GT(files, checkpoint_files + 6) << "config.toml, logs and metrics of each trial";
+  EXPECT_EQ(mode(dir_ / "precon.db"), fs::perms::owner_read | fs::perms::owner_write);
 }
 
 TEST_F(Controller, KeepBestCheckpointSurvivesAndDeletionsAreRecorded) {

@@ -257,6 +257,27 @@ TEST(TrainerErrorMessage, LastErrorLineOfThisAttempt) {
   fs::remove_all(dir);
 }
 
+TEST(LauncherRankDeaths, WhichRankDiedOfWhichSignalFromMpirunAndSrun) {
+  const fs::path dir = fs::temp_directory_path() / ("precon_rank_deaths_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  EXPECT_EQ(launcher_rank_deaths(dir), "");  // no log at all
+  const std::string first = "srun: error: n1: task 0: Exited with exit code 1\n";  // an exit, not a signal
+  std::ofstream(trainer_stderr_path(dir)) << first;
+  EXPECT_EQ(launcher_rank_deaths(dir), "");
+  std::ofstream(trainer_stderr_path(dir), std::ios::app)
+      << "--------------------------------------------------------------------------\n"
+      << "mpirun noticed that process rank 1 with PID 4242 on node host1 exited on signal 9 (Killed).\n"
+      << "srun: error: n2: tasks 2-3: Segmentation fault\r\n"
+      << "srun: error: n2: task 4: Killed\n";
+  EXPECT_EQ(launcher_rank_deaths(dir, first.size()),
+            "rank 1 (on host1) killed by SIGKILL (signal 9); ranks 2-3 (on n2) killed by SIGSEGV (signal 11); "
+            "rank 4 (on n2) killed by SIGKILL (signal 9)");
+  // Lines before this attempt's offset are an earlier attempt's.
+  EXPECT_EQ(launcher_rank_deaths(dir, fs::file_size(trainer_stderr_path(dir))), "");
+  fs::remove_all(dir);
+}
+
 TEST_F(LocalExecutorTest, LogsGoToRunDirAndAppendAcrossAttempts) {
   LocalExecutor ex(slots(2));
   LaunchSpec s = sh("logs", R"(echo "out $0"; echo "err $0" >&2; read x; echo "stdin=[$x] rc=$?")");

@@ -23,15 +23,7 @@ class ParallelTrial : public ControllerFixture {
     ::setenv("ASAN_OPTIONS", "detect_leaks=0", 1);
   }
   std::unique_ptr<orch::Controller> start(int cpu_slots) {
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.trainer = PRECON_TRAIN_BIN;
-    o.cpu_slots = cpu_slots;
-    o.admin_token = "admin-secret";
-    o.poll_interval = std::chrono::milliseconds(50);
-    o.log = [](const std::string&) {};
-    auto c = std::make_unique<orch::Controller>(o);
+    auto c = std::make_unique<orch::Controller>(controller_options(cpu_slots));
     c->start();
     return c;
   }
@@ -67,6 +59,36 @@ TEST_F(ParallelTrial, TwoRanksThroughMpirunReportOnceAndFollowOneProcess) {
 }
 
 #ifdef PRECON_BIN
+// Rank 1 of two SIGKILLs itself after step 3 (worker/common/fault_hook.h); mpirun ends the job
+// with exit code 137, and the trial's reason says which rank died of which signal, from mpirun's
+// own line in the log.
+TEST_F(ParallelTrial, AKilledRankIsNamedWithItsSignalInTheTrialsReason) {
+  struct Fault {
+    Fault() {
+      ::setenv("PRECON_FAULT_KILL_AT", "step:3", 1);
+      ::setenv("PRECON_FAULT_KILL_RANK", "1", 1);
+    }
+    ~Fault() {
+      ::unsetenv("PRECON_FAULT_KILL_AT");
+      ::unsetenv("PRECON_FAULT_KILL_RANK");
+    }
+  } fault;
+  auto c = start(2);
+  const std::string url = c->url();
+  const int64_t id =
+      submit(url, recipe(12, "[sweep]\nmax_attempts = 1\n[sweep.parameters]\n\"parallel.data\" = [2]\n"));
+  ASSERT_GT(id, 0);
+  ASSERT_TRUE(done(url, id));
+  const json trials = get(url, "/api/v1/experiments/" + std::to_string(id) + "/trials")["trials"];
+  ASSERT_EQ(trials.size(), 1u);
+  const json t = get(url, "/api/v1/trials/" + std::to_string(trials[0]["id"].get<int64_t>()));
+  EXPECT_EQ(t["state"], "failed") << t.dump();
+  const std::string reason = t["reason"];
+  EXPECT_NE(reason.find("rank 1 (on "), std::string::npos) << reason;
+  EXPECT_NE(reason.find("killed by SIGKILL (signal 9)"), std::string::npos) << reason;
+  EXPECT_EQ(reason.find("rank 0 "), std::string::npos) << reason;  // the survivor is not blamed
+}
+
 TEST_F(ParallelTrial, APipelineTrialRunsThroughPreconRunAndFollowsOneProcess) {
   // `precon run` as a user starts it: the same two-layer trial as one process and as two
   // pipeline stages (the local executor counts tensor × data × pipeline ranks and starts mpirun).

@@ -153,16 +153,7 @@ TEST(ControllerMetrics, ControllerFamiliesCountWhatTheyAreTold) {
 class Metrics : public ControllerFixture {
  protected:
   std::unique_ptr<orch::Controller> start() {
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.trainer = PRECON_TRAIN_BIN;
-    o.cpu_slots = 2;
-    o.admin_token = "admin-secret";
-    o.poll_interval = std::chrono::milliseconds(50);
-    o.stop_grace = std::chrono::milliseconds(2000);
-    o.log = [](const std::string&) {};
-    auto c = std::make_unique<orch::Controller>(o);
+    auto c = std::make_unique<orch::Controller>(controller_options());
     c->start();
     return c;
   }

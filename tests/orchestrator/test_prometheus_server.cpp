@@ -60,16 +60,7 @@ class PrometheusServer : public ControllerFixture {
 };
 
 TEST_F(PrometheusServer, ScrapesASweepAndAnswersWithTheStoredLoss) {
-  ControllerOptions o;
-  o.db = dir_ / "precon.db";
-  o.run_root = dir_ / "runs";
-  o.trainer = PRECON_TRAIN_BIN;
-  o.cpu_slots = 1;
-  o.admin_token = "admin-secret";
-  o.poll_interval = std::chrono::milliseconds(50);
-  o.stop_grace = std::chrono::milliseconds(2000);
-  o.log = [](const std::string&) {};
-  orch::Controller c(o);
+  orch::Controller c(controller_options(1));
   c.start();
 
   std::ofstream(dir_ / "prometheus.yml") << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"

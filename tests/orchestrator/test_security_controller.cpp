@@ -38,14 +38,9 @@ std::string code_of(const ClientResponse& r) {
 class Security : public ControllerFixture {
  protected:
   std::unique_ptr<orch::Controller> start(const std::string& trainer, const std::string& admin_token) {
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
+    ControllerOptions o = controller_options();
     o.trainer = trainer;
-    o.cpu_slots = 2;
     o.admin_token = admin_token;
-    o.poll_interval = std::chrono::milliseconds(50);
-    o.stop_grace = std::chrono::milliseconds(2000);
     o.log = [this](const std::string& line) {
       std::lock_guard lock(log_mutex_);
       log_.push_back(line);

@@ -46,15 +46,9 @@ TEST_F(Injection, HostileNamesFromARecipeRunNothingInTheSbatchScript) {
   const std::string old_path = std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin";
   ::setenv("PATH", (bin.string() + ":" + old_path).c_str(), 1);
 
-  ControllerOptions o;
-  o.db = dir_ / "precon.db";
-  o.run_root = dir_ / "runs";
-  o.trainer = PRECON_TRAIN_BIN;
-  o.admin_token = "admin-secret";
-  o.poll_interval = std::chrono::milliseconds(50);
+  ControllerOptions o = controller_options();
   o.slurm = "on";
   o.slurm_poll_interval = std::chrono::milliseconds(200);
-  o.log = [](const std::string&) {};
   auto c = std::make_unique<orch::Controller>(o);
   c->start();
 

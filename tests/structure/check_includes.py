@@ -2,7 +2,7 @@
 """The parts' seams, checked on the source tree: dependencies point orchestrator -> worker ->
 kernels, and the orchestrator reaches the worker only through its stated interface (the recipe
 schema, the exit codes, the checkpoint listing, data preparation for `precon data`, the memory
-estimate, the HTTP client and the error base). Prints every include that breaks a rule; exits 1 if there is one."""
+estimate, the HTTP client, the file helpers and the error base). Prints every include that breaks a rule; exits 1 if there is one."""
 import os
 import re
 import sys
@@ -11,10 +11,11 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WORKER_INTERFACE = {
     "worker/config/config.h", "worker/config/keys.h", "worker/config/parse.h",  # the schema
     "worker/train/exit_codes.h",                                                 # how a trainer ends
-    "worker/ckpt/checkpoint.h", "worker/train/train_state.h",                    # the checkpoint listing
+    "worker/ckpt/checkpoint.h", "worker/ckpt/objective.h",                       # the checkpoint listing
     "worker/data/prepare.h",                                                     # precon data prepare
     "worker/model/memory_estimate.h",                                            # what a trial needs
     "worker/common/http_client.h", "worker/common/error.h",
+    "worker/common/file_io.h",                                                   # atomic, private writes
 }
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 

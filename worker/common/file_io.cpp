@@ -69,8 +69,8 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-FileWriter::FileWriter(const fs::path& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+FileWriter::FileWriter(const fs::path& path, unsigned mode) : path_(path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, static_cast<mode_t>(mode));
   if (fd_ < 0) throw_errno("create", path, errno);
 }
 
@@ -121,6 +121,21 @@ std::vector<uint8_t> read_file(const fs::path& path) {
   return out;
 }
 
+void create_private_directories(const fs::path& dir, std::error_code& ec) {
+  ec.clear();
+  fs::path prefix;
+  for (const fs::path& part : dir) {
+    prefix /= part;
+    if (::mkdir(prefix.c_str(), static_cast<mode_t>(kPrivateDirMode)) == 0) continue;
+    const int err = errno;
+    struct stat st{};
+    // One that exists may say EACCES or EROFS before EEXIST: the parents of a run root often do.
+    if (::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    ec = std::error_code(err == EEXIST ? ENOTDIR : err, std::generic_category());
+    return;
+  }
+}
+
 void fsync_directory(const fs::path& dir) {
   int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) throw_errno("open directory", dir, errno);
@@ -132,11 +147,13 @@ void fsync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes) {
+void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes, unsigned mode) {
   fs::path tmp = path;
   tmp += ".tmp-" + std::to_string(::getpid());
+  // A temp file left by a crash keeps its mode through O_TRUNC: it goes first.
+  ::unlink(tmp.c_str());
   try {
-    FileWriter w(tmp);
+    FileWriter w(tmp, mode);
     w.write(bytes.data(), bytes.size());
     w.finish();
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename to", path, errno);
@@ -147,6 +164,10 @@ void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes) {
   }
   fs::path dir = path.parent_path();
   fsync_directory(dir.empty() ? fs::path(".") : dir);
+}
+
+void write_file_atomic(const fs::path& path, std::string_view text, unsigned mode) {
+  write_file_atomic(path, std::span(reinterpret_cast<const uint8_t*>(text.data()), text.size()), mode);
 }
 
 }  // namespace precon::worker

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace precon::worker {
@@ -54,11 +55,17 @@ class MappedFile {
   size_t size_ = 0;
 };
 
-// A file opened for writing (created or truncated). Writes go straight to the kernel, so a
-// failure (ENOSPC, EFBIG, EIO) surfaces at the write that caused it.
+// What the trainer and the controller write is theirs alone (checkpoints, logs, metrics, scripts,
+// tokens): files 0600, directories 0700, as the database is.
+constexpr unsigned kPrivateFileMode = 0600;
+constexpr unsigned kPrivateDirMode = 0700;
+
+// A file opened for writing (created or truncated; a symbolic link there is refused). A new
+// file gets `mode` (less the umask). Writes go straight to the kernel, so a failure (ENOSPC,
+// EFBIG, EIO) surfaces at the write that caused it.
 class FileWriter : public ByteSink {
  public:
-  explicit FileWriter(const fs::path& path);
+  explicit FileWriter(const fs::path& path, unsigned mode = kPrivateFileMode);
   ~FileWriter() override;  // closes without fsync if finish() was not called
   FileWriter(const FileWriter&) = delete;
   FileWriter& operator=(const FileWriter&) = delete;
@@ -77,12 +84,18 @@ class FileWriter : public ByteSink {
 
 std::vector<uint8_t> read_file(const fs::path& path);
 
+// Creates `dir` and its missing parents, each new one kPrivateDirMode (less the umask); those
+// that exist are left as they are. Sets `ec` (to what mkdir said) when one cannot be created.
+void create_private_directories(const fs::path& dir, std::error_code& ec);
+
 // fsync a directory so that renames and creations inside it survive a crash.
 void fsync_directory(const fs::path& dir);
 
-// Writes `path` durably and atomically: a temp file beside it, fsync, rename, fsync the
-// directory. Readers see the old file or the complete new one, never a torn one.
-void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes);
+// Writes `path` durably and atomically: a temp file beside it (new, with `mode`: never wider
+// for a moment), fsync, rename, fsync the directory. Readers see the old file or the complete
+// new one, never a torn one.
+void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes, unsigned mode = kPrivateFileMode);
+void write_file_atomic(const fs::path& path, std::string_view text, unsigned mode = kPrivateFileMode);
 
 // "open /x/y: No such file or directory" style text for an errno value.
 std::string errno_text(const char* op, const fs::path& path, int err);

@@ -154,17 +154,6 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
   return dir;
 }
 
-std::optional<double> checkpoint_objective(const std::filesystem::path& dir) {
-  try {
-    std::vector<uint8_t> bytes = read_file(dir / "trainer.json");
-    json trainer = json::parse(bytes.begin(), bytes.end());
-    if (!trainer.contains("objective")) return std::nullopt;
-    return trainer.at("objective").at("value").get<double>();
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
 int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state) {
   json trainer;
   try {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "worker/ckpt/objective.h"
 #include "worker/config/config.h"
 #include "worker/data/loader.h"
 #include "worker/model/model.h"
@@ -33,9 +34,6 @@ struct RunState {
   // stage, are only that stage's): the whole model gathered on the first rank.
   const ParamStore* full_params = nullptr;
 };
-
-// The objective value recorded in a checkpoint's trainer.json; nullopt when absent or unreadable.
-std::optional<double> checkpoint_objective(const std::filesystem::path& dir);
 
 // Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, the optimizer state in files:
 // optimizer.safetensors for one rank, optimizer-RRRRR-of-NNNNN.safetensors for several, each
