@@ -23,6 +23,7 @@ struct Global {
   std::string url;               // a running controller; default: from <db>.url
   std::string token;             // admin token; default: $PRECON_TOKEN or <db>.token
   bool json = false;             // machine-readable output
+  std::string program = "precon";  // this program as it was invoked (argv[0]), for commands it suggests
 };
 
 Global& global();

@@ -4,6 +4,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"precon: sweeps of GPT training runs with AdamW, Muon and Shampoo, locally or on Slurm"};
   app.require_subcommand(1);
+  if (argc > 0 && argv[0][0] != '\0') precon::cli::global().program = argv[0];
   precon::cli::add_run(app);
   precon::cli::add_serve(app);
   precon::cli::add_submit(app);

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <csignal>
 #include <iostream>
+#include <mutex>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "orchestrator/cli/common.h"
 #include "orchestrator/cli/live_view.h"
 #include "orchestrator/cli/web_assets.h"
+#include "orchestrator/common/clock.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
@@ -43,6 +45,33 @@ struct RunOptions {
   AdminTokenOptions token;
 };
 
+// The controller logs from its own threads while this one draws progress. Without a terminal
+// both streams often go to one file: each writes whole lines, flushed under this lock, so no
+// line is cut by another.
+std::mutex g_output;
+
+void print(const std::string& text) {
+  std::lock_guard lock(g_output);
+  std::cout << text << std::flush;
+}
+
+// A word a shell reads as it is written: quoted when it holds anything else.
+std::string shell_word(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-+:=,@") ==
+                        std::string::npos)
+    return s;
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+// The scheduler logs "experiment N (NAME): K trial(s)" when a recipe is submitted; `precon run`
+// prints that line itself (with where the runs go), on a terminal or not: once is enough.
+bool is_submission_line(const std::string& line) {
+  return line.rfind("experiment ", 0) == 0 && line.find("): ") != std::string::npos &&
+         line.size() >= 9 && line.compare(line.size() - 9, 9, " trial(s)") == 0;
+}
+
 double last_value(const orch::Store& store, int64_t trial, const std::string& name) {
   const auto p = store.last_metric(trial, name);
   return p && std::isfinite(p->value) ? p->value : kUnknown;
@@ -63,7 +92,7 @@ Snapshot snapshot(const orch::Store& store, int64_t experiment, double elapsed_s
   std::vector<nlohmann::json> params;
   for (const orch::TrialRow& t : trials) params.push_back(nlohmann::json::parse(t.params_json, nullptr, false));
   const std::vector<std::string> labels = trial_labels(params);
-  const double now = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = orch::epoch_seconds();
   Snapshot s;
   s.sweep.elapsed_s = elapsed_s;
   // The sweep's ETA: the steps left (running trials' rest, pending trials' all) at the rate the
@@ -120,7 +149,9 @@ void run_command(const RunOptions& o) {
   co.web_dir = web.dir;
   const bool tty = ::isatty(STDOUT_FILENO) && !o.quiet;
   co.log = [tty](const std::string& line) {
-    if (!tty) std::cerr << line << "\n";
+    if (tty || is_submission_line(line)) return;
+    std::lock_guard lock(g_output);
+    std::cerr << line + "\n" << std::flush;
   };
   orch::Controller controller(co);
   controller.start();
@@ -129,11 +160,15 @@ void run_command(const RunOptions& o) {
   const auto started = std::chrono::steady_clock::now();
   orch::Store& store = controller.store();
   const orch::ExperimentRow exp = *store.experiment(id);
-  std::cout << "experiment " << id << " (" << exp.name << "): " << store.trials(id).size() << " trial(s); runs in "
-            << exp.run_root << "\n";
-  if (web.dir.empty()) std::cout << web.missing << "\napi " << controller.url() << "/api/v1/";
-  else std::cout << "dashboard " << controller.url() << "/";
-  std::cout << "  (admin token in " << token_file().string() << ")\n" << std::flush;
+  {
+    std::ostringstream head;
+    head << "experiment " << id << " (" << exp.name << "): " << store.trials(id).size() << " trial(s); runs in "
+         << exp.run_root << "\n";
+    if (web.dir.empty()) head << web.missing << "\napi " << controller.url() << "/api/v1/";
+    else head << "dashboard " << controller.url() << "/";
+    head << "  (admin token in " << token_file().string() << ")\n";
+    print(head.str());
+  }
 
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
@@ -173,8 +208,9 @@ void run_command(const RunOptions& o) {
       std::cout << view.redraw(frame(s.running, s.sweep, terminal_size(STDOUT_FILENO))) << std::flush;
     } else if (std::chrono::steady_clock::now() - last_plain > std::chrono::seconds(30) && !o.quiet) {
       const Snapshot s = snapshot(store, id, elapsed());
-      for (const TrialProgress& t : s.running) std::cout << "  " << trial_line(t, 0) << "\n";
-      std::cout << summary_line(s.sweep, 0) << "\n" << std::flush;
+      std::string lines;
+      for (const TrialProgress& t : s.running) lines += "  " + trial_line(t, 0) + "\n";
+      print(lines + summary_line(s.sweep, 0) + "\n");
       last_plain = std::chrono::steady_clock::now();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(tty ? 500 : 250));
@@ -184,10 +220,20 @@ void run_command(const RunOptions& o) {
     std::cout << view.redraw(frame(s.running, s.sweep, terminal_size(STDOUT_FILENO)));
   }
   const orch::ExperimentRow done = *store.experiment(id);
-  std::cout << "\nexperiment " << id << " " << orch::experiment_state_name(done.state) << "\n\n";
-  if (global().json) std::cout << orch::best_to_json(orch::best_report(store, done)).dump(2) << "\n";
-  else std::cout << orch::format_best_table(orch::best_report(store, done));
   controller.stop();
+  std::ostringstream end;
+  end << "\nexperiment " << id << " " << orch::experiment_state_name(done.state) << "\n\n";
+  if (global().json) {
+    end << orch::best_to_json(orch::best_report(store, done)).dump(2) << "\n";
+  } else {
+    // The dashboard this run served ends with it: say where the results stay and how to see them again.
+    const std::string db = shell_word(global().db), program = shell_word(global().program);
+    end << orch::format_best_table(orch::best_report(store, done)) << "\nresults: the database " << db
+        << " (`" << program << " show " << id << " --db " << db << "`, `best`, `compare`, `logs`) and the run "
+        << "directories under " << done.run_root << "\ndashboard again: " << program << " serve --db " << db
+        << "   (it prints the address to open)\n";
+  }
+  print(end.str());
   for (const orch::TrialRow& t : store.trials(id))
     if (t.state == orch::TrialState::failed) exit_code() = 1;
   // A sweep that did not run to its end is not a success: 130 when stopped from this terminal

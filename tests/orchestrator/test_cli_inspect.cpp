@@ -25,6 +25,17 @@ class CliInspect : public CliFixture {
     EXPECT_NE(r.output.find("experiment 1 (tiny): 2 trial(s); runs in "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("experiment 1 completed"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("At equal steps (step 10)"), std::string::npos) << r.output;
+    // Once, not once more from the scheduler's log.
+    const std::string submitted = "experiment 1 (tiny): 2 trial(s)";
+    EXPECT_EQ(r.output.find(submitted, r.output.find(submitted) + 1), std::string::npos) << r.output;
+    // The dashboard ended with the run: where the results stay and how to serve them again.
+    EXPECT_NE(r.output.find("results: the database precon.db (`" + std::string(PRECON_BIN) + " show 1 --db precon.db`"),
+              std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("dashboard again: " + std::string(PRECON_BIN) + " serve --db precon.db"), std::string::npos)
+        << r.output;
+    // The controller's address is the user's alone, as the database is.
+    EXPECT_EQ(fs::status(dir_ / "precon.db.url").permissions() & fs::perms::all,
+              fs::perms::owner_read | fs::perms::owner_write);
   }
   // The last `n` lines of a file, as `tail -n` prints them.
   static std::string last_lines(const fs::path& p, size_t n) {
