@@ -46,7 +46,7 @@ constexpr ApiRoute kApiRoutes[] = {
   {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  "experiment_trials"},
   {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  "experiment_best"},
   {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, "trial_show"},
-  {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kCheap, "trial_metrics"},
+  {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  "trial_metrics"},
   {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, "trial_logs"},
   {"POST", "/api/v1/trials/{id}/cancel",                   trial_cancel,          Access::kAdmin,  Cost::kCheap, "trial_cancel"},
   {"GET",  "/api/v1/events",                               events,                Access::kRead,   Cost::kCheap, "events"},
