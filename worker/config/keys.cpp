@@ -130,8 +130,14 @@ std::string ref_text(const FieldRef& ref) {
   auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
   std::string s = "[";
   for (size_t i = 0; i < list.size(); ++i) {
-    if (i) s += ", ";
-    s += "[" + number_text(list[i][0]) + ", " + number_text(list[i][1]) + ", " + number_text(list[i][2]) + "]";
+    // Appended piece by piece: GCC 12 warns (-Wrestrict) on "[" + number_text(...).
+    s += i ? ", [" : "[";
+    s += number_text(list[i][0]);
+    s += ", ";
+    s += number_text(list[i][1]);
+    s += ", ";
+    s += number_text(list[i][2]);
+    s += "]";
   }
   return s + "]";
 }
