@@ -35,9 +35,14 @@ namespace beast = boost::beast;
 namespace bhttp = beast::http;
 using tcp = net::ip::tcp;
 
-namespace {
-
+// A connection (defined below). Named, not in the anonymous namespace: HttpServer::State holds the
+// sessions, and a member whose type has internal linkage draws -Wsubobject-linkage.
+namespace http_session {
 class Session;
+}  // namespace http_session
+using http_session::Session;
+
+namespace {
 
 constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 // After an answer that closes the connection the peer may still be sending (a refused
@@ -88,7 +93,7 @@ struct HttpServer::State {
   std::atomic<int64_t> last_trim{0};       // steady-clock ms of the last malloc_trim
 };
 
-namespace {
+namespace http_session {
 
 // One connection: reads requests one after another (keep-alive), answers each through the
 // router on this session's strand, and closes on error, timeout, "Connection: close" or stop.
@@ -375,7 +380,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool evicted_ = false;                    // its place was given to a newer connection
 };
 
-}  // namespace
+}  // namespace http_session
+using namespace http_session;
 
 void HttpServer::State::do_accept() {
   acceptor->async_accept(net::make_strand(*io),

@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <cmath>
 #include <limits>
+
+#include "orchestrator/common/clock.h"
 
 namespace precon::orch {
 
@@ -45,8 +46,7 @@ int64_t report_trial(const json& body) {
 std::vector<MetricPoint> report_points(const json& body) {
   if (!body.contains("records") || !body["records"].is_array())
     throw HttpError(400, "bad_report", "expected {\"trial\": ..., \"records\": [...]}");
-  const double latest = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
-                        kMaxClockSkewSeconds;
+  const double latest = epoch_seconds() + kMaxClockSkewSeconds;
   std::vector<MetricPoint> points;
   for (const json& r : body["records"]) {
     if (!r.is_object() || !r.contains("values") || !r["values"].is_object())

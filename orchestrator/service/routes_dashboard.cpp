@@ -2,7 +2,6 @@
 #include "orchestrator/service/routes_dashboard.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -11,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "orchestrator/common/clock.h"
 #include "orchestrator/service/api.h"
 #include "orchestrator/service/queries.h"
 #include "orchestrator/service/views.h"
@@ -23,10 +23,6 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kDefaultCurve = "train_loss";
-
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
@@ -205,7 +201,7 @@ json experiment_curves_json(const Store& store, const std::vector<TrialRow>& tri
 }
 
 Response dashboard_experiments(const Api& api, Request& req) {
-  const double now = now_seconds();
+  const double now = epoch_seconds();
   json list = json::array();
   for (const ExperimentRow& e : api.store.experiments()) list.push_back(experiment_row_json(api.store, e, now));
   return view_response(req, {{"experiments", list}, {"now", now}});
@@ -216,7 +212,7 @@ Response dashboard_experiments(const Api& api, Request& req) {
 Response dashboard_experiment(const Api& api, Request& req) {
   const ExperimentRow e = experiment_or_404(api.store, req);
   const PageParams page = page_params(req);
-  const double now = now_seconds();
+  const double now = epoch_seconds();
   const TrialPage trials = trial_page(api.store, e.id, page.cursor, page.limit);
   json j = experiment_json(e, api.store.trial_state_counts(e.id), true);
   std::set<std::string> swept;
