@@ -42,6 +42,7 @@ struct RunOptions {
   int cpu_slots = 0;
   double db_wait_s = 30;  // how long the database may keep failing the scheduler's writes
   bool quiet = false;
+  std::string reads = "auto";  // --public-reads / --no-public-reads, as precon serve takes them
   AdminTokenOptions token;
 };
 
@@ -145,6 +146,7 @@ void run_command(const RunOptions& o) {
   co.bind = o.bind;
   co.port = o.port;
   co.admin_token = token;
+  co.reads = o.reads;
   co.cpu_slots = o.cpu_slots;
   co.web_dir = web.dir;
   const bool tty = ::isatty(STDOUT_FILENO) && !o.quiet;
@@ -252,6 +254,12 @@ void add_run(CLI::App& app) {
   cmd->add_option("--bind", o->bind, "dashboard/API address (loopback by default; any other needs a configured admin token)")
       ->capture_default_str();
   add_admin_token_options(cmd, o->token);
+  CLI::Option* public_reads = cmd->add_flag_callback("--public-reads", [o] { o->reads = "public"; },
+                                                     "anyone who can connect may read the API; the default on a "
+                                                     "loopback --bind");
+  cmd->add_flag_callback("--no-public-reads", [o] { o->reads = "token"; },
+                         "reads need the admin token; the default on any other --bind")
+      ->excludes(public_reads);
   cmd->add_option("--port", o->port, "dashboard/API port (0 = any free port)")->capture_default_str();
   cmd->add_option("--web-dir,--web", o->web_dir, "dashboard files to serve (default: ../share/precon/web from this program)");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for trials (0 = all cores)");

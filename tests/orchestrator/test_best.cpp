@@ -90,7 +90,9 @@ TEST(Best, AFailedTrialsNoteGivesItsReason) {
   ASSERT_EQ(r.at_step.entries.back().trial, 7);
   EXPECT_EQ(r.at_step.entries.back().note, want);
   for (const auto& p : r.pareto)
-    if (p.trial == 7) EXPECT_EQ(p.note, want);
+    if (p.trial == 7) {
+      EXPECT_EQ(p.note, want);
+    }
   EXPECT_NE(format_best_table(r).find(want), std::string::npos);
 }
 

@@ -85,7 +85,9 @@ TEST_F(CliRun, OnATerminalTheProgressRedrawsInPlaceAndEndsWithTheLeaderboard) {
   ASSERT_EQ(trials.size(), 2u);
   const std::vector<std::string> lines = screen_lines(out);
   for (const std::string& l : lines)
-    if (l.starts_with("trial ") || l.starts_with("sweep: ")) EXPECT_LE(l.size(), 89u) << "wider than the terminal: " << l;
+    if (l.starts_with("trial ") || l.starts_with("sweep: ")) {
+      EXPECT_LE(l.size(), 89u) << "wider than the terminal: " << l;
+    }
   // Each trial had a line of its own: its identifier, the value that differs, a bar, step/steps.
   for (const TrialRow& t : trials) {
     const std::regex row("^trial " + std::to_string(t.id) + " +lr=0\\.00[13] +\\[[#.]+\\] +[0-9]+/4000  ETA ");
@@ -174,6 +176,16 @@ TEST_F(CliRun, RunDirectoryThatCannotBeCreatedFailsTheTrialAtOnce) {
     EXPECT_EQ(t.attempts, 0);
     EXPECT_TRUE(store.attempts(t.id).empty());
   }
+}
+
+TEST_F(CliRun, ReadAccessFlagsAreThoseOfServe) {
+  // precon run takes precon serve's --public-reads / --no-public-reads, one of them at a time.
+  std::ofstream(dir_ / "r.toml") << recipe(10, "");
+  const test::CommandResult both = run_bounded(dir_, "r.toml --quiet --public-reads --no-public-reads");
+  EXPECT_EQ(both.status, 2) << both.output;
+  EXPECT_NE(both.output.find("--public-reads excludes --no-public-reads"), std::string::npos) << both.output;
+  const test::CommandResult run = run_bounded(dir_, "r.toml --quiet --cpus 1 --db run.db --no-public-reads");
+  EXPECT_EQ(run.status, 0) << run.output;
 }
 
 TEST_F(CliRun, DatabaseThatStaysUnwritableEndsTheRunNamingIt) {

@@ -131,13 +131,13 @@ TEST_F(CliServe, CancelStopsARunningExperimentAndRefusesAFinishedOneAndUnknownId
 // lines (the API refuses lines=0; the CLI once printed the whole log).
 TEST_F(CliServe, CancelAndLogsRefuseATrialIdOrLineCountThatCannotBe) {
   const std::string db = " --db " + (dir_ / "none.db").string();
-  for (const std::string& id : {"-5", "0"}) {
+  for (const std::string id : {"-5", "0"}) {
     const test::CommandResult r = precon("cancel --trial " + id + db);
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find("--trial must be a trial id (a positive integer), got " + id), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("name an experiment"), std::string::npos) << r.output;
   }
-  for (const std::string& n : {"0", "100001"}) {
+  for (const std::string n : {"0", "100001"}) {
     const test::CommandResult r = precon("logs 1 -n " + n + db);
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find("--lines"), std::string::npos) << r.output;

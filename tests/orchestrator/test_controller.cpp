@@ -530,7 +530,7 @@ TEST_F(Controller, ReportsAreStrictTokensComeFirstAndEndedTrialsRefuseThem) {
     EXPECT_EQ(code_of(r), "bad_report") << r.body;
   }
   const std::string prefix = R"({"trial": ")" + t + R"(", "records": [)";
-  for (const std::string bad_record : std::vector<std::string>{R"({"step": 18446744073709551615, "values": {"loss": 1}})", R"({"step": 9223372036854775808, "values": {"loss": 1}})",
+  for (const std::string& bad_record : std::vector<std::string>{R"({"step": 18446744073709551615, "values": {"loss": 1}})", R"({"step": 9223372036854775808, "values": {"loss": 1}})",
         R"({"step": -1, "values": {"loss": 1}})", R"({"step": 1.5, "values": {"loss": 1}})",
         R"({"step": "1", "values": {"loss": 1}})", R"({"values": {"loss": 1}})",
         R"({"step": 2, "time": 1e308, "values": {"loss": 1}})", R"({"step": 2, "time": -5, "values": {"loss": 1}})",

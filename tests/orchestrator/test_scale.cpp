@@ -167,7 +167,9 @@ TEST_F(StoreScale, RecipeCheckRefusesOversizedSweepsWithinAMemoryLimit) {
                                               std::string(PRECON_BIN) + " recipe check '" + recipe.string() + "' 2>&1");
     const size_t at = r.output.rfind("peak_rss_kb ");
     EXPECT_NE(at, std::string::npos) << r.output;
-    if (at != std::string::npos) EXPECT_LT(std::stol(r.output.substr(at + 12)), 512 * 1024) << r.output;
+    if (at != std::string::npos) {
+      EXPECT_LT(std::stol(r.output.substr(at + 12)), 512 * 1024) << r.output;
+    }
     return r;
   };
   const test::CommandResult r = check(random);

@@ -147,10 +147,10 @@ TEST(HttpClient, SendsTheRequestAndReturnsAnyStatus) {
   EXPECT_EQ(r.headers.at("x-twice"), "a, b");
   EXPECT_FALSE(r.keep_alive);  // http_request asks for one exchange per connection
 
-  r = http_request(url, {"GET", "/missing"}, 5s);
+  r = http_request(url, {"GET", "/missing", "", {}}, 5s);
   EXPECT_EQ(r.status, 404);  // an answer, not an error
   EXPECT_EQ(r.headers.at("x-seen"), "127.0.0.1:" + std::to_string(url.port) + "|precon||");
-  EXPECT_EQ(http_request(url, {"PURGE", "/x"}, 5s).body, "PURGE /x ");
+  EXPECT_EQ(http_request(url, {"PURGE", "/x", "", {}}, 5s).body, "PURGE /x ");
   EXPECT_EQ(server.accepted(), 3);
 }
 
@@ -158,11 +158,11 @@ TEST(HttpClient, KeepsOneConnectionAliveAndReconnectsAfterClose) {
   Server server([](const ServerRequest&, ServerResponse& res) { res.body() = "ok"; });
   HttpConnection connection(server.url());
   EXPECT_FALSE(connection.is_open());
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(connection.exchange({"GET", "/"}, 5s).body, "ok");
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(connection.exchange({"GET", "/", "", {}}, 5s).body, "ok");
   EXPECT_TRUE(connection.is_open());
   EXPECT_EQ(server.accepted(), 1);
   connection.close();
-  EXPECT_EQ(connection.exchange({"GET", "/"}, 5s).status, 200);
+  EXPECT_EQ(connection.exchange({"GET", "/", "", {}}, 5s).status, 200);
   EXPECT_EQ(server.accepted(), 2);
 }
 
@@ -171,7 +171,7 @@ TEST(HttpClient, AnswersOverTheBodyLimitFail) {
   HttpConnectionOptions options;
   options.body_limit = 1024;
   try {
-    http_request(server.url(), {"GET", "/"}, 5s, options);
+    http_request(server.url(), {"GET", "/", "", {}}, 5s, options);
     FAIL() << "a body over the limit was accepted";
   } catch (const HttpClientError& e) {
     EXPECT_EQ(e.stage(), HttpStage::kRead);
@@ -186,7 +186,7 @@ TEST(HttpClient, RefusedAndSilentServersSayWhich) {
     closed = gone.url();
   }
   try {
-    http_request(closed, {"GET", "/"}, 5s);
+    http_request(closed, {"GET", "/", "", {}}, 5s);
     FAIL() << "connected to a closed port";
   } catch (const HttpClientError& e) {
     EXPECT_EQ(e.stage(), HttpStage::kConnect);
@@ -197,7 +197,7 @@ TEST(HttpClient, RefusedAndSilentServersSayWhich) {
   SilentListener silent;
   const auto start = Clock::now();
   try {
-    http_request(silent.url(), {"POST", "/r", "{}"}, 200ms);
+    http_request(silent.url(), {"POST", "/r", "{}", {}}, 200ms);
     FAIL() << "a silent server answered";
   } catch (const HttpClientError& e) {
     EXPECT_EQ(e.stage(), HttpStage::kRead);
@@ -225,7 +225,7 @@ TEST(HttpClient, AbortFlagEndsAWaitingExchange) {
   });
   const auto start = Clock::now();
   try {
-    connection.exchange({"GET", "/"}, 30s);
+    connection.exchange({"GET", "/", "", {}}, 30s);
     ADD_FAILURE() << "a silent server answered";
   } catch (const HttpClientError& e) {
     EXPECT_FALSE(e.timed_out()) << e.what();

@@ -102,7 +102,9 @@ TEST_F(ParallelOptim, OptimizerStateIsWrittenOnceByItsOwners) {
     const std::string name = e["name"];
     if (name.size() > 9 && name.substr(name.size() - 9) == ".momentum")
       ++momenta[e["file"] == "optimizer-00001-of-00002.safetensors"];
-    if (name.find("exp_avg") != std::string::npos) EXPECT_EQ(e["file"], "optimizer-00000-of-00002.safetensors") << e;
+    if (name.find("exp_avg") != std::string::npos) {
+      EXPECT_EQ(e["file"], "optimizer-00000-of-00002.safetensors") << e;
+    }
   }
   EXPECT_EQ(files, (std::set<std::string>{"optimizer-00000-of-00002.safetensors", "optimizer-00001-of-00002.safetensors"}));
   EXPECT_EQ(momenta[0], 4);  // 8 matrices, 4 owned by each rank

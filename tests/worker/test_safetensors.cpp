@@ -273,7 +273,9 @@ struct TorchScript {
     while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
     const int rc = pclose(p);
     skipped = WIFEXITED(rc) && WEXITSTATUS(rc) == 77;
-    if (!skipped) EXPECT_EQ(rc, 0) << cmd;
+    if (!skipped) {
+      EXPECT_EQ(rc, 0) << cmd;
+    }
   }
 };
 
