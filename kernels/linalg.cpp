@@ -163,6 +163,20 @@ bool symmetric_eigh(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a, bo
   return PRECON_DISPATCH(device, symmetric_eigh, eigenvalues, eigenvectors, a, fp64);
 }
 
+void qr_orthonormal(Tensor q, const Tensor& a) {
+  const char* op = "qr_orthonormal";
+  Device device = require_same_device(op, {&q, &a});
+  require_dtype(op, "A", a, {DType::f32});
+  require_dtype(op, "Q", q, {DType::f32});
+  require_ndim(op, "A", a, {2});
+  if (a.shape[0] < a.shape[1]) shape_error(op, "A must have at least as many rows as columns, got " + a.describe());
+  require_contiguous(op, "A", a);
+  require_same_shape(op, "Q", q, "A", a);
+  require_contiguous(op, "Q", q);
+  if (a.numel() == 0) return;
+  PRECON_DISPATCH(device, qr_orthonormal, q, a);
+}
+
 void eigen_reconstruct(Tensor out, const Tensor& q, const std::vector<float>& d) {
   const char* op = "eigen_reconstruct";
   Device device = require_same_device(op, {&out, &q});

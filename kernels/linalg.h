@@ -44,6 +44,11 @@ bool all_finite(const Tensor& x);
 // Returns false (leaving outputs undefined) when the solver reports failure.
 bool symmetric_eigh(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a, bool fp64);
 
+// Q of the QR decomposition A = Q R of an fp32 matrix A (m, n), m >= n, by Householder
+// reflections (LAPACK's geqrf then orgqr: the signs those give; cuSOLVER's on CUDA): q (m, n)
+// with orthonormal columns spanning A's. A and q contiguous; they may be the same tensor.
+void qr_orthonormal(Tensor q, const Tensor& a);
+
 // out = Q diag(d) Qᵀ for d >= 0 given on the host (the eigen-reconstruction of a matrix function).
 void eigen_reconstruct(Tensor out, const Tensor& q, const std::vector<float>& d);
 

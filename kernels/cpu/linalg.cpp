@@ -195,6 +195,24 @@ bool symmetric_eigh(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a, bo
   return fp64 ? eigh_fp64(eigenvalues, eigenvectors, a) : eigh_fp32(eigenvalues, eigenvectors, a);
 }
 
+void qr_orthonormal(Tensor q, const Tensor& a) {
+  const lapack_int m = static_cast<lapack_int>(a.shape[0]), n = static_cast<lapack_int>(a.shape[1]);
+  // Column-major copy (LAPACK's order), reflectors in place, then the explicit factor.
+  std::vector<float> h(size_t(m) * n), tau(n);
+  const float* pa = a.f32();
+  for (lapack_int i = 0; i < m; ++i)
+    for (lapack_int j = 0; j < n; ++j) h[size_t(j) * m + i] = pa[size_t(i) * n + j];
+  std::vector<float> work(std::max<size_t>(size_t(n) * 64, 1));
+  const lapack_int lwork = static_cast<lapack_int>(work.size());
+  if (LAPACKE_sgeqrf_work(LAPACK_COL_MAJOR, m, n, h.data(), m, tau.data(), work.data(), lwork) != 0 ||
+      LAPACKE_sorgqr_work(LAPACK_COL_MAJOR, m, n, n, h.data(), m, tau.data(), work.data(), lwork) != 0) {
+    PRECON_THROW(NumericalError, "qr_orthonormal", "LAPACK's QR rejected a " + a.describe());
+  }
+  float* pq = q.f32();
+  for (lapack_int i = 0; i < m; ++i)
+    for (lapack_int j = 0; j < n; ++j) pq[size_t(i) * n + j] = h[size_t(j) * m + i];
+}
+
 void eigen_reconstruct(Tensor out, const Tensor& q, const std::vector<float>& d) {
   // Q diag(d) Qᵀ = W Wᵀ with W = Q diag(√d): one symmetric rank-n product instead of two GEMMs.
   const int64_t n = q.shape[0];

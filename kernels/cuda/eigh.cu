@@ -1,7 +1,9 @@
-// Symmetric eigendecomposition on cuSOLVER syevd and the eigen-reconstruction Q diag(d) Qᵀ.
+// Symmetric eigendecomposition on cuSOLVER syevd, the eigen-reconstruction Q diag(d) Qᵀ and the
+// orthonormal factor of a QR decomposition (geqrf + orgqr).
 // cuSOLVER is column-major: a symmetric input reads the same either way, but the eigenvectors
 // come back as columns of a column-major matrix, i.e. rows in our row-major view, so the
 // result is transposed into the contract's row-major Q with eigenvectors as columns.
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
@@ -101,6 +103,30 @@ void eigen_reconstruct(Tensor out, const Tensor& q, const std::vector<float>& d)
                                                                static_cast<const float*>(values.get()), n);
   PRECON_CUDA_LAUNCHED("scale_columns_kernel");
   cuda::syrk(out, w, Trans::no, 1.0f, 0.0f);
+}
+
+// cuSOLVER is column-major: A (m, n) row-major is copied to its transpose (n, m) row-major, which
+// is A column-major; geqrf + orgqr leave Q there, and the transposed view copies it back.
+void qr_orthonormal(Tensor q, const Tensor& a) {
+  const int64_t m = a.shape[0], n = a.shape[1];
+  cusolverDnHandle_t h = detail::cusolver();
+  Scratch matrix(m * n * sizeof(float)), tau(n * sizeof(float)), info(sizeof(int));
+  Tensor w = matrix.view({n, m}, DType::f32);
+  detail::strided_convert(w, a.transposed());
+  int lwork_qr = 0, lwork_q = 0;
+  float* pw = w.f32();
+  float* ptau = static_cast<float*>(tau.get());
+  PRECON_CUSOLVER_CHECK(cusolverDnSgeqrf_bufferSize(h, int(m), int(n), pw, int(m), &lwork_qr));
+  PRECON_CUSOLVER_CHECK(cusolverDnSorgqr_bufferSize(h, int(m), int(n), int(n), pw, int(m), ptau, &lwork_q));
+  const int lwork = std::max(lwork_qr, lwork_q);
+  Scratch work(size_t(std::max(lwork, 1)) * sizeof(float));
+  float* pwork = static_cast<float*>(work.get());
+  int* pinfo = static_cast<int*>(info.get());
+  PRECON_CUSOLVER_CHECK(cusolverDnSgeqrf(h, int(m), int(n), pw, int(m), ptau, pwork, lwork, pinfo));
+  if (read_info(info) != 0) PRECON_THROW(NumericalError, "qr_orthonormal", "cuSOLVER's geqrf rejected a " + a.describe());
+  PRECON_CUSOLVER_CHECK(cusolverDnSorgqr(h, int(m), int(n), int(n), pw, int(m), ptau, pwork, lwork, pinfo));
+  if (read_info(info) != 0) PRECON_THROW(NumericalError, "qr_orthonormal", "cuSOLVER's orgqr rejected a " + a.describe());
+  detail::strided_convert(q, w.transposed());
 }
 
 }  // namespace precon::kernels::cuda

@@ -116,4 +116,20 @@ Matrix inverse_root(const Matrix& a, double epsilon, double root) {
   return out;
 }
 
+Matrix qr_orthonormal(const Matrix& a) {
+  Matrix q = a;
+  for (int64_t j = 0; j < q.cols; ++j) {
+    for (int64_t k = 0; k < j; ++k) {
+      double dot = 0;
+      for (int64_t i = 0; i < q.rows; ++i) dot += q(i, k) * q(i, j);
+      for (int64_t i = 0; i < q.rows; ++i) q(i, j) -= dot * q(i, k);
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < q.rows; ++i) norm += q(i, j) * q(i, j);
+    norm = std::sqrt(norm);
+    for (int64_t i = 0; i < q.rows; ++i) q(i, j) /= norm;
+  }
+  return q;
+}
+
 }  // namespace precon::kernels::reference

@@ -38,6 +38,10 @@ double ns_polynomial(double x, const std::vector<NsCoefficients>& schedule);
 // rotations in double: slow, independent of LAPACK, accurate to a few ulps of double.
 void symmetric_eigen(const Matrix& a, std::vector<double>& values, Matrix& vectors);
 
+// Orthonormal columns Q spanning those of A (m >= n, full column rank) by modified Gram–Schmidt
+// in double, R's diagonal positive: Householder's Q up to the sign of each column.
+Matrix qr_orthonormal(const Matrix& a);
+
 // (A + εI)^(-1/p) = Q diag((max(λ, 0) + ε)^(-1/p)) Qᵀ from symmetric_eigen.
 Matrix inverse_root(const Matrix& a, double epsilon, double root);
 

@@ -35,7 +35,7 @@ struct TrialSeriesSpec {
   TrialFamily family;
   const char* phase;          // label phase for kOptimizerSeconds, else nullptr
 };
-constexpr std::array<TrialSeriesSpec, 10> kTrialSeries = {{
+constexpr std::array<TrialSeriesSpec, 11> kTrialSeries = {{
     {"train_loss", kTrainLoss, nullptr},
     {"val_loss", kValLoss, nullptr},
     {"tokens_per_second", kTokensPerSecond, nullptr},
@@ -45,6 +45,7 @@ constexpr std::array<TrialSeriesSpec, 10> kTrialSeries = {{
     {"optim_inverse_root_seconds", kOptimizerSeconds, "inverse_root"},
     {"optim_grafting_seconds", kOptimizerSeconds, "grafting"},
     {"optim_communication_seconds", kOptimizerSeconds, "communication"},  // the owners' all-gathers
+    {"optim_eigenbasis_seconds", kOptimizerSeconds, "eigenbasis"},        // SOAP's bases
     {"inverse_root_failures", kInverseRootFailures, nullptr},  // cumulative count from Shampoo
 }};
 
@@ -101,7 +102,7 @@ struct ControllerMetrics::Impl {
       &family(pm::BuildGauge(), "precon_trial_tokens_per_second", "Training throughput at the latest reported step."),
       &family(pm::BuildGauge(), "precon_trial_step_seconds", "Wall-clock seconds of the latest reported step."),
       &family(pm::BuildGauge(), "precon_trial_optimizer_seconds",
-              "Optimizer seconds per phase (newton_schulz, statistics, inverse_root, grafting, "
+              "Optimizer seconds per phase (newton_schulz, statistics, inverse_root, grafting, eigenbasis, "
               "communication; the slowest rank's) since the previous report."),
   };
   pm::Family<pm::Gauge>& trial_step = family(pm::BuildGauge(), "precon_trial_step",

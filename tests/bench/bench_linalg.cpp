@@ -163,6 +163,31 @@ void BM_InverseRoot(benchmark::State& state) {
 BENCHMARK(BM_InverseRoot)->Args({768, 0})->Args({3072, 0})->Args({768, 1})->Unit(benchmark::kMillisecond)
     ->UseRealTime()->MinTime(1.0);
 
+// SOAP's eigenbasis refresh: the power step's product L·Q and the QR of it, against the fp32 eigh
+// that builds the basis on the first step (and that the QR refresh replaces), for one factor.
+void BM_EigenbasisRefresh(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const bool qr = state.range(1) != 0;
+  auto b = random_vector(n * n, 5);
+  std::vector<float> l(n * n), q(n * n), p(n * n), w(n);
+  Tensor tb = Tensor::view(b.data(), {n, n}), tl = Tensor::view(l.data(), {n, n});
+  Tensor tq = Tensor::view(q.data(), {n, n}), tp = Tensor::view(p.data(), {n, n});
+  precon::kernels::syrk(tl, tb);
+  precon::kernels::symmetric_eigh(Tensor::view(w.data(), {n}), tq, tl, false);
+  for (auto _ : state) {
+    if (qr) {
+      precon::kernels::gemm(tp, tl, tq);
+      precon::kernels::qr_orthonormal(tp, tp);
+    } else {
+      precon::kernels::symmetric_eigh(Tensor::view(w.data(), {n}), tp, tl, false);
+    }
+    benchmark::DoNotOptimize(p.data());
+  }
+  state.SetLabel(qr ? "power step + QR" : "eigh");
+}
+BENCHMARK(BM_EigenbasisRefresh)->Args({768, 1})->Args({768, 0})->Args({3072, 1})->Args({3072, 0})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -216,5 +216,38 @@ TEST(LinalgEigenReconstruct, RebuildsMatrixFunction) {
   EXPECT_THROW(eigen_reconstruct(test::host_view(out, {n, n}), test::host_view(q, {n, n}), d), NumericalError);
 }
 
+// Householder QR's Q against Gram–Schmidt in double: equal up to each column's sign, and Q R = A
+// with R = Qᵀ A upper triangular. Gaussian A is well conditioned (cond ≲ 10 for these shapes).
+TEST(LinalgQr, OrthonormalFactorMatchesGramSchmidt) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {5, 3}, {7, 7}, {64, 64}, {200, 120}}) {
+    SCOPED_TRACE(::testing::Message() << m << "x" << n);
+    std::vector<float> a = test::random_normal(static_cast<size_t>(m * n), seed + m * 1000 + n), q(a.size());
+    qr_orthonormal(test::host_view(q, {m, n}), test::host_view(a, {m, n}));
+    const ref::Matrix expect = ref::qr_orthonormal(ref::from_float(a, m, n)), qm = ref::from_float(q, m, n);
+    double err = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (int64_t i = 0; i < m; ++i) dot += qm(i, j) * expect(i, j);
+      const double sign = dot < 0 ? -1.0 : 1.0;
+      for (int64_t i = 0; i < m; ++i) err = std::max(err, std::fabs(qm(i, j) - sign * expect(i, j)));
+    }
+    EXPECT_LT(err, 2e-5);
+    const ref::Matrix r = ref::matmul(ref::transpose(qm), ref::from_float(a, m, n));
+    double lower = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < i; ++j) lower = std::max(lower, std::fabs(r(i, j)));
+    EXPECT_LT(lower, 1e-4) << "Qᵀ A is not upper triangular: Q does not span A's leading columns";
+  }
+  // In place (q and a the same tensor) gives the same factor.
+  std::vector<float> a = test::random_normal(12, seed), q(12);
+  qr_orthonormal(test::host_view(q, {4, 3}), test::host_view(a, {4, 3}));
+  qr_orthonormal(test::host_view(a, {4, 3}), test::host_view(a, {4, 3}));
+  EXPECT_EQ(a, q);
+  std::vector<float> wide(6);
+  EXPECT_THROW(qr_orthonormal(test::host_view(wide, {2, 3}), test::host_view(wide, {2, 3})), ShapeError);
+}
+
 }  // namespace
 }  // namespace precon::kernels

@@ -217,6 +217,82 @@ def shampoo_block_step(w, g, st, s, t, lr, wd, cautious=False):
     w.sub_(lr * p)
 
 
+# ---------------------------------------------------------------- SOAP
+
+def soap_step(w, g, st, s, lr, cautious=False, dtype=torch.float64):
+    """One matrix, SOAP as Vyas et al. 2024 and the authors' soap.py describe it: Adam in the eigenbasis
+    of L = EMA(G Gᵀ), R = EMA(Gᵀ G). The first call only builds the factors and their eigenbases; the
+    first moment lives in the rotated basis and, like soap.py, is carried back to the standard basis and
+    into the (possibly refreshed) one after every update; a refresh is one power step L·Q, a re-sort of
+    the second moment by the estimated eigenvalues diag(Qᵀ L Q), and a QR. A side longer than
+    max_preconditioner_dim is not rotated. Computed in `dtype` (float64 by default; float32 to measure
+    how much the case's conditioning lets round-off move the result)."""
+    beta1, beta2 = s.get("beta1", 0.95), s.get("beta2", 0.95)
+    sb = s.get("shampoo_beta", -1)
+    sb = beta2 if sb < 0 else sb
+    eps, freq = s.get("eps", 1e-8), s.get("precondition_frequency", 10)
+    max_dim = s.get("max_preconditioner_dim", 10000)
+    g = g.to(dtype)
+    rows, cols = g.shape
+
+    def update_factors():
+        if st["L"] is not None:
+            st["L"] = sb * st["L"] + (1 - sb) * (g @ g.T)
+        if st["R"] is not None:
+            st["R"] = sb * st["R"] + (1 - sb) * (g.T @ g)
+
+    def project(x):  # into the eigenbasis: Q_Lᵀ x Q_R
+        if st["QL"] is not None:
+            x = st["QL"].T @ x
+        if st["QR"] is not None:
+            x = x @ st["QR"]
+        return x
+
+    def project_back(x):  # Q_L x Q_Rᵀ
+        if st["QL"] is not None:
+            x = st["QL"] @ x
+        if st["QR"] is not None:
+            x = x @ st["QR"].T
+        return x
+
+    if not st:
+        st.update(L=torch.zeros(rows, rows, dtype=dtype) if rows <= max_dim else None,
+                  R=torch.zeros(cols, cols, dtype=dtype) if cols <= max_dim else None,
+                  M=torch.zeros(rows, cols, dtype=dtype), V=torch.zeros(rows, cols, dtype=dtype), k=0)
+        update_factors()
+        for f, q in (("L", "QL"), ("R", "QR")):
+            st[q] = None if st[f] is None else torch.flip(torch.linalg.eigh(st[f])[1], [1])
+        return
+    gp = project(g)
+    st["k"] += 1
+    k = st["k"]
+    st["M"] = beta1 * st["M"] + (1 - beta1) * gp
+    st["V"] = beta2 * st["V"] + (1 - beta2) * gp * gp
+    step = lr
+    if s.get("correct_bias", True):
+        step = lr * math.sqrt(1 - beta2 ** k) / (1 - beta1 ** k)
+    n = project_back(st["M"] / (st["V"].sqrt() + eps))
+    if s.get("normalize_grads", False):
+        n = n / (1e-30 + (n * n).mean().sqrt())
+    update = (step * n).to(w.dtype)
+    if cautious:
+        cautious_apply(w, update, lr, s.get("weight_decay", 0.01))
+    else:
+        w.sub_(update)
+        w.mul_(1 - lr * s.get("weight_decay", 0.01))
+    st["M"] = project_back(st["M"])
+    update_factors()
+    if k % freq == 0:
+        for dim, (f, q) in enumerate((("L", "QL"), ("R", "QR"))):
+            if st[f] is None:
+                continue
+            estimate = torch.diag(st[q].T @ st[f] @ st[q])
+            order = torch.argsort(estimate, descending=True)
+            st["V"] = st["V"].index_select(dim, order)
+            st[q] = torch.linalg.qr(st[f] @ st[q][:, order])[0]
+    st["M"] = project(st["M"])
+
+
 def shampoo_routed(kind, which):
     return kind == "matrix" or (which == "all-matrices" and kind in ("embedding", "position"))
 
@@ -244,6 +320,21 @@ CASES = [
                      adamw=dict(beta1=0.9, beta2=0.95),
                      shampoo=dict(beta1=0.9, beta2=0.99, epsilon=1e-6, precondition_frequency=3,
                                   start_preconditioning_step=3, max_preconditioner_dim=10, grafting="sgd"))),
+    # SOAP on the matrices with a 16-wide side (d_model): one-sided on c_attn, c_fc and mlp.c_proj,
+    # two-sided on attn.c_proj; the 48/64-wide sides (whose factors are rank-deficient in the first
+    # steps: a degenerate eigenspace, an arbitrary basis) are not rotated.
+    dict(name="soap_one_sided_freq2", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="soap", lr=3e-3, weight_decay=0.1, adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95),
+                     soap=dict(beta1=0.95, beta2=0.95, eps=1e-8, weight_decay=0.01, precondition_frequency=2,
+                               max_preconditioner_dim=16))),
+    dict(name="soap_freq1_normalize_shampoo_beta_clip", grad_scale=0.5, lr_scales=[1.0] * STEPS,
+         config=dict(name="soap", lr=1e-3, adamw=dict(beta1=0.9, beta2=0.95),
+                     soap=dict(beta1=0.9, beta2=0.99, shampoo_beta=0.8, eps=1e-7, weight_decay=0.1,
+                               precondition_frequency=1, max_preconditioner_dim=16, normalize_grads=True,
+                               correct_bias=False))),
+    dict(name="soap_cautious_freq3", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="soap", lr=3e-3, weight_decay_mode="cautious", adamw=dict(beta1=0.9, beta2=0.95),
+                     soap=dict(weight_decay=0.5, precondition_frequency=3, max_preconditioner_dim=16))),
     dict(name="adamw_wd_schedule_clip", grad_scale=0.5, lr_scales=SCHEDULE,
          config=dict(name="adamw", lr=3e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8))),
     dict(name="muon_ema_nesterov_keller_shape_qkv", grad_scale=1.0, lr_scales=SCHEDULE,
@@ -285,7 +376,7 @@ CASES = [
 ]
 
 
-def run_case(case, init, grads):
+def run_case(case, init, grads, dtype=torch.float64):
     cfg = case["config"]
     table = param_table()
     params = {n: torch.tensor(init[n]) for n, *_ in table}
@@ -293,7 +384,7 @@ def run_case(case, init, grads):
     lr, wd = cfg["lr"], cfg.get("weight_decay", 0.0)
     if name == "adamw":
         side = [n for n, *_ in table]
-    elif name == "muon":
+    elif name in ("muon", "soap"):
         side = [n for n, _, kind, *_ in table if kind != "matrix"]
     else:
         which = cfg["shampoo"].get("params", "hidden")
@@ -311,6 +402,8 @@ def run_case(case, init, grads):
                     continue
                 if name == "muon":
                     muon_step(params[n], g[n], states.setdefault(n, {}), cfg["muon"], lr * scale, wd, qkv, cautious)
+                elif name == "soap":
+                    soap_step(params[n], g[n], states.setdefault(n, {}), cfg["soap"], lr * scale, cautious, dtype)
                 else:
                     s = cfg["shampoo"]
                     size = s.get("max_preconditioner_dim", 1024)
@@ -343,6 +436,11 @@ def main():
         final = run_case(case, init, grads)
         for n, *_ in table:
             np.save(os.path.join(args.out, f"final.{case['name']}.{n}.npy"), final[n].numpy())
+        if case["config"]["name"] == "soap":
+            # The same case with the eigenbases in float32: how far round-off moves it (conditioning).
+            final = run_case(case, init, grads, torch.float32)
+            for n, *_ in table:
+                np.save(os.path.join(args.out, f"final_fp32.{case['name']}.{n}.npy"), final[n].numpy())
     with open(os.path.join(args.out, "cases.json"), "w") as f:
         json.dump(dict(steps=STEPS, cases=CASES), f, indent=1)
 

@@ -9,6 +9,7 @@
 
 #include "kernels/backend.h"
 #include "tests/common/test_util.h"
+#include "worker/config/parse.h"
 #include "worker/model/params.h"
 #include "worker/optim/optimizer.h"
 
@@ -52,52 +53,20 @@ inline void fill_random(const ParamStore& store, uint64_t seed, float stddev, bo
   }
 }
 
-// The optimizer section of a config from the JSON the Python reference writes (same key names).
+// The optimizer section of a config from the JSON the Python reference writes (the key table's
+// names under [optimizer], nested as its tables): each leaf set as `--set optimizer.<path>=<value>`
+// would set it, so every key is type-, range- and choice-checked as a recipe's is.
+inline void set_optimizer_keys(ParsedConfig& parsed, const nlohmann::json& j, const std::string& prefix) {
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_object()) set_optimizer_keys(parsed, value, prefix + key + ".");
+    else apply_override(parsed, prefix + key + "=" + value.dump());
+  }
+}
+
 inline OptimizerConfig config_from_json(const nlohmann::json& j) {
-  OptimizerConfig c;
-  c.name = j.at("name");
-  c.lr = j.value("lr", c.lr);
-  c.weight_decay = j.value("weight_decay", c.weight_decay);
-  c.weight_decay_mode = j.value("weight_decay_mode", c.weight_decay_mode);
-  if (j.contains("adamw")) {
-    const auto& a = j["adamw"];
-    c.adamw.lr = a.value("lr", c.adamw.lr);
-    c.adamw.beta1 = a.value("beta1", c.adamw.beta1);
-    c.adamw.beta2 = a.value("beta2", c.adamw.beta2);
-    c.adamw.eps = a.value("eps", c.adamw.eps);
-    c.adamw.weight_decay = a.value("weight_decay", c.adamw.weight_decay);
-  }
-  if (j.contains("muon")) {
-    const auto& m = j["muon"];
-    c.muon.momentum = m.value("momentum", c.muon.momentum);
-    c.muon.nesterov = m.value("nesterov", c.muon.nesterov);
-    c.muon.momentum_form = m.value("momentum_form", c.muon.momentum_form);
-    c.muon.ns_steps = m.value("ns_steps", c.muon.ns_steps);
-    c.muon.coefficients = m.value("coefficients", c.muon.coefficients);
-    if (m.contains("coefficient_list")) {
-      for (const auto& t : m["coefficient_list"]) c.muon.coefficient_list.push_back({t[0], t[1], t[2]});
-    }
-    c.muon.scale = m.value("scale", c.muon.scale);
-    c.muon.split_qkv = m.value("split_qkv", c.muon.split_qkv);
-    c.muon.ns_eps = m.value("ns_eps", c.muon.ns_eps);
-  }
-  if (j.contains("shampoo")) {
-    const auto& s = j["shampoo"];
-    c.shampoo.beta1 = s.value("beta1", c.shampoo.beta1);
-    c.shampoo.beta2 = s.value("beta2", c.shampoo.beta2);
-    c.shampoo.epsilon = s.value("epsilon", c.shampoo.epsilon);
-    c.shampoo.precondition_frequency = s.value("precondition_frequency", c.shampoo.precondition_frequency);
-    c.shampoo.start_preconditioning_step = s.value("start_preconditioning_step", c.shampoo.start_preconditioning_step);
-    c.shampoo.exponent = s.value("exponent", c.shampoo.exponent);
-    c.shampoo.max_preconditioner_dim = s.value("max_preconditioner_dim", c.shampoo.max_preconditioner_dim);
-    c.shampoo.grafting = s.value("grafting", c.shampoo.grafting);
-    c.shampoo.grafting_beta2 = s.value("grafting_beta2", c.shampoo.grafting_beta2);
-    c.shampoo.grafting_epsilon = s.value("grafting_epsilon", c.shampoo.grafting_epsilon);
-    c.shampoo.root_method = s.value("root_method", c.shampoo.root_method);
-    c.shampoo.bias_correction = s.value("bias_correction", c.shampoo.bias_correction);
-    c.shampoo.params = s.value("params", c.shampoo.params);
-  }
-  return c;
+  ParsedConfig parsed;
+  set_optimizer_keys(parsed, j, "optimizer.");
+  return parsed.config.optimizer;
 }
 
 }  // namespace precon::worker::testing

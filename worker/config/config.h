@@ -97,6 +97,11 @@ struct MuonConfig {
   double ns_eps = 1e-7;                   // added to the Frobenius norm before NS
   std::string tp_mode = "duplicated";     // "duplicated" | "distributed" | "blockwise" (Megatron's)
   std::string comm_dtype = "fp32";        // "fp32" | "bf16": the all-gathered updates
+  // "muon" | "normuon": NorMuon divides each row (output neuron) of the orthogonalised update by
+  // √v + eps, v a per-row EMA (beta2) of its mean square, then rescales (optim/muon.cpp).
+  std::string variant = "muon";
+  double beta2 = 0.95;                    // NorMuon: the per-row second moment's decay
+  double eps = 1e-8;                      // NorMuon: added to √v
 };
 
 struct ShampooConfig {
@@ -117,8 +122,21 @@ struct ShampooConfig {
   std::string comm_dtype = "fp32";        // "fp32" | "bf16": the all-gathered search directions
 };
 
+// SOAP (Vyas et al. 2024): Adam in the eigenbasis of Shampoo's factors (optim/soap.cpp).
+struct SoapConfig {
+  double beta1 = 0.95;                    // first moment (kept in the rotated basis)
+  double beta2 = 0.95;                    // second moment
+  double shampoo_beta = -1;               // the factors' EMA; −1 = beta2
+  double eps = 1e-8;
+  double weight_decay = 0.01;             // decoupled, after the update
+  int64_t precondition_frequency = 10;    // steps between eigenbasis refreshes (power step + QR)
+  int64_t max_preconditioner_dim = 10000; // a longer side is not rotated
+  bool normalize_grads = false;           // the update divided by its RMS
+  bool correct_bias = true;
+};
+
 struct OptimizerConfig {
-  std::string name = "adamw";        // "adamw" | "muon" | "shampoo"
+  std::string name = "adamw";        // "adamw" | "muon" | "shampoo" | "soap"
   double lr = 1e-3;                  // peak learning rate
   double weight_decay = 0.0;         // decoupled weight decay
   std::string schedule = "cosine";   // "constant" | "cosine" | "linear" | "wsd"
@@ -136,6 +154,7 @@ struct OptimizerConfig {
   AdamWConfig adamw;
   MuonConfig muon;
   ShampooConfig shampoo;
+  SoapConfig soap;
 };
 
 struct ParallelConfig {

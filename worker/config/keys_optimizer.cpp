@@ -1,4 +1,4 @@
-// Key table rows: [optimizer], [optimizer.adamw], [optimizer.muon], [optimizer.shampoo].
+// Key table rows: [optimizer], [optimizer.adamw], [optimizer.muon], [optimizer.shampoo], [optimizer.soap].
 #include <cmath>
 #include <string>
 #include <vector>
@@ -13,7 +13,7 @@ namespace precon::worker::key_rows {
 void add_optimizer_rows(std::vector<Row>& k) {
   // [optimizer]
   k.push_back(trial("optimizer.name", "", "optimizer of the 2-D hidden matrices (the rest use AdamW)", T(optimizer.name))
-                  .choices({"adamw", "muon", "shampoo"}).hashed());
+                  .choices({"adamw", "muon", "shampoo", "soap"}).hashed());
   k.push_back(trial("optimizer.lr", "", "peak learning rate", T(optimizer.lr)).range(0, 1e3));
   k.push_back(trial("optimizer.weight_decay", "", "decoupled weight decay", T(optimizer.weight_decay)).range(0, 1e3));
   k.push_back(trial("optimizer.schedule", "", "learning-rate schedule after warm-up", T(optimizer.schedule))
@@ -95,6 +95,32 @@ void add_optimizer_rows(std::vector<Row>& k) {
                     "dtype of the orthogonalised updates all-gathered from their owners; bf16 halves the bytes "
                     "(and rounds the updates)",
                     T(optimizer.muon.comm_dtype)).choices({"fp32", "bf16"}));
+  // NorMuon
+  k.push_back(trial("optimizer.muon.variant", "",
+                    "muon; normuon: each row of the orthogonalised update divided by √v + eps, v its mean square's "
+                    "EMA (beta2), then rescaled (rms-match: RMS 0.2; else to the update's norm before, then scale)",
+                    T(optimizer.muon.variant))
+                  .choices({"muon", "normuon"})
+                  .rule([](const TrialConfig& c) {
+                    return c.optimizer.muon.variant == "normuon" && c.optimizer.name != "muon"
+                               ? "\"normuon\" is a Muon variant; optimizer.name is \"" + c.optimizer.name + "\""
+                               : std::string();
+                  }));
+  auto normuon_only = [](const char* what, double MuonConfig::*field) {
+    return [what, field](const TrialConfig& c) {
+      const MuonConfig& m = c.optimizer.muon;
+      return m.*field != MuonConfig{}.*field && (c.optimizer.name != "muon" || m.variant != "normuon")
+                 ? std::string("only NorMuon reads ") + what + " (optimizer.name = \"muon\" with optimizer.muon.variant "
+                   "= \"normuon\")"
+                 : std::string();
+    };
+  };
+  k.push_back(trial("optimizer.muon.beta2", "", "NorMuon: decay of the per-row second moment", T(optimizer.muon.beta2))
+                  .range(0, 1)
+                  .rule(normuon_only("optimizer.muon.beta2", &MuonConfig::beta2)));
+  k.push_back(trial("optimizer.muon.eps", "", "NorMuon: added to √v", T(optimizer.muon.eps))
+                  .range(0, 1)
+                  .rule(normuon_only("optimizer.muon.eps", &MuonConfig::eps)));
   // [optimizer.shampoo]
   k.push_back(trial("optimizer.shampoo.beta1", "", "gradient filtering (momentum); 0 = off, below 1",
                     T(optimizer.shampoo.beta1))
@@ -145,6 +171,25 @@ void add_optimizer_rows(std::vector<Row>& k) {
                     "dtype of the search directions all-gathered from the blocks' owners; bf16 halves the bytes "
                     "(and rounds the directions)",
                     T(optimizer.shampoo.comm_dtype)).choices({"fp32", "bf16"}));
+  // [optimizer.soap]
+  k.push_back(trial("optimizer.soap.beta1", "", "first moment (in the rotated basis)", T(optimizer.soap.beta1)).range(0, 1));
+  k.push_back(trial("optimizer.soap.beta2", "", "second moment", T(optimizer.soap.beta2)).range(0, 1));
+  k.push_back(trial("optimizer.soap.shampoo_beta", "", "EMA of the factors L = GGᵀ, R = GᵀG; -1 = beta2",
+                    T(optimizer.soap.shampoo_beta))
+                  .range(-1, 1)
+                  .rule([](const TrialConfig& c) {
+                    const double b = c.optimizer.soap.shampoo_beta;
+                    return b < 0 && b != -1 ? std::string("must lie in [0, 1], or be -1 (= beta2)") : std::string();
+                  }));
+  k.push_back(trial("optimizer.soap.eps", "", "denominator epsilon", T(optimizer.soap.eps)).range(0, 1));
+  k.push_back(trial("optimizer.soap.weight_decay", "", "decoupled weight decay of the SOAP matrices, after the update",
+                    T(optimizer.soap.weight_decay)).range(0, 1e3));
+  k.push_back(trial("optimizer.soap.precondition_frequency", "steps", "steps between eigenbasis refreshes",
+                    T(optimizer.soap.precondition_frequency)).range(1, 1e9));
+  k.push_back(trial("optimizer.soap.max_preconditioner_dim", "", "a side longer than this is not rotated",
+                    T(optimizer.soap.max_preconditioner_dim)).range(1, 1 << 20).hashed());
+  k.push_back(trial("optimizer.soap.normalize_grads", "", "divide each update by its RMS", T(optimizer.soap.normalize_grads)));
+  k.push_back(trial("optimizer.soap.correct_bias", "", "Adam's bias corrections", T(optimizer.soap.correct_bias)));
 }
 
 #undef T

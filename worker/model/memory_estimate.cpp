@@ -25,6 +25,14 @@ double state_bytes(const OptimizerConfig& o, const ParamSpec& spec) {
     const double blocks = std::ceil(rows / br) * std::ceil(cols / bc);
     return 12 * n + blocks * 8 * (br * br + bc * bc);
   }
+  if (o.name == "soap" && matrix) {
+    // Both moments (rotated), and per rotated side its factor and eigenbasis (2 · d² each).
+    const double limit = static_cast<double>(o.soap.max_preconditioner_dim);
+    double bytes = 8 * n;
+    for (double side : {static_cast<double>(spec.shape.front()), static_cast<double>(spec.shape.back())})
+      if (side <= limit) bytes += 8 * side * side;
+    return bytes;
+  }
   return 8 * n;  // AdamW's two moments
 }
 

@@ -12,6 +12,14 @@ Tensor visible(const Tensor& storage, const ParamSpec& spec) {
   return spec.storage_rows > 0 ? storage.narrow(0, 0, spec.shape[0]) : storage;
 }
 
+std::vector<OptimParam> matrix_params(const std::vector<OptimParam>& params, bool matrices) {
+  std::vector<OptimParam> out;
+  for (const OptimParam& p : params) {
+    if ((p.spec->kind == ParamKind::matrix) == matrices) out.push_back(p);
+  }
+  return out;
+}
+
 Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device) {
   if (shape.size() == 1) return Tensor::view(ptr, {shape[0]}, kernels::DType::f32, device);
   if (shape.size() == 2) return Tensor::view(ptr, {shape[0], shape[1]}, kernels::DType::f32, device);

@@ -59,14 +59,6 @@ kernels::NsOptions ns_options(const MuonConfig& c, kernels::Device device) {
   return o;
 }
 
-std::vector<OptimParam> select(const std::vector<OptimParam>& params, bool matrices) {
-  std::vector<OptimParam> out;
-  for (const OptimParam& p : params) {
-    if ((p.spec->kind == ParamKind::matrix) == matrices) out.push_back(p);
-  }
-  return out;
-}
-
 // Who computes what with several ranks (OptimizerHooks::group, every rank holding the full model
 // and gradient): each matrix has one owner, chosen greedily by Newton–Schulz cost, which alone
 // keeps its momentum, reads its gradient (so the trainer sums it there only: gradient_roots) and
@@ -88,7 +80,7 @@ class Muon final : public Optimizer {
         weight_decay_(config.weight_decay), cautious_(config.weight_decay_mode == "cautious"),
         device_(device),
         ns_(ns_options(config.muon, device)),
-        adamw_(select(params, false), adamw_hyper(config, false), device) {
+        adamw_(matrix_params(params, false), adamw_hyper(config, false), device) {
     if (config_.momentum_form != "ema" && config_.momentum_form != "sgd") {
       throw OptimizerError("unknown optimizer.muon.momentum_form '" + config_.momentum_form + "' (known: ema, sgd)");
     }

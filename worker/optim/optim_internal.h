@@ -16,6 +16,9 @@ namespace precon::worker::optim {
 // get zero gradients and never reach an optimizer (nor its state or its routing counts).
 kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
 
+// The parameters that are (matrices = true) or are not 2-D hidden matrices (ParamKind::matrix).
+std::vector<OptimParam> matrix_params(const std::vector<OptimParam>& params, bool matrices);
+
 // A 1-D or 2-D contiguous view at `ptr` with a runtime shape.
 kernels::Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device);
 
@@ -104,6 +107,8 @@ std::string route_text(const std::string& optimizer, size_t tensors, int64_t num
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& config, const std::vector<OptimParam>& params,
                                       kernels::Device device, const OptimizerHooks& hooks);
 std::unique_ptr<Optimizer> make_muon(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                     kernels::Device device, const OptimizerHooks& hooks);
+std::unique_ptr<Optimizer> make_soap(const OptimizerConfig& config, const std::vector<OptimParam>& params,
                                      kernels::Device device, const OptimizerHooks& hooks);
 std::unique_ptr<Optimizer> make_shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params,
                                         kernels::Device device, const OptimizerHooks& hooks);

@@ -29,13 +29,14 @@ struct OptimParam {
 // Cumulative wall-clock seconds per optimizer phase since construction (or the last reset).
 struct PhaseSeconds {
   double newton_schulz = 0;  // Muon: orthogonalisation
-  double statistics = 0;     // Shampoo: L/R factor updates
+  double statistics = 0;     // Shampoo, SOAP: L/R factor updates
   double inverse_root = 0;   // Shampoo: inverse-root refreshes
   double grafting = 0;       // Shampoo: grafting state and norms
+  double eigenbasis = 0;     // SOAP: eigendecompositions, power steps and QRs of the factors' bases
   double adamw = 0;          // AdamW-routed parameters (and adamw runs)
   double other = 0;          // momentum, weight decay, applying updates
   double communication = 0;  // sharing the owners' results with the other ranks
-  double total() const { return newton_schulz + statistics + inverse_root + grafting + adamw + other + communication; }
+  double total() const { return newton_schulz + statistics + inverse_root + grafting + eigenbasis + adamw + other + communication; }
 };
 
 struct StepContext {

@@ -16,6 +16,7 @@ struct Registry {
     factories["adamw"] = optim::make_adamw;
     factories["muon"] = optim::make_muon;
     factories["shampoo"] = optim::make_shampoo;
+    factories["soap"] = optim::make_soap;
   }
   std::mutex mutex;
   std::map<std::string, OptimizerFactory> factories;
@@ -54,7 +55,7 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
   TrialConfig probe;
   probe.optimizer = config;
   ConfigIssues issues;
-  for (const char* section : {"optimizer.adamw.", "optimizer.muon.", "optimizer.shampoo."})
+  for (const char* section : {"optimizer.adamw.", "optimizer.muon.", "optimizer.shampoo.", "optimizer.soap."})
     check_values(probe, section, "optimizer config", issues);
   try {
     issues.throw_if_any();

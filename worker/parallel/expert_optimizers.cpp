@@ -50,6 +50,7 @@ PhaseSeconds ExpertOptimizers::phase_seconds() const {
   s.statistics = a.statistics + b.statistics;
   s.inverse_root = a.inverse_root + b.inverse_root;
   s.grafting = a.grafting + b.grafting;
+  s.eigenbasis = a.eigenbasis + b.eigenbasis;
   s.adamw = a.adamw + b.adamw;
   s.other = a.other + b.other;
   s.communication = a.communication + b.communication;

@@ -128,13 +128,14 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
   const PhaseSeconds ph = run.optimizer->phase_seconds();
   const PhaseSeconds& prev = run.prev_phases;
   // Optimizer time per phase is the slowest rank's (the owners' work differs between ranks).
-  float phase[6] = {static_cast<float>(ph.total() - prev.total()),
+  float phase[7] = {static_cast<float>(ph.total() - prev.total()),
                     static_cast<float>(ph.newton_schulz - prev.newton_schulz),
                     static_cast<float>(ph.statistics - prev.statistics),
                     static_cast<float>(ph.inverse_root - prev.inverse_root),
                     static_cast<float>(ph.grafting - prev.grafting),
-                    static_cast<float>(ph.communication - prev.communication)};
-  run.par.world->all_reduce_max(phase, 6);
+                    static_cast<float>(ph.communication - prev.communication),
+                    static_cast<float>(ph.eigenbasis - prev.eigenbasis)};
+  run.par.world->all_reduce_max(phase, 7);
   MetricRecord r{step, unix_seconds_now(),
                  {{"train_loss", stats.loss},
                   {"lr", cfg.optimizer.lr * stats.lr_scale},
@@ -150,7 +151,8 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_statistics_seconds", phase[2]},
                   {"optim_inverse_root_seconds", phase[3]},
                   {"optim_grafting_seconds", phase[4]},
-                  {"optim_communication_seconds", phase[5]}}};
+                  {"optim_communication_seconds", phase[5]},
+                  {"optim_eigenbasis_seconds", phase[6]}}};
   if (cfg.optimizer.qk_clip_threshold > 0) {
     // This step's largest attention logit before clipping, and the heads (kv groups) clipped.
     r.values.emplace_back("max_attention_logit", stats.qk.max_logit);

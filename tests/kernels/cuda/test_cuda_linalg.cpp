@@ -329,5 +329,28 @@ TEST(CudaInverseRoot, EighAndNewtonMatchCpu) {
   }
 }
 
+// cuSOLVER's QR factor against the CPU's (LAPACK): the same columns up to sign.
+TEST(CudaLinalg, QrOrthonormalMatchesCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t seed = test::test_seed();
+  SCOPED_TRACE(str("seed ", seed));
+  for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {9, 4}, {128, 128}}) {
+    SCOPED_TRACE(str(m, "x", n));
+    auto a = test::random_normal(static_cast<size_t>(m * n), seed + m);
+    std::vector<float> q_cpu(a.size());
+    qr_orthonormal(test::host_view(q_cpu, {m, n}), test::host_view(a, {m, n}));
+    auto da = upload(a, {m, n}, DType::f32), dq = upload(std::vector<float>(a.size()), {m, n}, DType::f32);
+    qr_orthonormal(dq.t, da.t);
+    auto q = test::to_host(dq.t);
+    double err = 0;
+    for (int64_t j = 0; j < n; ++j) {
+      double dot = 0;
+      for (int64_t i = 0; i < m; ++i) dot += double(q[i * n + j]) * q_cpu[i * n + j];
+      for (int64_t i = 0; i < m; ++i) err = std::max(err, std::fabs(double(q[i * n + j]) - (dot < 0 ? -1.0 : 1.0) * q_cpu[i * n + j]));
+    }
+    EXPECT_LT(err, 5e-5);
+  }
+}
+
 }  // namespace
 }  // namespace precon::kernels

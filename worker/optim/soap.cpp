@@ -1,0 +1,371 @@
+// SOAP (Vyas et al. 2024, OPTIMIZERS.md "Next optimizers"): Adam run in the eigenbasis of
+// Shampoo's factors, for the 2-D hidden matrices; every other parameter goes to the AdamW side
+// group. Per matrix W (m × n as stored) with gradient G, s = ctx.grad_scale, k = ctx.step − 1 (the
+// updates made so far), βs = shampoo_beta (−1: β2), sides longer than max_preconditioner_dim
+// left unrotated (their Q is the identity and they keep no factor):
+//   step 1 (k = 0): L = (1 − βs)(sG)(sG)ᵀ, R = (1 − βs)(sG)ᵀ(sG); Q_L, Q_R their eigenvectors
+//                   (eigh, eigenvalues descending); W is not changed (no update, no decay).
+//   later steps:    Ĝ = Q_Lᵀ (sG) Q_R
+//                   M ← β1·M + (1−β1)·Ĝ ;  V ← β2·V + (1−β2)·Ĝ²     (both in the rotated basis)
+//                   D = Q_L (M / (√V + ε)) Q_Rᵀ ;  normalize_grads: D ← D / (1e-30 + RMS(D))
+//                   W ← (W − lr·c·D)·(1 − lr·wd),  c = correct_bias ? √(1 − β2^k) / (1 − β1^k) : 1
+//                   L ← βs·L + (1 − βs)(sG)(sG)ᵀ ; R likewise
+//                   k % precondition_frequency = 0: a refresh, per rotated side (L with Q_L shown):
+//                     M back to the standard basis (Q_L M Q_Rᵀ, with the old bases);
+//                     P = L·Q_L; λ̃_j = (Q_Lᵀ L Q_L)_jj = Σ_i Q_L[i,j]·P[i,j]; order j by λ̃ descending;
+//                     permute V's rows (R: columns) and P's columns by it; Q_L = the Q of QR(P);
+//                     M into the new bases (Q_Lᵀ M Q_R).
+// The reference (soap.py) carries M back and forth every step; between refreshes the bases do not
+// change and the round trip is the identity, so it is made at a refresh only. Cautious weight
+// decay applies the decay before the update, where D and W share a sign.
+// With several ranks (OptimizerHooks::group) each matrix has one owner, greedily by the cost of its
+// eigenbasis work (m³ + n³ of its rotated sides); only the owner keeps the matrix's state and
+// computes D, one all-gather per step hands every D to every rank, and all apply them alike.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/linalg.h"
+#include "kernels/nn.h"
+#include "worker/optim/optim_internal.h"
+#include "worker/optim/ownership.h"
+#include "worker/parallel/comm_cost.h"
+
+namespace precon::worker::optim {
+
+using kernels::Tensor;
+using kernels::Trans;
+
+namespace {
+
+class Soap final : public Optimizer {
+ public:
+  Soap(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
+       const OptimizerHooks& hooks)
+      : config_(config.soap),  // checked by make_optimizer against the key table
+        lr_(config.lr),
+        cautious_(config.weight_decay_mode == "cautious"),
+        shampoo_beta_(config_.shampoo_beta >= 0 ? config_.shampoo_beta : config_.beta2),
+        device_(device),
+        adamw_(matrix_params(params, false), adamw_hyper(config, false), device) {
+    if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
+    else {
+      local_ = make_local_communicator();
+      group_ = local_.get();
+    }
+    for (const OptimParam& p : matrix_params(params, true)) {
+      const ParamSpec& s = *p.spec;
+      if (s.shape.size() != 2) throw OptimizerError("soap: " + s.name + " is routed as a matrix but is not 2-D");
+      Matrix m;
+      m.name = s.name;
+      m.param = visible(p.param, s);
+      m.grad = visible(p.grad, s);
+      m.rows = m.param.shape[0];
+      m.cols = m.param.shape[1];
+      m.left = m.rows <= config_.max_preconditioner_dim;
+      m.right = m.cols <= config_.max_preconditioner_dim;
+      matrices_.push_back(std::move(m));
+    }
+    std::vector<double> cost;
+    for (const Matrix& m : matrices_)
+      cost.push_back((m.left ? std::pow(double(m.rows), 3) : 0.0) + (m.right ? std::pow(double(m.cols), 3) : 0.0) +
+                     double(m.rows) * double(m.cols));
+    const std::vector<int> owner = assign_owners(cost, group_->size());
+    std::vector<int64_t> filled(static_cast<size_t>(group_->size()), 0);
+    int64_t max_numel = 1, max_side = 1;
+    std::vector<Handles> handles(matrices_.size());
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      Matrix& m = matrices_[i];
+      m.owner = owner[i];
+      m.offset = filled[m.owner];
+      filled[m.owner] += m.rows * m.cols;
+      max_numel = std::max(max_numel, m.rows * m.cols);
+      max_side = std::max({max_side, m.rows, m.cols});
+      if (!mine(m)) continue;
+      Handles& h = handles[i];
+      h.exp_avg = exp_avg_.add(m.name, -1, {m.rows, m.cols});
+      h.exp_avg_sq = exp_avg_sq_.add(m.name, -1, {m.rows, m.cols});
+      if (m.left) h.L = L_.add(m.name, -1, {m.rows, m.rows}), h.QL = QL_.add(m.name, -1, {m.rows, m.rows});
+      if (m.right) h.R = R_.add(m.name, -1, {m.cols, m.cols}), h.QR = QR_.add(m.name, -1, {m.cols, m.cols});
+    }
+    for (StateBuffer* state : state_buffers()) state->allocate(device);
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      Matrix& m = matrices_[i];
+      if (!mine(m)) continue;
+      const Handles& h = handles[i];
+      m.exp_avg = exp_avg_.get(h.exp_avg);
+      m.exp_avg_sq = exp_avg_sq_.get(h.exp_avg_sq);
+      if (m.left) m.L = L_.get(h.L), m.QL = QL_.get(h.QL);
+      if (m.right) m.R = R_.get(h.R), m.QR = QR_.get(h.QR);
+    }
+    // Scratch: four views of the largest matrix or side², and one side of eigenvalues.
+    const int64_t big = std::max(max_numel, max_side * max_side);
+    work_ = kernels::Buffer(device, static_cast<size_t>(4 * big + max_side) * sizeof(float));
+    float* base = static_cast<float*>(work_.data());
+    scratch_ = {base, base + big, base + 2 * big, base + 3 * big, base + 4 * big};
+    segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
+    segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
+    if (group_->size() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->size() * segment_) * sizeof(float));
+  }
+
+  void step(const StepContext& ctx) override {
+    {
+      PhaseTimer timer(phases_.adamw, device_);
+      adamw_.step(ctx);
+    }
+    const int64_t k = ctx.step - 1;  // updates made before this step
+    for (Matrix& m : matrices_) {
+      if (!mine(m)) continue;
+      if (k == 0) {
+        initialise(m, ctx.grad_scale);
+        continue;
+      }
+      direction(m, ctx.grad_scale, k);
+      {
+        PhaseTimer timer(phases_.statistics, device_);
+        accumulate(m, ctx.grad_scale);
+      }
+      if (k % config_.precondition_frequency == 0) refresh(m);
+    }
+    if (k == 0) return;  // the first step only builds the bases: nothing to apply
+    {
+      PhaseTimer timer(phases_.communication, device_);
+      if (group_->size() > 1) {
+        group_->all_gather(static_cast<float*>(segment_buf_.data()), static_cast<float*>(gathered_.data()), segment_);
+      }
+      comm_bytes_ += sent_by_all_gather(segment_ * 4, group_->size());
+    }
+    PhaseTimer timer(phases_.other, device_);
+    const double lr = lr_ * ctx.lr_scale;
+    double c = 1.0;
+    if (config_.correct_bias) {
+      c = std::sqrt(1.0 - std::pow(config_.beta2, double(k))) / (1.0 - std::pow(config_.beta1, double(k)));
+    }
+    const double decay = 1.0 - lr * config_.weight_decay;
+    float* all = static_cast<float*>(group_->size() > 1 ? gathered_.data() : segment_buf_.data());
+    for (const Matrix& m : matrices_) {
+      Tensor d = make_view(all + m.owner * segment_ + m.offset, {m.rows, m.cols}, device_);
+      if (cautious_) {
+        kernels::cautious_axpby(m.param, d, static_cast<float>(-lr * c), static_cast<float>(decay));
+      } else {
+        // (W − lr·c·D)·(1 − lr·wd) as the reference orders it: the decay after the update.
+        kernels::axpby(m.param, d, static_cast<float>(-lr * c * decay), static_cast<float>(decay));
+      }
+    }
+  }
+
+  std::vector<NamedState> state_tensors() override {
+    std::vector<NamedState> out;
+    for (const StateBuffer* state : state_buffers()) state->append_tensors(out);
+    adamw_.append_state(out, group_->rank() == 0);
+    return out;
+  }
+  std::vector<StateKind> state_kinds() const override {
+    std::vector<StateKind> out;
+    for (const StateBuffer* state : state_buffers()) state->append_kind(out);
+    adamw_.append_kinds(out);
+    return out;
+  }
+  nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
+  void load_state_scalars(const nlohmann::json&) override {}
+  PhaseSeconds phase_seconds() const override { return phases_; }
+  int64_t comm_bytes() const override { return comm_bytes_; }
+
+  std::string routing_summary() const override {
+    int64_t n = 0, rotated = 0, held = 0;
+    for (const Matrix& m : matrices_) {
+      n += m.param.numel();
+      rotated += m.left + m.right;
+      held += mine(m);
+    }
+    return route_text("soap", matrices_.size(), n) + " (" + std::to_string(rotated) + " of " +
+           std::to_string(2 * matrices_.size()) + " sides rotated); " +
+           route_text("adamw", adamw_.tensors(), adamw_.numel()) +
+           (group_->size() > 1 ? "; soap: rank " + std::to_string(group_->rank()) + " keeps the eigenbases of " +
+                                     std::to_string(held) + " of " + std::to_string(matrices_.size()) + " matrices"
+                               : "");
+  }
+
+ private:
+  struct Matrix {
+    std::string name;
+    Tensor param, grad;
+    int64_t rows = 0, cols = 0;
+    bool left = true, right = true;  // the sides that are rotated
+    Tensor exp_avg, exp_avg_sq, L, R, QL, QR;  // on the owner only; the rotated sides' factors
+    int owner = 0;
+    int64_t offset = 0;  // of its D in the owner's all-gather segment
+  };
+  struct Handles {
+    size_t exp_avg = 0, exp_avg_sq = 0, L = 0, R = 0, QL = 0, QR = 0;
+  };
+  struct Scratch {
+    float* a;       // the projected gradient; a permutation's result
+    float* b;       // the half-projected product; a permutation's source
+    float* side_a;  // side × side (P = L·Q)
+    float* side_b;  // side × side (the eigenvectors, ascending)
+    float* values;  // a side's eigenvalues
+  };
+
+  bool mine(const Matrix& m) const { return m.owner == group_->rank(); }
+
+  std::vector<StateBuffer*> state_buffers() { return {&exp_avg_, &exp_avg_sq_, &L_, &R_, &QL_, &QR_}; }
+  std::vector<const StateBuffer*> state_buffers() const { return {&exp_avg_, &exp_avg_sq_, &L_, &R_, &QL_, &QR_}; }
+
+  Tensor view(float* p, int64_t rows, int64_t cols) const { return make_view(p, {rows, cols}, device_); }
+
+  // The factors' EMA: L ← βs·L + (1 − βs)·(sG)(sG)ᵀ, R ← βs·R + (1 − βs)·(sG)ᵀ(sG).
+  void accumulate(Matrix& m, float s) {
+    const float w = static_cast<float>((1.0 - shampoo_beta_) * double(s) * double(s));
+    const float beta = static_cast<float>(shampoo_beta_);
+    if (m.left) kernels::syrk(m.L, m.grad, Trans::no, w, beta);
+    if (m.right) kernels::syrk(m.R, m.grad, Trans::yes, w, beta);
+  }
+
+  // Step 1: the factors from the first gradient and their eigenvectors, eigenvalues descending.
+  void initialise(Matrix& m, float s) {
+    {
+      PhaseTimer timer(phases_.statistics, device_);
+      accumulate(m, s);
+    }
+    PhaseTimer timer(phases_.eigenbasis, device_);
+    if (m.left) eigenbasis(m.QL, m.L, m.name + " (L)");
+    if (m.right) eigenbasis(m.QR, m.R, m.name + " (R)");
+  }
+
+  void eigenbasis(Tensor q, const Tensor& factor, const std::string& what) {
+    const int64_t n = factor.shape[0];
+    Tensor values = make_view(scratch_.values, {n}, device_);
+    Tensor ascending = view(scratch_.side_b, n, n);
+    if (!kernels::symmetric_eigh(values, ascending, factor, false) &&
+        !kernels::symmetric_eigh(values, ascending, factor, true)) {
+      throw OptimizerError("soap: the eigendecomposition of the first statistics of " + what +
+                           " failed in fp32 and fp64: are the gradients finite?");
+    }
+    reverse_columns(q, ascending);
+  }
+
+  // dst[:, j] = src[:, order[j]] for a square n × n src (contiguous); order given on the host.
+  void permute_columns(Tensor dst, const Tensor& src, const std::vector<int64_t>& order) {
+    const int64_t n = src.shape[0];
+    Tensor t_src = view(scratch_.b, n, n), t_dst = view(scratch_.a, n, n);
+    kernels::transpose(t_src, src);  // columns as rows: each a contiguous copy
+    for (int64_t j = 0; j < n; ++j) kernels::copy(t_dst.select(j), t_src.select(order[static_cast<size_t>(j)]));
+    kernels::transpose(dst, t_dst);
+  }
+
+  void reverse_columns(Tensor dst, const Tensor& src) {
+    std::vector<int64_t> order(static_cast<size_t>(src.shape[0]));
+    std::iota(order.rbegin(), order.rend(), 0);
+    permute_columns(dst, src, order);
+  }
+
+  // V's rows (dim 0) or columns (dim 1) reordered: row i of the result is row order[i] of V.
+  void permute_exp_avg_sq(Matrix& m, int dim, const std::vector<int64_t>& order) {
+    Tensor v = m.exp_avg_sq;
+    Tensor copy = view(scratch_.b, dim == 0 ? m.rows : m.cols, dim == 0 ? m.cols : m.rows);
+    if (dim == 0) kernels::copy(copy, v);
+    else kernels::transpose(copy, v);
+    Tensor out = view(scratch_.a, copy.shape[0], copy.shape[1]);
+    for (int64_t i = 0; i < copy.shape[0]; ++i) kernels::copy(out.select(i), copy.select(order[static_cast<size_t>(i)]));
+    if (dim == 0) kernels::copy(v, out);
+    else kernels::transpose(v, out);
+  }
+
+  // Q_Lᵀ X Q_R (into = true) or Q_L X Q_Rᵀ (into = false) of a matrix-sized x, in place.
+  void rotate(Matrix& m, Tensor x, bool into) {
+    Tensor t = view(scratch_.b, m.rows, m.cols);
+    if (m.left) {
+      kernels::gemm(t, m.QL, x, into ? Trans::yes : Trans::no, Trans::no);
+      kernels::copy(x, t);
+    }
+    if (m.right) {
+      kernels::gemm(t, x, m.QR, Trans::no, into ? Trans::no : Trans::yes);
+      kernels::copy(x, t);
+    }
+  }
+
+  // The Adam step in the rotated basis; D into this matrix's place in the segment.
+  void direction(Matrix& m, float s, int64_t k) {
+    PhaseTimer timer(phases_.other, device_);
+    Tensor g = view(scratch_.a, m.rows, m.cols);
+    kernels::copy(g, m.grad);
+    rotate(m, g, true);
+    Tensor d = view(static_cast<float*>(segment_buf_.data()) + m.offset, m.rows, m.cols);
+    // With lr = −1, no decay and no bias correction, adamw_update leaves M/(√V + ε) in a zeroed d,
+    // having updated M and V from s·Ĝ.
+    kernels::AdamWParams hp;
+    hp.lr = -1.0f;
+    hp.beta1 = static_cast<float>(config_.beta1);
+    hp.beta2 = static_cast<float>(config_.beta2);
+    hp.eps = static_cast<float>(config_.eps);
+    hp.weight_decay = 0.0f;
+    hp.step = static_cast<int>(k);
+    hp.bias_correction = false;
+    hp.grad_scale = s;
+    kernels::fill_zero(d);
+    kernels::adamw_update(d, g, m.exp_avg, m.exp_avg_sq, hp);
+    rotate(m, d, false);
+    if (config_.normalize_grads) {
+      const double rms = std::sqrt(kernels::sum_squares(d) / double(d.numel()));
+      kernels::scale(d, static_cast<float>(1.0 / (1e-30 + rms)));
+    }
+  }
+
+  // One power step and a QR per rotated side, V re-sorted by the estimated eigenvalues; M carried
+  // into the new bases.
+  void refresh(Matrix& m) {
+    PhaseTimer timer(phases_.eigenbasis, device_);
+    rotate(m, m.exp_avg, false);
+    if (m.left) refresh_side(m, m.L, m.QL, 0);
+    if (m.right) refresh_side(m, m.R, m.QR, 1);
+    rotate(m, m.exp_avg, true);
+  }
+
+  void refresh_side(Matrix& m, const Tensor& factor, Tensor q, int dim) {
+    const int64_t n = factor.shape[0];
+    Tensor p = view(scratch_.side_a, n, n);
+    kernels::gemm(p, factor, q);
+    // λ̃_j = Σ_i Q[i,j]·P[i,j], on the host (n values; the order is a host decision).
+    std::vector<float> hq(static_cast<size_t>(n * n)), hp(hq.size());
+    kernels::copy(Tensor::view(hq.data(), {n, n}), q);
+    kernels::copy(Tensor::view(hp.data(), {n, n}), p);
+    std::vector<double> estimate(static_cast<size_t>(n), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < n; ++j) estimate[size_t(j)] += double(hq[size_t(i * n + j)]) * hp[size_t(i * n + j)];
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return estimate[size_t(a)] > estimate[size_t(b)]; });
+    permute_exp_avg_sq(m, dim, order);
+    Tensor sorted = view(scratch_.side_b, n, n);
+    permute_columns(sorted, p, order);
+    kernels::qr_orthonormal(q, sorted);
+  }
+
+  SoapConfig config_;
+  double lr_;
+  bool cautious_;  // optimizer.weight_decay_mode = "cautious"
+  double shampoo_beta_;
+  kernels::Device device_;
+  AdamWGroup adamw_;
+  std::vector<Matrix> matrices_;
+  // One allocation per state kind, matrices in parameter-table order (see StateKind).
+  StateBuffer exp_avg_{"exp_avg_rotated"}, exp_avg_sq_{"exp_avg_sq_rotated"}, L_{"L"}, R_{"R"};
+  StateBuffer QL_{"eigenbasis_L"}, QR_{"eigenbasis_R"};
+  kernels::Buffer work_, segment_buf_, gathered_;
+  Scratch scratch_{};
+  std::unique_ptr<Communicator> local_;  // the group of one when no group is given
+  Communicator* group_ = nullptr;
+  int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's matrices)
+  int64_t comm_bytes_ = 0;
+  PhaseSeconds phases_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_soap(const OptimizerConfig& config, const std::vector<OptimParam>& params,
+                                     kernels::Device device, const OptimizerHooks& hooks) {
+  return std::make_unique<Soap>(config, params, device, hooks);
+}
+
+}  // namespace precon::worker::optim
