@@ -142,6 +142,40 @@ double sum_squares(const Tensor& x) {
   return PRECON_DISPATCH(x.device, sum_squares, x);
 }
 
+namespace {
+
+// The checks sum_squares_along and scale_along share: a contiguous 2-D f32 x, a dim of 0 or 1 and
+// a contiguous f32 vector of x.shape[dim] values on the same device.
+Device check_along(const char* op, const Tensor& x, const Tensor& v, const char* v_name, int dim) {
+  Device device = require_same_device(op, {&x, &v});
+  require_dtype(op, "x", x, {DType::f32});
+  require_dtype(op, v_name, v, {DType::f32});
+  require_ndim(op, "x", x, {2});
+  require_contiguous(op, "x", x);
+  require_contiguous(op, v_name, v);
+  if (dim != 0 && dim != 1) shape_error(op, "dim must be 0 or 1, got " + std::to_string(dim));
+  require_numel(op, v_name, v, x.shape[dim]);
+  return device;
+}
+
+}  // namespace
+
+void sum_squares_along(Tensor out, const Tensor& x, int dim) {
+  Device device = check_along("sum_squares_along", x, out, "out", dim);
+  if (out.numel() == 0) return;
+  if (x.numel() == 0) {
+    fill_zero(out);
+    return;
+  }
+  PRECON_DISPATCH(device, sum_squares_along, out, x, dim);
+}
+
+void scale_along(Tensor x, const Tensor& s, int dim) {
+  Device device = check_along("scale_along", x, s, "s", dim);
+  if (x.numel() == 0) return;
+  PRECON_DISPATCH(device, scale_along, x, s, dim);
+}
+
 bool all_finite(const Tensor& x) {
   require_float("all_finite", "x", x);
   require_contiguous("all_finite", "x", x);

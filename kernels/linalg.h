@@ -36,6 +36,11 @@ void transpose(Tensor out, const Tensor& in);
 void cast(Tensor out, const Tensor& in);
 // Sum of squares accumulated in double; result returned on the host.
 double sum_squares(const Tensor& x);
+// Sums of squares along one dim of a 2-D fp32 x (contiguous): out[i] = Σ_j x[i,j]² (dim = 0, one
+// per row) or out[j] = Σ_i x[i,j]² (dim = 1, one per column); out (f32) has x.shape[dim] values.
+void sum_squares_along(Tensor out, const Tensor& x, int dim);
+// x[i,:] *= s[i] (dim = 0) or x[:,j] *= s[j] (dim = 1); s (f32) has x.shape[dim] values.
+void scale_along(Tensor x, const Tensor& s, int dim);
 // True when every element is finite.
 bool all_finite(const Tensor& x);
 

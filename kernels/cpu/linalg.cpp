@@ -134,6 +134,34 @@ double sum_squares(const Tensor& x) {
   return total;
 }
 
+void sum_squares_along(Tensor out, const Tensor& x, int dim) {
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  const float* p = x.f32();
+  float* o = out.f32();
+  if (dim == 0) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < rows; ++i) {
+      double total = 0.0;
+      for (int64_t j = 0; j < cols; ++j) total += static_cast<double>(p[i * cols + j]) * p[i * cols + j];
+      o[i] = static_cast<float>(total);
+    }
+    return;
+  }
+  std::vector<double> total(static_cast<size_t>(cols), 0.0);
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) total[size_t(j)] += static_cast<double>(p[i * cols + j]) * p[i * cols + j];
+  for (int64_t j = 0; j < cols; ++j) o[j] = static_cast<float>(total[size_t(j)]);
+}
+
+void scale_along(Tensor x, const Tensor& s, int dim) {
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  float* p = x.f32();
+  const float* f = s.f32();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= f[dim == 0 ? i : j];
+}
+
 bool all_finite(const Tensor& x) {
   const float* p = x.f32();
   int64_t n = x.numel();

@@ -53,6 +53,24 @@ __global__ void sum_squares_kernel(double* total, Elems x, int64_t n) {
   }
 }
 
+// One thread per output value: a row's (dim 0) or a column's (dim 1) sum of squares, in double.
+__global__ void sum_squares_along_kernel(float* out, const float* x, int64_t rows, int64_t cols, int dim) {
+  const int64_t n = dim == 0 ? rows : cols;
+  PRECON_GRID_STRIDE(k, n) {
+    double acc = 0.0;
+    if (dim == 0) {
+      for (int64_t j = 0; j < cols; ++j) acc += double(x[k * cols + j]) * x[k * cols + j];
+    } else {
+      for (int64_t i = 0; i < rows; ++i) acc += double(x[i * cols + k]) * x[i * cols + k];
+    }
+    out[k] = static_cast<float>(acc);
+  }
+}
+
+__global__ void scale_along_kernel(float* x, const float* s, int64_t rows, int64_t cols, int dim) {
+  PRECON_GRID_STRIDE(idx, rows * cols) x[idx] *= s[dim == 0 ? idx / cols : idx % cols];
+}
+
 __global__ void all_finite_kernel(int* finite, Elems x, int64_t n) {
   bool ok = true;
   PRECON_GRID_STRIDE(i, n) ok = ok && isfinite(x.get(i));
@@ -106,6 +124,18 @@ double sum_squares(const Tensor& x) {
   double result = 0.0;
   PRECON_CUDA_CHECK(cudaMemcpy(&result, total.get(), sizeof(double), cudaMemcpyDeviceToHost));
   return result;
+}
+
+void sum_squares_along(Tensor out, const Tensor& x, int dim) {
+  const int64_t rows = x.shape[0], cols = x.shape[1], n = dim == 0 ? rows : cols;
+  sum_squares_along_kernel<<<grid_for(n, kThreads), kThreads>>>(out.f32(), x.f32(), rows, cols, dim);
+  PRECON_CUDA_LAUNCHED("sum_squares_along_kernel");
+}
+
+void scale_along(Tensor x, const Tensor& s, int dim) {
+  const int64_t rows = x.shape[0], cols = x.shape[1];
+  scale_along_kernel<<<grid_for(rows * cols, kThreads), kThreads>>>(x.f32(), s.f32(), rows, cols, dim);
+  PRECON_CUDA_LAUNCHED("scale_along_kernel");
 }
 
 bool all_finite(const Tensor& x) {

@@ -188,6 +188,31 @@ void BM_EigenbasisRefresh(benchmark::State& state) {
 BENCHMARK(BM_EigenbasisRefresh)->Args({768, 1})->Args({768, 0})->Args({3072, 1})->Args({3072, 0})
     ->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// NorMuon's per-neuron normalisation of a 768 × 3072 update (one pass for the sums of squares
+// along a dim, one to scale), beside sum_squares over the same matrix (one streaming pass) as the
+// yardstick of memory speed. Args: dim (0 rows, 1 columns; -1 the yardstick).
+void BM_NormalizeAlong(benchmark::State& state) {
+  const int64_t rows = 768, cols = 3072;
+  const int dim = static_cast<int>(state.range(0));
+  auto x = random_vector(rows * cols, 6);
+  std::vector<float> sums(dim == 1 ? cols : rows), ones(sums.size(), 1.0f);
+  Tensor tx = Tensor::view(x.data(), {rows, cols});
+  Tensor ts = Tensor::view(sums.data(), {static_cast<int64_t>(sums.size())});
+  Tensor t1 = Tensor::view(ones.data(), {static_cast<int64_t>(ones.size())});
+  for (auto _ : state) {
+    if (dim < 0) {
+      benchmark::DoNotOptimize(precon::kernels::sum_squares(tx));
+      continue;
+    }
+    precon::kernels::sum_squares_along(ts, tx, dim);
+    precon::kernels::scale_along(tx, t1, dim);  // by ones: the values stay as they are
+    benchmark::DoNotOptimize(x.data());
+  }
+  state.SetBytesProcessed(state.iterations() * rows * cols * static_cast<int64_t>(sizeof(float)));
+  state.SetLabel(dim < 0 ? "sum_squares (yardstick)" : dim == 0 ? "rows" : "columns");
+}
+BENCHMARK(BM_NormalizeAlong)->Arg(-1)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 
 BENCHMARK_MAIN();

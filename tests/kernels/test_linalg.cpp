@@ -249,5 +249,34 @@ TEST(LinalgQr, OrthonormalFactorMatchesGramSchmidt) {
   EXPECT_THROW(qr_orthonormal(test::host_view(wide, {2, 3}), test::host_view(wide, {2, 3})), ShapeError);
 }
 
+// Per-row and per-column sums of squares and scaling (NorMuon's per-neuron normalisation) against
+// plain double loops.
+TEST(LinalgAlong, SumSquaresAndScaleAlongEitherDim) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const int64_t rows = 7, cols = 13;
+  for (int dim : {0, 1}) {
+    SCOPED_TRACE("dim " + std::to_string(dim));
+    std::vector<float> x = test::random_normal(rows * cols, seed + dim), sums(dim == 0 ? rows : cols);
+    const int64_t n = static_cast<int64_t>(sums.size());
+    sum_squares_along(test::host_view(sums, {n}), test::host_view(x, {rows, cols}), dim);
+    for (int64_t k = 0; k < n; ++k) {
+      double expect = 0;
+      for (int64_t l = 0; l < (dim == 0 ? cols : rows); ++l) {
+        const double v = dim == 0 ? x[k * cols + l] : x[l * cols + k];
+        expect += v * v;
+      }
+      EXPECT_NEAR(sums[k], expect, 1e-6 * expect) << k;
+    }
+    std::vector<float> s = test::random_normal(n, seed + 7), y = x;
+    scale_along(test::host_view(y, {rows, cols}), test::host_view(s, {n}), dim);
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) EXPECT_EQ(y[i * cols + j], x[i * cols + j] * s[dim == 0 ? i : j]);
+  }
+  std::vector<float> x(6), wrong(4);
+  EXPECT_THROW(sum_squares_along(test::host_view(wrong, {4}), test::host_view(x, {2, 3}), 1), ShapeError);
+  EXPECT_THROW(scale_along(test::host_view(x, {2, 3}), test::host_view(wrong, {2}), 2), ShapeError);
+}
+
 }  // namespace
 }  // namespace precon::kernels

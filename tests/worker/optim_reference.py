@@ -147,9 +147,26 @@ def muon_step(w, g, state, cfg, lr, wd, qkv_blocks, cautious=False):
     fan_out, fan_in = gm.shape
     rows = fan_out // blocks
     update = torch.zeros_like(gm)
+    orthogonal = torch.cat([newton_schulz(U[k * rows:(k + 1) * rows], schedule, eps) for k in range(blocks)])
+    normuon = m.get("variant", "muon") == "normuon"
+    if normuon:
+        # NorMuon (Li et al. 2025): per output neuron (a row of the map) an EMA of the mean square of
+        # the orthogonalised update, each row divided by √v + ε, then per NS problem the update's
+        # RMS set to 0.2 (rms-match) or its Frobenius norm set back to what it was before.
+        if "v" not in state:
+            state["v"] = torch.zeros(fan_out, dtype=gm.dtype)
+        beta2, eps_v = m.get("beta2", 0.95), m.get("eps", 1e-8)
+        state["v"].mul_(beta2).add_((1 - beta2) * (orthogonal * orthogonal).mean(dim=1))
+        normalised = orthogonal / (state["v"].sqrt() + eps_v)[:, None]
     for k in range(blocks):
-        o = newton_schulz(U[k * rows:(k + 1) * rows], schedule, eps)
+        o = orthogonal[k * rows:(k + 1) * rows]
         scale = muon_scale(m.get("scale", "shape"), rows, fan_in)
+        if normuon:
+            n = normalised[k * rows:(k + 1) * rows]
+            if m.get("scale", "shape") == "rms-match":
+                o, scale = 0.2 * math.sqrt(n.numel()) * n / n.norm(), 1.0
+            else:
+                o = n * (o.norm() / n.norm())
         update[k * rows:(k + 1) * rows] = lr * scale * o
     if cautious:
         cautious_apply(w.T, update, lr, wd)
@@ -335,6 +352,15 @@ CASES = [
     dict(name="soap_cautious_freq3", grad_scale=1.0, lr_scales=SCHEDULE,
          config=dict(name="soap", lr=3e-3, weight_decay_mode="cautious", adamw=dict(beta1=0.9, beta2=0.95),
                      soap=dict(weight_decay=0.5, precondition_frequency=3, max_preconditioner_dim=16))),
+    # NorMuon: the per-neuron second moment on top of Muon, with both of its rescalings.
+    dict(name="normuon_shape_split_qkv", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="muon", lr=0.02, weight_decay=0.01, adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95),
+                     muon=dict(variant="normuon", beta2=0.95, eps=1e-8, momentum=0.95, nesterov=True,
+                               ns_steps=5, coefficients="keller", scale="shape", split_qkv=True))),
+    dict(name="normuon_rms_match_whole", grad_scale=0.7, lr_scales=SCHEDULE,
+         config=dict(name="muon", lr=0.01, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95),
+                     muon=dict(variant="normuon", beta2=0.9, eps=1e-6, momentum=0.9, nesterov=False,
+                               ns_steps=5, coefficients="keller", scale="rms-match", split_qkv=False))),
     dict(name="adamw_wd_schedule_clip", grad_scale=0.5, lr_scales=SCHEDULE,
          config=dict(name="adamw", lr=3e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8))),
     dict(name="muon_ema_nesterov_keller_shape_qkv", grad_scale=1.0, lr_scales=SCHEDULE,

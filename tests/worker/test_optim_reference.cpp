@@ -147,6 +147,12 @@ TEST_F(OptimReference, SoapCautiousWeightDecayFrequency3) {
   check_case("soap_cautious_freq3", 2e-6);
 }
 
+// NorMuon against the reference written from the paper's description: the same Newton–Schulz error
+// as Muon's cases, scaled by the per-neuron normalisation (observed below).
+TEST_F(OptimReference, NorMuonShapeScaleSplitQkv) { check_case("normuon_shape_split_qkv", 5e-7); }
+
+TEST_F(OptimReference, NorMuonRmsMatchWholeMatrix) { check_case("normuon_rms_match_whole", 5e-7); }
+
 TEST_F(OptimReference, ShampooRmspropNewtonRootBlocks) { check_case("shampoo_rmsprop_newton_blocks", 5e-5); }
 
 }  // namespace

@@ -15,7 +15,8 @@ namespace {
 double state_bytes(const OptimizerConfig& o, const ParamSpec& spec) {
   const bool matrix = spec.kind == ParamKind::matrix;
   const double n = static_cast<double>(spec.numel());
-  if (o.name == "muon" && matrix) return 4 * n;  // the momentum
+  if (o.name == "muon" && matrix)  // the momentum, and NorMuon's v per output neuron
+    return 4 * n + (o.muon.variant == "normuon" ? 4.0 * static_cast<double>(spec.fan_out) : 0.0);
   if (o.name == "shampoo" && matrix) {
     // Momentum and Adam grafting (3 per weight), and per block of each side's max_preconditioner_dim
     // its statistics and inverse root (2 · d² each side).

@@ -3,6 +3,11 @@
 //   ema: M ← μM + (1−μ)sG ; U = nesterov ? (1−μ)sG + μM : M
 //   sgd: M ← μM + sG      ; U = nesterov ? sG + μM      : M
 //   O = NS(U)  (split_qkv: the Q, K, V blocks of attn.c_attn separately)
+//   variant normuon (Li et al. 2025), per output neuron n (a row of the linear map; a storage
+//   column when stored (in, out)) and per NS problem b (Q/K/V block or the matrix):
+//     v_n ← β2·v_n + (1−β2)·mean_j O[n,j]² ;  Ô[n,:] = O[n,:] / (√v_n + ε)
+//     rms-match: O ← 0.2·√(numel_b)·Ô_b / ‖Ô_b‖_F (update RMS 0.2; no other scale);
+//     else:      O ← Ô_b·‖O_b‖_F / ‖Ô_b‖_F, then the scale mode applies as below
 //   W ← W·(1 − lr·wd) − lr·scale·O
 // NS(Xᵀ) = NS(X)ᵀ, so the storage matrix is orthogonalised as stored; only the scale uses the
 // linear map's (fan_out, fan_in), per block when split.
@@ -94,6 +99,10 @@ class Muon final : public Optimizer {
     if (config_.comm_dtype != "fp32" && config_.comm_dtype != "bf16") {
       throw OptimizerError("unknown optimizer.muon.comm_dtype '" + config_.comm_dtype + "' (known: fp32, bf16)");
     }
+    if (config_.variant != "muon" && config_.variant != "normuon") {
+      throw OptimizerError("unknown optimizer.muon.variant '" + config_.variant + "' (known: muon, normuon)");
+    }
+    normuon_ = config_.variant == "normuon";
     if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
     else {
       local_ = make_local_communicator();
@@ -123,8 +132,14 @@ class Muon final : public Optimizer {
     for (Matrix& m : matrices_) {
       if (!m.holds_state) continue;
       Tensor u = momentum_and_direction(m, ctx);
-      PhaseTimer timer(phases_.newton_schulz, device_);
-      orthogonalise(m, u);
+      {
+        PhaseTimer timer(phases_.newton_schulz, device_);
+        orthogonalise(m, u);
+      }
+      if (normuon_) {
+        PhaseTimer timer(phases_.other, device_);
+        normalise(m);
+      }
     }
     {
       PhaseTimer timer(phases_.communication, device_);
@@ -163,12 +178,16 @@ class Muon final : public Optimizer {
       if (distributed(m)) append_parts(m, s, out);
       else out.push_back(std::move(s));
     }
+    std::vector<NamedState> second;
+    second_moment_.append_tensors(second);
+    for (NamedState& s : second) append_second_moment(matrices_[matrix_index_.at(s.param)], s, out);
     adamw_.append_state(out, group_->rank() == 0);
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
     std::vector<StateKind> out;
     momentum_.append_kind(out);
+    second_moment_.append_kind(out);
     adamw_.append_kinds(out);
     return out;
   }
@@ -209,6 +228,7 @@ class Muon final : public Optimizer {
     int owner = 0;        // group rank (duplicated, blockwise) or data index (distributed)
     bool holds_state = false;
     std::vector<Piece> pieces;
+    Tensor second_moment;  // NorMuon's v, one per output neuron this rank normalises (on state holders)
   };
 
   void add_matrix(const OptimParam& p, size_t index) {
@@ -234,6 +254,7 @@ class Muon final : public Optimizer {
                            " tensor-parallel parts along dim " + std::to_string(m.split_dim));
     }
     m.scale = muon_scale(config_.scale, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
+    if (normuon_ && config_.scale == "rms-match") m.scale = 1.0;  // normalise() sets the RMS itself
     matrices_.push_back(std::move(m));
   }
 
@@ -313,11 +334,20 @@ class Muon final : public Optimizer {
         const std::vector<int64_t> shape =
             distributed(m) ? m.pieces[static_cast<size_t>(me % tensor_)].shape : std::vector<int64_t>{rows, cols};
         momentum_handle_.push_back(momentum_.add(m.name, -1, shape));
+        // NorMuon's v: this rank's neurons when its part cuts the neuron dim, else every neuron.
+        const bool cut = distributed(m) && m.split_dim == m.qkv_dim;
+        if (normuon_) second_handle_.push_back(second_moment_.add(m.name, -1, {(cut ? shape : std::vector<int64_t>{rows, cols})[static_cast<size_t>(m.qkv_dim)]}));
+        else second_handle_.push_back(SIZE_MAX);
       } else {
         momentum_handle_.push_back(SIZE_MAX);
+        second_handle_.push_back(SIZE_MAX);
       }
     }
     momentum_.allocate(device_);
+    second_moment_.allocate(device_);
+    int64_t longest = 1;
+    for (const Matrix& m : matrices_) longest = std::max({longest, m.param.shape[0], m.param.shape[1]});
+    neuron_buf_ = kernels::Buffer(device_, static_cast<size_t>(longest) * sizeof(float));
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
@@ -334,6 +364,7 @@ class Muon final : public Optimizer {
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
       if (m.holds_state) m.momentum = momentum_.get(momentum_handle_[i]);
+      if (m.holds_state && normuon_) m.second_moment = second_moment_.get(second_handle_[i]);
       if (distributed(m)) {
         m.update = make_view(static_cast<float*>(update_buf_.data()) + at, {m.param.shape[0], m.param.shape[1]}, device_);
         at += m.param.numel();
@@ -455,6 +486,81 @@ class Muon final : public Optimizer {
     }
   }
 
+  // NorMuon's step on this rank's O (its piece in the segment; see the top of the file). With
+  // tp_mode distributed the tensor-parallel group holds O in parts: a part that cuts the neuron dim
+  // has whole neurons (its v is theirs) and only the blocks' norms are summed over the group; a
+  // part that cuts the other dim has partial sums of every neuron, summed over the group first.
+  void normalise(Matrix& m) {
+    const int nd = m.qkv_dim;
+    const bool parts = distributed(m);
+    const Piece& p = m.pieces[parts ? static_cast<size_t>(group_->rank() % tensor_) : 0];
+    Tensor o = make_view(static_cast<float*>(segment_buf_.data()) + p.offset, p.shape, device_);
+    const int64_t n = o.shape[nd];
+    const int64_t across = m.param.shape[1 - nd];  // the neuron's length in the whole matrix
+    Tensor dev = make_view(static_cast<float*>(neuron_buf_.data()), {n}, device_);
+    kernels::sum_squares_along(dev, o, nd);
+    std::vector<float> sums(static_cast<size_t>(n)), v(sums.size());
+    kernels::copy(Tensor::view(sums.data(), {n}), dev);
+    const bool cut = parts && m.split_dim == nd;
+    if (parts && !cut) tp_->all_reduce_sum(sums.data(), n);
+    kernels::copy(Tensor::view(v.data(), {n}), m.second_moment);
+    // The global neuron of local index i, and its block (the NS problem it belongs to).
+    const int64_t extent = m.param.shape[nd], per_block = extent / m.blocks;
+    auto global = [&](int64_t i) {
+      if (!cut) return i;
+      const int64_t chunk = p.spans[0].length;
+      return p.spans[static_cast<size_t>(i / chunk)].start + i % chunk;
+    };
+    const float beta2 = static_cast<float>(config_.beta2), eps = static_cast<float>(config_.eps);
+    std::vector<double> before(static_cast<size_t>(2 * m.blocks), 0.0);  // ‖O_b‖², then ‖Ô_b‖²
+    std::vector<float> factor(sums.size());
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      v[k] = beta2 * v[k] + (1.0f - beta2) * (sums[k] / static_cast<float>(across));
+      factor[k] = 1.0f / (std::sqrt(v[k]) + eps);
+      const size_t b = static_cast<size_t>(global(i) / per_block);
+      before[b] += sums[k];
+      before[static_cast<size_t>(m.blocks) + b] += double(sums[k]) * factor[k] * factor[k];
+    }
+    kernels::copy(m.second_moment, Tensor::view(v.data(), {n}));
+    if (cut) tp_->all_reduce_sum(before.data(), static_cast<int64_t>(before.size()));
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t b = static_cast<size_t>(global(i) / per_block);
+      const double normalised = std::sqrt(before[static_cast<size_t>(m.blocks) + b]);
+      const double target = config_.scale == "rms-match" ? 0.2 * std::sqrt(double(per_block * across))
+                                                         : std::sqrt(before[b]);
+      factor[static_cast<size_t>(i)] *= static_cast<float>(normalised > 0 ? target / normalised : 0.0);
+    }
+    kernels::copy(dev, Tensor::view(factor.data(), {n}));
+    kernels::scale_along(o, dev, nd);
+  }
+
+  // A matrix's v as checkpoint entries: whole (written by the first tensor-parallel rank of the
+  // owners when every one of them holds it whole), or this rank's neurons, one part per Q/K/V chunk.
+  void append_second_moment(const Matrix& m, const NamedState& own, std::vector<NamedState>& out) const {
+    if (!distributed(m)) {
+      out.push_back(own);
+      return;
+    }
+    const int64_t extent = m.param.shape[m.qkv_dim];
+    if (m.split_dim != m.qkv_dim) {
+      NamedState whole = own;
+      whole.primary = group_->rank() % tensor_ == 0;
+      out.push_back(std::move(whole));
+      return;
+    }
+    const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+    const int64_t chunk = p.spans[0].length;
+    for (size_t k = 0; k < p.spans.size(); ++k) {
+      NamedState part = own;
+      part.tensor = own.tensor.narrow(0, static_cast<int64_t>(k) * chunk, chunk);
+      part.offset = own.offset + static_cast<int64_t>(k) * chunk;
+      part.global_shape = {extent};
+      part.global_offset = {p.spans[k].start};
+      out.push_back(std::move(part));
+    }
+  }
+
   MuonConfig config_;
   double lr_, weight_decay_;
   bool cautious_;  // optimizer.weight_decay_mode = "cautious"
@@ -471,6 +577,10 @@ class Muon final : public Optimizer {
   std::vector<int> roots_;  // gradient_roots()
   StateBuffer momentum_{"momentum"};
   std::vector<size_t> momentum_handle_;
+  bool normuon_ = false;  // optimizer.muon.variant = "normuon"
+  StateBuffer second_moment_{"second_moment"};  // NorMuon's per-neuron v
+  std::vector<size_t> second_handle_;
+  kernels::Buffer neuron_buf_;  // one value per neuron of a matrix (sums of squares, then factors)
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
   kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_, update_buf_;

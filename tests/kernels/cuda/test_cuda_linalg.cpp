@@ -352,5 +352,26 @@ TEST(CudaLinalg, QrOrthonormalMatchesCpu) {
   }
 }
 
+TEST(CudaLinalg, SumSquaresAndScaleAlongMatchCpu) {
+  SKIP_WITHOUT_CUDA();
+  uint64_t seed = test::test_seed();
+  const int64_t rows = 33, cols = 130;
+  for (int dim : {0, 1}) {
+    SCOPED_TRACE(str("dim ", dim));
+    const int64_t n = dim == 0 ? rows : cols;
+    auto x = test::random_normal(static_cast<size_t>(rows * cols), seed + dim);
+    auto s = test::random_normal(static_cast<size_t>(n), seed + 3);
+    std::vector<float> sums_cpu(n), y_cpu = x;
+    sum_squares_along(test::host_view(sums_cpu, {n}), test::host_view(x, {rows, cols}), dim);
+    scale_along(test::host_view(y_cpu, {rows, cols}), test::host_view(s, {n}), dim);
+    auto dx = upload(x, {rows, cols}, DType::f32), ds = upload(s, {n}, DType::f32);
+    auto dsums = upload(std::vector<float>(n), {n}, DType::f32);
+    sum_squares_along(dsums.t, dx.t, dim);
+    scale_along(dx.t, ds.t, dim);
+    EXPECT_LT(test::rel_frobenius(test::to_host(dsums.t), sums_cpu), 1e-6);
+    EXPECT_EQ(test::to_host(dx.t), y_cpu);
+  }
+}
+
 }  // namespace
 }  // namespace precon::kernels
