@@ -6,7 +6,8 @@
 #      run in step 1, and under ASan they doubled this step's time), the 100 000-trial scale test
 #      (82 s under ASan) and the mixture of experts' nine-layouts-by-three-optimizers comparison
 #      (39 s; its layouts' code runs under ASan in MoeParallel's reshard and killed-rank tests) and
-#      QK-clip's layouts (Release runs them; the clip runs under ASan in LlamaReference.QkClipTrajectory);
+#      QK-clip's, SOAP's and NorMuon's layouts (Release runs them; under ASan the clip runs in
+#      LlamaReference.QkClipTrajectory, SOAP and NorMuon in OptimReference);
 #   3. ThreadSanitizer build of the controller's tests (precon_orch_tests and the programs they
 #      start), those tests but the 100 000-trial scale test (steps 1 and 2 run it);
 #   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 30 s from its
@@ -39,7 +40,7 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
-    -E '^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip)'
+    -E '^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows)'
 fi
 
 if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then

@@ -125,6 +125,12 @@ class MpiRunFixture : public ::testing::Test {
   int configs_ = 0;
 };
 
+// The fixture's model as a Llama: four query heads of 8 channels sharing two kv heads, SwiGLU 48
+// wide, untied head; two micro-batches per rank so that the pipeline's schedule has work in flight.
+inline const std::string kLlama =
+    "--set model.arch=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.ffn_hidden=48 "
+    "--set train.micro_batch_size=2 ";
+
 inline const char* kOptimizers[] = {
     "[optimizer]\nname = \"adamw\"\nlr = 0.003\nweight_decay = 0.1\n",
     "[optimizer]\nname = \"muon\"\nlr = 0.02\nweight_decay = 0.01\n[optimizer.adamw]\nlr = 0.003\n",

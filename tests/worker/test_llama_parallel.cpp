@@ -20,11 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using mpitest::Result;
 
-// Four query heads of 8 channels sharing two kv heads, SwiGLU 48 wide, untied head; two
-// micro-batches per rank so that the pipeline's schedule has work in flight.
-const std::string kLlama =
-    "--set model.arch=llama --set model.n_head=4 --set model.n_kv_head=2 --set model.ffn_hidden=48 "
-    "--set train.micro_batch_size=2 ";
+using mpitest::kLlama;
 
 class LlamaParallel : public mpitest::MpiRunFixture {
  protected:
