@@ -101,6 +101,12 @@ struct MetricPoint {
   double time = 0;
 };
 
+// A metric point with the trial it belongs to (Store::best_metric).
+struct TrialMetricPoint {
+  int64_t trial_id = 0;
+  MetricPoint point;
+};
+
 struct CheckpointRow {
   int64_t id = 0;
   int64_t trial_id = 0;
@@ -191,6 +197,14 @@ class Store {
   // Value at exactly `step`, or the last one at or before it.
   std::optional<MetricPoint> metric_at_or_before(int64_t trial_id, const std::string& name, int64_t step) const;
   std::optional<MetricPoint> last_metric(int64_t trial_id, const std::string& name) const;
+  // The best finite point of the metric over every trial of the experiment: the lowest, or the
+  // highest when `highest`; among equal values the first trial by id, then its first step. One SQL
+  // query over that metric's stored points (nothing is read into the series cache); none when no
+  // trial has a finite point of it.
+  std::optional<TrialMetricPoint> best_metric(int64_t experiment_id, const std::string& name, bool highest) const;
+  // Queries of metric points answered so far (metrics, metric_at_or_before, last_metric,
+  // best_metric): what a route reads (tests).
+  uint64_t metric_reads() const;
   int64_t metric_count(int64_t trial_id) const;
   // metrics() serves series from an in-memory cache, loaded on a series' first query and kept
   // current by insert_metrics. It holds at most about `points` points (default 4M, ~100 MB);

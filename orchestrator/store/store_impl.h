@@ -1,6 +1,7 @@
 // Store internals shared by store.cpp (rows) and store_metrics.cpp (metric series).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -59,6 +60,7 @@ struct StoreState {
   std::unordered_map<std::string, int64_t> names;
 
   SeriesCache cache{kDefaultCachePoints};
+  std::atomic<uint64_t> metric_reads{0};  // Store::metric_reads()
 };
 
 // Holds the writer for one write (taken through write_mu) and tells the write observer, if any,

@@ -1,6 +1,7 @@
 // Metric series: ingest (one transaction per batch, idempotent upserts) and queries, with
 // downsampled reads served from the in-memory series cache (series_cache.h).
 #include <algorithm>
+#include <limits>
 #include <map>
 
 #include "orchestrator/store/store_impl.h"
@@ -101,6 +102,7 @@ std::vector<std::string> Store::metric_names(int64_t trial_id) const {
 }
 
 std::vector<MetricPoint> Store::metrics(int64_t trial_id, const std::string& name, size_t max_points) const {
+  ++impl_->metric_reads;
   const auto name_id = impl_->metric_name_id(name);
   if (!name_id) return {};
   auto load = [&](Series& series) {
@@ -149,6 +151,7 @@ std::optional<MetricPoint> one_point(StoreState& impl, const std::string& sql, c
 
 std::optional<MetricPoint> Store::metric_at_or_before(int64_t trial_id, const std::string& name,
                                                       int64_t step) const {
+  ++impl_->metric_reads;
   const auto name_id = impl_->metric_name_id(name);
   if (!name_id) return std::nullopt;
   return one_point(*impl_,
@@ -160,6 +163,26 @@ std::optional<MetricPoint> Store::metric_at_or_before(int64_t trial_id, const st
 std::optional<MetricPoint> Store::last_metric(int64_t trial_id, const std::string& name) const {
   return metric_at_or_before(trial_id, name, INT64_MAX);
 }
+
+std::optional<TrialMetricPoint> Store::best_metric(int64_t experiment_id, const std::string& name, bool highest) const {
+  ++impl_->metric_reads;
+  const auto name_id = impl_->metric_name_id(name);
+  if (!name_id) return std::nullopt;
+  // The experiment's trials from their index, each trial's series of the metric a range of the
+  // metrics table's key; NaN is stored as NULL, and the bounds leave out the infinities too.
+  auto r = impl_->reader();
+  auto s = r.db().cached(highest ? "SELECT m.trial_id, m.step, m.value, m.time FROM trials t JOIN metrics m "
+                                   "ON m.trial_id = t.id AND m.name_id = ?2 WHERE t.experiment_id = ?1 "
+                                   "AND m.value BETWEEN ?3 AND ?4 ORDER BY m.value DESC, m.trial_id, m.step LIMIT 1"
+                                 : "SELECT m.trial_id, m.step, m.value, m.time FROM trials t JOIN metrics m "
+                                   "ON m.trial_id = t.id AND m.name_id = ?2 WHERE t.experiment_id = ?1 "
+                                   "AND m.value BETWEEN ?3 AND ?4 ORDER BY m.value, m.trial_id, m.step LIMIT 1");
+  s->bind_all(experiment_id, *name_id, std::numeric_limits<double>::lowest(), std::numeric_limits<double>::max());
+  if (!s->step()) return std::nullopt;
+  return TrialMetricPoint{s->i64(0), {name, s->i64(1), s->f64(2), s->f64(3)}};
+}
+
+uint64_t Store::metric_reads() const { return impl_->metric_reads.load(); }
 
 int64_t Store::metric_count(int64_t trial_id) const {
   auto r = impl_->reader();
