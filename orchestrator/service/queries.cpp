@@ -115,6 +115,23 @@ std::shared_ptr<const BestReport> BestCache::report(const Store& store, const Ex
   return fresh;
 }
 
+std::optional<TrialMetricPoint> BestCache::objective_best(const Store& store, const ExperimentRow& experiment) {
+  uint64_t global = 0, local = 0;
+  {
+    std::lock_guard lock(mu_);
+    // Read before the store is, as report() does.
+    global = global_.load();
+    local = local_[experiment.id];
+    const auto it = objective_bests_.find(experiment.id);
+    if (it != objective_bests_.end() && it->second.global == global && it->second.local == local) return it->second.best;
+  }
+  std::optional<TrialMetricPoint> fresh =
+      store.best_metric(experiment.id, experiment.objective_metric, experiment.objective_mode == "max");
+  std::lock_guard lock(mu_);
+  objective_bests_[experiment.id] = {global, local, fresh};
+  return fresh;
+}
+
 namespace {
 template <class T>
 std::vector<T> slice(const std::vector<T>& all, size_t offset, size_t limit, bool& more) {

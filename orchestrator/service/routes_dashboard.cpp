@@ -69,23 +69,15 @@ json trial_row_json(const Store& store, const TrialRow& t, const ExperimentRow& 
 }
 
 // An experiments-list row: the stored experiment, its best objective over all trials, when its
-// first trial started and how long it has run. Reads no trial row: counts and the first start
-// come from indexes, and only the trials that reported are looked up in the metrics.
-json experiment_row_json(const Store& store, const ExperimentRow& e, double now) {
-  json j = experiment_json(e, store.trial_state_counts(e.id));
-  std::optional<MetricPoint> best;
-  int64_t best_trial = 0;
-  const double started = store.first_trial_start(e.id);
-  const bool max = e.objective_mode == "max";
-  for (int64_t id : store.trials_with_metrics(e.id)) {
-    const auto b = best_point(store, id, e);
-    if (b && (!best || (max ? b->value > best->value : b->value < best->value))) {
-      best = b;
-      best_trial = id;
-    }
-  }
-  j["objective_best"] = best ? json(best->value) : json(nullptr);
-  j["objective_best_trial"] = best ? json(best_trial) : json(nullptr);
+// first trial started and how long it has run. Reads no trial row and no series: counts and the
+// first start come from indexes, the best objective from one query of the store, kept by `best`
+// until the experiment's data changes.
+json experiment_row_json(const Api& api, const ExperimentRow& e, double now) {
+  json j = experiment_json(e, api.store.trial_state_counts(e.id));
+  const std::optional<TrialMetricPoint> best = api.best.objective_best(api.store, e);
+  const double started = api.store.first_trial_start(e.id);
+  j["objective_best"] = best ? json(best->point.value) : json(nullptr);
+  j["objective_best_trial"] = best ? json(best->trial_id) : json(nullptr);
   j["started_at"] = started > 0 ? json(started) : json(nullptr);
   j["seconds"] = started > 0 ? json((e.ended_at > 0 ? e.ended_at : now) - started) : json(nullptr);
   return j;
@@ -203,7 +195,7 @@ json experiment_curves_json(const Store& store, const std::vector<TrialRow>& tri
 Response dashboard_experiments(const Api& api, Request& req) {
   const double now = epoch_seconds();
   json list = json::array();
-  for (const ExperimentRow& e : api.store.experiments()) list.push_back(experiment_row_json(api.store, e, now));
+  for (const ExperimentRow& e : api.store.experiments()) list.push_back(experiment_row_json(api, e, now));
   return view_response(req, {{"experiments", list}, {"now", now}});
 }
 

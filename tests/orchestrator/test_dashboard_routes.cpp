@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -322,6 +323,39 @@ TEST_F(DashboardRoutes, BestReportIsKeptUntilItsExperimentChanges) {
   cache.store_written("update_trial");
   EXPECT_NE(cache.report(store, e), second);
   EXPECT_EQ(cache.computed(), 3u);
+}
+
+// The experiments list's best objective is kept the same way, one query of the store each time;
+// NaN and infinities are never the best, and equal values go to the first trial.
+TEST_F(DashboardRoutes, ObjectiveBestIsKeptUntilItsExperimentChanges) {
+  Store& store = controller_->store();
+  store.insert_metrics(t3_, {{"val_loss", 5, -INFINITY, 1100}, {"val_loss", 6, NAN, 1101}, {"val_loss", 7, INFINITY, 1102}});
+  BestCache cache;
+  ExperimentRow e = *store.experiment(exp_);
+  const uint64_t before = store.metric_reads();
+  std::optional<TrialMetricPoint> best = cache.objective_best(store, e);
+  ASSERT_TRUE(best);
+  EXPECT_EQ(best->trial_id, t2_);
+  EXPECT_EQ(best->point.step, 10);
+  EXPECT_EQ(best->point.value, 1.5);
+  cache.store_written("insert_metrics");
+  cache.metrics_stored(exp_ + 1000);
+  EXPECT_EQ(cache.objective_best(store, e)->trial_id, t2_);
+  EXPECT_EQ(store.metric_reads() - before, 1u);
+  store.insert_metrics(t1_, {{"val_loss", 40, 1.5, 1020}});
+  cache.metrics_stored(exp_);
+  best = cache.objective_best(store, e);
+  EXPECT_EQ(best->trial_id, t1_);
+  EXPECT_EQ(best->point.step, 40);
+  e.objective_mode = "max";
+  cache.store_written("update_trial");
+  best = cache.objective_best(store, e);
+  EXPECT_EQ(best->trial_id, t1_);
+  EXPECT_EQ(best->point.value, 3.0);
+  EXPECT_EQ(store.metric_reads() - before, 3u);
+  e.objective_metric = "no_such_metric";
+  cache.store_written("update_trial");
+  EXPECT_FALSE(cache.objective_best(store, e));
 }
 
 TEST_F(DashboardRoutes, ReadsNeedATokenWhenTheyAreNotPublic) {

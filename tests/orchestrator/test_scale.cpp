@@ -1,7 +1,7 @@
 // A controller holding one sweep at the size cap (100,000 trials): it submits, lists, restarts,
 // cancels and stops, and the work each step does does not grow with the trials it holds. No
-// timings are asserted: the work is counted (store writes by operation, cache evictions), and a
-// generous deadline only guards against a hang.
+// timings are asserted: the work is counted (store writes by operation, metric reads, cache
+// evictions), and a generous deadline only guards against a hang.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -260,6 +260,52 @@ TEST_F(Scale, HundredThousandTrialsSubmitListRestartCancelAndStop) {
   for (const EventRow& e : c->store().events_since(0, 0, id)) cancelled_events += e.kind == "trial_cancelled";
   EXPECT_EQ(cancelled_events, states["cancelled"].get<int64_t>());
   within("final stop", guard, [&] { c->stop(); });
+}
+
+// The dashboard's experiments list over a sweep at the cap, written straight into the store: one
+// row per experiment whatever it holds, its best objective from one query of the store, and no
+// query again until the experiment's data changes (the store counts its metric reads).
+TEST_F(Scale, DashboardListReadsAnExperimentOnceUntilItChanges) {
+  std::unique_ptr<Controller> c = start_controller();
+  Store& store = c->store();
+  ExperimentRow e;
+  e.name = "big";
+  e.state = ExperimentState::completed;
+  e.run_root = (dir_ / "runs").string();
+  std::vector<TrialRow> rows(static_cast<size_t>(kMaxSweepTrials));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].index = static_cast<int64_t>(i);
+    rows[i].state = TrialState::completed;
+  }
+  const int64_t id = store.create_experiment(e, rows);
+  const std::vector<int64_t> ids = store.trial_ids(id, TrialState::completed);
+  ASSERT_EQ(ids.size(), rows.size());
+  // Every 50th trial reported val_loss (2,000 series); one of the others has the best point.
+  for (size_t i = 0; i < ids.size(); i += 50)
+    store.insert_metrics(ids[i], {{"val_loss", 10, 3.0, 1000}, {"val_loss", 20, 2.0 + 1e-6 * static_cast<double>(i), 1010}});
+  store.insert_metrics(ids[70001], {{"val_loss", 30, 0.5, 1020}});
+
+  const std::string list = "/api/v1/dashboard/experiments";
+  const uint64_t before = store.metric_reads();
+  const ClientResponse first = http_request(c->url(), "GET", list);
+  ASSERT_EQ(first.status, 200) << first.body.substr(0, 300);
+  EXPECT_LT(first.body.size(), 2048u);
+  const json row = json::parse(first.body)["experiments"][0];
+  EXPECT_EQ(row["trials"], kMaxSweepTrials);
+  EXPECT_EQ(row["objective_best"].get<double>(), 0.5);
+  EXPECT_EQ(row["objective_best_trial"], ids[70001]);
+  EXPECT_EQ(store.metric_reads() - before, 1u);
+  const uint64_t kept = store.metric_reads();
+  EXPECT_EQ(get(c->url(), list)["experiments"][0]["objective_best"].get<double>(), 0.5);
+  EXPECT_EQ(store.metric_reads(), kept);
+  // A new point, then a trial row written: the store's writes end the kept value, read once more.
+  store.insert_metrics(ids[3], {{"val_loss", 40, 0.25, 1030}});
+  store.update_trial(*store.trial(ids[3]));
+  const json again = get(c->url(), list)["experiments"][0];
+  EXPECT_EQ(again["objective_best"].get<double>(), 0.25);
+  EXPECT_EQ(again["objective_best_trial"], ids[3]);
+  EXPECT_EQ(store.metric_reads() - kept, 1u);
+  c->stop();
 }
 
 }  // namespace
