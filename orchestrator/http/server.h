@@ -96,7 +96,7 @@ class HttpServer {
   // threads. Idempotent; the server cannot be started again.
   void stop();
 
-  struct State;  // shared with the listener and sessions
+  struct State;  // shared with the listener and sessions (server_state.h, session.h)
 
  private:
   std::unique_ptr<State> state_;

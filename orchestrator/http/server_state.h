@@ -1,0 +1,74 @@
+// What the HTTP server's listener (server.cpp) and its sessions (session.cpp) share: the router and
+// options, the io_context, the registry of open sessions with the counts the connection caps use,
+// and the worker pool of offloaded routes. Internal to orchestrator/http.
+// Thread-safety: sessions, serving and per_address under `mutex`; stopping and last_trim atomic;
+// the rest is set up before the io threads start (HttpServer::listen/start) and only read after.
+#pragma once
+
+// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
+#include <utility>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core/error.hpp>
+
+#include "orchestrator/http/router.h"
+#include "orchestrator/http/server.h"
+#include "orchestrator/http/work_pool.h"
+
+namespace precon::orch {
+
+namespace http_session {
+class Session;  // session.h
+}  // namespace http_session
+
+// Declaration order matters: the io_context (and with it any session still queued in it) is
+// destroyed before the session registry and its mutex, which session destructors use.
+struct HttpServer::State {
+  using Session = http_session::Session;
+  using tcp = boost::asio::ip::tcp;
+
+  State(const Router& router, ServerOptions options) : router(router), options(std::move(options)) {}
+
+  void log(const std::string& message) noexcept {
+    try {
+      options.log(message);
+    } catch (...) {  // a failing logger must not take an io thread down
+    }
+  }
+  void do_accept();
+  void on_accept(boost::beast::error_code ec, tcp::socket socket);
+  void admit(tcp::socket socket);  // a session for the connection, or its refusal over a cap
+  // The counted session waiting longest for a request, from `address` ("" any); null when none.
+  // With the mutex held.
+  Session* longest_idle(const std::string& address);
+  // After a big or slow offloaded answer: free pages back to the system, at most once a second.
+  void trim_heap(size_t bytes, double seconds);
+
+  const Router& router;
+  ServerOptions options;
+  std::atomic<bool> stopping{false};
+  std::mutex mutex;
+  std::condition_variable sessions_gone;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  size_t serving = 0;                                  // sessions within the caps
+  std::unordered_map<std::string, size_t> per_address;  // serving sessions by peer address
+  std::optional<boost::asio::io_context> io;
+  std::optional<tcp::acceptor> acceptor;                  // on its own strand
+  std::optional<boost::asio::steady_timer> retry;         // on the acceptor's strand
+  std::unique_ptr<WorkPool> pool;                         // offloaded routes; null without workers
+  std::atomic<int64_t> last_trim{0};                      // steady-clock ms of the last malloc_trim
+};
+
+}  // namespace precon::orch

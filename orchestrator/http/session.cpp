@@ -1,0 +1,279 @@
+// The HTTP server's sessions (session.h): one connection each, from its first request to its close.
+#include "orchestrator/http/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/write.hpp>
+
+#include "orchestrator/http/request_reader.h"
+
+namespace precon::orch::http_session {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = beast::http;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+// After an answer that closes the connection the peer may still be sending (a refused
+// oversized body); reading and discarding it for a while keeps the kernel from answering with a
+// reset that would destroy our answer before the peer reads it.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr size_t kLingerBytes = 64 << 20;
+
+}  // namespace
+
+Session::Session(tcp::socket&& socket, HttpServer::State& state, std::string address, std::string remote,
+                 std::optional<Response> refusal)
+    : state_(state),
+      stream_(std::move(socket)),
+      deadline_(stream_.get_executor()),
+      address_(std::move(address)),
+      remote_(std::move(remote)),
+      refusal_(std::move(refusal)) {}
+
+Session::~Session() {
+  std::lock_guard lock(state_.mutex);
+  state_.sessions.erase(this);
+  if (counted) uncount();
+  if (state_.sessions.empty()) state_.sessions_gone.notify_all();
+}
+
+void Session::uncount() {
+  counted = false;
+  --state_.serving;
+  if (--state_.per_address[address_] == 0) state_.per_address.erase(address_);
+}
+
+void Session::evict() {
+  net::post(stream_.get_executor(), [self = shared_from_this()] {
+    self->evicted_ = true;
+    if (self->phase_ == Phase::kIdle) self->stream_.cancel();
+  });
+}
+
+void Session::run() {
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->refusal_) return self->answer_and_close(*self->refusal_);
+    self->wait_for_request();
+  });
+}
+
+std::string Session::describe() const {
+  static constexpr const char* kPhases[] = {"idle", "reading a request", "answering", "closing"};
+  return remote_ + " (" + kPhases[static_cast<int>(phase_.load())] + ")";
+}
+
+void Session::stop() {
+  net::post(stream_.get_executor(), [self = shared_from_this()] {
+    if (self->phase_ == Phase::kIdle) self->stream_.cancel();
+  });
+}
+
+void Session::wait_for_request() {
+  if (state_.stopping || evicted_) return close();
+  phase_ = Phase::kIdle;
+  parser_.emplace();
+  parser_->body_limit(state_.options.body_limit);
+  if (buffer_.size() > 0) return read_header();  // pipelined: the next request is here already
+  const auto& o = state_.options;
+  stream_.expires_after(requests_ == 0 ? std::min(o.first_request_timeout, o.idle_timeout) : o.idle_timeout);
+  idle_since_ = std::max<int64_t>(1, std::chrono::steady_clock::now().time_since_epoch().count());
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->idle_since_ = 0;
+    if (ec) return self->close();  // idle timeout, peer gone, eviction or stop(): nothing to answer
+    self->buffer_.commit(n);
+    self->read_header();
+  });
+}
+
+// The read timeout covers the whole request from here. It is our own timer rather than the
+// stream's, which would close the socket and leave no way to answer 408.
+void Session::read_header() {
+  phase_ = Phase::kReading;
+  timed_out_ = false;
+  stream_.expires_never();
+  deadline_.expires_after(state_.options.read_timeout);
+  deadline_.async_wait([self = shared_from_this(), request = ++requests_](beast::error_code ec) {
+    if (ec || self->requests_ != request || self->phase_ != Phase::kReading) return;
+    self->timed_out_ = true;
+    self->stream_.cancel();
+  });
+  bhttp::async_read_header(stream_, buffer_, *parser_,
+                           [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+// Before the body: refuse badly framed requests, and answer what the router would refuse on the
+// header alone (no token, no route) without reading an unauthenticated body or inviting it with
+// "100 Continue". Either way the unread body ends the connection.
+void Session::on_header(beast::error_code ec) {
+  if (ec) return on_read_error(ec);
+  std::string route;
+  if (std::optional<Response> refused = header_refusal(*parser_, state_.router, remote_, route)) {
+    return answer_and_close(std::move(*refused), std::move(route));
+  }
+  const RequestHeader& header = parser_->get();
+  if (!beast::iequals(header[bhttp::field::expect], "100-continue")) return read_body();
+  net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                   [self = shared_from_this()](beast::error_code ec, size_t) {
+                     if (ec) return self->on_read_error(ec);
+                     self->read_body();
+                   });
+}
+
+void Session::read_body() {
+  bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) return self->on_read_error(ec);
+    self->handle();
+  });
+}
+
+void Session::on_read_error(beast::error_code ec) {
+  if (timed_out_) {
+    return answer_and_close(error_response(
+        408, "request_timeout",
+        "the request was not complete within " + std::to_string(state_.options.read_timeout.count()) + " ms"));
+  }
+  if (std::optional<Response> answer = parse_error_answer(ec, state_.options.body_limit)) {
+    return answer_and_close(std::move(*answer));
+  }
+  close();  // peer gone mid-request, stop(): nobody to answer
+}
+
+// An answer before the request was read in full: the connection closes after it, because
+// whatever follows on it cannot be told apart from the rest of this request.
+void Session::answer_and_close(Response response, std::string route) {
+  deadline_.cancel();
+  Request request;
+  request.route = std::move(route);
+  if (parser_ && parser_->is_header_done()) {
+    const auto& header = parser_->get();
+    request.method = std::string(header.method_string());
+    request.path = std::string(header.target().substr(0, header.target().find('?')));
+  }
+  request.remote = remote_;
+  report(request, response, 0);
+  send(std::move(response), false, 11, false);
+}
+
+void Session::handle() {
+  deadline_.cancel();
+  phase_ = Phase::kAnswering;
+  if (const Route* route = offloaded_route()) return offload(*route);
+  Request request;
+  double seconds = 0;
+  std::optional<std::string> failure;
+  Response response = answer_request(parser_->get(), state_.router, remote_, request, seconds, failure);
+  finish(std::move(request), std::move(response), seconds, std::move(failure));
+}
+
+// The request's route when the worker pool answers it, else null.
+const Route* Session::offloaded_route() const {
+  if (!state_.pool) return nullptr;
+  const auto& message = parser_->get();
+  const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
+  const auto target = message.target();
+  const Route* route = state_.router.match(method, std::string(target.substr(0, target.find('?'))));
+  return route && route->offload ? route : nullptr;
+}
+
+// Answers on the worker pool; the parser is left alone on this strand until the answer is back.
+void Session::offload(const Route& route) {
+  const bool queued = state_.pool->try_post([self = shared_from_this()] {
+    Request request;
+    double seconds = 0;
+    std::optional<std::string> failure;
+    Response response = answer_request(self->parser_->get(), self->state_.router, self->remote_, request, seconds, failure);
+    const size_t bytes = response.body.size();
+    net::post(self->stream_.get_executor(), [self, request = std::move(request), response = std::move(response),
+                                             seconds, failure = std::move(failure)]() mutable {
+      self->finish(std::move(request), std::move(response), seconds, std::move(failure));
+    });
+    self->state_.trim_heap(bytes, seconds);
+  });
+  if (queued) return;
+  Request request = to_request(parser_->get(), "", remote_);
+  request.route = route.name;
+  Response busy = error_response(503, "busy",
+                                 "the controller is answering as many slow requests as it queues (" +
+                                     std::to_string(state_.options.worker_queue) + " waiting); retry shortly");
+  busy.headers["Retry-After"] = "1";
+  finish(std::move(request), std::move(busy), 0, std::nullopt);
+}
+
+void Session::finish(Request request, Response response, double seconds, std::optional<std::string> failure) {
+  const auto& message = parser_->get();
+  if (failure) state_.log("answering " + request.method + " " + request.path + " failed: " + *failure);
+  report(request, response, seconds);
+  send(std::move(response), message.keep_alive(), message.version(), message.method() == bhttp::verb::head);
+}
+
+void Session::report(const Request& request, const Response& response, double seconds) {
+  if (!state_.options.on_request) return;
+  try {
+    state_.options.on_request(request, response, seconds);
+  } catch (const std::exception& e) {
+    state_.log(std::string("on_request hook failed: ") + e.what());
+  } catch (...) {
+    state_.log("on_request hook failed");
+  }
+}
+
+// head: the answer to a HEAD request: the GET answer's header, Content-Length included, without its body.
+void Session::send(Response&& response, bool keep_alive, unsigned version, bool head) {
+  phase_ = Phase::kAnswering;
+  const int status = response.status >= 100 && response.status <= 599 ? response.status : 500;
+  response_ = {};
+  response_.version(version == 10 ? 10 : 11);
+  response_.result(static_cast<unsigned>(status));
+  response_.set(bhttp::field::server, "precon");
+  if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
+  for (const auto& [name, value] : response.headers) response_.set(name, value);
+  response_.keep_alive(keep_alive && !state_.stopping && !evicted_);
+  if (head) {
+    response_.content_length(response.body.size());
+  } else {
+    response_.body() = std::move(response.body);
+    response_.prepare_payload();
+  }
+  stream_.expires_after(state_.options.read_timeout);
+  bhttp::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    if (ec) return self->close();
+    if (!self->response_.keep_alive()) return self->linger();
+    self->wait_for_request();
+  });
+}
+
+void Session::linger() {
+  phase_ = Phase::kClosing;
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+  if (ec) return close();
+  drain_.resize(16384);
+  stream_.expires_after(kLingerTime);
+  drain();
+}
+
+void Session::drain() {
+  stream_.async_read_some(net::buffer(drain_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    self->drained_ += n;
+    if (ec || self->drained_ > kLingerBytes) return self->close();
+    self->drain();
+  });
+}
+
+void Session::close() {
+  phase_ = Phase::kClosing;
+  deadline_.cancel();  // its wait holds the session: a peer gone mid-request would keep its slot
+  beast::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.close();
+}
+
+}  // namespace precon::orch::http_session

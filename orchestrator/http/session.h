@@ -1,0 +1,94 @@
+// One connection of the HTTP server: reads requests one after another (keep-alive), answers each
+// through the router on this session's strand (or the worker pool for an offloaded route), and
+// closes on error, timeout, "Connection: close", eviction or stop. Internal to orchestrator/http:
+// the listener (server.cpp) creates, counts, evicts and stops sessions.
+// Thread-safety: the I/O runs on the session's strand; counted and uncount() under the registry's
+// mutex; idle_since() and describe() from any thread; evict(), run() and stop() post to the strand.
+#pragma once
+
+// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
+#include <utility>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "orchestrator/http/router.h"
+#include "orchestrator/http/server_state.h"
+
+// Named, not in an anonymous namespace: HttpServer::State holds the sessions, and a member whose
+// type has internal linkage draws -Wsubobject-linkage.
+namespace precon::orch::http_session {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  // refusal: the connection is over a cap (HttpServer::State::admit); it is answered that and closed.
+  Session(boost::asio::ip::tcp::socket&& socket, HttpServer::State& state, std::string address, std::string remote,
+          std::optional<Response> refusal);
+  ~Session();
+
+  // Within the caps (serving, per_address count it). Read and written with the registry's mutex held.
+  bool counted = false;
+  const std::string& address() const { return address_; }
+  // Steady-clock ns since which it waits for a request; 0 while reading or answering one.
+  int64_t idle_since() const { return idle_since_.load(); }
+  // With the registry's mutex held: no longer counted against the caps.
+  void uncount();
+  // From admit(), its place given to a new connection (uncounted already): an idle connection
+  // closes now; one that began a request meanwhile closes after answering it.
+  void evict();
+  void run();
+  // For HttpServer::stop()'s message about connections it cuts: "<address:port> (<phase>)".
+  // Called with the registry's mutex held, which keeps the session's members alive.
+  std::string describe() const;
+  // From HttpServer::stop(): an idle connection closes now; a request being read or answered
+  // finishes, and its answer closes the connection.
+  void stop();
+
+ private:
+  enum class Phase { kIdle, kReading, kAnswering, kClosing };
+
+  void wait_for_request();
+  void read_header();
+  void on_header(boost::beast::error_code ec);
+  void read_body();
+  void on_read_error(boost::beast::error_code ec);
+  void answer_and_close(Response response, std::string route = "");
+  void handle();
+  const Route* offloaded_route() const;
+  void offload(const Route& route);
+  void finish(Request request, Response response, double seconds, std::optional<std::string> failure);
+  void report(const Request& request, const Response& response, double seconds);
+  void send(Response&& response, bool keep_alive, unsigned version, bool head);
+  void linger();
+  void drain();
+  void close();
+
+  HttpServer::State& state_;
+  boost::beast::tcp_stream stream_;
+  boost::beast::flat_buffer buffer_;
+  boost::asio::steady_timer deadline_;  // the read timeout of the request being read
+  uint64_t requests_ = 0;               // requests begun on this connection: tells a stale deadline apart
+  bool timed_out_ = false;              // the deadline cut the read: answer 408
+  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  boost::beast::http::response<boost::beast::http::string_body> response_;  // alive until its write completes
+  std::vector<char> drain_;
+  size_t drained_ = 0;
+  std::string address_;  // the peer's IP address, for the per-address cap
+  std::string remote_;   // "address:port"
+  std::optional<Response> refusal_;
+  std::atomic<Phase> phase_{Phase::kIdle};  // read by describe() from HttpServer::stop()
+  std::atomic<int64_t> idle_since_{0};      // read by admit() on the acceptor's strand
+  bool evicted_ = false;                    // its place was given to a newer connection
+};
+
+}  // namespace precon::orch::http_session
