@@ -1,11 +1,5 @@
 // The HTTP server and client over sockets on 127.0.0.1: limits, framing errors, timeouts,
 // keep-alive, concurrency, stop, static files (the router alone: test_http_router.cpp).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -22,6 +16,7 @@
 #include "orchestrator/http/client.h"
 #include "orchestrator/http/router.h"
 #include "orchestrator/http/server.h"
+#include "tests/common/http_test_server.h"
 #include "tests/orchestrator/http_test_util.h"
 #include "tests/orchestrator/raw_connection.h"
 
@@ -584,24 +579,15 @@ TEST(HttpClient, ClearErrorsWhenTheControllerIsAwayOrSilent) {
   EXPECT_THROW(http_request("ftp://127.0.0.1:1", "GET", "/"), ClientError);
 
   // A listening socket that never answers: the connection succeeds, the answer times out.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  test::SilentListener silent;
   const auto start = Clock::now();
   try {
-    http_request("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)), "GET", "/x", "", {},
-                 std::chrono::milliseconds(300));
+    http_request(silent.base_url(), "GET", "/x", "", {}, std::chrono::milliseconds(300));
     FAIL() << "a silent server answered";
   } catch (const ClientError& e) {
     EXPECT_NE(std::string(e.what()).find("did not answer"), std::string::npos) << e.what();
   }
   EXPECT_LT(seconds_since(start), 2.0);
-  ::close(fd);
 }
 
 }  // namespace

@@ -1,97 +1,29 @@
 // The one HTTP client (URL parsing, exchanges, keep-alive, timeouts, abort) against a small
 // Boost.Beast server on 127.0.0.1 in this process, and against sockets that refuse or stay silent.
-// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
-#include <utility>
-
 #include <atomic>
 #include <chrono>
-#include <functional>
-#include <memory>
 #include <string>
 #include <thread>
 
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 
+#include "tests/common/http_test_server.h"
 #include "worker/common/http_client.h"
 
 namespace precon::worker {
 namespace {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
+namespace http = boost::beast::http;
+using test::TestRequest;
+using test::TestResponse;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-using ServerRequest = http::request<http::string_body>;
-using ServerResponse = http::response<http::string_body>;
-
-// Answers every request with handler(request, response), keeping connections alive when asked.
-class Server {
- public:
-  using Handler = std::function<void(const ServerRequest&, ServerResponse&)>;
-  explicit Server(Handler handler) : handler_(std::move(handler)) {
-    accept();
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~Server() {
-    io_.stop();
-    thread_.join();
-  }
-  HttpUrl url() const { return {"127.0.0.1", acceptor_.local_endpoint().port(), "/"}; }
-  int accepted() const { return accepted_; }
-
- private:
-  struct Session : std::enable_shared_from_this<Session> {
-    Session(tcp::socket s, const Handler& h) : socket(std::move(s)), handler(h) {}
-    void read() {
-      request = {};
-      http::async_read(socket, buffer, request, [self = shared_from_this()](beast::error_code ec, size_t) {
-        if (ec) return;
-        self->response = {};
-        self->response.version(11);
-        self->response.result(200);
-        self->handler(self->request, self->response);
-        self->response.keep_alive(self->request.keep_alive());
-        self->response.prepare_payload();
-        http::async_write(self->socket, self->response, [self](beast::error_code ec, size_t) {
-          if (!ec && self->response.keep_alive()) self->read();
-        });
-      });
-    }
-    tcp::socket socket;
-    const Handler& handler;
-    beast::flat_buffer buffer;
-    ServerRequest request;
-    ServerResponse response;
-  };
-
-  void accept() {
-    acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
-      if (ec) return;
-      ++accepted_;
-      std::make_shared<Session>(std::move(socket), handler_)->read();
-      accept();
-    });
-  }
-
-  Handler handler_;
-  net::io_context io_;
-  tcp::acceptor acceptor_{io_, {net::ip::make_address("127.0.0.1"), 0}};
-  std::atomic<int> accepted_{0};
-  std::thread thread_;
-};
-
-// Listening but never accepting: connecting succeeds (the kernel's backlog), no answer comes.
-struct SilentListener {
-  net::io_context io;
-  tcp::acceptor acceptor{io, {net::ip::make_address("127.0.0.1"), 0}};
-  HttpUrl url() const { return {"127.0.0.1", acceptor.local_endpoint().port(), "/"}; }
-};
+// Where a client reaches the test's server or listener.
+template <class Listening>
+HttpUrl url_of(const Listening& server) {
+  return {"127.0.0.1", server.port(), "/"};
+}
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -131,7 +63,7 @@ TEST(HttpUrl, RejectsWhatItCannotUse) {
 }
 
 TEST(HttpClient, SendsTheRequestAndReturnsAnyStatus) {
-  Server server([](const ServerRequest& req, ServerResponse& res) {
+  test::TestHttpServer server([](const TestRequest& req, TestResponse& res) {
     res.result(req.target() == "/missing" ? 404 : 200);
     res.set("X-Seen", std::string(req[http::field::host]) + "|" + std::string(req[http::field::user_agent]) + "|" +
                           std::string(req[http::field::content_type]) + "|" + std::string(req["X-Token"]));
@@ -139,7 +71,7 @@ TEST(HttpClient, SendsTheRequestAndReturnsAnyStatus) {
     res.insert("X-Twice", "b");
     res.body() = std::string(req.method_string()) + " " + std::string(req.target()) + " " + req.body();
   });
-  const HttpUrl url = server.url();
+  const HttpUrl url = url_of(server);
   HttpResponse r = http_request(url, {"POST", "/r?x=1", "{\"a\":1}", {{"X-Token", "t"}}}, 5s, {"agent/1"});
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "POST /r?x=1 {\"a\":1}");
@@ -155,8 +87,8 @@ TEST(HttpClient, SendsTheRequestAndReturnsAnyStatus) {
 }
 
 TEST(HttpClient, KeepsOneConnectionAliveAndReconnectsAfterClose) {
-  Server server([](const ServerRequest&, ServerResponse& res) { res.body() = "ok"; });
-  HttpConnection connection(server.url());
+  test::TestHttpServer server([](const TestRequest&, TestResponse& res) { res.body() = "ok"; });
+  HttpConnection connection(url_of(server));
   EXPECT_FALSE(connection.is_open());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(connection.exchange({"GET", "/", "", {}}, 5s).body, "ok");
   EXPECT_TRUE(connection.is_open());
@@ -167,11 +99,11 @@ TEST(HttpClient, KeepsOneConnectionAliveAndReconnectsAfterClose) {
 }
 
 TEST(HttpClient, AnswersOverTheBodyLimitFail) {
-  Server server([](const ServerRequest&, ServerResponse& res) { res.body() = std::string(4096, 'x'); });
+  test::TestHttpServer server([](const TestRequest&, TestResponse& res) { res.body() = std::string(4096, 'x'); });
   HttpConnectionOptions options;
   options.body_limit = 1024;
   try {
-    http_request(server.url(), {"GET", "/", "", {}}, 5s, options);
+    http_request(url_of(server), {"GET", "/", "", {}}, 5s, options);
     FAIL() << "a body over the limit was accepted";
   } catch (const HttpClientError& e) {
     EXPECT_EQ(e.stage(), HttpStage::kRead);
@@ -182,8 +114,8 @@ TEST(HttpClient, AnswersOverTheBodyLimitFail) {
 TEST(HttpClient, RefusedAndSilentServersSayWhich) {
   HttpUrl closed;
   {
-    SilentListener gone;
-    closed = gone.url();
+    test::SilentListener gone;
+    closed = url_of(gone);
   }
   try {
     http_request(closed, {"GET", "/", "", {}}, 5s);
@@ -194,10 +126,10 @@ TEST(HttpClient, RefusedAndSilentServersSayWhich) {
     EXPECT_FALSE(e.timed_out());
   }
 
-  SilentListener silent;
+  test::SilentListener silent;
   const auto start = Clock::now();
   try {
-    http_request(silent.url(), {"POST", "/r", "{}", {}}, 200ms);
+    http_request(url_of(silent), {"POST", "/r", "{}", {}}, 200ms);
     FAIL() << "a silent server answered";
   } catch (const HttpClientError& e) {
     EXPECT_EQ(e.stage(), HttpStage::kRead);
@@ -212,11 +144,11 @@ TEST(HttpClient, RefusedAndSilentServersSayWhich) {
 }
 
 TEST(HttpClient, AbortFlagEndsAWaitingExchange) {
-  SilentListener silent;
+  test::SilentListener silent;
   std::atomic<bool> abort{false};
   HttpConnectionOptions options;
   options.abort = &abort;
-  HttpConnection connection(silent.url(), options);
+  HttpConnection connection(url_of(silent), options);
   std::thread aborter([&] {
     // Deliberately lets time pass, so that the flag is raised while the exchange waits (raised
     // before it, the exchange would end at once too, and the test would pass as well).

@@ -1,36 +1,23 @@
 // The HTTP reporter against a real Boost.Beast server on 127.0.0.1 (an ephemeral port, in this
 // process), which records what it receives and can fail, go down, refuse tokens or say "stop".
-// GCC 12 in C++20 mode needs <utility> ahead of Boost.Asio's headers.
-#include <utility>
-
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
-#include <future>
-#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/post.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "tests/common/http_test_server.h"
 #include "worker/report/reporter.h"
 
 namespace precon::worker {
 namespace {
 
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
+namespace http = boost::beast::http;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
@@ -45,34 +32,14 @@ struct Received {
 // The controller's report endpoint, reduced to what the reporter can observe.
 class FakeController {
  public:
-  FakeController() {
-    listen(0);
-    thread_ = std::thread([this] { io_.run(); });
-  }
-  ~FakeController() {
-    work_.reset();
-    io_.stop();
-    thread_.join();
-  }
-
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/api/v1/report"; }
-  uint16_t port() const { return port_; }
+  std::string url() const { return server_.base_url() + "/api/v1/report"; }
+  uint16_t port() const { return server_.port(); }
 
   // Stop listening and drop open connections: connections are refused until come_up().
-  void go_down() {
-    on_io([this] {
-      beast::error_code ignored;
-      acceptor_.close(ignored);
-      close_sessions();
-    });
-  }
-  void come_up() {
-    on_io([this] { listen(port_); });
-  }
+  void go_down() { server_.go_down(); }
+  void come_up() { server_.come_up(); }
   // Close kept-alive connections, as a server does with idle ones, but keep listening.
-  void drop_connections() {
-    on_io([this] { close_sessions(); });
-  }
+  void drop_connections() { server_.drop_connections(); }
 
   void answer_next(unsigned status, int count) {
     std::lock_guard lock(mutex_);
@@ -117,69 +84,10 @@ class FakeController {
   }
 
  private:
-  struct Session : std::enable_shared_from_this<Session> {
-    Session(tcp::socket s, FakeController& o) : socket(std::move(s)), owner(o) {}
-    void read() {
-      request = {};
-      http::async_read(socket, buffer, request, [self = shared_from_this()](beast::error_code ec, size_t) {
-        if (!ec) self->reply();
-      });
-    }
-    void reply() {
-      response = owner.answer(request);
-      http::async_write(socket, response, [self = shared_from_this()](beast::error_code ec, size_t) {
-        if (!ec && self->response.keep_alive()) self->read();
-      });
-    }
-    tcp::socket socket;
-    FakeController& owner;
-    beast::flat_buffer buffer;
-    http::request<http::string_body> request;
-    http::response<http::string_body> response;
-  };
-
-  void on_io(std::function<void()> f) {
-    std::promise<void> done;
-    net::post(io_, [&] {
-      f();
-      done.set_value();
-    });
-    done.get_future().wait();
-  }
-  void listen(uint16_t port) {
-    acceptor_.open(tcp::v4());
-    acceptor_.set_option(net::socket_base::reuse_address(true));
-    acceptor_.bind({net::ip::make_address("127.0.0.1"), port});
-    acceptor_.listen();
-    port_ = acceptor_.local_endpoint().port();
-    accept();
-  }
-  void accept() {
-    acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
-      if (ec) return;
-      auto session = std::make_shared<Session>(std::move(socket), *this);
-      sessions_.push_back(session);
-      session->read();
-      accept();
-    });
-  }
-  void close_sessions() {
-    for (auto& weak : sessions_) {
-      if (auto s = weak.lock()) {
-        beast::error_code ignored;
-        s->socket.shutdown(tcp::socket::shutdown_both, ignored);
-        s->socket.close(ignored);
-      }
-    }
-    sessions_.clear();
-  }
-
-  http::response<http::string_body> answer(const http::request<http::string_body>& request) {
+  void answer(const test::TestRequest& request, test::TestResponse& response) {
     std::lock_guard lock(mutex_);
     ++requests_;
-    http::response<http::string_body> response{http::status::ok, request.version()};
     response.set(http::field::content_type, "application/json");
-    response.keep_alive(request.keep_alive());
     const auto error = [&](unsigned status, const std::string& message) {
       response.result(status);
       response.body() = nlohmann::json{{"error", {{"code", "test"}, {"message", message}}}}.dump();
@@ -200,16 +108,7 @@ class FakeController {
                            std::string(request[http::field::content_type]), body});
       response.body() = nlohmann::json{{"ok", true}, {"stop", stop_}, {"reason", reason_}}.dump();
     }
-    response.prepare_payload();
-    return response;
   }
-
-  net::io_context io_;
-  net::executor_work_guard<net::io_context::executor_type> work_ = net::make_work_guard(io_);
-  tcp::acceptor acceptor_{io_};
-  uint16_t port_ = 0;
-  std::vector<std::weak_ptr<Session>> sessions_;  // io thread only
-  std::thread thread_;
 
   mutable std::mutex mutex_;
   int requests_ = 0;
@@ -221,6 +120,10 @@ class FakeController {
   std::string reason_;
   std::string token_;
   size_t max_records_ = SIZE_MAX;
+  // Last: it answers through the members above from its io thread until it is gone.
+  test::TestHttpServer server_{[this](const test::TestRequest& request, test::TestResponse& response) {
+    answer(request, response);
+  }};
 };
 
 // Collects the reporter's warnings.
@@ -478,11 +381,10 @@ TEST(ReportReporter, KeepsEverythingWhenTheBacklogGrows) {
 
 TEST(ReportReporter, UnansweredRequestTimesOutAndIsRetried) {
   // Listening but never accepting: connect completes (the kernel's backlog), no answer comes.
-  net::io_context io;
-  tcp::acceptor silent(io, {net::ip::make_address("127.0.0.1"), 0});
+  test::SilentListener silent;
   LogSink log;
   ReporterOptions o;
-  o.url = "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port()) + "/r";
+  o.url = silent.base_url() + "/r";
   o.trial = "t";
   o.log = log.callback();
   o.io_timeout = 150ms;
@@ -496,11 +398,10 @@ TEST(ReportReporter, UnansweredRequestTimesOutAndIsRetried) {
 TEST(ReportReporter, DestructorIsBoundedWhenTheControllerNeverAnswers) {
   // Default timeouts: the destructor waits close_flush (2 s), then abandons a read that would
   // otherwise wait 5 s.
-  net::io_context io;
-  tcp::acceptor silent(io, {net::ip::make_address("127.0.0.1"), 0});
+  test::SilentListener silent;
   LogSink log;
   ReporterOptions o;
-  o.url = "http://127.0.0.1:" + std::to_string(silent.local_endpoint().port()) + "/r";
+  o.url = silent.base_url() + "/r";
   o.trial = "t";
   o.log = log.callback();
   const auto start = Clock::now();
