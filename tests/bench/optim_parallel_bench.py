@@ -14,26 +14,11 @@ Usage: tests/bench/optim_parallel_bench.py [--build build] [--gpt2] [--repeats 3
 (needs a build with -DPRECON_BUILD_BENCHMARKS=ON)
 """
 import argparse
-import json
 import os
-import random
-import struct
-import subprocess
 import sys
 import tempfile
 
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE",
-           OMPI_MCA_btl="self,vader")
-MPIRUN = ["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none"]
-
-
-def write_shard(path, n, vocab):
-    rng = random.Random(5)
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, n
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack("<%dH" % n, *[rng.randrange(vocab) for _ in range(n)]))
+from bench_launch import mpirun, run, train, trainer as trainer_of, write_shard
 
 
 def bytes_per_step(trainer, work, optimizer, extra):
@@ -45,10 +30,7 @@ def bytes_per_step(trainer, work, optimizer, extra):
         f.write('[optimizer]\nname = "%s"\n%s' % (optimizer, extra))
         f.write("[parallel]\ndata = 2\n")
     run_dir = os.path.join(work, "run_" + optimizer + str(abs(hash(extra))))
-    subprocess.run(MPIRUN + [trainer, "--config", cfg, "--run-dir", run_dir], check=True, env=ENV,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "train_loss" in l]
-    r = rows[-1]
+    r = train(mpirun(2, [trainer, "--config", cfg, "--run-dir", run_dir]), run_dir)[-1]
     return r["comm_bytes"], r.get("optim_comm_bytes", 0.0)
 
 
@@ -59,16 +41,14 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     bench = os.path.join(a.build, "tests", "bench", "precon_optim_parallel_bench")
-    trainer = os.path.join(a.build, "worker", "precon-train")
+    trainer = trainer_of(a.build)
     for path, target in ((bench, "precon_optim_parallel_bench"), (trainer, "precon-train")):
         if not os.access(path, os.X_OK):
             sys.exit(f"{path} is missing: build it first (cmake --build {a.build} --target {target}; "
                      "benchmarks need -DPRECON_BUILD_BENCHMARKS=ON)")
     print("== optimizer step, seconds ==")
     for model in ["l6c384"] + (["gpt2"] if a.gpt2 else []):
-        out = subprocess.run(MPIRUN + [bench, "--model", model, "--repeats", str(a.repeats)], check=True, env=ENV,
-                             capture_output=True, text=True).stdout
-        print(out, end="")
+        print(run(mpirun(2, [bench, "--model", model, "--repeats", str(a.repeats)]), capture=True), end="")
     print("\n== bytes per step and rank at DP=2, L6 C384 (gradient sums + optimizer all-gathers) ==")
     with tempfile.TemporaryDirectory() as work:
         write_shard(os.path.join(work, "train.bin"), 20000, 256)

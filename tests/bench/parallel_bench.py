@@ -8,28 +8,17 @@ process's (target >= 0.9), and TP=2 with 1 thread per rank.
 Usage: tests/bench/parallel_bench.py [--build build] [--steps 12]
 """
 import argparse
-import json
 import os
-import random
 import statistics
-import struct
-import subprocess
 import sys
 import tempfile
+
+from bench_launch import mpirun, train, trainer as trainer_of, write_shard
 
 MODELS = {
     "quickstart L4 C128 T128 B16": dict(n_layer=4, n_head=4, d_model=128, seq_len=128, vocab_size=256, batch_size=16),
     "L6 C384 T256 B8": dict(n_layer=6, n_head=6, d_model=384, seq_len=256, vocab_size=256, batch_size=8),
 }
-
-
-def write_shard(path, n, vocab):
-    rng = random.Random(5)
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, n
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack("<%dH" % n, *[rng.randrange(vocab) for _ in range(n)]))
 
 
 def config(path, data_dir, model, steps):
@@ -44,10 +33,7 @@ def config(path, data_dir, model, steps):
 
 
 def run(cmd, run_dir):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "train_loss" in l]
-    rows = rows[3:]  # warm-up
+    rows = train(cmd, run_dir)[3:]  # warm-up
     sec = statistics.median(r["step_seconds"] for r in rows)
     wait = statistics.median(r.get("comm_wait_seconds", 0.0) for r in rows)
     comm = statistics.median(r.get("comm_bytes", 0.0) for r in rows)
@@ -59,7 +45,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--steps", type=int, default=12)
     a = ap.parse_args()
-    trainer = os.path.abspath(os.path.join(a.build, "worker", "precon-train"))
+    trainer = trainer_of(a.build)
     tmp = tempfile.mkdtemp(prefix="precon_parallel_bench_")
     write_shard(os.path.join(tmp, "train.bin"), 400000, 256)
     print("%-30s %-18s %12s %14s %10s %8s" % ("model", "layout", "tokens/s", "comm B/step", "comm %", "ratio"))
@@ -68,11 +54,11 @@ def main():
         config(cfg, tmp, model, a.steps)
         one_dir, dp_dir = os.path.join(tmp, "one"), os.path.join(tmp, "dp2")
         one = run([trainer, "--config", cfg, "--run-dir", one_dir, "--resume", "never", "--set", "train.threads=2"], one_dir)
-        dp = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", trainer, "--config", cfg, "--run-dir",
-                  dp_dir, "--resume", "never", "--set", "train.threads=1", "--set", "parallel.data=2"], dp_dir)
+        dp = run(mpirun(2, [trainer, "--config", cfg, "--run-dir", dp_dir, "--resume", "never", "--set", "train.threads=1",
+                            "--set", "parallel.data=2"]), dp_dir)
         tp_dir = os.path.join(tmp, "tp2")
-        tp = run(["mpirun", "-np", "2", "--oversubscribe", "--bind-to", "none", trainer, "--config", cfg, "--run-dir",
-                  tp_dir, "--resume", "never", "--set", "train.threads=1", "--set", "parallel.tensor=2"], tp_dir)
+        tp = run(mpirun(2, [trainer, "--config", cfg, "--run-dir", tp_dir, "--resume", "never", "--set", "train.threads=1",
+                            "--set", "parallel.tensor=2"]), tp_dir)
         print("%-30s %-18s %12.0f %14s %10s %8s" % (name, "1 proc x 2 thr", one[0], "0", "0", "1.00"))
         print("%-30s %-18s %12.0f %14.0f %9.1f%% %8.2f" % (name, "DP=2 x 1 thr", dp[0], dp[1], 100 * dp[2], dp[0] / one[0]))
         # TP's activations all-reduces are inside the step; its gradient sum is reported like DP's.

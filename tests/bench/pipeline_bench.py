@@ -12,29 +12,18 @@ with their ratio to the one process.
 Usage: tests/bench/pipeline_bench.py [--build build] [--steps 10] [--micro 2]
 """
 import argparse
-import json
 import os
-import random
 import statistics
-import struct
-import subprocess
 import sys
 import tempfile
+
+from bench_launch import mpirun, train, trainer as trainer_of, write_shard
 
 MODELS = {
     "L4 C128 T128": dict(n_layer=4, n_head=4, d_model=128, seq_len=128, vocab_size=256),
     "L8 C256 T128": dict(n_layer=8, n_head=4, d_model=256, seq_len=128, vocab_size=256),
 }
 STAGES = 2
-
-
-def write_shard(path, n, vocab):
-    rng = random.Random(5)
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, n
-    with open(path, "wb") as f:
-        f.write(struct.pack("<256i", *header))
-        f.write(struct.pack("<%dH" % n, *[rng.randrange(vocab) for _ in range(n)]))
 
 
 def config(path, data_dir, model, steps, batch, micro):
@@ -47,11 +36,7 @@ def config(path, data_dir, model, steps, batch, micro):
 
 
 def run(cmd, run_dir):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="PASSIVE",
-               OMPI_MCA_btl="self,vader")
-    subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "train_loss" in l]
-    rows = rows[2:]  # warm-up
+    rows = train(cmd, run_dir)[2:]  # warm-up
     tokens = statistics.median(r["tokens_per_second"] for r in rows)
     bubble = statistics.median(r["pipeline_bubble_fraction"] for r in rows) if "pipeline_bubble_fraction" in rows[0] else None
     return tokens, bubble
@@ -63,7 +48,7 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--micro", type=int, default=2)
     a = ap.parse_args()
-    trainer = os.path.abspath(os.path.join(a.build, "worker", "precon-train"))
+    trainer = trainer_of(a.build)
     tmp = tempfile.mkdtemp(prefix="precon_pipeline_bench_")
     write_shard(os.path.join(tmp, "train.bin"), 600000, 256)
     print("%-14s %4s %2s %6s %17s %15s %14s %14s %7s" % ("model", "m", "v", "batch", "theory (p-1)/(mv)",
@@ -78,10 +63,9 @@ def main():
                           "train.threads=2"], one_dir)
             for v in (1, 2):
                 pp_dir = os.path.join(tmp, "pp2v%d" % v)
-                pp, bubble = run(["mpirun", "-np", str(STAGES), "--oversubscribe", "--bind-to", "none", trainer,
-                                  "--config", cfg, "--run-dir", pp_dir, "--resume", "never", "--set", "train.threads=1",
-                                  "--set", "parallel.pipeline=%d" % STAGES, "--set", "parallel.virtual_stages=%d" % v],
-                                 pp_dir)
+                pp, bubble = run(mpirun(STAGES, [trainer, "--config", cfg, "--run-dir", pp_dir, "--resume", "never",
+                                                 "--set", "train.threads=1", "--set", "parallel.pipeline=%d" % STAGES,
+                                                 "--set", "parallel.virtual_stages=%d" % v]), pp_dir)
                 print("%-14s %4d %2d %6d %17.3f %15.3f %14.0f %14.0f %7.2f" % (
                     name, m, v, batch, (STAGES - 1) / (m * v), bubble, one, pp, pp / one))
                 sys.stdout.flush()
