@@ -4,13 +4,15 @@
 Builds a small GPT-2 with random weights (HF names and layouts: Conv1D weights stored (in, out)),
 writes them as model.safetensors (written here by hand from the format's definition), then
 writes a batch, the logits, the loss, every gradient, and a 10-step AdamW loss trajectory as
-.npy files for test_gpt_reference.cpp.
+.npy files for test_gpt_reference.cpp; then 12-step trajectories of SOAP and NorMuon on the 2-D
+hidden matrices (optim_reference.py's implementations, written from the papers), AdamW on the rest.
 """
 import argparse
 import json
 import math
 import os
 import struct
+import sys
 
 import numpy as np
 import torch
@@ -98,6 +100,46 @@ def batch(c, gen):
     return tokens, targets
 
 
+# SOAP one-sided on d_model (32: the short side of every hidden matrix, and both of attn.c_proj;
+# 48 tokens a step give those factors full rank), NorMuon with its default rescaling.
+OPT_STEPS = 12
+OPT_BATCH = 8  # 128 tokens a step: the 32-wide factors well conditioned (measured below)
+OPT_CASES = [
+    dict(name="soap", config=dict(name="soap", lr=3e-3, adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95),
+                                  soap=dict(precondition_frequency=2, max_preconditioner_dim=32))),
+    dict(name="normuon", config=dict(name="muon", lr=0.02, weight_decay=0.01, adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95),
+                                     muon=dict(variant="normuon"))),
+]
+
+
+def optimizer_trajectory(case, c, init, batches, dtype=torch.float64):
+    """OPT_STEPS steps of one case on a copy of init; the loss before each update."""
+    from optim_reference import TorchAdamW, adamw_group_hyper, muon_step, soap_step
+    cfg = case["config"]
+    params = {n: t.detach().clone().requires_grad_(True) for n, t in init.items()}
+    hidden = [n for n, shape in param_table(c) if n.startswith("h.") and len(shape) == 2]
+    side = [n for n in params if n not in hidden]
+    adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, False))
+    states, losses = {}, []
+    for tokens, targets in batches:
+        for q in params.values():
+            q.grad = None
+        _, loss = forward(params, c, tokens, targets)
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            adamw.step([params[n].grad.clone() for n in side], 1.0)
+            for n in hidden:
+                qkv = 3 if n.endswith("c_attn.weight") else 1
+                if cfg["name"] == "soap":
+                    soap_step(params[n], params[n].grad.clone(), states.setdefault(n, {}), cfg["soap"], cfg["lr"],
+                              dtype=dtype)
+                else:
+                    muon_step(params[n], params[n].grad.clone(), states.setdefault(n, {}), cfg["muon"], cfg["lr"],
+                              cfg.get("weight_decay", 0.0), qkv)
+    return losses
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
@@ -137,6 +179,26 @@ def main():
         opt.step()
         losses.append(l.item())
     np.save(os.path.join(args.out, "traj_losses.npy"), np.array(losses, dtype=np.float64))
+
+    # From the initial weights again, on walks of a random successor map (llama_reference's batches:
+    # a law the model learns within the steps, so that every case's loss visibly falls).
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from llama_reference import batch as walk_batch
+    init = {n: t.detach() for n, t in init_params(c, torch.Generator().manual_seed(20240520)).items()}
+    successor = torch.randperm(c["vocab_size"], generator=gen)
+    batches = [walk_batch(c, gen, successor, OPT_BATCH) for _ in range(OPT_STEPS)]
+    for step, (tk, tg) in enumerate(batches):
+        np.save(os.path.join(args.out, f"opt_tokens_{step}.npy"), tk.numpy().astype(np.int32))
+        np.save(os.path.join(args.out, f"opt_targets_{step}.npy"), tg.numpy().astype(np.int32))
+    for case in OPT_CASES:
+        np.save(os.path.join(args.out, f"opt_losses.{case['name']}.npy"),
+                np.array(optimizer_trajectory(case, c, init, batches), dtype=np.float64))
+        if case["name"] == "soap":
+            # Eigenbases in float32: how far round-off moves the trajectory (conditioning).
+            np.save(os.path.join(args.out, "opt_losses.soap_fp32.npy"),
+                    np.array(optimizer_trajectory(case, c, init, batches, torch.float32), dtype=np.float64))
+    with open(os.path.join(args.out, "opt_cases.json"), "w") as f:
+        json.dump(dict(steps=OPT_STEPS, batch_size=OPT_BATCH, cases=OPT_CASES), f, indent=1)
     print(f"wrote GPT-2 reference to {args.out}: loss {loss.item():.6f}")
 
 
