@@ -184,7 +184,8 @@ TEST_F(LlamaReference, QkClipTrajectory) {
   const auto ref_max = test::read_npy((*dir_ / "traj_max_logit.qk_clip.npy").string()).values;
   const auto ref_clipped = test::read_npy((*dir_ / "traj_clipped.qk_clip.npy").string()).values;
   // Runs the case with the clip at `threshold` (0: the model does not even track the logits).
-  auto run = [&](double threshold, std::vector<QkClipStats>* stats) {
+  // units: each step's largest logit per layer and kv group (before the clip), when given.
+  auto run = [&](double threshold, std::vector<QkClipStats>* stats, std::vector<std::vector<float>>* units = nullptr) {
     Llama model(model_config(), batch_size(), kernels::Device::cpu);
     ParamStore& p = model.params();
     load_model_safetensors(p, *dir_ / "model.safetensors");
@@ -201,6 +202,7 @@ TEST_F(LlamaReference, QkClipTrajectory) {
       opt->step(ctx);
       if (threshold > 0) {
         std::vector<float>& logits = model.attention_logit_max();
+        if (units) units->push_back(logits);
         stats->push_back(qk_clip(p, model_config(), logits, threshold, alpha));
         std::fill(logits.begin(), logits.end(), -INFINITY);
       }
@@ -208,7 +210,8 @@ TEST_F(LlamaReference, QkClipTrajectory) {
     return losses;
   };
   std::vector<QkClipStats> stats;
-  const std::vector<double> losses = run(tau, &stats);
+  std::vector<std::vector<float>> clipped_units;
+  const std::vector<double> losses = run(tau, &stats, &clipped_units);
   double worst_loss = 0, worst_logit = 0;
   int64_t clipped = 0;
   for (size_t t = 0; t < losses.size(); ++t) {
@@ -226,8 +229,32 @@ TEST_F(LlamaReference, QkClipTrajectory) {
               static_cast<long long>(clipped), losses.size(), worst_loss, worst_logit);
   // A threshold no logit reaches changes nothing: bitwise the run without QK-clip.
   std::vector<QkClipStats> none;
-  EXPECT_EQ(run(1e9, &none), run(0, nullptr));
+  std::vector<std::vector<float>> free_units;
+  EXPECT_EQ(run(1e9, &none, &free_units), run(0, nullptr));
   for (const QkClipStats& s : none) EXPECT_EQ(s.clipped, 0);
+  // After a clip every unit ends the step at or under τ, so the next forward's logits exceed τ by
+  // at most one step's drift (the update after the logits were taken, and a new batch): the
+  // largest relative growth from one step to the next, in the unclipped run, of a unit's logit that
+  // was at τ/2 or more (smaller ones are not where the bound bites, and grow by larger ratios).
+  double drift = 0;
+  for (size_t t = 1; t < free_units.size(); ++t)
+    for (size_t u = 0; u < free_units[t].size(); ++u)
+      if (free_units[t - 1][u] >= 0.5 * tau)
+        drift = std::max(drift, double(free_units[t][u]) / free_units[t - 1][u] - 1.0);
+  bool after_clip = false;
+  double worst_excess = 0;
+  for (size_t t = 0; t < clipped_units.size(); ++t) {
+    if (after_clip) {
+      for (float s : clipped_units[t]) {
+        worst_excess = std::max(worst_excess, double(s) / tau - 1.0);
+        EXPECT_LE(s, tau * (1.0 + drift)) << "step " << t + 1 << ": a unit passed τ by more than one step's drift";
+      }
+    }
+    after_clip = after_clip || stats[t].clipped > 0;
+  }
+  EXPECT_GT(drift, 0.0);
+  std::printf("[ qk_clip ] after the first clip no unit passed tau by more than %.3g (one step's drift: %.3g)\n",
+              worst_excess, drift);
 }
 
 // A GPT-2 checkpoint of the same width and depth, written by precon's own writer: the error names
