@@ -1,7 +1,10 @@
 // One optimizer step over GPT-2 config (b) (L=6, C=384, NH=6, V=50257, T=256): AdamW, Muon
 // (5 keller steps) and Shampoo (frequency 10, blocks <= 1024), with per-phase seconds per step as
 // counters and, for Muon, the Newton–Schulz rate on the nominal count 5·(4m²n + 2m³) per block
-// (m ≤ n the block's sides). Run: precon_bench_optim [--benchmark_filter=...]
+// (m ≤ n the block's sides). Then the same step at GPT-2 124M's shapes (C=768, NH=12, V=50257,
+// two of its twelve layers: the per-layer matrices are the model's, their count a sixth) for Muon,
+// NorMuon, Shampoo and SOAP (frequency 10, both sides rotated), side by side.
+// Run: precon_bench_optim [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -21,6 +24,17 @@ ModelConfig config_b() {
   m.n_head = 6;
   m.d_model = 384;
   m.seq_len = 256;
+  m.vocab_size = 50257;
+  return m;
+}
+
+// GPT-2 124M's widths, two layers.
+ModelConfig config_124m_two_layers() {
+  ModelConfig m;
+  m.n_layer = 2;
+  m.n_head = 12;
+  m.d_model = 768;
+  m.seq_len = 1024;
   m.vocab_size = 50257;
   return m;
 }
@@ -45,8 +59,9 @@ double ns_flops(const ParamStore& store, int steps) {
   return flops;
 }
 
-void run(benchmark::State& state, const OptimizerConfig& config, int64_t first_step) {
-  ParamStore store(gpt2_param_table(config_b()), precon::kernels::Device::cpu);
+void run(benchmark::State& state, const OptimizerConfig& config, int64_t first_step,
+         const ModelConfig& model = config_b()) {
+  ParamStore store(gpt2_param_table(model), precon::kernels::Device::cpu);
   fill(store.all_params(), 1, 0.02f);
   fill(store.all_grads(), 2, 0.01f);
   std::vector<OptimParam> params;
@@ -62,6 +77,7 @@ void run(benchmark::State& state, const OptimizerConfig& config, int64_t first_s
   state.counters["statistics_s"] = (after.statistics - before.statistics) / n;
   state.counters["inverse_root_s"] = (after.inverse_root - before.inverse_root) / n;
   state.counters["grafting_s"] = (after.grafting - before.grafting) / n;
+  state.counters["eigenbasis_s"] = (after.eigenbasis - before.eigenbasis) / n;
   state.counters["adamw_s"] = (after.adamw - before.adamw) / n;
   state.counters["other_s"] = (after.other - before.other) / n;
   if (config.name == "muon" && after.newton_schulz > before.newton_schulz) {
@@ -98,9 +114,47 @@ void BM_OptimShampoo(benchmark::State& state) {
   run(state, c, 11);
 }
 
+OptimizerConfig muon_124m(bool normuon) {
+  OptimizerConfig c;
+  c.name = "muon";
+  c.lr = 0.02;
+  c.muon.ns_steps = 5;
+  c.muon.coefficients = "keller";
+  if (normuon) c.muon.variant = "normuon";
+  return c;
+}
+
+void BM_Optim124mMuon(benchmark::State& state) { run(state, muon_124m(false), 1, config_124m_two_layers()); }
+
+void BM_Optim124mNorMuon(benchmark::State& state) { run(state, muon_124m(true), 1, config_124m_two_layers()); }
+
+// Steps 11 to 20: nine preconditioned steps and one refresh, as above.
+void BM_Optim124mShampoo(benchmark::State& state) {
+  OptimizerConfig c;
+  c.name = "shampoo";
+  c.shampoo.precondition_frequency = 10;
+  c.shampoo.max_preconditioner_dim = 1024;
+  c.shampoo.epsilon = 1e-8;
+  run(state, c, 11, config_124m_two_layers());
+}
+
+// Steps 2 to 11 (step 1 builds the bases by eigh and is left out): nine rotated Adam steps and one
+// refresh (power step + QR, after step 11's update), every side of every matrix rotated.
+void BM_Optim124mSoap(benchmark::State& state) {
+  OptimizerConfig c;
+  c.name = "soap";
+  c.lr = 3e-3;
+  c.soap.precondition_frequency = 10;
+  run(state, c, 2, config_124m_two_layers());
+}
+
 BENCHMARK(BM_OptimAdamW)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_OptimMuon)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_OptimShampoo)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK(BM_Optim124mMuon)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK(BM_Optim124mNorMuon)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK(BM_Optim124mShampoo)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
+BENCHMARK(BM_Optim124mSoap)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(10);
 
 }  // namespace
 

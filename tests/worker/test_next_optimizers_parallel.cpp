@@ -24,6 +24,7 @@ class NextOptimizersParallel : public mpitest::MpiRunFixture {
   }
   std::string model_;  // the model's and batch's settings (empty: the fixture's)
   double tolerance_ = mpitest::kLossTolerance;
+  std::string dp2_log_;  // a line the DP=2 run's log must hold (its share of the owners' work)
 
   // The layouts against the single process, the SIGKILL resume and the TP2→TP1 reshard for one
   // optimizer config (d_model 32, 128 tokens a step).
@@ -36,6 +37,9 @@ class NextOptimizersParallel : public mpitest::MpiRunFixture {
       SCOPED_TRACE(name);
       r = launch(cfg, name, 2, sets + every);
       ASSERT_EQ(r.status, 0) << r.output;
+      if (name == "dp2") {
+        EXPECT_NE(r.output.find(dp2_log_), std::string::npos) << r.output;
+      }
       expect_same_trajectory("one", name, 12, tolerance_);
       fs::remove_all(dir_ / name);
     }
@@ -78,13 +82,20 @@ TEST_F(NextOptimizersParallel, SoapFollowsTheSingleProcessRunResumesAndReshards)
   write_shard(dir_ / "val.bin", std::vector<uint16_t>(tokens.begin(), tokens.begin() + 2400));
   model_ = "--set train.batch_size=16 ";
   tolerance_ = 5e-5;
+  // The eight matrices' eigenbases split by cost: each rank keeps its four layers' worth.
+  dp2_log_ = "soap: rank 0 keeps the eigenbases of 4 of 8 matrices";
   check_optimizer("[optimizer]\nname = \"soap\"\nlr = 0.003\n[optimizer.soap]\nprecondition_frequency = 2\n"
                   "max_preconditioner_dim = 32\n",
                   {{"tp2", "--set parallel.tensor=2"}, {"dp2", "--set parallel.data=2"},
                    {"pp2", "--set parallel.pipeline=2"}});
+  // The refreshes' time is reported as its own phase.
+  double eigenbasis = 0;
+  for (const auto& [step, s] : series("one", "optim_eigenbasis_seconds")) eigenbasis += s;
+  EXPECT_GT(eigenbasis, 0.0);
 }
 
 TEST_F(NextOptimizersParallel, NorMuonFollowsTheSingleProcessRunResumesAndReshards) {
+  dp2_log_ = "muon: rank 0 orthogonalises 4 of 8 matrices";
   check_optimizer("[optimizer]\nname = \"muon\"\nlr = 0.02\nweight_decay = 0.01\n[optimizer.adamw]\nlr = 0.003\n"
                   "[optimizer.muon]\nvariant = \"normuon\"\n",
                   // (TP=2 with the default tp_mode, duplicated, runs in the reshard below.)
