@@ -137,7 +137,8 @@ namespace {
 // QK-clip under TP=2 (each rank's own heads' logits; GPT-2's fused c_attn split by heads), DP=2
 // (the largest logit over both slices) and PP=2 (each stage its own layers) follows the single
 // process, logits, clipped heads and losses, for Llama with grouped-query attention and GPT-2;
-// a run stopped at step 6 and resumed is bitwise the straight one; bad keys are refused with the key.
+// a run SIGKILLed after step 9 and resumed from step 6 is bitwise the straight one; bad keys are
+// refused with the key.
 TEST_F(LlamaParallel, QkClipFollowsTheSingleProcessRun) {
   const fs::path cfg = config("[optimizer]\nname = \"adamw\"\nlr = 0.02\nqk_clip_threshold = 0.6\n", 12);
   struct Layout {
@@ -174,8 +175,9 @@ TEST_F(LlamaParallel, QkClipFollowsTheSingleProcessRun) {
       for (const auto& [step, v] : a) EXPECT_NEAR(b.at(step), v, 2e-4 * std::fabs(v)) << "step " << step;
       fs::remove_all(dir_ / l.name);
     }
-    // Stopped after step 6 (a checkpoint), resumed: the same bits.
-    ASSERT_EQ(launch(cfg, "resumed", 1, "--set train.checkpoint_every=6 --set train.steps=6").status, 0);
+    // SIGKILLed after step 9 (its last checkpoint: step 6), resumed: the same bits.
+    EXPECT_NE(run("PRECON_FAULT_KILL_AT=step:9 " +
+                  trainer(cfg, "resumed", (llama ? kLlama : "") + "--set train.checkpoint_every=6")).status, 0);
     ASSERT_EQ(launch(cfg, "resumed", 1, "--set train.checkpoint_every=6").status, 0);
     EXPECT_EQ(series("resumed", "train_loss"), series("one", "train_loss"));
     EXPECT_EQ(series("resumed", "max_attention_logit"), series("one", "max_attention_logit"));
