@@ -1,4 +1,5 @@
-// The trial config: key table, TOML parsing, errors with file/line/key, overrides, round trip.
+// The trial config: key table, TOML parsing, errors with file/line/key, overrides, round trip, and
+// choices parsed into enums (choice.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "worker/config/choice.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 
@@ -304,6 +306,55 @@ TEST(Config, KeyTableDocumentsEveryKey) {
   EXPECT_NE(format_key_table(true).find("sweep.max_attempts"), std::string::npos);
   EXPECT_EQ(find_key("optimizer.muon.ns_steps")->default_text(), "5");
   EXPECT_EQ(find_key("optimizer.muon.coefficients")->default_text(), "\"keller\"");
+}
+
+enum class TpMode { duplicated, distributed, blockwise };
+constexpr Choice<TpMode> kTpModes[] = {
+    {"duplicated", TpMode::duplicated}, {"distributed", TpMode::distributed}, {"blockwise", TpMode::blockwise}};
+
+TEST(ConfigChoice, ParsesEachChoiceIntoItsEnumValue) {
+  EXPECT_EQ(parse_choice<WorkerError>("optimizer.muon.tp_mode", "duplicated", kTpModes), TpMode::duplicated);
+  EXPECT_EQ(parse_choice<WorkerError>("optimizer.muon.tp_mode", "distributed", kTpModes), TpMode::distributed);
+  EXPECT_EQ(parse_choice<WorkerError>("optimizer.muon.tp_mode", "blockwise", kTpModes), TpMode::blockwise);
+  EXPECT_EQ(choice_name(TpMode::distributed, kTpModes), "distributed");
+}
+
+TEST(ConfigChoice, AnUnknownValueNamesTheKeyAndTheKeyTablesChoices) {
+  const std::string text = not_a_choice_text("optimizer.muon.tp_mode", "rowwise");
+  EXPECT_EQ(text, "\"rowwise\" is not " + find_key("optimizer.muon.tp_mode")->expected_text());
+  EXPECT_EQ(text, "\"rowwise\" is not one of \"duplicated\", \"distributed\", \"blockwise\"");
+  // The parser says the same of the same value in a file.
+  EXPECT_NE(error_of("[optimizer.muon]\ntp_mode = \"rowwise\"\n").find("optimizer.muon.tp_mode: " + text),
+            std::string::npos);
+  try {
+    parse_choice<WorkerError>("optimizer.muon.tp_mode", "rowwise", kTpModes);
+    ADD_FAILURE() << "no error";
+  } catch (const WorkerError& e) {
+    EXPECT_EQ(std::string(e.what()), "optimizer.muon.tp_mode: " + text);
+  }
+  try {
+    parse_choice<ConfigError>("optimizer.muon.tp_mode", "rowwise", kTpModes);
+    ADD_FAILURE() << "no error";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key(), "optimizer.muon.tp_mode");
+    EXPECT_EQ(e.issues().front().message, text);
+  }
+}
+
+TEST(ConfigChoice, ATableMustListExactlyTheKeysChoices) {
+  constexpr Choice<TpMode> missing[] = {{"duplicated", TpMode::duplicated}, {"distributed", TpMode::distributed}};
+  EXPECT_THROW(parse_choice<WorkerError>("optimizer.muon.tp_mode", "duplicated", missing), std::logic_error);
+  constexpr Choice<TpMode> invented[] = {{"duplicated", TpMode::duplicated},
+                                         {"distributed", TpMode::distributed},
+                                         {"blockwise", TpMode::blockwise},
+                                         {"rowwise", TpMode::blockwise}};
+  EXPECT_THROW(parse_choice<WorkerError>("optimizer.muon.tp_mode", "duplicated", invented), std::logic_error);
+  // Any order; a key that is not in the table, or has no choices, is a bug too.
+  constexpr Choice<TpMode> reordered[] = {
+      {"blockwise", TpMode::blockwise}, {"duplicated", TpMode::duplicated}, {"distributed", TpMode::distributed}};
+  EXPECT_EQ(parse_choice<WorkerError>("optimizer.muon.tp_mode", "blockwise", reordered), TpMode::blockwise);
+  EXPECT_THROW(parse_choice<WorkerError>("optimizer.muon.tp_mod", "duplicated", kTpModes), std::logic_error);
+  EXPECT_THROW(parse_choice<WorkerError>("optimizer.muon.ns_steps", "duplicated", kTpModes), std::logic_error);
 }
 
 }  // namespace
