@@ -12,7 +12,7 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run) {
   h.beta1 = config.adamw.beta1;
   h.beta2 = config.adamw.beta2;
   h.eps = config.adamw.eps;
-  h.cautious = config.weight_decay_mode == "cautious";
+  h.cautious = cautious_decay(config);
   if (adamw_run) {
     h.lr = config.lr;
     h.weight_decay = config.weight_decay;

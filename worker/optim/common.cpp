@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
 
 namespace precon::worker::optim {
@@ -18,6 +19,16 @@ std::vector<OptimParam> matrix_params(const std::vector<OptimParam>& params, boo
     if ((p.spec->kind == ParamKind::matrix) == matrices) out.push_back(p);
   }
   return out;
+}
+
+bool cautious_decay(const OptimizerConfig& config) {
+  constexpr Choice<bool> kCautious[] = {{"decoupled", false}, {"cautious", true}};
+  return parse_choice<OptimizerError>("optimizer.weight_decay_mode", config.weight_decay_mode, kCautious);
+}
+
+kernels::DType comm_dtype(std::string_view key, const std::string& value) {
+  constexpr Choice<kernels::DType> kCommDtypes[] = {{"fp32", kernels::DType::f32}, {"bf16", kernels::DType::bf16}};
+  return parse_choice<OptimizerError>(key, value, kCommDtypes);
 }
 
 Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device) {

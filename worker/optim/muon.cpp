@@ -18,6 +18,7 @@
 
 #include "kernels/linalg.h"
 #include "kernels/newton_schulz.h"
+#include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
 #include "worker/optim/parts.h"
@@ -29,11 +30,28 @@ using kernels::Tensor;
 
 namespace {
 
-double muon_scale(const std::string& mode, double fan_out, double fan_in) {
-  if (mode == "shape") return std::sqrt(std::max(1.0, fan_out / fan_in));
-  if (mode == "rms-match") return 0.2 * std::sqrt(std::max(fan_out, fan_in));
-  if (mode == "spectral") return std::sqrt(fan_out / fan_in);
-  throw OptimizerError("unknown optimizer.muon.scale '" + mode + "' (known: shape, rms-match, spectral)");
+enum class MomentumForm { ema, sgd };
+constexpr Choice<MomentumForm> kMomentumForms[] = {{"ema", MomentumForm::ema}, {"sgd", MomentumForm::sgd}};
+
+enum class Scale { shape, rms_match, spectral };
+constexpr Choice<Scale> kScales[] = {
+    {"shape", Scale::shape}, {"rms-match", Scale::rms_match}, {"spectral", Scale::spectral}};
+
+enum class TpMode { duplicated, distributed, blockwise };
+constexpr Choice<TpMode> kTpModes[] = {
+    {"duplicated", TpMode::duplicated}, {"distributed", TpMode::distributed}, {"blockwise", TpMode::blockwise}};
+
+// auto: bf16 on CUDA, fp32 on the CPU.
+enum class NsPrecision { by_device, fp32, bf16 };
+constexpr Choice<NsPrecision> kNsPrecisions[] = {
+    {"auto", NsPrecision::by_device}, {"fp32", NsPrecision::fp32}, {"bf16", NsPrecision::bf16}};
+
+constexpr Choice<bool> kNormuon[] = {{"muon", false}, {"normuon", true}};  // optimizer.muon.variant
+
+double muon_scale(Scale scale, double fan_out, double fan_in) {
+  if (scale == Scale::shape) return std::sqrt(std::max(1.0, fan_out / fan_in));
+  if (scale == Scale::rms_match) return 0.2 * std::sqrt(std::max(fan_out, fan_in));
+  return std::sqrt(fan_out / fan_in);  // spectral
 }
 
 kernels::NsOptions ns_options(const MuonConfig& c, kernels::Device device) {
@@ -49,17 +67,19 @@ kernels::NsOptions ns_options(const MuonConfig& c, kernels::Device device) {
     o.schedule = kernels::ns_schedule(c.coefficients, static_cast<int>(c.ns_steps));
   }
   o.eps = static_cast<float>(c.ns_eps);
-  if (c.ns_precision == "auto") {
-    o.compute = device == kernels::Device::cuda ? kernels::DType::bf16 : kernels::DType::f32;
-  } else if (c.ns_precision == "fp32") {
-    o.compute = kernels::DType::f32;
-  } else if (c.ns_precision == "bf16") {
-    if (device != kernels::Device::cuda) {
-      throw OptimizerError("optimizer.muon.ns_precision = \"bf16\" needs the CUDA device; use \"auto\" or \"fp32\"");
-    }
-    o.compute = kernels::DType::bf16;
-  } else {
-    throw OptimizerError("unknown optimizer.muon.ns_precision '" + c.ns_precision + "' (known: auto, fp32, bf16)");
+  switch (parse_choice<OptimizerError>("optimizer.muon.ns_precision", c.ns_precision, kNsPrecisions)) {
+    case NsPrecision::by_device:
+      o.compute = device == kernels::Device::cuda ? kernels::DType::bf16 : kernels::DType::f32;
+      break;
+    case NsPrecision::fp32:
+      o.compute = kernels::DType::f32;
+      break;
+    case NsPrecision::bf16:
+      if (device != kernels::Device::cuda) {
+        throw OptimizerError("optimizer.muon.ns_precision = \"bf16\" needs the CUDA device; use \"auto\" or \"fp32\"");
+      }
+      o.compute = kernels::DType::bf16;
+      break;
   }
   return o;
 }
@@ -82,27 +102,19 @@ class Muon final : public Optimizer {
        const OptimizerHooks& hooks)
       : config_(config.muon),
         lr_(config.lr),
-        weight_decay_(config.weight_decay), cautious_(config.weight_decay_mode == "cautious"),
+        weight_decay_(config.weight_decay), cautious_(cautious_decay(config)),
         device_(device),
         ns_(ns_options(config.muon, device)),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device) {
-    if (config_.momentum_form != "ema" && config_.momentum_form != "sgd") {
-      throw OptimizerError("unknown optimizer.muon.momentum_form '" + config_.momentum_form + "' (known: ema, sgd)");
-    }
+    momentum_form_ =
+        parse_choice<OptimizerError>("optimizer.muon.momentum_form", config_.momentum_form, kMomentumForms);
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {
       throw OptimizerError("optimizer.muon.momentum must lie in [0, 1)");
     }
-    if (config_.tp_mode != "duplicated" && config_.tp_mode != "distributed" && config_.tp_mode != "blockwise") {
-      throw OptimizerError("unknown optimizer.muon.tp_mode '" + config_.tp_mode +
-                           "' (known: duplicated, distributed, blockwise)");
-    }
-    if (config_.comm_dtype != "fp32" && config_.comm_dtype != "bf16") {
-      throw OptimizerError("unknown optimizer.muon.comm_dtype '" + config_.comm_dtype + "' (known: fp32, bf16)");
-    }
-    if (config_.variant != "muon" && config_.variant != "normuon") {
-      throw OptimizerError("unknown optimizer.muon.variant '" + config_.variant + "' (known: muon, normuon)");
-    }
-    normuon_ = config_.variant == "normuon";
+    const TpMode tp_mode = parse_choice<OptimizerError>("optimizer.muon.tp_mode", config_.tp_mode, kTpModes);
+    comm_dtype_ = comm_dtype("optimizer.muon.comm_dtype", config_.comm_dtype);
+    normuon_ = parse_choice<OptimizerError>("optimizer.muon.variant", config_.variant, kNormuon);
+    scale_ = parse_choice<OptimizerError>("optimizer.muon.scale", config_.scale, kScales);
     if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
     else {
       local_ = make_local_communicator();
@@ -115,7 +127,7 @@ class Muon final : public Optimizer {
                            std::to_string(tensor_) + " + tensor rank");
     }
     tp_ = hooks.tp;
-    mode_ = tensor_ > 1 ? config_.tp_mode : "duplicated";
+    mode_ = tensor_ > 1 ? tp_mode : TpMode::duplicated;
     roots_.assign(params.size(), -1);
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].spec->kind == ParamKind::matrix) add_matrix(params[i], i);
@@ -253,8 +265,8 @@ class Muon final : public Optimizer {
       throw OptimizerError("muon: " + s.name + " cannot be cut into " + std::to_string(tensor_) +
                            " tensor-parallel parts along dim " + std::to_string(m.split_dim));
     }
-    m.scale = muon_scale(config_.scale, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
-    if (normuon_ && config_.scale == "rms-match") m.scale = 1.0;  // normalise() sets the RMS itself
+    m.scale = muon_scale(scale_, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
+    if (normuon_ && scale_ == Scale::rms_match) m.scale = 1.0;  // normalise() sets the RMS itself
     matrices_.push_back(std::move(m));
   }
 
@@ -262,7 +274,7 @@ class Muon final : public Optimizer {
   // under blockwise each block's tensor-parallel parts.
   std::vector<std::vector<Span>> problems(const Matrix& m, int& dim) const {
     std::vector<std::vector<Span>> out;
-    const bool per_part = mode_ == "blockwise" && m.split_dim >= 0;
+    const bool per_part = mode_ == TpMode::blockwise && m.split_dim >= 0;
     dim = per_part ? m.split_dim : m.qkv_dim;
     const int64_t extent = m.param.shape[dim];
     for (int b = 0; b < m.blocks; ++b) {
@@ -288,7 +300,7 @@ class Muon final : public Optimizer {
     return c;
   }
 
-  bool distributed(const Matrix& m) const { return mode_ == "distributed" && m.split_dim >= 0; }
+  bool distributed(const Matrix& m) const { return mode_ == TpMode::distributed && m.split_dim >= 0; }
 
   void assign_and_allocate() {
     const int ranks = group_->size(), me = group_->rank();
@@ -349,7 +361,7 @@ class Muon final : public Optimizer {
     for (const Matrix& m : matrices_) longest = std::max({longest, m.param.shape[0], m.param.shape[1]});
     neuron_buf_ = kernels::Buffer(device_, static_cast<size_t>(longest) * sizeof(float));
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
-    bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
+    bf16_ = comm_dtype_ == kernels::DType::bf16 && ranks > 1;
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
     segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
     if (ranks > 1) gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
@@ -401,8 +413,8 @@ class Muon final : public Optimizer {
       if (m.holds_state) held += m.momentum.numel(), whole += m.param.numel();
     }
     return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
-           std::to_string(matrices_.size()) + " matrices (tp_mode " + mode_ + ") and keeps " + std::to_string(held) +
-           " momentum values of their " + std::to_string(whole);
+           std::to_string(matrices_.size()) + " matrices (tp_mode " + std::string(choice_name(mode_, kTpModes)) +
+           ") and keeps " + std::to_string(held) + " momentum values of their " + std::to_string(whole);
   }
 
   // The momentum update, and the direction to orthogonalise (in work memory, or the momentum).
@@ -410,7 +422,7 @@ class Muon final : public Optimizer {
   Tensor momentum_and_direction(Matrix& m, const StepContext& ctx) {
     PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
-    const float g_weight = config_.momentum_form == "ema" ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
+    const float g_weight = momentum_form_ == MomentumForm::ema ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
     float* work = static_cast<float*>(work_.data());
     if (distributed(m)) {
       const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
@@ -459,7 +471,7 @@ class Muon final : public Optimizer {
       kernels::newton_schulz(o, u, ns_);
       return;
     }
-    if (mode_ != "blockwise" || m.split_dim < 0) {
+    if (mode_ != TpMode::blockwise || m.split_dim < 0) {
       // The Q/K/V blocks as one batch: rows of the storage, or of its transpose when it is
       // (fan_in, fan_out); no row-by-row copies (they would be thousands of device copies).
       const int64_t block = m.param.shape[m.qkv_dim] / m.blocks;
@@ -527,8 +539,8 @@ class Muon final : public Optimizer {
     for (int64_t i = 0; i < n; ++i) {
       const size_t b = static_cast<size_t>(global(i) / per_block);
       const double normalised = std::sqrt(before[static_cast<size_t>(m.blocks) + b]);
-      const double target = config_.scale == "rms-match" ? 0.2 * std::sqrt(double(per_block * across))
-                                                         : std::sqrt(before[b]);
+      const double target = scale_ == Scale::rms_match ? 0.2 * std::sqrt(double(per_block * across))
+                                                       : std::sqrt(before[b]);
       factor[static_cast<size_t>(i)] *= static_cast<float>(normalised > 0 ? target / normalised : 0.0);
     }
     kernels::copy(dev, Tensor::view(factor.data(), {n}));
@@ -571,7 +583,10 @@ class Muon final : public Optimizer {
   Communicator* group_ = nullptr;
   Communicator* tp_ = nullptr;
   int tensor_ = 1;
-  std::string mode_;
+  MomentumForm momentum_form_ = MomentumForm::ema;
+  Scale scale_ = Scale::shape;
+  TpMode mode_ = TpMode::duplicated;  // optimizer.muon.tp_mode with tensor parallelism, else duplicated
+  kernels::DType comm_dtype_ = kernels::DType::f32;  // optimizer.muon.comm_dtype
   bool bf16_ = false;
   std::vector<Matrix> matrices_;
   std::vector<int> roots_;  // gradient_roots()

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -18,6 +19,14 @@ kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
 
 // The parameters that are (matrices = true) or are not 2-D hidden matrices (ParamKind::matrix).
 std::vector<OptimParam> matrix_params(const std::vector<OptimParam>& params, bool matrices);
+
+// optimizer.weight_decay_mode = "cautious": the decay applies only where update and weight share
+// a sign. OptimizerError for a value outside the key table's choices.
+bool cautious_decay(const OptimizerConfig& config);
+
+// The element type of an owner's all-gather, from `key` (optimizer.muon.comm_dtype,
+// optimizer.shampoo.comm_dtype) and its value: "fp32" or "bf16".
+kernels::DType comm_dtype(std::string_view key, const std::string& value);
 
 // A 1-D or 2-D contiguous view at `ptr` with a runtime shape.
 kernels::Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device);

@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 
+#include "worker/config/choice.h"
 #include "worker/config/parse.h"
 #include "worker/optim/optim_internal.h"
 
@@ -79,24 +80,26 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
 double lr_multiplier(const OptimizerConfig& config, int64_t step, int64_t total_steps) {
   const int64_t warmup = std::max<int64_t>(config.warmup_steps, 0);
   const double m = config.min_lr_ratio;
-  const std::string& s = config.schedule;
-  if (s != "constant" && s != "cosine" && s != "linear" && s != "wsd") {
-    throw OptimizerError("unknown optimizer.schedule '" + s + "' (known: constant, cosine, linear, wsd)");
-  }
+  enum class Schedule { constant, cosine, linear, wsd };
+  constexpr Choice<Schedule> kSchedules[] = {{"constant", Schedule::constant},
+                                             {"cosine", Schedule::cosine},
+                                             {"linear", Schedule::linear},
+                                             {"wsd", Schedule::wsd}};
+  const Schedule s = parse_choice<OptimizerError>("optimizer.schedule", config.schedule, kSchedules);
   if (warmup > 0 && step <= warmup) return static_cast<double>(std::max<int64_t>(step, 0)) / warmup;
-  if (s == "constant") return 1.0;
+  if (s == Schedule::constant) return 1.0;
   auto fraction = [](int64_t from, int64_t t, int64_t to) {
     if (to <= from) return 1.0;
     return std::clamp(static_cast<double>(t - from) / static_cast<double>(to - from), 0.0, 1.0);
   };
-  if (s == "wsd") {
+  if (s == Schedule::wsd) {
     const int64_t decay = std::llround(config.decay_fraction * static_cast<double>(total_steps));
     const int64_t start = std::max(warmup, total_steps - decay);
     if (step <= start) return 1.0;
     return 1.0 - (1.0 - m) * fraction(start, step, total_steps);
   }
   const double p = fraction(warmup, step, total_steps);
-  if (s == "linear") return 1.0 - (1.0 - m) * p;
+  if (s == Schedule::linear) return 1.0 - (1.0 - m) * p;
   return m + (1.0 - m) * 0.5 * (1.0 + std::cos(M_PI * p));
 }
 

@@ -27,6 +27,7 @@
 #include "kernels/inverse_root.h"
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
+#include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
 #include "worker/parallel/comm_cost.h"
@@ -40,20 +41,23 @@ namespace {
 
 enum class Grafting : uint8_t { adam, rmsprop, adagrad, sgd, none };
 
-Grafting parse_grafting(const std::string& name) {
-  if (name == "adam") return Grafting::adam;
-  if (name == "rmsprop") return Grafting::rmsprop;
-  if (name == "adagrad") return Grafting::adagrad;
-  if (name == "sgd") return Grafting::sgd;
-  if (name == "none") return Grafting::none;
-  throw OptimizerError("unknown optimizer.shampoo.grafting '" + name + "' (known: adam, adagrad, rmsprop, sgd, none)");
-}
+constexpr Choice<Grafting> kGraftings[] = {{"adam", Grafting::adam},
+                                            {"rmsprop", Grafting::rmsprop},
+                                            {"adagrad", Grafting::adagrad},
+                                            {"sgd", Grafting::sgd},
+                                            {"none", Grafting::none}};
+
+constexpr Choice<kernels::RootMethod> kRootMethods[] = {{"eigh", kernels::RootMethod::eigh},
+                                                        {"newton", kernels::RootMethod::newton}};
+
+// optimizer.shampoo.params: the hidden matrices only, or also the 2-D embeddings.
+constexpr Choice<bool> kAllMatrices[] = {{"hidden", false}, {"all-matrices", true}};
 
 bool has_grafting_state(Grafting g) { return g == Grafting::adam || g == Grafting::rmsprop || g == Grafting::adagrad; }
 
-bool routed(const ParamSpec& s, const std::string& which) {
+bool routed(const ParamSpec& s, bool all_matrices) {
   if (s.kind == ParamKind::matrix) return true;
-  return which == "all-matrices" && s.shape.size() == 2 &&
+  return all_matrices && s.shape.size() == 2 &&
          (s.kind == ParamKind::embedding || s.kind == ParamKind::position);
 }
 
@@ -82,21 +86,20 @@ class Shampoo final : public Optimizer {
   Shampoo(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
           const OptimizerHooks& hooks)
       : config_(config.shampoo),  // checked by make_optimizer against the key table
-        grafting_(parse_grafting(config_.grafting)),
+        grafting_(parse_choice<OptimizerError>("optimizer.shampoo.grafting", config_.grafting, kGraftings)),
         lr_(config.lr),
-        weight_decay_(config.weight_decay), cautious_(config.weight_decay_mode == "cautious"),
+        weight_decay_(config.weight_decay), cautious_(cautious_decay(config)),
         start_(config_.start_preconditioning_step > 0 ? config_.start_preconditioning_step
                                                        : config_.precondition_frequency),
         device_(device),
         hooks_(hooks),
-        adamw_(side_params(params, config_.params), adamw_hyper(config, false), device) {
+        all_matrices_(parse_choice<OptimizerError>("optimizer.shampoo.params", config_.params, kAllMatrices)),
+        adamw_(side_params(params, all_matrices_), adamw_hyper(config, false), device) {
     if (grafting_ == Grafting::adagrad && device == kernels::Device::cuda) {
       throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
                            "use adam, rmsprop, sgd or none on CUDA");
     }
-    if (config_.comm_dtype != "fp32" && config_.comm_dtype != "bf16") {
-      throw OptimizerError("unknown optimizer.shampoo.comm_dtype '" + config_.comm_dtype + "' (known: fp32, bf16)");
-    }
+    const kernels::DType comm = comm_dtype("optimizer.shampoo.comm_dtype", config_.comm_dtype);
     if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
     else {
       local_ = make_local_communicator();
@@ -104,10 +107,10 @@ class Shampoo final : public Optimizer {
     }
     root_.root = 1.0 / (config_.exponent > 0 ? config_.exponent : 0.25);
     root_.epsilon = static_cast<float>(config_.epsilon);
-    root_.method = config_.root_method == "newton" ? kernels::RootMethod::newton : kernels::RootMethod::eigh;
+    root_.method = parse_choice<OptimizerError>("optimizer.shampoo.root_method", config_.root_method, kRootMethods);
     for (const OptimParam& p : params) {
       const ParamSpec& s = *p.spec;
-      if (!routed(s, config_.params)) continue;
+      if (!routed(s, all_matrices_)) continue;
       if (s.shape.size() != 2) throw OptimizerError("shampoo: " + s.name + " is routed but not 2-D");
       matrices_.push_back({s.name, visible(p.param, s), visible(p.grad, s)});
       const Tensor& w = matrices_.back().param;
@@ -170,7 +173,7 @@ class Shampoo final : public Optimizer {
     set_identity(eye_);
     const int64_t ranks = group_->size();
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
-    bf16_ = config_.comm_dtype == "bf16" && ranks > 1;
+    bf16_ = comm == kernels::DType::bf16 && ranks > 1;
     segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
     if (ranks > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
     if (bf16_) {
@@ -299,10 +302,10 @@ class Shampoo final : public Optimizer {
 
   bool mine(const Block& b) const { return b.owner == group_->rank(); }
 
-  static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, const std::string& which) {
+  static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, bool all_matrices) {
     std::vector<OptimParam> out;
     for (const OptimParam& p : params) {
-      if (!routed(*p.spec, which)) out.push_back(p);
+      if (!routed(*p.spec, all_matrices)) out.push_back(p);
     }
     return out;
   }
@@ -495,6 +498,7 @@ class Shampoo final : public Optimizer {
   int64_t start_;
   kernels::Device device_;
   OptimizerHooks hooks_;
+  bool all_matrices_;  // optimizer.shampoo.params = "all-matrices"
   AdamWGroup adamw_;
   kernels::InverseRootOptions root_;
   std::vector<Matrix> matrices_;

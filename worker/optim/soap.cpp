@@ -44,7 +44,7 @@ class Soap final : public Optimizer {
        const OptimizerHooks& hooks)
       : config_(config.soap),  // checked by make_optimizer against the key table
         lr_(config.lr),
-        cautious_(config.weight_decay_mode == "cautious"),
+        cautious_(cautious_decay(config)),
         shampoo_beta_(config_.shampoo_beta >= 0 ? config_.shampoo_beta : config_.beta2),
         device_(device),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device) {
