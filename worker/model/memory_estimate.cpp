@@ -5,19 +5,27 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "worker/common/error.h"
+#include "worker/config/choice.h"
 #include "worker/model/params.h"
 
 namespace precon::worker {
 
 namespace {
 
-// Bytes of optimizer state per parameter of one table row (fp32 state).
-double state_bytes(const OptimizerConfig& o, const ParamSpec& spec) {
+enum class OptimizerName { adamw, muon, shampoo, soap };
+constexpr Choice<OptimizerName> kOptimizerNames[] = {{"adamw", OptimizerName::adamw},
+                                                     {"muon", OptimizerName::muon},
+                                                     {"shampoo", OptimizerName::shampoo},
+                                                     {"soap", OptimizerName::soap}};
+
+// Bytes of optimizer state per parameter of one table row (fp32 state). normuon: optimizer.muon.variant.
+double state_bytes(const OptimizerConfig& o, OptimizerName name, bool normuon, const ParamSpec& spec) {
   const bool matrix = spec.kind == ParamKind::matrix;
   const double n = static_cast<double>(spec.numel());
-  if (o.name == "muon" && matrix)  // the momentum, and NorMuon's v per output neuron
-    return 4 * n + (o.muon.variant == "normuon" ? 4.0 * static_cast<double>(spec.fan_out) : 0.0);
-  if (o.name == "shampoo" && matrix) {
+  if (name == OptimizerName::muon && matrix)  // the momentum, and NorMuon's v per output neuron
+    return 4 * n + (normuon ? 4.0 * static_cast<double>(spec.fan_out) : 0.0);
+  if (name == OptimizerName::shampoo && matrix) {
     // Momentum and Adam grafting (3 per weight), and per block of each side's max_preconditioner_dim
     // its statistics and inverse root (2 · d² each side).
     const double d = static_cast<double>(std::max<int64_t>(1, o.shampoo.max_preconditioner_dim));
@@ -26,7 +34,7 @@ double state_bytes(const OptimizerConfig& o, const ParamSpec& spec) {
     const double blocks = std::ceil(rows / br) * std::ceil(cols / bc);
     return 12 * n + blocks * 8 * (br * br + bc * bc);
   }
-  if (o.name == "soap" && matrix) {
+  if (name == OptimizerName::soap && matrix) {
     // Both moments (rotated), and per rotated side its factor and eigenbasis (2 · d² each).
     const double limit = static_cast<double>(o.soap.max_preconditioner_dim);
     double bytes = 8 * n;
@@ -40,6 +48,13 @@ double state_bytes(const OptimizerConfig& o, const ParamSpec& spec) {
 }  // namespace
 
 MemoryEstimate estimate_memory(const TrialConfig& c) {
+  constexpr Choice<bool> kNormuon[] = {{"muon", false}, {"normuon", true}};  // optimizer.muon.variant
+  constexpr Choice<bool> kBf16[] = {{"fp32", false}, {"bf16", true}};        // train.precision
+  constexpr Choice<bool> kSlurm[] = {{"local", false}, {"slurm", true}};     // resources.executor
+  const OptimizerName optimizer = parse_choice<WorkerError>("optimizer.name", c.optimizer.name, kOptimizerNames);
+  const bool normuon = parse_choice<WorkerError>("optimizer.muon.variant", c.optimizer.muon.variant, kNormuon);
+  const bool bf16 = parse_choice<WorkerError>("train.precision", c.train.precision, kBf16);
+  const bool slurm = parse_choice<WorkerError>("resources.executor", c.resources.executor, kSlurm);
   MemoryEstimate e;
   double bytes = 0;
   for (const ParamSpec& spec : model_param_table(c.model)) {
@@ -47,12 +62,12 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
     const double n = static_cast<double>(spec.numel());
     // A routed expert lives on one rank of each expert-parallel group.
     const double share = spec.expert >= 0 ? 1.0 / static_cast<double>(c.parallel.expert) : 1.0;
-    bytes += share * (8 * n + state_bytes(c.optimizer, spec) + (c.train.precision == "bf16" ? 2 * n : 0));
+    bytes += share * (8 * n + state_bytes(c.optimizer, optimizer, normuon, spec) + (bf16 ? 2 * n : 0));
   }
   const double split = static_cast<double>(c.parallel.tensor * c.parallel.pipeline);
   e.bytes_per_rank = bytes / split;
   const int64_t ranks = c.parallel.tensor * c.parallel.data * c.parallel.pipeline;
-  const int64_t per_node = c.resources.executor == "slurm" ? std::min(ranks, c.resources.ntasks_per_node) : ranks;
+  const int64_t per_node = slurm ? std::min(ranks, c.resources.ntasks_per_node) : ranks;
   e.bytes_per_node = e.bytes_per_rank * static_cast<double>(per_node);
   return e;
 }

@@ -7,6 +7,7 @@
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
+#include "worker/config/choice.h"
 #include "worker/model/gpt.h"
 #include "worker/model/llama.h"
 
@@ -15,6 +16,13 @@ namespace precon::worker {
 namespace k = kernels;
 using k::DType;
 using k::Tensor;
+
+namespace {
+
+// train.precision: the activations' type (the master weights stay fp32).
+constexpr Choice<DType> kActivationTypes[] = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
+
+}  // namespace
 
 void Model::ActPlan::add(Tensor* t, std::vector<int64_t> shape, DType dtype) {
   plan_.emplace_back(t, std::move(shape));
@@ -54,7 +62,8 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
       L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), stage_(stage),
       L0_(stage.first_layer), L1_(stage.end_layer < 0 ? config.n_layer : stage.end_layer), tp_{tp},
       NHl_(NH_ / tp_.size()), Vpl_(Vp_ / tp_.size()), device_(device),
-      act_(precision == "bf16" ? DType::bf16 : DType::f32), loss_(tp_, config.vocab_size) {
+      act_(parse_choice<std::invalid_argument>("train.precision", precision, kActivationTypes)),
+      loss_(tp_, config.vocab_size) {
   if (L0_ < 0 || L1_ > L_ || L0_ > L1_ || stage.slots < 1)
     throw std::invalid_argument("model: stage blocks [" + std::to_string(L0_) + ", " + std::to_string(L1_) +
                                 ") with " + std::to_string(stage.slots) + " slot(s) do not fit n_layer = " +

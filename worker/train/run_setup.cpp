@@ -8,6 +8,7 @@
 #include "kernels/linalg.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/fault_hook.h"
+#include "worker/config/choice.h"
 #include "worker/model/model_io.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/train/run.h"
@@ -18,6 +19,12 @@ namespace k = kernels;
 namespace fs = std::filesystem;
 
 namespace {
+
+constexpr Choice<k::Device> kDevices[] = {{"cpu", k::Device::cpu}, {"cuda", k::Device::cuda}};  // train.device
+
+// parallel.backend; automatic is "auto": NCCL between GPUs, MPI (or nothing, for one process) on the CPU.
+enum class Backend { automatic, mpi, nccl };
+constexpr Choice<Backend> kBackends[] = {{"auto", Backend::automatic}, {"mpi", Backend::mpi}, {"nccl", Backend::nccl}};
 
 std::vector<fs::path> split_paths(const std::string& list) {
   std::vector<fs::path> out;
@@ -47,10 +54,11 @@ void configure_run(Run& run) {
   TrialConfig& cfg = run.cfg();
   std::unique_ptr<Communicator> world = options.world ? options.world->split(0, options.world->rank())
                                                       : make_local_communicator();
-  const bool cuda = cfg.train.device == "cuda";
-  // auto: NCCL between GPUs; MPI (or nothing, for one process) on the CPU. nccl on one rank is
-  // allowed: it is how a single GPU checks the backend.
-  if (cfg.parallel.backend == "nccl" || (cfg.parallel.backend == "auto" && cuda && world->size() > 1)) {
+  const k::Device device = parse_choice<ConfigError>("train.device", cfg.train.device, kDevices);
+  const bool cuda = device == k::Device::cuda;
+  const Backend backend = parse_choice<ConfigError>("parallel.backend", cfg.parallel.backend, kBackends);
+  // nccl on one rank is allowed: it is how a single GPU checks the backend.
+  if (backend == Backend::nccl || (backend == Backend::automatic && cuda && world->size() > 1)) {
     world = make_nccl_communicator(*world);
   } else if (cuda && world->size() > 1) {
     throw ConfigError(run.parsed.origin.count("parallel.backend") ? run.parsed.origin.at("parallel.backend") : "config", 0,
@@ -67,7 +75,7 @@ void configure_run(Run& run) {
   fs::create_directories(options.run_dir);
   if (run.par.first()) write_run_config(options, cfg);
   if (cfg.train.threads > 0) k::set_cpu_threads(static_cast<int>(cfg.train.threads));
-  run.device = cfg.train.device == "cuda" ? k::Device::cuda : k::Device::cpu;
+  run.device = device;
   k::require_device(run.device);
 }
 

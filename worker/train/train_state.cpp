@@ -16,6 +16,7 @@
 #include "worker/ckpt/safetensors.h"
 #include "worker/common/error.h"
 #include "worker/common/json_error.h"
+#include "worker/config/choice.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
@@ -146,7 +147,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
     RetentionPolicy policy;
     policy.keep_last = static_cast<int>(state.config->train.keep_checkpoints);
     policy.keep_best = static_cast<int>(state.config->train.keep_best);
-    policy.minimize = state.config->objective.mode != "max";
+    constexpr Choice<bool> kMinimize[] = {{"min", true}, {"max", false}};  // objective.mode
+    policy.minimize = parse_choice<CheckpointError>("objective.mode", state.config->objective.mode, kMinimize);
     policy.objective = [](const CheckpointInfo& c) { return checkpoint_objective(c.dir); };
     apply_retention(run_dir, policy);
   }

@@ -22,6 +22,7 @@
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/error.h"
 #include "worker/common/fault_hook.h"
+#include "worker/config/choice.h"
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
 #include "worker/model/qk_clip.h"
@@ -170,7 +171,9 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                             *std::max_element(stats.moe.load[l].begin(), stats.moe.load[l].end()));
     }
   }
-  if (cfg.optimizer.name == "shampoo") {
+  // optimizer.name: which optimizers keep inverse roots and report their failures.
+  constexpr Choice<bool> kInverseRoots[] = {{"adamw", false}, {"muon", false}, {"shampoo", true}, {"soap", false}};
+  if (parse_choice<TrainingError>("optimizer.name", cfg.optimizer.name, kInverseRoots)) {
     double failures = static_cast<double>(run.optimizer->inverse_root_failures());
     run.par.pp->all_reduce_sum(&failures, 1);  // each stage counts its own blocks (one stage: itself)
     r.values.emplace_back("inverse_root_failures", failures);
