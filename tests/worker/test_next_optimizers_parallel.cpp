@@ -25,6 +25,7 @@ class NextOptimizersParallel : public mpitest::MpiRunFixture {
   std::string model_;  // the model's and batch's settings (empty: the fixture's)
   double tolerance_ = mpitest::kLossTolerance;
   std::string dp2_log_;  // a line the DP=2 run's log must hold (its share of the owners' work)
+  std::vector<std::string> reshard_from_ = {"--set parallel.tensor=2"};  // the TP=2 runs resumed at TP=1
 
   // The layouts against the single process, the SIGKILL resume and the TP2→TP1 reshard for one
   // optimizer config (d_model 32, 128 tokens a step).
@@ -52,12 +53,16 @@ class NextOptimizersParallel : public mpitest::MpiRunFixture {
     EXPECT_EQ(series("killed", "train_loss"), series("one", "train_loss"));
     EXPECT_EQ(series("killed", "val_loss"), series("one", "val_loss"));
     // Six steps at TP=2, the rest at TP=1 from its checkpoint.
-    r = launch(cfg, "tp2_tp1", 2, "--set parallel.tensor=2 --set train.steps=6" + every);
-    ASSERT_EQ(r.status, 0) << r.output;
-    r = launch(cfg, "tp2_tp1", 1, every);
-    ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
-    expect_same_trajectory("one", "tp2_tp1", 12, tolerance_);
+    for (const std::string& tp2 : reshard_from_) {
+      SCOPED_TRACE(tp2);
+      fs::remove_all(dir_ / "tp2_tp1");
+      r = launch(cfg, "tp2_tp1", 2, tp2 + " --set train.steps=6" + every);
+      ASSERT_EQ(r.status, 0) << r.output;
+      r = launch(cfg, "tp2_tp1", 1, every);
+      ASSERT_EQ(r.status, 0) << r.output;
+      EXPECT_NE(r.output.find("resumed from"), std::string::npos) << r.output;
+      expect_same_trajectory("one", "tp2_tp1", 12, tolerance_);
+    }
   }
 };
 
@@ -96,6 +101,9 @@ TEST_F(NextOptimizersParallel, SoapFollowsTheSingleProcessRunResumesAndReshards)
 
 TEST_F(NextOptimizersParallel, NorMuonFollowsTheSingleProcessRunResumesAndReshards) {
   dp2_log_ = "muon: rank 0 orthogonalises 4 of 8 matrices";
+  // Under tp_mode distributed each rank checkpoints its own neurons' v (or, for a part that cuts
+  // the other dim, the first rank the whole v): one TP=1 run reads them back.
+  reshard_from_.push_back("--set parallel.tensor=2 --set optimizer.muon.tp_mode=distributed");
   check_optimizer("[optimizer]\nname = \"muon\"\nlr = 0.02\nweight_decay = 0.01\n[optimizer.adamw]\nlr = 0.003\n"
                   "[optimizer.muon]\nvariant = \"normuon\"\n",
                   // (TP=2 with the default tp_mode, duplicated, runs in the reshard below.)
