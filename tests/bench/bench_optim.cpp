@@ -18,26 +18,20 @@ namespace {
 
 using namespace precon::worker;
 
-ModelConfig config_b() {
+ModelConfig gpt2_shape(int64_t layers, int64_t heads, int64_t width, int64_t seq_len) {
   ModelConfig m;
-  m.n_layer = 6;
-  m.n_head = 6;
-  m.d_model = 384;
-  m.seq_len = 256;
+  m.n_layer = layers;
+  m.n_head = heads;
+  m.d_model = width;
+  m.seq_len = seq_len;
   m.vocab_size = 50257;
   return m;
 }
 
+ModelConfig config_b() { return gpt2_shape(6, 6, 384, 256); }
+
 // GPT-2 124M's widths, two layers.
-ModelConfig config_124m_two_layers() {
-  ModelConfig m;
-  m.n_layer = 2;
-  m.n_head = 12;
-  m.d_model = 768;
-  m.seq_len = 1024;
-  m.vocab_size = 50257;
-  return m;
-}
+ModelConfig config_124m_two_layers() { return gpt2_shape(2, 12, 768, 1024); }
 
 void fill(const precon::kernels::Tensor& t, unsigned seed, float stddev) {
   std::mt19937 rng(seed);

@@ -88,6 +88,21 @@ PhaseTimer::~PhaseTimer() {
   sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+std::vector<NamedState> owner_state_tensors(const std::vector<const StateBuffer*>& buffers, const AdamWGroup& adamw,
+                                            bool adamw_primary) {
+  std::vector<NamedState> out;
+  for (const StateBuffer* state : buffers) state->append_tensors(out);
+  adamw.append_state(out, adamw_primary);
+  return out;
+}
+
+std::vector<StateKind> owner_state_kinds(const std::vector<const StateBuffer*>& buffers, const AdamWGroup& adamw) {
+  std::vector<StateKind> out;
+  for (const StateBuffer* state : buffers) state->append_kind(out);
+  adamw.append_kinds(out);
+  return out;
+}
+
 std::string route_text(const std::string& optimizer, size_t tensors, int64_t numel) {
   char count[32];
   if (numel >= 1000000) std::snprintf(count, sizeof count, "%.1fM", numel / 1e6);

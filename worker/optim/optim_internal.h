@@ -109,6 +109,13 @@ class AdamWGroup {
   StateBuffer exp_avg_{"exp_avg"}, exp_avg_sq_{"exp_avg_sq"};
 };
 
+// The state of an optimizer whose expensive state lives with owners (Shampoo, SOAP): this rank's
+// tensors of each kind in `buffers` (in that order), then the AdamW side group's, written to
+// checkpoints by the first rank (`adamw_primary`); and their allocations.
+std::vector<NamedState> owner_state_tensors(const std::vector<const StateBuffer*>& buffers, const AdamWGroup& adamw,
+                                            bool adamw_primary);
+std::vector<StateKind> owner_state_kinds(const std::vector<const StateBuffer*>& buffers, const AdamWGroup& adamw);
+
 // "muon: 24 tensors, 7.1M params"
 std::string route_text(const std::string& optimizer, size_t tensors, int64_t numel);
 

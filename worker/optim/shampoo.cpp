@@ -22,6 +22,7 @@
 // them; a refresh ends with one max over the blocks' failure flags, so failures count globally.
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "kernels/error.h"
 #include "kernels/inverse_root.h"
@@ -237,17 +238,9 @@ class Shampoo final : public Optimizer {
   }
 
   std::vector<NamedState> state_tensors() override {
-    std::vector<NamedState> out;
-    for (const StateBuffer* state : state_buffers()) state->append_tensors(out);
-    adamw_.append_state(out, group_->rank() == 0);
-    return out;
+    return owner_state_tensors(std::as_const(*this).state_buffers(), adamw_, group_->rank() == 0);
   }
-  std::vector<StateKind> state_kinds() const override {
-    std::vector<StateKind> out;
-    for (const StateBuffer* state : state_buffers()) state->append_kind(out);
-    adamw_.append_kinds(out);
-    return out;
-  }
+  std::vector<StateKind> state_kinds() const override { return owner_state_kinds(state_buffers(), adamw_); }
 
   // {"consecutive_root_failures": {"<param>.block<i>": n, ...}}
   nlohmann::json state_scalars() const override {

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <utility>
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
@@ -155,17 +156,9 @@ class Soap final : public Optimizer {
   }
 
   std::vector<NamedState> state_tensors() override {
-    std::vector<NamedState> out;
-    for (const StateBuffer* state : state_buffers()) state->append_tensors(out);
-    adamw_.append_state(out, group_->rank() == 0);
-    return out;
+    return owner_state_tensors(std::as_const(*this).state_buffers(), adamw_, group_->rank() == 0);
   }
-  std::vector<StateKind> state_kinds() const override {
-    std::vector<StateKind> out;
-    for (const StateBuffer* state : state_buffers()) state->append_kind(out);
-    adamw_.append_kinds(out);
-    return out;
-  }
+  std::vector<StateKind> state_kinds() const override { return owner_state_kinds(state_buffers(), adamw_); }
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
