@@ -7,6 +7,7 @@
 #include <sstream>
 #include <variant>
 
+#include "worker/config/choice.h"
 #include "worker/config/keys.h"
 
 namespace precon::orch {
@@ -244,7 +245,7 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worke
           report(g, "swept both in a [[sweep.grid]] table and in [sweep.parameters] (" + where(source, p.line) +
                         "); a key belongs to one of them");
   }
-  if (sweep.method == "grid") {
+  if (sweep_method(sweep) == SweepMethod::grid) {
     for (const SweepParam& p : sweep.parameters)
       if (p.kind != SweepKind::values)
         report(p, std::string("a distribution (") + sweep_kind_name(p.kind) +
@@ -256,6 +257,11 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worke
 }
 
 }  // namespace
+
+SweepMethod sweep_method(const SweepConfig& sweep) {
+  constexpr worker::Choice<SweepMethod> kMethods[] = {{"grid", SweepMethod::grid}, {"random", SweepMethod::random}};
+  return worker::parse_choice<ConfigError>("sweep.method", sweep.method, kMethods);
+}
 
 const char* sweep_kind_name(SweepKind kind) {
   switch (kind) {

@@ -43,6 +43,11 @@ struct SweepConfig : worker::SweepSettings {
   std::vector<std::vector<SweepParam>> grids;   // [[sweep.grid]]: sub-grids; the sweep is their union
 };
 
+// sweep.method: every combination of the values, or `samples` random draws.
+enum class SweepMethod { grid, random };
+// ConfigError for a method outside the key table's choices.
+SweepMethod sweep_method(const SweepConfig& sweep);
+
 struct Recipe {
   std::string source;                  // file name (for messages)
   std::string text;                    // the recipe as given

@@ -9,6 +9,7 @@
 #include <map>
 #include <tuple>
 
+#include "worker/config/choice.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
 #include "worker/data/prepare.h"
@@ -220,7 +221,7 @@ Pick draw(const SweepParam& p, Rng& rng) {
 int64_t sweep_size(const Recipe& recipe) {
   const SweepConfig& sweep = recipe.sweep;
   if (sweep.parameters.empty() && sweep.grids.empty()) return 1;
-  if (sweep.method == "random") return sweep.samples;
+  if (sweep_method(sweep) == SweepMethod::random) return sweep.samples;
   int64_t total = 0;
   for (const auto& dims : sub_grids(sweep)) {
     const int64_t n = grid_size(dims);
@@ -238,7 +239,7 @@ void check_sweep_size(const Recipe& recipe) {
   const int64_t total = sweep_size(recipe);
   if (total <= kMaxSweepTrials) return;
   const std::string count = total == std::numeric_limits<int64_t>::max() ? std::string("too many") : std::to_string(total);
-  if (sweep.method == "random") {
+  if (sweep_method(sweep) == SweepMethod::random) {
     // Only reachable when the key table's range for sweep.samples is wider than the cap.
     throw ConfigError(recipe.source, 0, "sweep.samples",
                       "asks for " + count + " trials, more than " + std::to_string(kMaxSweepTrials) +
@@ -266,7 +267,7 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
     return trials;
   }
   check_sweep_size(recipe);
-  if (sweep.method == "random") {
+  if (sweep_method(sweep) == SweepMethod::random) {
     Rng rng(static_cast<uint64_t>(sweep.seed));
     trials.reserve(static_cast<size_t>(sweep.samples));
     std::vector<Pick> picks;
@@ -392,7 +393,9 @@ std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trial
     if (found == verdicts.end()) {
       std::string verdict;
       const double limit = worker::memory_limit_bytes(c.resources.mem);
-      const double have = limit > 0 ? limit : c.resources.executor == "local" ? machine_bytes : 0;
+      constexpr worker::Choice<bool> kLocal[] = {{"local", true}, {"slurm", false}};  // resources.executor
+      const bool local = worker::parse_choice<ConfigError>("resources.executor", c.resources.executor, kLocal);
+      const double have = limit > 0 ? limit : local ? machine_bytes : 0;
       if (have > 0) {
         const worker::MemoryEstimate e = worker::estimate_memory(c);
         if (e.bytes_per_node > have)

@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include "worker/config/choice.h"
+
 namespace precon::orch {
 namespace {
 
@@ -61,12 +63,12 @@ EarlyStopper::EarlyStopper(EarlyStopSettings settings) : s_(std::move(settings))
   auto bad = [](const std::string& key, const std::string& what) {
     throw EarlyStopError("[sweep.early_stop] " + key + ": " + what);
   };
-  if (s_.method != "asha" && s_.method != "median" && s_.method != "none")
-    bad("method", "expected \"asha\", \"median\" or \"none\", got \"" + s_.method + "\"");
-  if (s_.mode != "min" && s_.mode != "max")
-    bad("mode", "expected \"min\" or \"max\", got \"" + s_.mode + "\"");
-  maximize_ = s_.mode == "max";
-  if (s_.method == "asha") {
+  constexpr worker::Choice<Method> kMethods[] = {
+      {"asha", Method::asha}, {"median", Method::median}, {"none", Method::none}};
+  constexpr worker::Choice<bool> kMaximize[] = {{"min", false}, {"max", true}};
+  method_ = worker::parse_choice<EarlyStopError>("sweep.early_stop.method", s_.method, kMethods);
+  maximize_ = worker::parse_choice<EarlyStopError>("sweep.early_stop.mode", s_.mode, kMaximize);
+  if (method_ == Method::asha) {
     if (s_.min_step < 1) bad("min_step", "must be >= 1, got " + std::to_string(s_.min_step));
     if (s_.reduction_factor < 2)
       bad("reduction_factor", "must be >= 2, got " + std::to_string(s_.reduction_factor));
@@ -74,7 +76,7 @@ EarlyStopper::EarlyStopper(EarlyStopSettings settings) : s_(std::move(settings))
       bad("min_early_stopping_rate",
           "must be >= 0, got " + std::to_string(s_.min_early_stopping_rate));
   }
-  if (s_.method == "median") {
+  if (method_ == Method::median) {
     if (s_.n_startup_trials < 0)
       bad("n_startup_trials", "must be >= 0, got " + std::to_string(s_.n_startup_trials));
     if (s_.n_warmup_steps < 0)
@@ -95,7 +97,7 @@ int64_t EarlyStopper::rung_step(int64_t rung) const {
 
 std::vector<int64_t> EarlyStopper::rungs(int64_t max_step) const {
   std::vector<int64_t> out;
-  if (s_.method != "asha") return out;
+  if (method_ != Method::asha) return out;
   for (int64_t k = 0;; ++k) {
     const int64_t r = rung_step(k);
     if (r > max_step || r == std::numeric_limits<int64_t>::max()) break;
@@ -125,10 +127,10 @@ StopDecision EarlyStopper::report(int64_t trial, int64_t step, double value,
                                   const ObjectiveHistory& history,
                                   const std::set<int64_t>& completed,
                                   const std::map<int64_t, int64_t>& stopped_rung) const {
-  if (s_.method == "none") return {};
+  if (method_ == Method::none) return {};
   const auto own = own_points(trial, step, value, history);
   if (step < own.rbegin()->first) return {};
-  if (s_.method == "asha") return asha(trial, own, history, stopped_rung);
+  if (method_ == Method::asha) return asha(trial, own, history, stopped_rung);
   return median(trial, own, history, completed);
 }
 

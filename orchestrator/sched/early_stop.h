@@ -110,8 +110,11 @@ class EarlyStopper {
   StopDecision median(int64_t trial, const std::map<int64_t, double>& own,
                       const ObjectiveHistory& history, const std::set<int64_t>& completed) const;
 
+  enum class Method { asha, median, none };
+
   EarlyStopSettings s_;
-  bool maximize_ = false;
+  Method method_ = Method::none;  // s_.method
+  bool maximize_ = false;         // s_.mode = "max"
 };
 
 // numpy.nanpercentile(values, 50) bit for bit: NaNs dropped, linear interpolation with numpy's

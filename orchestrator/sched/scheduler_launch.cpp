@@ -15,6 +15,7 @@
 #include "orchestrator/sched/scheduler_live.h"
 #include "orchestrator/store/token_hash.h"
 #include "worker/common/file_io.h"
+#include "worker/config/choice.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
@@ -121,7 +122,9 @@ Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, L
   spec.run_dir = trial.run_dir;
   spec.cpus = cfg.train.threads > 0 ? static_cast<int>(cfg.train.threads) : 1;
   spec.ranks = static_cast<int>(cfg.parallel.tensor * cfg.parallel.data * cfg.parallel.pipeline);
-  spec.gpus = cfg.train.device == "cuda" ? std::max<int>(1, static_cast<int>(cfg.resources.gpus_per_node)) : 0;
+  constexpr worker::Choice<bool> kCuda[] = {{"cpu", false}, {"cuda", true}};  // train.device
+  const bool cuda = worker::parse_choice<worker::ConfigError>("train.device", cfg.train.device, kCuda);
+  spec.gpus = cuda ? std::max<int>(1, static_cast<int>(cfg.resources.gpus_per_node)) : 0;
   spec.resources = cfg.resources;
   const fs::path config_path = fs::path(trial.run_dir) / "config.toml";
   spec.argv = {options_.trainer.string(), "--config", config_path.string(), "--run-dir", trial.run_dir,

@@ -8,6 +8,8 @@
 #include <optional>
 #include <utility>
 
+#include "worker/config/choice.h"
+
 namespace precon::orch {
 namespace {
 
@@ -265,10 +267,13 @@ std::vector<ParetoEntry> pareto(const std::vector<BestTrial>& trials,
 
 }  // namespace
 
+bool maximizes(const std::string& mode) {
+  constexpr worker::Choice<bool> kMaximize[] = {{"min", false}, {"max", true}};
+  return worker::parse_choice<BestError>("objective.mode", mode, kMaximize);
+}
+
 BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings& settings) {
-  if (settings.mode != "min" && settings.mode != "max")
-    throw BestError("[objective] mode: expected \"min\" or \"max\", got \"" + settings.mode + "\"");
-  const Context cx{settings.mode == "max"};
+  const Context cx{maximizes(settings.mode)};
   BestReport out;
   out.settings = settings;
 
@@ -405,7 +410,7 @@ nlohmann::json ranking_json(const Ranking& r, Axis axis) {
 std::string format_best_table(const BestReport& report) {
   const auto& metric = report.settings.metric;
   std::string out = "objective: " + metric + " (" +
-                    (report.settings.mode == "max" ? "higher" : "lower") + " is better)\n\n";
+                    (maximizes(report.settings.mode) ? "higher" : "lower") + " is better)\n\n";
   out += report.at_step.defined
              ? "At equal steps (step " + std::to_string(static_cast<int64_t>(report.at_step.at)) +
                    "):\n"

@@ -103,6 +103,10 @@ struct BestReport {
   std::vector<ParetoEntry> pareto;  // front by seconds per step, then dominated, then the rest
 };
 
+// True for objective.mode "max", false for "min"; BestError for any other mode. The one place the
+// service reads an objective's direction (here, the dashboard's best points and BestCache).
+bool maximizes(const std::string& mode);
+
 // Throws BestError for a mode other than "min" or "max".
 BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings& settings);
 

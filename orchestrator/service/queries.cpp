@@ -126,7 +126,7 @@ std::optional<TrialMetricPoint> BestCache::objective_best(const Store& store, co
     if (it != objective_bests_.end() && it->second.global == global && it->second.local == local) return it->second.best;
   }
   std::optional<TrialMetricPoint> fresh =
-      store.best_metric(experiment.id, experiment.objective_metric, experiment.objective_mode == "max");
+      store.best_metric(experiment.id, experiment.objective_metric, maximizes(experiment.objective_mode));
   std::lock_guard lock(mu_);
   objective_bests_[experiment.id] = {global, local, fresh};
   return fresh;

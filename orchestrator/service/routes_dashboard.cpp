@@ -30,7 +30,7 @@ json finite_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr
 // every bucket's extremes, so a downsampled read still holds the exact best value.
 std::optional<MetricPoint> best_point(const Store& store, int64_t trial_id, const ExperimentRow& e) {
   std::optional<MetricPoint> best;
-  const bool max = e.objective_mode == "max";
+  const bool max = maximizes(e.objective_mode);
   for (const MetricPoint& p : store.metrics(trial_id, e.objective_metric, 256)) {
     if (!std::isfinite(p.value)) continue;
     if (!best || (max ? p.value > best->value : p.value < best->value)) best = p;

@@ -10,6 +10,7 @@ import sys
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 WORKER_INTERFACE = {
     "worker/config/config.h", "worker/config/keys.h", "worker/config/parse.h",  # the schema
+    "worker/config/choice.h",                                                    # its choices as enums
     "worker/train/exit_codes.h",                                                 # how a trainer ends
     "worker/ckpt/checkpoint.h", "worker/ckpt/objective.h",                       # the checkpoint listing
     "worker/data/prepare.h",                                                     # precon data prepare
