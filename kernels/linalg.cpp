@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "kernels/backend.h"
 #include "kernels/check.h"
 #include "kernels/dispatch.h"
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/check.h"
@@ -129,15 +130,7 @@ void newton_schulz_one(Tensor out, const Tensor& g, const NsOptions& options) {
   }
   scale(x, static_cast<float>(1.0 / denom));
 
-  for (const NsCoefficients& k : options.schedule) {
-    syrk(a, x, Trans::no, 1.0f, 0.0f);  // A = X Xᵀ
-    copy(b, a);
-    if (k.c == 0.0f) scale(b, k.b);     // a cubic step: B = b A, no Gram-square product
-    else syrk(b, a, Trans::no, k.c, k.b);  // B = c A Aᵀ + b A  (A symmetric, so A Aᵀ = A²)
-    copy(y, x);
-    gemm(y, b, x, Trans::no, Trans::no, 1.0f, k.a);  // Y = B X + a X
-    std::swap(x, y);
-  }
+  x = newton_schulz_steps(x, y, a, b, options.schedule, true);
 
   Tensor result = x;
   if (tall) {
@@ -149,6 +142,22 @@ void newton_schulz_one(Tensor out, const Tensor& g, const NsOptions& options) {
 }
 
 }  // namespace
+
+Tensor newton_schulz_steps(Tensor x, Tensor y, Tensor a, Tensor b, const std::vector<NsCoefficients>& schedule,
+                           bool gram_of_rows, const std::function<void(Tensor&)>& reduce_gram) {
+  for (const NsCoefficients& k : schedule) {
+    syrk(a, x, gram_of_rows ? Trans::no : Trans::yes, 1.0f, 0.0f);  // A = X Xᵀ (or Xᵀ X)
+    if (reduce_gram) reduce_gram(a);
+    copy(b, a);
+    if (k.c == 0.0f) scale(b, k.b);        // a cubic step: B = b A, no Gram-square product
+    else syrk(b, a, Trans::no, k.c, k.b);  // B = c A Aᵀ + b A  (A symmetric, so A Aᵀ = A²)
+    copy(y, x);
+    if (gram_of_rows) gemm(y, b, x, Trans::no, Trans::no, 1.0f, k.a);  // Y = B X + a X
+    else gemm(y, x, b, Trans::no, Trans::no, 1.0f, k.a);               // Y = X B + a X
+    std::swap(x, y);
+  }
+  return x;
+}
 
 void newton_schulz(Tensor out, const Tensor& g, const NsOptions& options) {
   const char* op = "newton_schulz";

@@ -3,6 +3,7 @@
 //   for (a, b, c) in schedule: A = X Xᵀ; B = bA + cA²; X = aX + BX
 #pragma once
 
+#include <functional>
 #include <string_view>
 #include <string>
 #include <vector>
@@ -48,5 +49,13 @@ struct NsOptions {
 // out = NS(g) for g of shape (rows, cols) or a batch (batch, rows, cols); out has g's shape and
 // dtype and may alias g. An all-zero matrix gives zeros; non-finite input throws NonFiniteError.
 void newton_schulz(Tensor out, const Tensor& g, const NsOptions& options);
+
+// The iteration itself, one step per tuple of `schedule`, on X already divided by its norm. With
+// `gram_of_rows` A = X Xᵀ and each step is X ← (cA² + bA) X + aX; without, A = XᵀX and X ← X(cA² +
+// bA) + aX (c = 0: a cubic step, no A²). `reduce_gram`, when given, is applied to each A once it is
+// formed: the sum over the ranks that hold parts of X (worker/optim/parts.h). x and y (X's shape)
+// take turns; a and b are A's shape. Returns the one that holds the result.
+Tensor newton_schulz_steps(Tensor x, Tensor y, Tensor a, Tensor b, const std::vector<NsCoefficients>& schedule,
+                           bool gram_of_rows, const std::function<void(Tensor&)>& reduce_gram = {});
 
 }  // namespace precon::kernels

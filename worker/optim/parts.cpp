@@ -1,7 +1,6 @@
 #include "worker/optim/parts.h"
 
 #include <cmath>
-#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/error.h"
@@ -11,7 +10,6 @@
 namespace precon::worker::optim {
 
 using kernels::Tensor;
-using kernels::Trans;
 
 Span tp_chunk(int64_t extent, int blocks, int ranks, int k, int r) {
   const int64_t block = extent / blocks, chunk = block / ranks;
@@ -84,18 +82,9 @@ void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& opti
   Tensor a = Tensor::view(scratch, {n, n}, kernels::DType::f32, device);
   Tensor b = Tensor::view(scratch + n * n, {n, n}, kernels::DType::f32, device);
   Tensor y = Tensor::view(scratch + 2 * n * n, {x.shape[0], x.shape[1]}, kernels::DType::f32, device);
-  Tensor cur = x;
-  for (const kernels::NsCoefficients& k : options.schedule) {
-    kernels::syrk(a, cur, dim == 1 ? Trans::no : Trans::yes, 1.0f, 0.0f);  // this rank's part of the Gram matrix
-    group.all_reduce_sum(a.f32(), a.numel());
-    kernels::copy(b, a);
-    if (k.c == 0.0f) kernels::scale(b, k.b);       // a cubic step: B = b A
-    else kernels::syrk(b, a, Trans::no, k.c, k.b);  // B = c A² + b A
-    kernels::copy(y, cur);
-    if (dim == 1) kernels::gemm(y, b, cur, Trans::no, Trans::no, 1.0f, k.a);  // Y = B X + a X
-    else kernels::gemm(y, cur, b, Trans::no, Trans::no, 1.0f, k.a);           // Y = X B + a X
-    std::swap(cur, y);
-  }
+  // Each rank forms its part of the Gram matrix; the sum over the group is the whole matrix's.
+  const Tensor cur = kernels::newton_schulz_steps(x, y, a, b, options.schedule, dim == 1,
+                                                  [&](Tensor& gram) { group.all_reduce_sum(gram.f32(), gram.numel()); });
   if (cur.data != x.data) kernels::copy(x, cur);
 }
 
