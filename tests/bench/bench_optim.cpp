@@ -88,27 +88,7 @@ void BM_OptimAdamW(benchmark::State& state) {
   run(state, c, 1);
 }
 
-void BM_OptimMuon(benchmark::State& state) {
-  OptimizerConfig c;
-  c.name = "muon";
-  c.lr = 0.02;
-  c.muon.ns_steps = 5;
-  c.muon.coefficients = "keller";
-  run(state, c, 1);
-}
-
-// Ten iterations from step 11: nine plain preconditioned steps and one inverse-root refresh
-// (step 20), so the counters are the amortised cost at frequency 10.
-void BM_OptimShampoo(benchmark::State& state) {
-  OptimizerConfig c;
-  c.name = "shampoo";
-  c.shampoo.precondition_frequency = 10;
-  c.shampoo.max_preconditioner_dim = 1024;
-  c.shampoo.epsilon = 1e-8;
-  run(state, c, 11);
-}
-
-OptimizerConfig muon_124m(bool normuon) {
+OptimizerConfig muon_config(bool normuon) {
   OptimizerConfig c;
   c.name = "muon";
   c.lr = 0.02;
@@ -118,19 +98,27 @@ OptimizerConfig muon_124m(bool normuon) {
   return c;
 }
 
-void BM_Optim124mMuon(benchmark::State& state) { run(state, muon_124m(false), 1, config_124m_two_layers()); }
-
-void BM_Optim124mNorMuon(benchmark::State& state) { run(state, muon_124m(true), 1, config_124m_two_layers()); }
-
-// Steps 11 to 20: nine preconditioned steps and one refresh, as above.
-void BM_Optim124mShampoo(benchmark::State& state) {
+OptimizerConfig shampoo_config() {
   OptimizerConfig c;
   c.name = "shampoo";
   c.shampoo.precondition_frequency = 10;
   c.shampoo.max_preconditioner_dim = 1024;
   c.shampoo.epsilon = 1e-8;
-  run(state, c, 11, config_124m_two_layers());
+  return c;
 }
+
+void BM_OptimMuon(benchmark::State& state) { run(state, muon_config(false), 1); }
+
+// Ten iterations from step 11: nine plain preconditioned steps and one inverse-root refresh
+// (step 20), so the counters are the amortised cost at frequency 10.
+void BM_OptimShampoo(benchmark::State& state) { run(state, shampoo_config(), 11); }
+
+void BM_Optim124mMuon(benchmark::State& state) { run(state, muon_config(false), 1, config_124m_two_layers()); }
+
+void BM_Optim124mNorMuon(benchmark::State& state) { run(state, muon_config(true), 1, config_124m_two_layers()); }
+
+// Steps 11 to 20: nine preconditioned steps and one refresh, as above.
+void BM_Optim124mShampoo(benchmark::State& state) { run(state, shampoo_config(), 11, config_124m_two_layers()); }
 
 // Steps 2 to 11 (step 1 builds the bases by eigh and is left out): nine rotated Adam steps and one
 // refresh (power step + QR, after step 11's update), every side of every matrix rotated.
