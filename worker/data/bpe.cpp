@@ -1,251 +1,228 @@
 #include "worker/data/bpe.h"
 
 #include <algorithm>
-#include <climits>
-
-#include <nlohmann/json.hpp>
+#include <array>
+#include <bit>
+#include <cstring>
 
 #include "worker/common/error.h"
-#include "worker/common/json_error.h"
 
 namespace precon::worker {
 
 namespace {
 
-struct Range {
-  char32_t lo, hi;
+// bytes_to_unicode: printable bytes stand for themselves, the others for 256, 257, ... in order.
+struct ByteLevelAlphabet {
+  std::array<std::string, 256> char_of;
+  std::array<int16_t, 324> byte_of;  // code point -> byte, -1 for none; every character is < 324
+  ByteLevelAlphabet() {
+    byte_of.fill(-1);
+    char32_t next = 256;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+      const char32_t cp = printable ? static_cast<char32_t>(b) : next++;
+      byte_of[cp] = static_cast<int16_t>(b);
+      std::string& s = char_of[static_cast<size_t>(b)];
+      if (cp < 0x80) {
+        s += static_cast<char>(cp);
+      } else {
+        s += static_cast<char>(0xC0 | (cp >> 6));
+        s += static_cast<char>(0x80 | (cp & 0x3F));
+      }
+    }
+  }
 };
 
-// Unicode White_Space, which is what \s matches in the regex engine GPT-2 used.
-bool is_space(char32_t c) {
-  return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+const ByteLevelAlphabet& alphabet() {
+  static const ByteLevelAlphabet a;
+  return a;
 }
 
-// \p{L} and \p{N}, generated from the Unicode Character Database.
-#include "worker/data/unicode_classes.inc"
-
-template <size_t N>
-bool in_ranges(const Range (&ranges)[N], char32_t c) {
-  const Range* r = std::upper_bound(ranges, ranges + N, c, [](char32_t x, const Range& range) { return x < range.lo; });
-  return r != ranges && c <= (r - 1)->hi;
-}
-
-bool is_letter(char32_t c) { return c < 0x80 ? ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') : in_ranges(kLetters, c); }
-bool is_number(char32_t c) { return c < 0x80 ? (c >= '0' && c <= '9') : in_ranges(kNumbers, c); }
-
-// Decodes one code point at s[i]; returns its length, 0 when invalid.
-size_t decode(std::string_view s, size_t i, char32_t* out) {
-  const auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-  const unsigned char c = b(0);
-  size_t n;
-  char32_t cp, min;
-  if (c < 0x80) {
-    *out = c;
-    return 1;
-  } else if ((c & 0xE0) == 0xC0) {
-    n = 2, cp = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    n = 3, cp = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    n = 4, cp = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
+uint64_t hash_piece(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ull ^ s.size();
+  size_t i = 0;
+  for (; i + 8 <= s.size(); i += 8) {
+    uint64_t w;
+    std::memcpy(&w, s.data() + i, 8);
+    h = (h ^ w) * 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 31;
   }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    if ((b(k) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-  *out = cp;
-  return n;
+  uint64_t w = 0;
+  std::memcpy(&w, s.data() + i, s.size() - i);
+  h = (h ^ w) * 0x94D049BB133111EBull;
+  return h ^ (h >> 29);
 }
 
-void append_utf8(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
+uint64_t pair_key(int32_t left, int32_t right) {
+  return (uint64_t{static_cast<uint32_t>(left)} << 32) | static_cast<uint32_t>(right);
 }
 
-enum class Kind { space, letter, number, other };
+size_t pair_hash(uint64_t key) { return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 17); }
 
-Kind kind_of(char32_t c) {
-  if (is_space(c)) return Kind::space;
-  if (is_letter(c)) return Kind::letter;
-  if (is_number(c)) return Kind::number;
-  return Kind::other;
-}
+constexpr size_t kCacheSlots = size_t{1} << 16;
 
 }  // namespace
 
-std::optional<size_t> find_invalid_utf8(std::string_view text) {
-  char32_t cp;
-  for (size_t i = 0; i < text.size();) {
-    size_t n = decode(text, i, &cp);
-    if (n == 0) return i;
-    i += n;
+const std::string& byte_level_char(uint8_t b) { return alphabet().char_of[b]; }
+
+std::optional<std::string> byte_level_bytes(std::string_view entry) {
+  const ByteLevelAlphabet& a = alphabet();
+  std::string out;
+  out.reserve(entry.size());
+  for (size_t i = 0; i < entry.size();) {
+    const auto c0 = static_cast<unsigned char>(entry[i]);
+    char32_t cp;
+    if (c0 < 0x80) {
+      cp = c0, i += 1;
+    } else if ((c0 & 0xE0) == 0xC0 && i + 1 < entry.size()) {
+      cp = ((c0 & 0x1Fu) << 6) | (static_cast<unsigned char>(entry[i + 1]) & 0x3Fu), i += 2;
+    } else {
+      return std::nullopt;  // three- and four-byte characters are past the alphabet
+    }
+    if (cp >= a.byte_of.size() || a.byte_of[cp] < 0) return std::nullopt;
+    out += static_cast<char>(a.byte_of[cp]);
   }
-  return std::nullopt;
+  return out;
 }
 
-std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
-  // Decode once: code point kinds and their byte offsets (offset[n] = text.size()).
-  std::vector<Kind> kind;
-  std::vector<size_t> offset;
-  for (size_t i = 0; i < text.size();) {
-    char32_t cp = 0xFFFD;
-    size_t n = decode(text, i, &cp);
-    if (n == 0) n = 1;  // callers validate; a stray byte just counts as "other"
-    kind.push_back(kind_of(cp));
-    offset.push_back(i);
-    i += n;
+BpeModel::BpeModel(std::vector<std::string> token_bytes, const std::vector<BpeMerge>& merges, bool ignore_merges,
+                   std::string missing_byte_hint)
+    : token_bytes_(std::move(token_bytes)),
+      ignore_merges_(ignore_merges),
+      missing_byte_hint_(std::move(missing_byte_hint)),
+      cache_(kCacheSlots) {
+  by_bytes_.reserve(token_bytes_.size());
+  for (size_t id = 0; id < token_bytes_.size(); ++id) {
+    if (!token_bytes_[id].empty()) by_bytes_.insert_or_assign(token_bytes_[id], static_cast<int32_t>(id));
   }
-  offset.push_back(text.size());
-  const size_t n = kind.size();
-  auto at = [&](size_t i) { return text[offset[i]]; };
-  auto run = [&](size_t i, Kind k) {
-    while (i < n && kind[i] == k) ++i;
-    return i;
-  };
-
-  std::vector<std::string_view> pieces;
-  for (size_t i = 0; i < n;) {
-    size_t end = i;
-    if (at(i) == '\'' && i + 1 < n) {  // contractions, case-sensitive as in GPT-2
-      const std::string_view rest = text.substr(offset[i + 1], 2);
-      if (rest.starts_with("re") || rest.starts_with("ve") || rest.starts_with("ll")) {
-        end = i + 3;
-      } else if (rest[0] == 's' || rest[0] == 't' || rest[0] == 'm' || rest[0] == 'd') {
-        end = i + 2;
-      }
-    }
-    if (end == i) {
-      // An optional literal space binds to a following letter/number/other run.
-      const size_t j = (at(i) == ' ' && i + 1 < n && kind[i + 1] != Kind::space) ? i + 1 : i;
-      if (kind[j] != Kind::space) {
-        end = run(j, kind[j]);
-        // [^\s\p{L}\p{N}]+ is one class, so "other" runs are maximal as computed.
-      } else {
-        // \s+(?!\S): a whitespace run, less its last character when text follows, so that
-        // the last one can lead the next piece; a lone space before text falls to \s+.
-        const size_t ws_end = run(i, Kind::space);
-        end = (ws_end < n && ws_end - i > 1) ? ws_end - 1 : ws_end;
-      }
-    }
-    pieces.push_back(text.substr(offset[i], offset[end] - offset[i]));
-    i = end;
-  }
-  return pieces;
-}
-
-Gpt2Bpe::Gpt2Bpe(const fs::path& encoder_json, const fs::path& vocab_bpe) : encoder_path_(encoder_json) {
-  // bytes_to_unicode: printable bytes map to themselves, the rest to 256, 257, ... in order.
-  char32_t next = 256;
   for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-    append_utf8(byte_symbol_[static_cast<size_t>(b)], printable ? static_cast<char32_t>(b) : next++);
+    auto it = by_bytes_.find(std::string_view(reinterpret_cast<const char*>(&b), 1));
+    byte_token_[b] = it == by_bytes_.end() ? -1 : it->second;
   }
-
-  std::vector<uint8_t> raw = read_file(encoder_json);
-  nlohmann::json enc;
-  try {
-    enc = nlohmann::json::parse(raw.begin(), raw.end());
-  } catch (const nlohmann::json::exception& e) {  // parse_error, or out_of_range for a number past double
-    throw DataError("GPT-2 encoder " + encoder_json.string() + " is not valid JSON (" + json_error_text(e) + ")");
-  }
-  if (!enc.is_object() || enc.empty()) throw DataError("GPT-2 encoder " + encoder_json.string() + " is not a {token: id} object");
-  for (auto it = enc.begin(); it != enc.end(); ++it) {
-    if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() > 65535) {
-      throw DataError("GPT-2 encoder " + encoder_json.string() + ": id of \"" + it.key() +
-                      "\" must be an integer in [0, 65535] to fit uint16 shards");
-    }
-    const int32_t id = it.value().get<int32_t>();
-    encoder_[it.key()] = id;
-    vocab_size_ = std::max<int64_t>(vocab_size_, id + 1);
-  }
-
-  raw = read_file(vocab_bpe);
-  std::string_view text(reinterpret_cast<const char*>(raw.data()), raw.size());
-  int32_t rank = 0;
-  size_t line_no = 0;
-  for (size_t pos = 0; pos < text.size();) {
-    size_t eol = text.find('\n', pos);
-    if (eol == std::string_view::npos) eol = text.size();
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty() || (line_no == 1 && line.starts_with("#version"))) continue;
-    const size_t sp = line.find(' ');
-    if (sp == 0 || sp == std::string_view::npos || line.find(' ', sp + 1) != std::string_view::npos) {
-      throw DataError("GPT-2 merges " + vocab_bpe.string() + " line " + std::to_string(line_no) +
-                      ": expected two symbols separated by one space");
-    }
-    ranks_.emplace(std::string(line), rank++);
+  pairs_.resize(std::bit_ceil(std::max<size_t>(16, merges.size() * 2)));
+  const size_t mask = pairs_.size() - 1;
+  for (const BpeMerge& m : merges) {
+    const uint64_t key = pair_key(m.left, m.right);
+    size_t i = pair_hash(key) & mask;
+    while (pairs_[i].key != key && pairs_[i].key != ~uint64_t{0}) i = (i + 1) & mask;
+    pairs_[i] = {key, m.rank, m.merged};  // a repeated pair keeps its last rank, as Hugging Face's map does
   }
 }
 
-std::optional<int32_t> Gpt2Bpe::token_id(const std::string& token) const {
-  auto it = encoder_.find(token);
-  if (it == encoder_.end()) return std::nullopt;
+std::vector<BpeMerge> BpeModel::merges_from_ranks(const std::vector<std::string>& token_bytes) {
+  BytesToId by_bytes;
+  by_bytes.reserve(token_bytes.size());
+  for (size_t id = 0; id < token_bytes.size(); ++id) {
+    if (!token_bytes[id].empty()) by_bytes.insert_or_assign(token_bytes[id], static_cast<int32_t>(id));
+  }
+  std::vector<BpeMerge> merges;
+  for (size_t id = 0; id < token_bytes.size(); ++id) {
+    const std::string_view t = token_bytes[id];
+    if (t.size() < 2 || by_bytes.find(t)->second != static_cast<int32_t>(id)) continue;
+    for (size_t k = 1; k < t.size(); ++k) {
+      auto left = by_bytes.find(t.substr(0, k));
+      if (left == by_bytes.end()) continue;
+      auto right = by_bytes.find(t.substr(k));
+      if (right == by_bytes.end()) continue;
+      const auto rank = static_cast<int32_t>(id);
+      merges.push_back({left->second, right->second, rank, rank});
+    }
+  }
+  return merges;
+}
+
+const BpeModel::PairSlot* BpeModel::find_pair(int32_t left, int32_t right) const {
+  const uint64_t key = pair_key(left, right);
+  const size_t mask = pairs_.size() - 1;
+  for (size_t i = pair_hash(key) & mask;; i = (i + 1) & mask) {
+    if (pairs_[i].key == key) return &pairs_[i];
+    if (pairs_[i].key == ~uint64_t{0}) return nullptr;
+  }
+}
+
+std::optional<int32_t> BpeModel::find(std::string_view bytes) const {
+  auto it = by_bytes_.find(bytes);
+  if (it == by_bytes_.end()) return std::nullopt;
   return it->second;
 }
 
-const std::vector<int32_t>& Gpt2Bpe::encode_piece(std::string_view piece) {
-  std::string key(piece);
-  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
-
-  std::vector<std::string> sym;
-  for (unsigned char c : piece) sym.push_back(byte_symbol_[c]);
-  std::string pair;
-  while (sym.size() > 1) {
-    int32_t best = INT32_MAX;
-    size_t best_i = 0;
-    for (size_t i = 0; i + 1 < sym.size(); ++i) {
-      pair.assign(sym[i]).append(" ").append(sym[i + 1]);
-      if (auto r = ranks_.find(pair); r != ranks_.end() && r->second < best) best = r->second, best_i = i;
+void BpeModel::encode_piece(std::string_view piece, std::vector<int32_t>& out) {
+  if (piece.empty()) return;
+  CacheSlot* slot = nullptr;
+  if (piece.size() <= kCacheKeyBytes) {
+    slot = &cache_[hash_piece(piece) & (kCacheSlots - 1)];
+    if (slot->key_len == piece.size() && std::memcmp(slot->key, piece.data(), piece.size()) == 0) {
+      out.insert(out.end(), slot->ids, slot->ids + slot->n_ids);
+      return;
     }
-    if (best == INT32_MAX) break;
-    // Merge every non-overlapping occurrence of the best pair, left to right.
-    const std::string a = sym[best_i], b = sym[best_i + 1];
-    std::vector<std::string> merged;
-    for (size_t i = 0; i < sym.size(); ++i) {
-      if (i + 1 < sym.size() && sym[i] == a && sym[i + 1] == b) {
-        merged.push_back(a + b);
-        ++i;
-      } else {
-        merged.push_back(std::move(sym[i]));
-      }
-    }
-    sym = std::move(merged);
   }
-  std::vector<int32_t> ids;
-  for (const std::string& s : sym) {
-    auto it = encoder_.find(s);
-    if (it == encoder_.end()) {
-      throw DataError("GPT-2 BPE produced the symbol \"" + s + "\" which " + encoder_path_.string() +
-                      " does not list: encoder.json and vocab.bpe do not belong together");
-    }
-    ids.push_back(it->second);
+  const size_t before = out.size();
+  if (auto it = ignore_merges_ ? by_bytes_.find(piece) : by_bytes_.end(); it != by_bytes_.end()) {
+    out.push_back(it->second);
+  } else {
+    merge(piece, out);
   }
-  return cache_.emplace(std::move(key), std::move(ids)).first->second;
+  const size_t n = out.size() - before;
+  if (slot != nullptr && n <= kCacheIds) {
+    slot->key_len = static_cast<uint8_t>(piece.size());
+    std::memcpy(slot->key, piece.data(), piece.size());
+    slot->n_ids = static_cast<uint8_t>(n);
+    std::copy(out.begin() + static_cast<ptrdiff_t>(before), out.end(), slot->ids);
+  }
 }
 
-std::vector<int32_t> Gpt2Bpe::encode(std::string_view text) {
-  std::vector<int32_t> out;
-  for (std::string_view piece : gpt2_pretokenize(text)) {
-    const std::vector<int32_t>& ids = encode_piece(piece);
-    out.insert(out.end(), ids.begin(), ids.end());
+void BpeModel::merge(std::string_view piece, std::vector<int32_t>& out) {
+  const auto n = static_cast<uint32_t>(piece.size());
+  sym_id_.resize(n);
+  sym_next_.resize(n);
+  sym_prev_.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    const auto b = static_cast<unsigned char>(piece[i]);
+    if (byte_token_[b] < 0) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", b);
+      throw DataError(std::string("the vocabulary has no token for the byte ") + hex + missing_byte_hint_);
+    }
+    sym_id_[i] = byte_token_[b];
+    sym_next_[i] = i + 1;
+    sym_prev_[i] = i - 1;  // wraps to UINT32_MAX for the first
   }
-  return out;
+  // A min-heap of candidate merges by (rank, position); entries made stale by earlier merges
+  // are recognised when popped (the pair there is gone or is another one).
+  const auto later = [](const Candidate& a, const Candidate& b) {
+    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  };
+  heap_.clear();
+  for (uint32_t i = 0; i + 1 < n; ++i) {
+    if (const PairSlot* p = find_pair(sym_id_[i], sym_id_[i + 1])) heap_.push_back({p->rank, i});
+  }
+  std::make_heap(heap_.begin(), heap_.end(), later);
+  while (!heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    const Candidate c = heap_.back();
+    heap_.pop_back();
+    const uint32_t i = c.pos, j = sym_next_[i];
+    if (sym_id_[i] < 0 || j >= n) continue;
+    const PairSlot* p = find_pair(sym_id_[i], sym_id_[j]);
+    if (p == nullptr || p->rank != c.rank) continue;
+    sym_id_[i] = p->merged;
+    sym_id_[j] = -1;
+    sym_next_[i] = sym_next_[j];
+    if (sym_next_[i] < n) sym_prev_[sym_next_[i]] = i;
+    if (const uint32_t h = sym_prev_[i]; h < n) {
+      if (const PairSlot* q = find_pair(sym_id_[h], sym_id_[i])) {
+        heap_.push_back({q->rank, h});
+        std::push_heap(heap_.begin(), heap_.end(), later);
+      }
+    }
+    if (const uint32_t k = sym_next_[i]; k < n) {
+      if (const PairSlot* q = find_pair(sym_id_[i], sym_id_[k])) {
+        heap_.push_back({q->rank, i});
+        std::push_heap(heap_.begin(), heap_.end(), later);
+      }
+    }
+  }
+  for (uint32_t i = 0; i < n; i = sym_next_[i]) out.push_back(sym_id_[i]);
 }
 
 }  // namespace precon::worker
