@@ -202,6 +202,9 @@ void Pretokenizer::run(size_t step, std::string_view text, const std::function<v
 }
 
 std::vector<std::string_view> gpt2_pretokenize(std::string_view text) {
+  if (auto bad = find_invalid_utf8(text)) {
+    throw DataError("GPT-2's pre-tokenizer needs valid UTF-8 (a bad byte at offset " + std::to_string(*bad) + ")");
+  }
   thread_local Pretokenizer gpt2 = [] {
     Pretokenizer p;
     p.add_split(kGpt2Pattern, false, SplitBehavior::isolated, false, "GPT-2's pattern");
