@@ -21,6 +21,7 @@ packages=(
   zlib1g-dev
   libsqlite3-dev sqlite3 libboost-dev libtomlplusplus-dev prometheus-cpp-dev
   nlohmann-json3-dev libcli11-dev
+  libpcre2-dev libicu-dev  # the tokenizers: PCRE2 regexes, ICU's NFC
 )
 # Everything else: multi-rank training, the tests, the benchmarks and what they run against.
 test_packages=(

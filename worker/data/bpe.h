@@ -154,11 +154,13 @@ std::unique_ptr<Tokenizer> make_bpe_tokenizer(BpeTokenizerParts parts);
 
 // A byte-level vocabulary (entries in byte_level_char's alphabet -> id) and its merges in rank
 // order, as Hugging Face's BPE and GPT-2's files give them. Fills *id_text (what decode gives for
-// each id: an entry's bytes, or for an entry outside the alphabet its own UTF-8). A merge whose
-// parts or result the vocabulary lacks throws DataError naming merge_where(index).
+// each id: an entry's bytes, or for an entry outside the alphabet its own UTF-8). Throws DataError
+// naming vocab_where for two entries with one id, merge_where(index) for a merge whose parts or
+// result the vocabulary lacks.
 std::unique_ptr<BpeModel> make_byte_level_model(const BytesToId& vocab,
                                                 const std::vector<std::pair<std::string, std::string>>& merges,
-                                                bool ignore_merges, const std::function<std::string(size_t)>& merge_where,
+                                                bool ignore_merges, const std::string& vocab_where,
+                                                const std::function<std::string(size_t)>& merge_where,
                                                 std::string missing_byte_hint, std::vector<std::string>* id_text);
 
 // The loaders behind make_tokenizer (worker/data/tokenizer_tiktoken.cpp, tokenizer_hf.cpp).

@@ -168,7 +168,7 @@ std::unique_ptr<Tokenizer> make_hf_tokenizer(const fs::path& tokenizer_json) {
     vocab.insert_or_assign(entry, id.get<int32_t>());
   }
   parts.model = make_byte_level_model(
-      vocab, r.merges(model), r.flag(model, "ignore_merges", false, "model"),
+      vocab, r.merges(model), r.flag(model, "ignore_merges", false, "model"), r.where + ": model.vocab",
       [&](size_t i) { return r.where + ": model.merges[" + std::to_string(i) + "]"; },
       " in " + r.where + " (model.vocab should hold all 256 byte characters)", &parts.id_text);
 

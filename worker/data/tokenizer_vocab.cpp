@@ -12,13 +12,17 @@ namespace precon::worker {
 
 std::unique_ptr<BpeModel> make_byte_level_model(const BytesToId& vocab,
                                                 const std::vector<std::pair<std::string, std::string>>& merges,
-                                                bool ignore_merges, const std::function<std::string(size_t)>& merge_where,
+                                                bool ignore_merges, const std::string& vocab_where,
+                                                const std::function<std::string(size_t)>& merge_where,
                                                 std::string missing_byte_hint, std::vector<std::string>* id_text) {
   int32_t size = 0;
   for (const auto& [entry, id] : vocab) size = std::max(size, id + 1);
   std::vector<std::string> token_bytes(static_cast<size_t>(size));
+  std::vector<bool> seen(token_bytes.size());
   id_text->resize(std::max(id_text->size(), token_bytes.size()));
   for (const auto& [entry, id] : vocab) {
+    if (seen[static_cast<size_t>(id)]) throw DataError(vocab_where + ": two entries have the id " + std::to_string(id));
+    seen[static_cast<size_t>(id)] = true;
     std::optional<std::string> bytes = byte_level_bytes(entry);
     (*id_text)[static_cast<size_t>(id)] = bytes ? *bytes : entry;
     if (bytes) token_bytes[static_cast<size_t>(id)] = std::move(*bytes);
@@ -84,7 +88,7 @@ std::unique_ptr<Tokenizer> make_gpt2_files_tokenizer(const fs::path& encoder_jso
   BpeTokenizerParts parts;
   parts.name = "gpt2-bpe";
   parts.model = make_byte_level_model(
-      vocab, merges, false,
+      vocab, merges, false, "GPT-2 encoder " + encoder_json.string(),
       [&](size_t i) {
         return "GPT-2 merges " + vocab_bpe.string() + " line " + std::to_string(merge_line[i]) + " (with " +
                encoder_json.string() + ")";
