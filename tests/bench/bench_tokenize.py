@@ -88,15 +88,15 @@ def main():
     print("bench_tokenize: %.1f MB of text (the State of the Union corpus, %.1f MB, twice; %.1f MB multilingual), "
           "one thread each, best of %d (precon) and %d (js-tiktoken)" %
           (total / 1e6, english / 1e6, multilingual / 1e6, args.repeat, args.node_repeat))
-    print("%-12s %12s %17s %7s %23s %16s" % ("encoding", "precon MB/s", "js-tiktoken MB/s", "ratio",
-                                              "tokens precon / js", "load s precon/js"))
+    print("%-12s %12s %17s %7s %25s %18s" % ("encoding", "precon MB/s", "js-tiktoken MB/s", "ratio",
+                                              "tokens precon / js", "load s precon / js"))
     mismatch = False
     for encoding in args.encodings.split(","):
         mine = run_json([args.bench, "--tokenizer", encoding, "--repeat", str(args.repeat), text], env)
         ref = run_json([node, os.path.join(HERE, "bench_tokenize.cjs"), modules, encoding, text,
                         str(args.node_repeat)])
         ours, theirs = total / mine["encode_seconds"] / 1e6, total / ref["encode_seconds"] / 1e6
-        print("%-12s %12.1f %17.1f %7.1f %11d / %-11d %7.2f / %.2f" %
+        print("%-12s %12.1f %17.1f %7.1f %11d / %-11d %11.2f / %-4.2f" %
               (encoding, ours, theirs, ours / theirs, mine["tokens"], ref["tokens"], mine["load_seconds"],
                ref["load_seconds"]))
         mismatch = mismatch or mine["tokens"] != ref["tokens"]
