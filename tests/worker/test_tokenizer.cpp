@@ -234,12 +234,13 @@ TEST(Tokenizer, RefusesWhatIsNotByteLevelBpe) {
   EXPECT_NE(msg.find("unknown tokenizer \"no_such_tokenizer.json\""), std::string::npos) << msg;
 }
 
-// A hand-made rank file: "a" 0, "b" 1, " " 2, "ab" 3, " ab" 4 (base64: YQ== Yg== IA== YWI= IGFi).
+// A hand-made rank file: "a" 0, "b" 1, " " 2, "ab" 3, " ab" 4, "aa" 5 (base64: YQ== Yg== IA== YWI=
+// IGFi YWE=).
 TEST(Tokenizer, HandMadeTiktokenRankFile) {
   TempDir dir;
   json ranks = {{"pat_str", " ?[a-z]+|[^a-z]"},
                 {"special_tokens", {{"<|endoftext|>", 6}}},
-                {"bpe_ranks", "! 0 YQ== Yg== IA==\n! 3 YWI= IGFi\n"}};
+                {"bpe_ranks", "! 0 YQ== Yg== IA==\n! 3 YWI= IGFi YWE=\n"}};
   write(dir.path / "tiny.cjs", "module.exports = " + ranks.dump() + ";");
   TokenizerOptions o;
   o.tiktoken_dir = dir.path;
@@ -249,8 +250,10 @@ TEST(Tokenizer, HandMadeTiktokenRankFile) {
   EXPECT_EQ(tok->encode(" ab"), (Ids{4}));  // a whole token: emitted as is
   // "abab": a b a b; "ab" (rank 3) at 0 and 2, leftmost first, then again -> ab ab.
   EXPECT_EQ(tok->encode("abab"), (Ids{3, 3}));
-  // " aab": " a", "aa" and "aab" are no tokens; only "ab" merges.
+  // " aab": (a,a) rank 5 loses to (a,b) rank 3 -> " " a ab; " a" and "aab" are no tokens.
   EXPECT_EQ(tok->encode(" aab"), (Ids{2, 0, 3}));
+  // "aaa": (a,a) at 0 and at 1 overlap with equal ranks: the leftmost merges -> aa a.
+  EXPECT_EQ(tok->encode("aaa"), (Ids{5, 0}));
   EXPECT_EQ(tok->decode(Ids{4, 6, 2}), " ab<|endoftext|> ");
   std::string msg = error_of([&] { tok->decode(Ids{5}); });
   EXPECT_NE(msg.find("token id 5 is not in the vocabulary of tiny"), std::string::npos) << msg;
