@@ -239,14 +239,14 @@ TEST(Tokenizer, RefusesWhatIsNotByteLevelBpe) {
 TEST(Tokenizer, HandMadeTiktokenRankFile) {
   TempDir dir;
   json ranks = {{"pat_str", " ?[a-z]+|[^a-z]"},
-                {"special_tokens", {{"<|endoftext|>", 6}}},
+                {"special_tokens", {{"<|endoftext|>", 7}}},
                 {"bpe_ranks", "! 0 YQ== Yg== IA==\n! 3 YWI= IGFi YWE=\n"}};
   write(dir.path / "tiny.cjs", "module.exports = " + ranks.dump() + ";");
   TokenizerOptions o;
   o.tiktoken_dir = dir.path;
   auto tok = make_tiktoken_tokenizer("tiny", o);
-  EXPECT_EQ(tok->vocab_size(), 7);
-  EXPECT_EQ(tok->eod(), 6);
+  EXPECT_EQ(tok->vocab_size(), 8);
+  EXPECT_EQ(tok->eod(), 7);
   EXPECT_EQ(tok->encode(" ab"), (Ids{4}));  // a whole token: emitted as is
   // "abab": a b a b; "ab" (rank 3) at 0 and 2, leftmost first, then again -> ab ab.
   EXPECT_EQ(tok->encode("abab"), (Ids{3, 3}));
@@ -254,9 +254,9 @@ TEST(Tokenizer, HandMadeTiktokenRankFile) {
   EXPECT_EQ(tok->encode(" aab"), (Ids{2, 0, 3}));
   // "aaa": (a,a) at 0 and at 1 overlap with equal ranks: the leftmost merges -> aa a.
   EXPECT_EQ(tok->encode("aaa"), (Ids{5, 0}));
-  EXPECT_EQ(tok->decode(Ids{4, 6, 2}), " ab<|endoftext|> ");
-  std::string msg = error_of([&] { tok->decode(Ids{5}); });
-  EXPECT_NE(msg.find("token id 5 is not in the vocabulary of tiny"), std::string::npos) << msg;
+  EXPECT_EQ(tok->decode(Ids{4, 7, 2}), " ab<|endoftext|> ");
+  std::string msg = error_of([&] { tok->decode(Ids{6}); });  // no token has id 6
+  EXPECT_NE(msg.find("token id 6 is not in the vocabulary of tiny"), std::string::npos) << msg;
 
   ranks["bpe_ranks"] = "! 0 YQ== Y*==\n";
   write(dir.path / "tiny.cjs", "module.exports = " + ranks.dump() + ";");
