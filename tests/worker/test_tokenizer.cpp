@@ -123,9 +123,13 @@ TEST(Tokenizer, ByteLevelPrefixSpaceAndAddedTokenFlags) {
   j["added_tokens"] = json::array({
       {{"id", 13}, {"content", "<|endoftext|>"}, {"special", true}, {"normalized", false}},
       {{"id", 14}, {"content", "cc"}, {"single_word", true}, {"normalized", false}},
-      {{"id", 15}, {"content", "!"}, {"lstrip", true}, {"rstrip", true}, {"normalized", false}}});
+      {{"id", 15}, {"content", "!"}, {"lstrip", true}, {"rstrip", true}, {"normalized", false}},
+      {{"id", 16}, {"content", "<|end"}, {"normalized", false}}});
   auto tok = f.load(j);
-  EXPECT_EQ(tok->vocab_size(), 16);
+  EXPECT_EQ(tok->vocab_size(), 17);
+  // Of the added tokens that start at one place, the longest.
+  EXPECT_EQ(tok->encode("<|endoftext|>"), (Ids{13}));
+  EXPECT_EQ(tok->encode("<|endab"), (Ids{16, 3, 8}));
   // A prefix space for each text segment: "ab" -> " ab" = Ġ ab; after the token, "c" -> " c".
   EXPECT_EQ(tok->encode("ab<|endoftext|>c"), (Ids{3, 8, 13, 3, 2}));
   // single_word: "cc" only where no word character touches it ("acc" stays text).
