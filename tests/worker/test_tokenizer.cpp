@@ -213,6 +213,10 @@ TEST(Tokenizer, RefusesWhatIsNotByteLevelBpe) {
   j["pre_tokenizer"] = nullptr;
   EXPECT_NE(refused(j).find("pre_tokenizer has no ByteLevel: not a byte-level BPE"), std::string::npos);
   j = tiny_tokenizer();
+  std::swap(j["pre_tokenizer"]["pretokenizers"][0], j["pre_tokenizer"]["pretokenizers"][1]);
+  msg = refused(j);
+  EXPECT_NE(msg.find("pre_tokenizer.pretokenizers[1] is a Split after ByteLevel"), std::string::npos) << msg;
+  j = tiny_tokenizer();
   j["normalizer"] = {{"type", "NFKC"}};
   EXPECT_NE(refused(j).find("normalizer type \"NFKC\" is not supported"), std::string::npos);
   j = tiny_tokenizer();
@@ -225,6 +229,10 @@ TEST(Tokenizer, RefusesWhatIsNotByteLevelBpe) {
   EXPECT_NE(msg.find("model.merges[3]: the merge's second symbol is not in the vocabulary"), std::string::npos) << msg;
   j["model"]["merges"][3] = "ab c d";
   EXPECT_NE(refused(j).find("model.merges[3]: expected two symbols separated by one space"), std::string::npos);
+  j = tiny_tokenizer();
+  j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = 7;  // a wrong type is a DataError too
+  msg = refused(j);
+  EXPECT_NE(msg.find("tokenizer.json: type must be string, but is number"), std::string::npos) << msg;
   j = tiny_tokenizer();
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(unclosed";
   msg = refused(j);

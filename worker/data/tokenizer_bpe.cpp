@@ -132,7 +132,7 @@ class BpeTokenizer final : public Tokenizer {
     std::string storage;
     text = replace_invalid_utf8(text, storage);
     std::vector<int32_t> out;
-    out.reserve(text.size() / 3);
+    out.reserve(text.size() / 4);
     const auto token = [&](int32_t id) { out.push_back(id); };
     raw_.split(
         text,

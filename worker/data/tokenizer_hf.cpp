@@ -1,5 +1,7 @@
 // Hugging Face tokenizer.json files of the byte-level BPE kind (Llama 3, Qwen2, GPT-NeoX/Pythia,
 // GPT-2) as a BPE Tokenizer; every other kind is refused with what is unsupported.
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "worker/common/error.h"
@@ -43,27 +45,29 @@ struct HfReader {
     fail(at + " type \"" + type + "\" is not supported (precon applies none or NFC)");
   }
 
-  // Adds the pre-tokenizer's steps; true when it holds a ByteLevel (the text becomes bytes).
-  bool pre_tokenizer(const json& j, const std::string& at, Pretokenizer& out) const {
-    if (j.is_null()) return false;
+  // Adds the pre-tokenizer's steps; *byte_level: a ByteLevel was seen (the text is bytes from
+  // there on, so a Split after it would see byte-level characters, which precon does not run).
+  void pre_tokenizer(const json& j, const std::string& at, Pretokenizer& out, bool* byte_level) const {
+    if (j.is_null()) return;
     const std::string type = type_of(j, at);
     if (type == "Sequence") {
       if (!j.contains("pretokenizers") || !j["pretokenizers"].is_array()) fail(at + ".pretokenizers is not a list");
-      bool byte_level = false;
       for (size_t i = 0; i < j["pretokenizers"].size(); ++i) {
-        byte_level = pre_tokenizer(j["pretokenizers"][i], at + ".pretokenizers[" + std::to_string(i) + "]", out) ||
-                     byte_level;
+        pre_tokenizer(j["pretokenizers"][i], at + ".pretokenizers[" + std::to_string(i) + "]", out, byte_level);
       }
-      return byte_level;
+      return;
     }
     if (type == "ByteLevel") {
+      if (*byte_level) fail(at + " is a second ByteLevel: not supported");
+      *byte_level = true;
       if (flag(j, "add_prefix_space", true, at)) out.add_prefix_space();
       if (flag(j, "use_regex", true, at)) {
         out.add_split(kGpt2Pattern, false, SplitBehavior::isolated, false, where + ": " + at + " (GPT-2's pattern)");
       }
-      return true;
+      return;
     }
     if (type == "Split") {
+      if (*byte_level) fail(at + " is a Split after ByteLevel (on byte-level characters): not supported");
       const json& pattern = j.value("pattern", json());
       bool literal;
       if (pattern.is_object() && pattern.contains("Regex") && pattern["Regex"].is_string()) {
@@ -88,7 +92,7 @@ struct HfReader {
       }
       out.add_split(pattern[literal ? "String" : "Regex"].get<std::string>(), literal, b->second,
                     flag(j, "invert", false, at), where + ": " + at + ".pattern");
-      return false;
+      return;
     }
     if (type == "Metaspace") fail(at + " is Metaspace: a sentencepiece-style tokenizer, not byte-level");
     fail(at + " type \"" + type + "\" is not supported (ByteLevel, Split and Sequence are)");
@@ -140,15 +144,9 @@ struct HfReader {
 
 }  // namespace
 
-std::unique_ptr<Tokenizer> make_hf_tokenizer(const fs::path& tokenizer_json) {
-  HfReader r{"Hugging Face tokenizer " + tokenizer_json.string()};
-  const std::vector<uint8_t> raw = read_file(tokenizer_json);
-  json j;
-  try {
-    j = json::parse(raw.begin(), raw.end());
-  } catch (const json::exception& e) {
-    throw DataError(r.where + " is not valid JSON (" + json_error_text(e) + ")");
-  }
+namespace {
+
+std::unique_ptr<Tokenizer> load_hf_tokenizer(const HfReader& r, const fs::path& tokenizer_json, const json& j) {
   if (!j.is_object() || !j.contains("model") || !j["model"].is_object()) r.fail("no \"model\" object");
   const json& model = j["model"];
   r.check_model(model);
@@ -156,9 +154,9 @@ std::unique_ptr<Tokenizer> make_hf_tokenizer(const fs::path& tokenizer_json) {
   BpeTokenizerParts parts;
   parts.name = "hf:" + tokenizer_json.filename().string();
   parts.nfc = r.nfc(j.value("normalizer", json()), "normalizer");
-  if (!r.pre_tokenizer(j.value("pre_tokenizer", json()), "pre_tokenizer", parts.pretokenizer)) {
-    r.fail("pre_tokenizer has no ByteLevel: not a byte-level BPE");
-  }
+  bool byte_level = false;
+  r.pre_tokenizer(j.value("pre_tokenizer", json()), "pre_tokenizer", parts.pretokenizer, &byte_level);
+  if (!byte_level) r.fail("pre_tokenizer has no ByteLevel: not a byte-level BPE");
 
   BytesToId vocab;
   for (const auto& [entry, id] : model["vocab"].items()) {
@@ -204,6 +202,24 @@ std::unique_ptr<Tokenizer> make_hf_tokenizer(const fs::path& tokenizer_json) {
     if (parts.eod) break;
   }
   return make_bpe_tokenizer(std::move(parts));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_hf_tokenizer(const fs::path& tokenizer_json) {
+  const HfReader r{"Hugging Face tokenizer " + tokenizer_json.string()};
+  const std::vector<uint8_t> raw = read_file(tokenizer_json);
+  json j;
+  try {
+    j = json::parse(raw.begin(), raw.end());
+  } catch (const json::exception& e) {
+    throw DataError(r.where + " is not valid JSON (" + json_error_text(e) + ")");
+  }
+  try {
+    return load_hf_tokenizer(r, tokenizer_json, j);
+  } catch (const json::exception& e) {  // a value of the wrong type where the reader did not check
+    throw DataError(r.where + ": " + json_error_text(e));
+  }
 }
 
 }  // namespace precon::worker

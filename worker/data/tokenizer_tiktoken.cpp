@@ -89,9 +89,9 @@ std::vector<fs::path> tiktoken_search_path(const TokenizerOptions& options) {
   return dirs;
 }
 
-std::unique_ptr<Tokenizer> make_tiktoken_tokenizer(const std::string& encoding, const TokenizerOptions& options) {
-  const fs::path path = find_rank_file(encoding, options);
-  const std::string where = "tiktoken rank file " + path.string();
+namespace {
+
+std::unique_ptr<Tokenizer> load_rank_file(const std::string& encoding, const fs::path& path, const std::string& where) {
   const std::vector<uint8_t> raw = read_file(path);
   const std::string_view text(reinterpret_cast<const char*>(raw.data()), raw.size());
   const size_t open = text.find('{'), close = text.rfind('}');
@@ -165,6 +165,18 @@ std::unique_ptr<Tokenizer> make_tiktoken_tokenizer(const std::string& encoding, 
   parts.model = std::make_unique<BpeModel>(std::move(token_bytes), merges, true,
                                            " in " + where + ", which should list all 256");
   return make_bpe_tokenizer(std::move(parts));
+}
+
+}  // namespace
+
+std::unique_ptr<Tokenizer> make_tiktoken_tokenizer(const std::string& encoding, const TokenizerOptions& options) {
+  const fs::path path = find_rank_file(encoding, options);
+  const std::string where = "tiktoken rank file " + path.string();
+  try {
+    return load_rank_file(encoding, path, where);
+  } catch (const nlohmann::json::exception& e) {  // a value of the wrong type where the reader did not check
+    throw DataError(where + ": " + json_error_text(e));
+  }
 }
 
 }  // namespace precon::worker
