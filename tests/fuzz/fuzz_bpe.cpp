@@ -1,8 +1,9 @@
 // GPT-2's BPE files and the byte-level BPE engine, as `precon data prepare --encoder --vocab`
-// reads them. Input: encoder.json NUL vocab.bpe NUL text. Allowed failure: worker::DataError.
-// Invariants: the pre-tokenizer's pieces of valid text concatenate back to it; every id the
-// tokenizer gives is below vocab_size, and the ids decode to the text with each invalid UTF-8
-// subpart as U+FFFD.
+// reads them; the first part also as a Hugging Face tokenizer.json (`--tokenizer FILE.json`).
+// Input: encoder.json NUL vocab.bpe NUL text. Allowed failure: worker::DataError.
+// Invariants: the pre-tokenizer's pieces of valid text concatenate back to it; every id a
+// tokenizer gives is below its vocab_size; GPT-2's ids decode to the text with each invalid
+// UTF-8 subpart as U+FFFD.
 #include "tests/fuzz/fuzz_util.h"
 #include "worker/common/error.h"
 #include "worker/data/bpe.h"
@@ -29,6 +30,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string storage;
     if (tok->decode(ids) != worker::replace_invalid_utf8(text, storage)) {
       fuzz::fail("the ids do not decode back to the text");
+    }
+  } catch (const worker::DataError&) {
+  }
+  try {
+    auto tok = worker::make_tokenizer(fuzz::write_scratch("tokenizer.json", parts[0]).string());
+    for (int32_t id : tok->encode(text)) {
+      if (id < 0 || id >= tok->vocab_size()) fuzz::fail("tokenizer.json: id " + std::to_string(id) + " outside the vocabulary");
     }
   } catch (const worker::DataError&) {
   }
