@@ -1,7 +1,7 @@
 // precon-train: trains one run (a trial) and needs nothing else.
 //   precon-train --config config.toml --run-dir DIR [--report-url URL --token T] [--resume auto|never|PATH]
 //   precon-train keys
-//   precon-train prepare-data --input FILES_OR_DIR --out DIR [--val-fraction F] [--encoder E --vocab V]
+//   precon-train prepare-data --input FILES_OR_DIR --out DIR [--tokenizer T] [--format llmc|megatron] ...
 // Exit codes: worker/train/exit_codes.h.
 #include <CLI/CLI.hpp>
 
@@ -15,7 +15,7 @@
 #include "worker/common/fatal_signal.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
-#include "worker/data/prepare.h"
+#include "worker/data/prepare_cli.h"
 #include "worker/optim/optimizer.h"
 #include "worker/parallel/layout.h"
 #include "worker/parallel/mpi_communicator.h"
@@ -53,16 +53,9 @@ int main(int argc, char** argv) {
 
   CLI::App* keys = app.add_subcommand("keys", "print every config key: type, default, unit, description");
 
-  CLI::App* prep = app.add_subcommand("prepare-data", "turn UTF-8 text into train.bin / val.bin token shards");
-  pw::PrepareOptions popt;
-  std::vector<std::string> inputs;
-  std::string out_dir, encoder, vocab;
-  prep->add_option("--input", inputs, "text files or directories (*.txt, recursively)")->required();
-  prep->add_option("--out", out_dir, "output directory")->required();
-  prep->add_option("--val-fraction", popt.val_fraction, "share of tokens for val.bin")->default_val(0.1);
-  prep->add_option("--seq-len", popt.seq_len, "each split keeps at least seq_len + 1 tokens")->default_val(64);
-  prep->add_option("--encoder", encoder, "GPT-2 encoder.json (with --vocab: GPT-2 BPE instead of bytes)");
-  prep->add_option("--vocab", vocab, "GPT-2 vocab.bpe");
+  CLI::App* prep = app.add_subcommand("prepare-data", "turn UTF-8 text or JSON Lines into token data (llm.c or Megatron)");
+  pw::PrepareCli pcli;
+  pcli.add_to(prep);
 
   try {
     app.parse(argc, argv);
@@ -76,18 +69,12 @@ int main(int argc, char** argv) {
       return pw::kExitOk;
     }
     if (*prep) {
-      for (const std::string& i : inputs) popt.inputs.emplace_back(i);
-      popt.out_dir = out_dir;
-      popt.encoder_json = encoder;
-      popt.vocab_bpe = vocab;
-      if (popt.encoder_json.empty() != popt.vocab_bpe.empty()) {
+      if (pcli.encoder.empty() != pcli.vocab.empty()) {
         std::cerr << "precon-train prepare-data: --encoder and --vocab go together (GPT-2 BPE)\n";
         return pw::kExitUsage;
       }
-      pw::PrepareResult r = pw::prepare_data(popt);
-      std::cout << "wrote " << r.train_path.string() << " (" << r.train_tokens << " tokens) and "
-                << r.val_path.string() << " (" << r.val_tokens << " tokens), tokenizer " << r.tokenizer
-                << ", vocab_size " << r.vocab_size << "\n";
+      pw::PrepareResult r = pw::prepare_data(pcli.options());
+      std::cout << pw::prepare_summary(r) << "\n";
       return pw::kExitOk;
     }
     if (config.empty() || run_dir.empty()) {

@@ -3,7 +3,9 @@
 #include "orchestrator/obs/controller_metrics.h"
 
 #include <array>
+#include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -49,6 +51,9 @@ constexpr std::array<TrialSeriesSpec, 11> kTrialSeries = {{
     {"inverse_root_failures", kInverseRootFailures, nullptr},  // cumulative count from Shampoo
 }};
 
+// The worker's per-dataset token counts (worker/train/trainer.cpp): tokens_seen.<dataset>.
+constexpr const char* kTokensSeenPrefix = "tokens_seen.";
+
 }  // namespace
 
 struct ControllerMetrics::Impl {
@@ -60,6 +65,7 @@ struct ControllerMetrics::Impl {
     std::array<int64_t, kTrialSeries.size()> last_step;
     std::array<pm::Gauge*, kTrialSeries.size()> gauges{};
     pm::Counter* failures = nullptr;
+    std::map<std::string, std::pair<int64_t, pm::Gauge*>> tokens_seen;  // dataset -> (step, gauge)
     pm::Labels labels(int64_t id) const { return {{"experiment", experiment}, {"trial", std::to_string(id)}}; }
   };
 
@@ -105,6 +111,9 @@ struct ControllerMetrics::Impl {
               "Optimizer seconds per phase (newton_schulz, statistics, inverse_root, grafting, eigenbasis, "
               "communication; the slowest rank's) since the previous report."),
   };
+  pm::Family<pm::Gauge>& trial_tokens = family(
+      pm::BuildGauge(), "precon_trial_tokens_seen",
+      "Training tokens drawn from each dataset (of a blend) so far, by dataset.");
   pm::Family<pm::Gauge>& trial_step = family(pm::BuildGauge(), "precon_trial_step",
                                              "Latest optimizer step reported by the trial's worker.");
   pm::Family<pm::Counter>& trial_failures = family(
@@ -145,6 +154,7 @@ struct ControllerMetrics::Impl {
       if (t.gauges[i]) trial_gauges[kTrialSeries[i].family]->Remove(t.gauges[i]);
     if (t.step_gauge) trial_step.Remove(t.step_gauge);
     if (t.failures) trial_failures.Remove(t.failures);
+    for (auto& [name, seen] : t.tokens_seen) trial_tokens.Remove(seen.second);
   }
 };
 
@@ -255,6 +265,17 @@ void ControllerMetrics::report(int64_t trial_id, const std::vector<MetricPoint>&
       if (!t.step_gauge) t.step_gauge = &impl_->trial_step.Add(t.labels(trial_id));
       t.step = p.step;
       t.step_gauge->Set(static_cast<double>(p.step));
+    }
+    if (p.name.starts_with(kTokensSeenPrefix)) {  // tokens_seen.<dataset>
+      auto& [step, gauge] = t.tokens_seen[p.name.substr(std::strlen(kTokensSeenPrefix))];
+      if (!gauge) {
+        pm::Labels labels = t.labels(trial_id);
+        labels["dataset"] = p.name.substr(std::strlen(kTokensSeenPrefix));
+        gauge = &impl_->trial_tokens.Add(labels);
+        step = std::numeric_limits<int64_t>::min();
+      }
+      if (p.step >= step) step = p.step, gauge->Set(p.value);
+      continue;
     }
     for (size_t i = 0; i < kTrialSeries.size(); ++i) {
       if (p.name != kTrialSeries[i].worker_metric) continue;

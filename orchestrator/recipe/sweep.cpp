@@ -113,6 +113,15 @@ void describe(const worker::FieldRef& ref, nlohmann::json& value, std::string& t
     text = "[";
     for (size_t i = 0; i < (*p)->size(); ++i) text += (i ? "," : "") + std::to_string((**p)[i]);
     text += "]";
+  } else if (auto p = std::get_if<std::vector<worker::DataSource>*>(&ref)) {
+    value = nlohmann::json::array();
+    text.clear();
+    for (const worker::DataSource& d : **p) {
+      value.push_back({{"path", d.path}, {"weight", d.weight}});
+      if (!text.empty()) text += ",";
+      text += d.path;
+      if ((*p)->size() > 1) text += ":" + number_text(d.weight);
+    }
   } else {
     const auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
     value = nlohmann::json::array();
@@ -320,27 +329,32 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     std::vector<const TrialSpec*>& users = uses[it->second].trials;
     if (users.empty() || users.back() != &t) users.push_back(&t);
   };
-  for (const TrialSpec& t : trials) {
-    const std::string& train = t.config.data.train;
-    for (size_t start = 0;;) {
-      const size_t comma = train.find(',', start);
-      add("data.train", train.substr(start, comma == std::string::npos ? std::string::npos : comma - start), t);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
+  auto add_sources = [&](const char* key, const std::vector<worker::DataSource>& sources, const TrialSpec& t) {
+    for (const worker::DataSource& src : sources) {
+      for (size_t start = 0;;) {
+        const size_t comma = src.path.find(',', start);
+        add(key, src.path.substr(start, comma == std::string::npos ? std::string::npos : comma - start), t);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
     }
-    add("data.val", t.config.data.val, t);
+  };
+  for (const TrialSpec& t : trials) {
+    add_sources("data.train", t.config.data.train, t);
+    add_sources("data.val", t.config.data.val, t);
     add("train.init_from", t.config.train.init_from, t);
   }
   auto users_text = [&](const std::vector<const TrialSpec*>& users) { return trials_text(trials, users, "used by"); };
   std::vector<std::string> missing;
   std::map<std::string, bool> exists;
-  // Token files: each (path, seq_len, vocab_size) the trials read it with is checked once.
-  std::map<std::tuple<std::string, int64_t, int64_t>, std::string> checked;
+  // Token files: each (path, seq_len, vocab_size, format) the trials read it with is checked once.
+  std::map<std::tuple<std::string, int64_t, int64_t, std::string>, std::string> checked;
   for (const Use& u : uses) {
     auto [it, inserted] = exists.emplace(u.path, false);
     if (inserted) {
       std::error_code ec;
-      it->second = std::filesystem::is_regular_file(u.path, ec);
+      it->second = u.key == "train.init_from" ? std::filesystem::is_regular_file(u.path, ec)
+                                              : worker::data_path_exists(u.path);
     }
     if (!it->second) {
       missing.push_back(u.path + " (" + u.key + ") does not exist" + users_text(u.trials));
@@ -349,10 +363,11 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     if (u.key == "train.init_from") continue;
     std::map<std::string, std::vector<const TrialSpec*>> problems;  // problem -> the trials it hits
     for (const TrialSpec* t : u.trials) {
-      const auto key = std::make_tuple(u.path, t->config.model.seq_len, t->config.model.vocab_size);
+      const worker::TrialConfig& c = t->config;
+      const auto key = std::make_tuple(u.path, c.model.seq_len, c.model.vocab_size, c.data.format);
       auto found = checked.find(key);
       if (found == checked.end())
-        found = checked.emplace(key, worker::check_token_file(u.path, t->config.model.seq_len, t->config.model.vocab_size))
+        found = checked.emplace(key, worker::check_data_path(u.path, c.data.format, c.model.seq_len, c.model.vocab_size))
                     .first;
       if (!found->second.empty()) problems[found->second].push_back(t);
     }

@@ -46,10 +46,10 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe);
 // The number of trials expand_sweep makes, without making them (saturates at INT64_MAX).
 int64_t sweep_size(const Recipe& recipe);
 
-// Data files the trials name (data.train, comma-separated; data.val; train.init_from) that do not
-// exist, relative paths from the working directory, and token files that the trials cannot read
-// (worker::check_token_file: not a shard, shorter than seq_len + 1, a sampled token past
-// vocab_size). One line per problem with the key and the trials it hits. Empty when all is well.
+// Data files the trials name (data.train and data.val: each dataset of a blend, comma-separated
+// shards or a Megatron prefix; train.init_from) that do not exist, relative paths from the working
+// directory, and data that the trials cannot read (worker::check_data_path: not a shard or a
+// Megatron dataset, a malformed index, shorter than seq_len + 1, a sampled token past vocab_size). One line per problem with the key and the trials it hits. Empty when all is well.
 std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials);
 
 // Trials whose model cannot fit where it will run (worker::estimate_memory: parameters, gradients,

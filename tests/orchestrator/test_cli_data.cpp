@@ -35,7 +35,7 @@ TEST_F(CliData, PrepareWritesTheTextsBytesIntoTrainAndValShards) {
   const int64_t total = static_cast<int64_t>(expected.size());
   const int64_t val = std::max<int64_t>(static_cast<int64_t>(std::ceil(0.2 * static_cast<double>(total))), 17);
   EXPECT_NE(r.output.find("wrote shards/train.bin (" + std::to_string(total - val) + " tokens) and shards/val.bin (" +
-                          std::to_string(val) + " tokens), tokenizer byte, vocab_size 256"),
+                          std::to_string(val) + " tokens), tokenizer bytes, vocab_size 256"),
             std::string::npos) << r.output;
   std::vector<uint16_t> stream = worker::read_shard(dir_ / "shards" / "train.bin");
   const std::vector<uint16_t> val_tokens = worker::read_shard(dir_ / "shards" / "val.bin");
@@ -47,7 +47,7 @@ TEST_F(CliData, PrepareWritesTheTextsBytesIntoTrainAndValShards) {
 TEST_F(CliData, PrepareNamesAMissingInputHalfABpePairAndNoOutput) {
   test::CommandResult r = precon("data prepare --input nowhere --out shards");
   EXPECT_EQ(r.status, 2) << r.output;
-  EXPECT_NE(r.output.find("input nowhere does not exist (expected a text file or a directory of *.txt)"),
+  EXPECT_NE(r.output.find("input nowhere does not exist (expected a text or .jsonl file or a directory)"),
             std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "shards")) << "nothing is written for a missing input";
 

@@ -79,6 +79,21 @@ TEST(ControllerMetrics, TrialSeriesExistOnlyWhileTheTrialIsActive) {
   EXPECT_EQ(e.value("precon_trial_step", t7), 2.0);
 }
 
+TEST(ControllerMetrics, TokensSeenPerDatasetOfABlend) {
+  ControllerMetrics m;
+  m.trial_active(3, "blend");
+  m.report(3, {{"tokens_seen", 6, 1000, 0}, {"tokens_seen.web", 6, 700, 0}, {"tokens_seen.code", 6, 300, 0}});
+  m.report(3, {{"tokens_seen.web", 5, 1, 0}});  // an older batch: ignored
+  Exposition e = scrape(m);
+  EXPECT_EQ(e.value("precon_trial_tokens_seen", {{"trial", "3"}, {"dataset", "web"}}), 700.0);
+  EXPECT_EQ(e.value("precon_trial_tokens_seen", {{"trial", "3"}, {"dataset", "code"}}), 300.0);
+  EXPECT_EQ(e.count_with_label("dataset", "web") + e.count_with_label("dataset", "code"), 2u);
+  EXPECT_EQ(e.types["precon_trial_tokens_seen"], "gauge");
+  m.trial_inactive(3);
+  e = scrape(m);
+  EXPECT_EQ(e.count_with_label("trial", "3"), 0u);
+}
+
 TEST(ControllerMetrics, FailedAttemptsOfATrialLastBetweenAttemptsAndGoWhenItEnds) {
   ControllerMetrics m;
   const std::map<std::string, std::string> t4{{"experiment", "tiny"}, {"trial", "4"}};

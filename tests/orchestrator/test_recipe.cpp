@@ -107,7 +107,7 @@ TEST(Recipe, ParsesEveryTable) {
   EXPECT_EQ(r.source, "full.toml");
   EXPECT_EQ(c.experiment.name, "full");
   EXPECT_EQ(c.model.d_model, 64);
-  EXPECT_EQ(c.data.train, "a.bin,b.bin");
+  EXPECT_EQ(c.data.train, (std::vector<worker::DataSource>{{"a.bin,b.bin", 1.0}}));
   EXPECT_EQ(c.train.steps, 300);
   EXPECT_EQ(c.optimizer.name, "muon");
   EXPECT_DOUBLE_EQ(c.optimizer.adamw.beta2, 0.99);

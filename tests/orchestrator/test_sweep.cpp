@@ -54,8 +54,8 @@ TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
     EXPECT_EQ(c.train.threads, 1);
     EXPECT_EQ(c.optimizer.schedule, "constant");
     EXPECT_EQ(c.optimizer.warmup_steps, 50);
-    EXPECT_EQ(c.data.train, "data/sotu/train.bin");
-    EXPECT_EQ(c.data.val, "data/sotu/val.bin");
+    EXPECT_EQ(c.data.train, (std::vector<worker::DataSource>{{"data/sotu/train.bin", 1.0}}));
+    EXPECT_EQ(c.data.val, (std::vector<worker::DataSource>{{"data/sotu/val.bin", 1.0}}));
     EXPECT_EQ(c.objective.metric, "val_loss");
     EXPECT_EQ(c.objective.mode, "min");
     // What a trial stores reads back as the same config.
@@ -93,7 +93,7 @@ TEST(Sweep, ShippedRecipesExpand) {
     size_t trials;
   };
   for (const Case& c : {Case{"quickstart.toml", 5}, Case{"muon-ns-sweep.toml", 8}, Case{"shampoo-refresh-sweep.toml", 5},
-                        Case{"random-lr-asha.toml", 16}}) {
+                        Case{"random-lr-asha.toml", 16}, Case{"megatron-blend.toml", 2}}) {
     SCOPED_TRACE(c.file);
     Recipe r = parse_recipe_file(recipe_path(c.file));
     EXPECT_EQ(expand_sweep(r).size(), c.trials);

@@ -13,7 +13,7 @@ WORKER_INTERFACE = {
     "worker/config/choice.h",                                                    # its choices as enums
     "worker/train/exit_codes.h",                                                 # how a trainer ends
     "worker/ckpt/checkpoint.h", "worker/ckpt/objective.h",                       # the checkpoint listing
-    "worker/data/prepare.h",                                                     # precon data prepare
+    "worker/data/prepare.h", "worker/data/prepare_cli.h",                        # precon data prepare
     "worker/model/memory_estimate.h",                                            # what a trial needs
     "worker/common/http_client.h", "worker/common/error.h",
     "worker/common/file_io.h",                                                   # atomic, private writes

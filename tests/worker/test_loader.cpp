@@ -24,8 +24,8 @@ struct Fixture {
   TempDir dir;
   LoaderOptions opt;
   Fixture() {
-    opt.train = {make_shard(dir.path, "train_0.bin", 1000, 0), make_shard(dir.path, "train_1.bin", 517, 20000)};
-    opt.val = {make_shard(dir.path, "val.bin", 300, 40000)};
+    opt.train = {DatasetSpec({make_shard(dir.path, "train_0.bin", 1000, 0), make_shard(dir.path, "train_1.bin", 517, 20000)})};
+    opt.val = {DatasetSpec({make_shard(dir.path, "val.bin", 300, 40000)})};
     opt.B = 4;
     opt.T = 16;
     opt.seed = 1234;
@@ -116,7 +116,7 @@ TEST(Loader, RestoreRejectsChangedSeedOrData) {
     loader.restore(s);
     FAIL() << "no error";
   } catch (const DataError& e) {
-    EXPECT_NE(std::string(e.what()).find("shards or seq_len changed"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("training data or seq_len changed"), std::string::npos) << e.what();
   }
   EXPECT_THROW(nlohmann::json({{"seed", 1}}).get<LoaderState>(), DataError);
   EXPECT_THROW(nlohmann::json({{"seed", 1}, {"samples", -3}, {"windows", 2}, {"T", 4}}).get<LoaderState>(),
@@ -141,7 +141,7 @@ TEST(Loader, ValBatchesAreFixedAndSequential) {
 
 TEST(Loader, ShortShardIsAClearError) {
   Fixture f;
-  f.opt.train.push_back(make_shard(f.dir.path, "tiny.bin", 16, 0));
+  f.opt.train[0].paths.push_back(make_shard(f.dir.path, "tiny.bin", 16, 0));
   try {
     DataLoader loader(f.opt);
     FAIL() << "no error";

@@ -67,7 +67,7 @@ TEST(Prepare, ByteTokenizerSortedSourcesSplitAndMeta) {
   EXPECT_EQ(train, all);
 
   nlohmann::json meta = nlohmann::json::parse(std::ifstream(r.meta_path));
-  EXPECT_EQ(meta["tokenizer"], "byte");
+  EXPECT_EQ(meta["tokenizer"], "bytes");
   EXPECT_EQ(meta["vocab_size"], 256);
   EXPECT_EQ(meta["train_tokens"], r.train_tokens);
   EXPECT_EQ(meta["val_tokens"], r.val_tokens);

@@ -32,7 +32,37 @@ TEST(Shard, RoundTripReadAndMap) {
   EXPECT_EQ(read_shard(dir.path / "a.bin", 50257), tokens);
   Shard mapped(dir.path / "a.bin", 50257);
   ASSERT_EQ(mapped.size(), 1000);
-  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), mapped.tokens().begin()));
+  for (int64_t i = 0; i < mapped.size(); ++i) ASSERT_EQ(mapped.at(i), tokens[static_cast<size_t>(i)]) << i;
+}
+
+// llm.c's Llama 3 kind: magic 20240801, version 7, uint32 tokens, for vocabularies past 65,536.
+TEST(Shard, Uint32KindIsLlmcLayoutAndHoldsLargeIds) {
+  TempDir dir;
+  const std::vector<uint32_t> tokens = {0, 65535, 65536, 128255, 199999};
+  write_shard(dir.path / "w.bin", tokens);
+  EXPECT_EQ(fs::file_size(dir.path / "w.bin"), 1024 + 4 * tokens.size());
+  std::ifstream in(dir.path / "w.bin", std::ios::binary);
+  int32_t header[256];
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  EXPECT_EQ(header[0], 20240801);
+  EXPECT_EQ(header[1], 7);
+  EXPECT_EQ(header[2], 5);
+  uint32_t body[5];
+  in.read(reinterpret_cast<char*>(body), sizeof body);
+  EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), body));
+  EXPECT_EQ(read_shard_tokens(dir.path / "w.bin", 200000), std::vector<int32_t>(tokens.begin(), tokens.end()));
+  try {
+    read_shard_tokens(dir.path / "w.bin", 128256);
+    FAIL() << "a token past vocab_size was accepted";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("token 199999 at position 4"), std::string::npos) << e.what();
+  }
+  try {
+    read_shard(dir.path / "w.bin");
+    FAIL() << "read_shard read uint32 tokens as uint16";
+  } catch (const DataError& e) {
+    EXPECT_NE(std::string(e.what()).find("uint32"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Shard, HeaderIsLlmcLayout) {
@@ -50,7 +80,7 @@ TEST(Shard, HeaderIsLlmcLayout) {
 
 TEST(Shard, EmptyShardIsValid) {
   TempDir dir;
-  write_shard(dir.path / "e.bin", {});
+  write_shard(dir.path / "e.bin", std::vector<uint16_t>{});
   EXPECT_TRUE(read_shard(dir.path / "e.bin").empty());
   EXPECT_EQ(Shard(dir.path / "e.bin").size(), 0);
 }

@@ -52,9 +52,19 @@ struct ModelConfig {
   int64_t expert_ffn() const { return moe.ffn_hidden > 0 ? moe.ffn_hidden : ffn(); }
 };
 
+// One dataset of [data] train or val: llm.c token shard(s), comma-separated, or a Megatron prefix
+// (prefix.bin + prefix.idx), with its blend weight.
+struct DataSource {
+  std::string path;
+  double weight = 1.0;
+  bool operator==(const DataSource&) const = default;
+};
+
 struct DataConfig {
-  std::string train = "data/train.bin";  // token shard(s) for training, comma-separated
-  std::string val = "data/val.bin";      // token shard for validation
+  std::vector<DataSource> train = {{"data/train.bin", 1.0}};  // one dataset, or a weighted blend
+  std::vector<DataSource> val = {{"data/val.bin", 1.0}};      // empty: no validation
+  std::string format = "auto";                 // "auto" (by magic) | "llmc" | "megatron"
+  std::string document_boundaries = "shuffle"; // Megatron data: "shuffle" documents per epoch | "eod" (file order)
 };
 
 struct TrainConfig {

@@ -127,6 +127,20 @@ std::string ref_text(const FieldRef& ref) {
     }
     return s + "]";
   }
+  if (auto p = std::get_if<std::vector<DataSource>*>(&ref)) {
+    const std::vector<DataSource>& sources = **p;
+    if (sources.empty()) return "\"\"";
+    if (sources.size() == 1 && sources[0].weight == 1.0) return toml_quoted(sources[0].path);
+    std::string s = "[";
+    for (size_t i = 0; i < sources.size(); ++i) {
+      s += i ? ", {path = " : "{path = ";
+      s += toml_quoted(sources[i].path);
+      s += ", weight = ";
+      s += number_text(sources[i].weight);
+      s += "}";
+    }
+    return s + "]";
+  }
   auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
   std::string s = "[";
   for (size_t i = 0; i < list.size(); ++i) {
@@ -153,6 +167,7 @@ const char* key_type_name(KeyType type) {
     case KeyType::string_list: return "string list";
     case KeyType::coefficient_list: return "[[a,b,c],...]";
     case KeyType::integer_list: return "integer list";
+    case KeyType::data_sources: return "path or [{path, weight}, ...]";
   }
   return "?";
 }

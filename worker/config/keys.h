@@ -19,9 +19,10 @@
 namespace precon::worker {
 
 using FieldRef = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*,
-                              std::vector<std::array<double, 3>>*, std::vector<int64_t>*>;
+                              std::vector<std::array<double, 3>>*, std::vector<int64_t>*, std::vector<DataSource>*>;
 
-enum class KeyType { integer, number, boolean, string, string_list, coefficient_list, integer_list };
+// In FieldRef's order (a key's type is its field's alternative).
+enum class KeyType { integer, number, boolean, string, string_list, coefficient_list, integer_list, data_sources };
 
 const char* key_type_name(KeyType type);
 

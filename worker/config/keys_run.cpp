@@ -10,8 +10,20 @@ namespace precon::worker::key_rows {
 
 void add_data_and_train_rows(std::vector<Row>& k) {
   // [data]
-  k.push_back(trial("data.train", "path", "training token shard(s), comma-separated", T(data.train)));
-  k.push_back(trial("data.val", "path", "validation token shard", T(data.val)));
+  k.push_back(trial("data.train", "path",
+                    "training data: llm.c shard(s) (comma-separated) or a Megatron prefix, or a blend "
+                    "[{path, weight}, ...]",
+                    T(data.train))
+                  .rule([](const TrialConfig& c) {
+                    return c.data.train.empty() ? std::string("training data is needed: a path or a blend") : "";
+                  }));
+  k.push_back(trial("data.val", "path", "validation data, in the same forms; \"\" = none", T(data.val)));
+  k.push_back(trial("data.format", "", "the data's format; auto: from each file's magic", T(data.format))
+                  .choices({"auto", "llmc", "megatron"}));
+  k.push_back(trial("data.document_boundaries", "",
+                    "Megatron data: shuffle documents each epoch (samples cross them) or keep file order (eod)",
+                    T(data.document_boundaries))
+                  .choices({"shuffle", "eod"}));
   // [train]
   k.push_back(trial("train.steps", "steps", "optimizer steps", T(train.steps)).range(1, 1e12));
   k.push_back(trial("train.batch_size", "sequences", "sequences per step (B), over all data-parallel ranks",

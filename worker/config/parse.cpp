@@ -121,6 +121,45 @@ void check_string(const KeySpec& k, const std::string& v, const std::string& sou
     throw ConfigError(source, line, k.name, toml_quoted(echoed(v)) + " is not valid: expected " + k.pattern_text);
 }
 
+// A data key's value: a path (one dataset; "" none) or a blend [{path = "...", weight = w}, ...].
+std::vector<DataSource> data_sources(const KeySpec& k, const toml::node& value, const std::string& source, int line) {
+  if (auto v = value.value_exact<std::string>()) {
+    if (v->empty()) return {};
+    return {DataSource{*v, 1.0}};
+  }
+  const toml::array* arr = value.as_array();
+  if (!arr)
+    throw ConfigError(source, line, k.name, "expected a path or a blend [{path = \"...\", weight = w}, ...], got " +
+                                                toml_type_name(value));
+  if (arr->empty()) throw ConfigError(source, line, k.name, "a blend needs at least one {path, weight}");
+  std::vector<DataSource> out;
+  for (size_t i = 0; i < arr->size(); ++i) {
+    const std::string at = "entry " + std::to_string(i + 1) + " of the blend";
+    const toml::table* t = arr->get(i)->as_table();
+    if (!t) throw ConfigError(source, line, k.name, at + " must be a table {path = \"...\", weight = w}");
+    DataSource d;
+    for (const auto& [name, node] : *t) {
+      if (name == "path") {
+        auto p = node.value_exact<std::string>();
+        if (!p || p->empty()) throw ConfigError(source, line, k.name, at + ": path must be a non-empty string");
+        d.path = *p;
+      } else if (name == "weight") {
+        std::optional<double> w = node.is_integer() ? std::optional<double>(static_cast<double>(*node.value_exact<int64_t>()))
+                                                    : node.value_exact<double>();
+        if (!w || !std::isfinite(*w) || *w <= 0)
+          throw ConfigError(source, line, k.name, at + ": weight must be a positive number");
+        d.weight = *w;
+      } else {
+        throw ConfigError(source, line, k.name, at + " has the unknown key \"" + echoed(std::string(name.str())) +
+                                                    "\" (a blend entry holds path and weight)");
+      }
+    }
+    if (d.path.empty()) throw ConfigError(source, line, k.name, at + " has no path");
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 // Type-checks `value` against key `k` and stores it through `ref`; the one place values enter a
 // config, for trial and [sweep] keys alike.
 void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::string& source, int line) {
@@ -176,6 +215,8 @@ void assign(const KeySpec& k, FieldRef ref, const toml::node& value, const std::
       out.push_back(*v);
     }
     **p = out;
+  } else if (auto p = std::get_if<std::vector<DataSource>*>(&ref)) {
+    **p = data_sources(k, value, source, line);
   } else {
     auto& list = *std::get<std::vector<std::array<double, 3>>*>(ref);
     const toml::array* arr = value.as_array();

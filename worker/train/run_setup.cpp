@@ -26,17 +26,6 @@ constexpr Choice<k::Device> kDevices[] = {{"cpu", k::Device::cpu}, {"cuda", k::D
 enum class Backend { automatic, mpi, nccl };
 constexpr Choice<Backend> kBackends[] = {{"auto", Backend::automatic}, {"mpi", Backend::mpi}, {"nccl", Backend::nccl}};
 
-std::vector<fs::path> split_paths(const std::string& list) {
-  std::vector<fs::path> out;
-  std::stringstream ss(list);
-  for (std::string item; std::getline(ss, item, ',');) {
-    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
-    while (!item.empty() && item.back() == ' ') item.pop_back();
-    if (!item.empty()) out.emplace_back(item);
-  }
-  return out;
-}
-
 // A run directory holds one config file, config.toml. The controller writes it and passes it as
 // --config; a standalone run gets its resolved config (overrides applied) written there.
 void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
@@ -108,8 +97,10 @@ void build_model(Run& run) {
 void build_data(Run& run) {
   const TrialConfig& cfg = run.cfg();
   LoaderOptions lo;
-  lo.train = split_paths(cfg.data.train);
-  lo.val = split_paths(cfg.data.val);
+  lo.train = dataset_specs(cfg.data.train);
+  lo.val = dataset_specs(cfg.data.val);
+  lo.format = cfg.data.format;
+  lo.shuffle_documents = cfg.data.document_boundaries == "shuffle";
   lo.B = cfg.train.batch_size;
   lo.T = cfg.model.seq_len;
   lo.seed = static_cast<uint64_t>(cfg.train.seed);
@@ -117,7 +108,7 @@ void build_data(Run& run) {
   run.loader = std::make_unique<DataLoader>(lo);
   if (!lo.val.empty()) {
     const int64_t n = std::min<int64_t>(cfg.train.eval_batches, run.loader->max_val_batches());
-    if (n < 1) run.log("warning: the validation shard holds fewer than one batch; no val_loss will be recorded");
+    if (n < 1) run.log("warning: the validation data hold fewer than one batch; no val_loss will be recorded");
     else run.val = run.loader->val_batches(n);
   }
 }

@@ -154,6 +154,13 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   {"optim_grafting_seconds", phase[4]},
                   {"optim_communication_seconds", phase[5]},
                   {"optim_eigenbasis_seconds", phase[6]}}};
+  // Training tokens drawn so far, in all and per dataset (tokens_seen.<dataset>: the controller's
+  // precon_trial_tokens_seen{dataset}).
+  const std::vector<std::pair<std::string, int64_t>> seen = run.loader->tokens_seen();
+  double seen_total = 0;
+  for (const auto& [name, tokens] : seen) seen_total += static_cast<double>(tokens);
+  r.values.emplace_back("tokens_seen", seen_total);
+  for (const auto& [name, tokens] : seen) r.values.emplace_back("tokens_seen." + name, static_cast<double>(tokens));
   if (cfg.optimizer.qk_clip_threshold > 0) {
     // This step's largest attention logit before clipping, and the heads (kv groups) clipped.
     r.values.emplace_back("max_attention_logit", stats.qk.max_logit);
