@@ -72,5 +72,6 @@ void add_cancel(CLI::App& app);
 void add_logs(CLI::App& app);
 void add_recipe(CLI::App& app);
 void add_data(CLI::App& app);
+void add_study(CLI::App& app);
 
 }  // namespace precon::cli
