@@ -87,20 +87,43 @@ static void check_vocab(const Shard& shard, int64_t vocab_size) {
   }
 }
 
-std::vector<int32_t> read_shard_tokens(const fs::path& path, int64_t vocab_size) {
-  const Shard shard(path, vocab_size);
-  std::vector<int32_t> tokens(static_cast<size_t>(shard.size()));
-  shard.copy(0, shard.size(), tokens.data());
+// The whole-file path, apart from the mapped Shard's: the two agree (tests/fuzz/fuzz_shard.cpp).
+static std::vector<int32_t> read_tokens(const fs::path& path, int64_t vocab_size, int* token_bytes) {
+  const std::vector<uint8_t> bytes = read_file(path);
+  const ShardHeader h = parse_shard_header(std::as_bytes(std::span(bytes)), path);
+  *token_bytes = h.token_bytes;
+  std::vector<int32_t> tokens(static_cast<size_t>(h.num_tokens));
+  const uint8_t* body = bytes.data() + kShardHeaderBytes;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    uint32_t t = 0;
+    if (h.token_bytes == 2) {
+      uint16_t v;
+      std::memcpy(&v, body + 2 * i, 2);
+      t = v;
+    } else {
+      std::memcpy(&t, body + 4 * i, 4);
+    }
+    if (vocab_size > 0 && t >= static_cast<uint64_t>(vocab_size)) {
+      throw DataError("token shard " + path.string() + " has token " + std::to_string(t) + " at position " +
+                      std::to_string(i) + ", outside the model's vocab_size " + std::to_string(vocab_size) +
+                      ": was it prepared with a different tokenizer?");
+    }
+    tokens[i] = static_cast<int32_t>(t);
+  }
   return tokens;
 }
 
+std::vector<int32_t> read_shard_tokens(const fs::path& path, int64_t vocab_size) {
+  int token_bytes = 0;
+  return read_tokens(path, vocab_size, &token_bytes);
+}
+
 std::vector<uint16_t> read_shard(const fs::path& path, int64_t vocab_size) {
-  const Shard shard(path, vocab_size);
-  if (shard.token_bytes() != 2)
+  int token_bytes = 0;
+  const std::vector<int32_t> tokens = read_tokens(path, vocab_size, &token_bytes);
+  if (token_bytes != 2)
     throw DataError("token shard " + path.string() + " holds uint32 tokens; read it with read_shard_tokens");
-  std::vector<uint16_t> tokens(static_cast<size_t>(shard.size()));
-  for (int64_t i = 0; i < shard.size(); ++i) tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(shard.at(i));
-  return tokens;
+  return std::vector<uint16_t>(tokens.begin(), tokens.end());
 }
 
 Shard::Shard(const fs::path& path, int64_t vocab_size) : file_(path) {
