@@ -26,6 +26,7 @@
 #include "worker/config/parse.h"
 #include "worker/model/model_io.h"
 #include "worker/model/qk_clip.h"
+#include "worker/optim/flops.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -124,8 +125,28 @@ QkClipStats qk_clip_step(Run& run) {
 // since the previous record.
 void log_step(Run& run, int64_t step, const StepStats& stats) {
   const TrialConfig& cfg = run.cfg();
-  if (step % cfg.train.log_every != 0 && step != cfg.train.steps) return;
+  const bool record = step % cfg.train.log_every == 0 || step == cfg.train.steps;
+  const bool announce = step == run.start + 1 && run.par.first();  // the optimizer's share, once
+  if (!record && !announce) return;
   const double tokens_per_step = static_cast<double>(cfg.train.batch_size * cfg.model.seq_len);
+  // The optimizer's own FLOPs over the whole model (optim/flops.h), beside the model's.
+  const OptimizerFlopCount optim_count(cfg.optimizer, model_param_table(cfg.model), {cfg.parallel.tensor});
+  const double model_step_flops = run.model().flops_per_token() * tokens_per_step;
+  if (announce) {
+    const OptimizerFlops f = optim_count.summary();
+    char line[256];
+    int n = std::snprintf(line, sizeof line, "optimizer flops: %.3g per step (%.2f%% of the model's %.3g): products %.3g, element-wise %.3g",
+                          f.per_step(), 100.0 * f.per_step() / model_step_flops, model_step_flops, f.step.matmul,
+                          f.step.elementwise);
+    if (f.refresh_every > 0 && n > 0 && static_cast<size_t>(n) < sizeof line) {
+      std::snprintf(line + n, sizeof line - static_cast<size_t>(n), ", refresh %.3g every %lld steps", f.refresh.total(),
+                    static_cast<long long>(f.refresh_every));
+    }
+    run.log(line);
+  }
+  if (!record) return;
+  const double model_flops = model_step_flops * static_cast<double>(step);
+  const double optim_flops = optim_count.optimizer_flops_through(step);
   const PhaseSeconds ph = run.optimizer->phase_seconds();
   const PhaseSeconds& prev = run.prev_phases;
   // Optimizer time per phase is the slowest rank's (the owners' work differs between ranks).
@@ -146,7 +167,10 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
                   // Model FLOPs (forward + backward) per token, and their total over the steps so far:
                   // trials of different shapes and families compare at equal compute by it.
                   {"flops_per_token", run.model().flops_per_token()},
-                  {"flops", run.model().flops_per_token() * tokens_per_step * static_cast<double>(step)},
+                  {"flops", model_flops},
+                  // The optimizer's FLOPs through this step, and model plus optimizer.
+                  {"optim_flops", optim_flops},
+                  {"compute_flops", model_flops + optim_flops},
                   {"optim_seconds", phase[0]},
                   {"optim_newton_schulz_seconds", phase[1]},
                   {"optim_statistics_seconds", phase[2]},
