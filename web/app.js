@@ -1,9 +1,11 @@
-// The dashboard's shell: routes by the URL hash (#/, #/experiments/ID, #/trials/ID), keeps the
-// admin token (pasted once, or ?token= in the URL) and polls the controller's event cursor every
-// two seconds, handing new events to the current view so it can update without a reload.
+// The dashboard's shell: routes by the URL hash (#/, #/experiments/ID, #/experiments/ID/study,
+// #/trials/ID), keeps the admin token (pasted once, or ?token= in the URL) and polls the
+// controller's event cursor every two seconds, handing new events to the current view so it can
+// update without a reload.
 import { api, h, setToken, token } from './util.js';
 import * as experimentsView from './experiments.js';
 import * as experimentView from './experiment.js';
+import * as studyView from './study.js';
 import * as trialView from './trial.js';
 
 const POLL_MS = 2000;
@@ -38,6 +40,7 @@ async function route() {
   try {
     let m;
     if ((m = hash.match(/^\/experiments\/(\d+)$/))) current = await experimentView.render(viewRoot, Number(m[1]), ctx);
+    else if ((m = hash.match(/^\/experiments\/(\d+)\/study$/))) current = await studyView.render(viewRoot, Number(m[1]), ctx);
     else if ((m = hash.match(/^\/trials\/(\d+)$/))) current = await trialView.render(viewRoot, Number(m[1]), ctx);
     else current = await experimentsView.render(viewRoot, ctx);
   } catch (e) {

@@ -1,11 +1,15 @@
 // Chart builders over uPlot (the npm package, copied to vendor/ by the build): overlaid lines,
-// scatter plots with numeric or categorical x, and the Pareto front. Each builder replaces the
-// chart held by its container, so a view can redraw on every update.
+// scatter plots with numeric or categorical x, the Pareto front, and a study's points and fits.
+// Each builder replaces the chart held by its container, so a view can redraw on every update.
 import uPlot from './vendor/uPlot.esm.js';
 
 const charts = new WeakMap();  // container -> uPlot
 
-export function color(i) { return `hsl(${(i * 137.508) % 360} 62% 44%)`; }
+// The i-th series colour; alpha < 1 gives a faint version of it.
+export function color(i, alpha = 1) {
+  const hsl = `${(i * 137.508) % 360} 62% 44%`;
+  return alpha < 1 ? `hsl(${hsl} / ${alpha})` : `hsl(${hsl})`;
+}
 
 function place(container, opts, data) {
   const old = charts.get(container);
@@ -40,6 +44,9 @@ function padded(u, min, max) {
 function size(container, height) {
   return { width: Math.max(320, container.clientWidth || 640), height };
 }
+
+// The uPlot a container holds (undefined when none): its scales, series and data.
+export function chartOf(container) { return charts.get(container); }
 
 export function destroyChart(container) {
   const old = charts.get(container);
@@ -98,4 +105,38 @@ export function paretoChart(container, { points, yLabel, height = 260 }) {
   };
   container.dataset.series = '2';
   return place(container, opts, [sorted.map(p => p.x), sorted.map(p => p.y), sorted.map(p => (p.front ? p.y : null))]);
+}
+
+// series: [{label, color, faint, winners: [{x, y}], others: [{x, y}], curve: {xs, ys} | null}],
+// one per arm, on a log x axis: the others as faint points, the fitted curves as lines, the
+// winners as filled points on top. Each point is a row of its own in uPlot's aligned data (two
+// trials may share a compute), null in every other series; the lines span those gaps.
+export function studyChart(container, { series, xLabel, yLabel, height = 420 }) {
+  const rows = [];  // [x, column, y]
+  const columns = [];
+  const add = (points, opts) => {
+    const col = columns.length;
+    columns.push(opts);
+    for (const p of points) rows.push([p.x, col, p.y]);
+  };
+  series.forEach(s => add(s.others, { label: s.label + ' (other trials)', stroke: s.faint, paths: () => null,
+                                      points: { show: true, size: 6, fill: s.faint, stroke: s.faint } }));
+  series.forEach(s => {
+    if (s.curve) add(s.curve.xs.map((x, i) => ({ x, y: s.curve.ys[i] })),
+                     { label: s.label + ' (fit)', stroke: s.color, width: 2, spanGaps: true, points: { show: false } });
+  });
+  series.forEach(s => add(s.winners, { label: s.label, stroke: s.color, paths: () => null,
+                                       points: { show: true, size: 8, fill: s.color, stroke: s.color } }));
+  rows.sort((a, b) => a[0] - b[0]);
+  const data = [rows.map(r => r[0]), ...columns.map((_, c) => rows.map(r => (r[1] === c ? r[2] : null)))];
+  const opts = {
+    ...size(container, height),
+    legend: { show: false },
+    cursor: { points: { show: false } },
+    scales: { x: { time: false, distr: 3 }, y: { time: false, range: padded } },
+    axes: [{ label: xLabel, values: ticks }, { label: yLabel, size: 60, values: ticks }],
+    series: [{ label: xLabel }, ...columns],
+  };
+  container.dataset.series = String(columns.length);
+  return place(container, opts, data);
 }

@@ -1,5 +1,6 @@
-// The experiment page: header with cancel, the trial table (sortable, filterable, rows
-// selectable for the curves), the curve panel, the sweep panel and the experiment's events.
+// The experiment page: header with cancel (and, for a study, a link to its study page), the trial
+// table (sortable, filterable, rows selectable for the curves), the curve panel, the sweep panel
+// and the experiment's events.
 import { ACTIVE, api, apiAll, cancelButton, duration, eventRows, h, num, paramText, rate, stateBadge, trialLabels } from './util.js';
 import { curvePanel } from './curves.js';
 import { sweepPanel } from './sweep.js';
@@ -101,6 +102,9 @@ export async function render(root, id, ctx) {
       exp.description ? h('p', {}, exp.description) : '',
       h('p', { class: 'muted' }, `objective ${exp.objective.metric} (${exp.objective.mode}) · ${exp.trials} trials · `,
         Object.entries(exp.trial_states).filter(([, n]) => n > 0).map(([s, n]) => `${n} ${s}`).join(', ')),
+      // A study's trials carry their cell (study.arm, study.size, ...) as params: the study page has data.
+      exp.swept.includes('study.arm') ? h('p', {}, h('a', { href: `#/experiments/${id}/study`, id: 'study-link', class: 'tab' },
+        'Study: loss against compute and the compute multipliers')) : '',
       active ? cancelButton('cancel experiment', `/api/v1/experiments/${id}/cancel`, refresh, onError) : '');
   }
 

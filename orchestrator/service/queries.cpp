@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "orchestrator/service/views.h"
+#include "orchestrator/study/report.h"
 
 namespace precon::orch {
 
@@ -81,11 +82,12 @@ void BestCache::metrics_stored(int64_t experiment_id) {
   ++local_[experiment_id];
 }
 
-std::shared_ptr<const BestReport> BestCache::report(const Store& store, const ExperimentRow& experiment) {
+template <class T, class Compute>
+std::shared_ptr<const T> BestCache::kept(Shelf<T>& shelf, int64_t experiment_id, Compute compute) {
   std::shared_ptr<std::mutex> gate;
   {
     std::lock_guard lock(mu_);
-    std::shared_ptr<std::mutex>& slot = computing_[experiment.id];
+    std::shared_ptr<std::mutex>& slot = shelf.computing[experiment_id];
     if (!slot) slot = std::make_shared<std::mutex>();
     gate = slot;
   }
@@ -95,24 +97,39 @@ std::shared_ptr<const BestReport> BestCache::report(const Store& store, const Ex
     std::lock_guard lock(mu_);
     // Read before the store is: a write meanwhile leaves what is computed stale, never kept as current.
     global = global_.load();
-    local = local_[experiment.id];
-    const auto it = kept_.find(experiment.id);
-    if (it != kept_.end() && it->second.global == global && it->second.local == local) {
+    local = local_[experiment_id];
+    const auto it = shelf.kept.find(experiment_id);
+    if (it != shelf.kept.end() && it->second.global == global && it->second.local == local) {
       it->second.used = ++clock_;
-      return it->second.report;
+      return it->second.value;
     }
   }
-  auto fresh = std::make_shared<const BestReport>(best_report(store, experiment));
-  ++computed_;
+  auto fresh = std::make_shared<const T>(compute());
   std::lock_guard lock(mu_);
-  kept_[experiment.id] = {global, local, ++clock_, fresh};
-  while (kept_.size() > kKept) {
-    auto oldest = kept_.begin();
-    for (auto it = kept_.begin(); it != kept_.end(); ++it)
+  shelf.kept[experiment_id] = {global, local, ++clock_, fresh};
+  while (shelf.kept.size() > kKept) {
+    auto oldest = shelf.kept.begin();
+    for (auto it = shelf.kept.begin(); it != shelf.kept.end(); ++it)
       if (it->second.used < oldest->second.used) oldest = it;
-    kept_.erase(oldest);
+    shelf.kept.erase(oldest);
   }
   return fresh;
+}
+
+std::shared_ptr<const BestReport> BestCache::report(const Store& store, const ExperimentRow& experiment) {
+  return kept(reports_, experiment.id, [&] {
+    BestReport r = best_report(store, experiment);
+    ++computed_;
+    return r;
+  });
+}
+
+std::shared_ptr<const json> BestCache::study(const Store& store, const ExperimentRow& experiment) {
+  return kept(studies_, experiment.id, [&] {
+    json r = study::study_report(store, experiment.id);
+    ++studies_computed_;
+    return r;
+  });
 }
 
 std::optional<TrialMetricPoint> BestCache::objective_best(const Store& store, const ExperimentRow& experiment) {

@@ -23,13 +23,14 @@ ExperimentRow find_experiment(const Store& store, const std::string& id_or_name)
 // `precon best`: rankings at equal steps and equal wall-clock, and the Pareto front.
 BestReport best_report(const Store& store, const ExperimentRow& experiment);
 
-// An experiment's best, kept for as long as nothing it read changed: `precon best`'s report, and
-// the best objective point over all its trials (the dashboard's experiments list). A write to the
-// store other than metric points (trial states, attempts, events, experiments: store_written) ends
-// every kept value, metric points stored for a trial (metrics_stored) end its experiment's.
-// Requests for one experiment while its report is computed wait for that one computation. At most
-// kKept reports are kept, the least recently asked for dropped first; an objective point is kept
-// for every experiment asked for (it is one point).
+// An experiment's best, kept for as long as nothing it read changed: `precon best`'s report, the
+// best objective point over all its trials (the dashboard's experiments list), and a study's report
+// (study/report.h: the fit's bootstrap takes up to a second). A write to the store other than
+// metric points (trial states, attempts, events, experiments: store_written) ends every kept value,
+// metric points stored for a trial (metrics_stored) end its experiment's. Requests for one
+// experiment's report (or study) while it is computed wait for that one computation. At most kKept
+// reports and kKept studies are kept, the least recently asked for dropped first; an objective
+// point is kept for every experiment asked for (it is one point).
 // Thread-safety: every member from any thread.
 class BestCache {
  public:
@@ -39,27 +40,43 @@ class BestCache {
   void metrics_stored(int64_t experiment_id);
   std::shared_ptr<const BestReport> report(const Store& store, const ExperimentRow& experiment);
   size_t computed() const { return computed_.load(); }  // reports computed so far (tests)
+  // study::study_report of the experiment; its std::invalid_argument (not a study) passes through
+  // and nothing is kept.
+  std::shared_ptr<const nlohmann::json> study(const Store& store, const ExperimentRow& experiment);
+  size_t studies_computed() const { return studies_computed_.load(); }  // study reports computed so far (tests)
   // Store::best_metric of the experiment's objective (metric and mode): one query of the store,
   // none again while the experiment's data stays as it was.
   std::optional<TrialMetricPoint> objective_best(const Store& store, const ExperimentRow& experiment);
 
  private:
+  template <class T>
   struct Kept {
     uint64_t global = 0, local = 0;  // the versions it was computed at
     uint64_t used = 0;               // when it was last asked for (clock_)
-    std::shared_ptr<const BestReport> report;
+    std::shared_ptr<const T> value;
+  };
+  // The kept values of one kind, and one computation per experiment at once.
+  template <class T>
+  struct Shelf {
+    std::map<int64_t, Kept<T>> kept;
+    std::map<int64_t, std::shared_ptr<std::mutex>> computing;
   };
   struct KeptPoint {
     uint64_t global = 0, local = 0;  // the versions it was computed at
     std::optional<TrialMetricPoint> best;
   };
+  // The shelf's value for the experiment, computed by compute() unless the kept one is current.
+  template <class T, class Compute>
+  std::shared_ptr<const T> kept(Shelf<T>& shelf, int64_t experiment_id, Compute compute);
+
   std::atomic<uint64_t> global_{1};
   std::atomic<size_t> computed_{0};
+  std::atomic<size_t> studies_computed_{0};
   std::mutex mu_;  // guards what follows
   std::map<int64_t, uint64_t> local_;  // experiment -> version of its metric points
-  std::map<int64_t, Kept> kept_;
+  Shelf<BestReport> reports_;
+  Shelf<nlohmann::json> studies_;
   std::map<int64_t, KeptPoint> objective_bests_;
-  std::map<int64_t, std::shared_ptr<std::mutex>> computing_;  // one computation per experiment at once
   uint64_t clock_ = 0;
 };
 

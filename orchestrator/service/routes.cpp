@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <memory>
+#include <stdexcept>
 
 #include "orchestrator/service/api.h"
 #include "orchestrator/service/api_bodies.h"
@@ -45,6 +46,7 @@ constexpr ApiRoute kApiRoutes[] = {
   {"POST", "/api/v1/experiments/{id}/cancel",              experiment_cancel,     Access::kAdmin,  Cost::kCheap, "experiment_cancel"},
   {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  "experiment_trials"},
   {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  "experiment_best"},
+  {"GET",  "/api/v1/experiments/{id}/study",               experiment_study,      Access::kRead,   Cost::kSlow,  "experiment_study"},
   {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, "trial_show"},
   {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  "trial_metrics"},
   {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, "trial_logs"},
@@ -148,6 +150,19 @@ Response experiment_best(const Api& api, Request& req) {
   json j = best_to_json(cut.report);
   j["next_cursor"] = cursor_json(cut.next_cursor);
   return view_response(req, std::move(j));
+}
+
+// A study's fit (study/report.h), computed once per version of the experiment's data. An
+// experiment that is not a study answers 409 not_a_study: it exists, it has no study to show.
+Response experiment_study(const Api& api, Request& req) {
+  const ExperimentRow e = experiment_or_404(api.store, req);
+  std::shared_ptr<const json> study;
+  try {
+    study = api.best.study(api.store, e);
+  } catch (const std::invalid_argument& err) {
+    throw HttpError(409, "not_a_study", err.what());
+  }
+  return json_response(*study);
 }
 
 Response trial_show(const Api& api, Request& req) {

@@ -191,8 +191,9 @@ def rendered(driver, view, seconds=20):
 
 
 def full_page_screenshot(driver, path, width=1400):
-    """The whole page: the window grows to the document's height (at most 6000 px) for the picture."""
-    height = driver.execute_script('return document.documentElement.scrollHeight')
+    """The whole page: the window grows to the document's height (at most 6000 px) for the picture;
+    the window's own frame (outer height less the viewport's) comes on top."""
+    height = driver.execute_script('return document.documentElement.scrollHeight + window.outerHeight - window.innerHeight')
     driver.set_window_size(width, min(max(height, 1000), 6000))
     driver.save_screenshot(path)
     driver.set_window_size(width, 1000)
