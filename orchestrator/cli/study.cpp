@@ -1,6 +1,7 @@
 // precon study: optimizer settings compared across model sizes. `study fit POINTS.json`: the
 // compute multiplier of each arm against a baseline (orchestrator/study/fit.h) from a file of
-// finished runs. Each subcommand of the group is one add_study_* function below.
+// finished runs; `study report EXP`: the same for an experiment run from a recipe's [study]
+// (orchestrator/study/report.h). Each subcommand of the group is one add_study_* function below.
 #include <algorithm>
 #include <climits>
 #include <fstream>
@@ -10,6 +11,8 @@
 #include "orchestrator/cli/common.h"
 #include "orchestrator/http/printable.h"
 #include "orchestrator/study/fit.h"
+#include "orchestrator/study/report.h"
+#include "worker/common/file_io.h"
 
 namespace precon::cli {
 
@@ -141,12 +144,41 @@ void add_study_fit(CLI::App* group) {
   });
 }
 
+void add_study_report(CLI::App* group) {
+  auto which = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  CLI::App* cmd = group->add_subcommand(
+      "report", "a study experiment: the winning lr of each (arm, size), each arm's compute multiplier against the "
+                "baseline, the compute-optimal arm per size");
+  cmd->add_option("experiment", *which, "experiment id or name")->required();
+  cmd->add_option("--out", *out, "the report's JSON file (default: study-<experiment id>.json here)");
+  add_db_option(cmd);
+  add_json_option(cmd);
+  cmd->callback([which, out] {
+    guarded([&] {
+      orch::Store store = open_store();
+      const orch::ExperimentRow exp = lookup_experiment(store, *which);
+      const study::StudyReport r = study::build_study_report(store, exp.id);
+      const json j = study::study_report_json(r);
+      const std::string file = out->empty() ? "study-" + std::to_string(exp.id) + ".json" : *out;
+      worker::write_file_atomic(file, j.dump(2) + "\n", 0644);
+      if (global().json) std::cout << j.dump(2) << "\n";
+      else std::cout << study::format_study_report(r) << "\nJSON: " << orch::printable(file) << "\n";
+      if (r.fit.ok) return;
+      std::cerr << "precon: study " << exp.id << ": no fit against " << orch::printable(r.baseline) << ": "
+                << orch::printable(r.reason) << "\n";
+      exit_code() = 1;
+    });
+  });
+}
+
 }  // namespace
 
 void add_study(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("study", "optimizer settings compared across model sizes");
   cmd->require_subcommand(1);
   add_study_fit(cmd);
+  add_study_report(cmd);
 }
 
 }  // namespace precon::cli

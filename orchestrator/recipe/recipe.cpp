@@ -293,12 +293,13 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   r.overrides = overrides;
   const toml::table doc = worker::parse_toml_text(text, source);
   worker::ConfigIssues issues;
-  worker::read_trial_tables(r.base, doc, source, issues, {"sweep"});
+  worker::read_trial_tables(r.base, doc, source, issues, {"sweep", "study"});
   const toml::node* sweep_node = doc.get("sweep");
   if (sweep_node) {
     if (const toml::table* t = sweep_node->as_table()) parse_sweep(*t, source, r.sweep, issues);
     else issues.add({source, line_of(*sweep_node), "sweep", "expected a table, got " + toml_type_name(*sweep_node)});
   }
+  if (const toml::node* study_node = doc.get("study")) read_study(*study_node, source, r.study, issues);
 
   std::vector<std::string> trial_overrides;
   for (const std::string& o : overrides) {
@@ -307,6 +308,10 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
       const toml::node& value = *doc.get("v");
       if (key.rfind("sweep.", 0) == 0) {
         apply_sweep_override(r.sweep, key, value);
+        return;
+      }
+      if (key.rfind("study.", 0) == 0) {
+        apply_study_override(r.study, key, value);
         return;
       }
       worker::set_key(r.base, key, value, "--set", 0);
@@ -318,7 +323,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   if (s.early_stop.metric.empty()) s.early_stop.metric = r.base.config.objective.metric;
   if (s.early_stop.mode.empty()) s.early_stop.mode = r.base.config.objective.mode;
   const bool swept = !s.parameters.empty() || !s.grids.empty();
-  if (sweep_node && sweep_node->is_table() && !swept && issues.empty())
+  if (sweep_node && sweep_node->is_table() && !swept && !r.study.present && issues.empty())
     issues.add({source, line_of(*sweep_node), "sweep",
                 "the sweep is empty: add [sweep.parameters] or [[sweep.grid]] with values, or remove [sweep] "
                 "to run one trial"});
@@ -334,8 +339,10 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
     check(s.parameters);
     for (const auto& g : s.grids) check(g);
   }
-  // A sweep's trials are checked one by one when it is expanded (their values change the rules).
-  if (!swept) worker::check_rules(r.base, issues);
+  check_study(r, trial_overrides, issues);
+  // A sweep's or a study's trials are checked one by one when it is expanded (their values change
+  // the rules).
+  if (!swept && !r.study.present) worker::check_rules(r.base, issues);
   issues.throw_if_any();
   return r;
 }
@@ -358,7 +365,9 @@ std::string recipe_key_table() {
       worker::format_key_row("sweep.grid.<key>", "values", "", "",
                              "[[sweep.grid]] tables: each a sub-grid of lists [v, ...]; the sweep is their union (× "
                              "[sweep.parameters])")};
-  return worker::format_key_table(true, rows);
+  std::vector<std::string> all = rows;
+  for (std::string& row : study_key_rows()) all.push_back(std::move(row));
+  return worker::format_key_table(true, all);
 }
 
 }  // namespace precon::orch

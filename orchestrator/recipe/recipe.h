@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "orchestrator/recipe/study.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
@@ -53,15 +54,16 @@ struct Recipe {
   std::string text;                    // the recipe as given
   worker::ParsedConfig base;           // trial tables + trial-key overrides; not yet swept
   SweepConfig sweep;                   // [sweep] + sweep-key overrides
+  StudyConfig study;                   // [study] + study-key overrides (study.h); present: the trials are the study's
   std::vector<std::string> overrides;  // the --set assignments, as given
 };
 
 // Parses and checks a recipe. `overrides` are --set "key=value" (TOML value, bare words are
 // strings) for trial keys, scalar sweep keys (sweep.samples, sweep.early_stop.method, ...) and
 // swept keys (sweep.parameters.<key>=[...] or ={ log_uniform = [lo, hi] }). A trial key that the
-// sweep also sets cannot be overridden (the sweep would win silently). Without [sweep] the recipe
-// is one trial and the base config is validated here; with one, every trial is validated by
-// expand_sweep.
+// sweep also sets cannot be overridden (the sweep would win silently). Without [sweep] or [study]
+// the recipe is one trial and the base config is validated here; with one, every trial is
+// validated by expand_sweep. Scalar [study] keys take --set study.<key>=value.
 Recipe parse_recipe_text(const std::string& text, const std::string& source,
                          const std::vector<std::string>& overrides = {});
 Recipe parse_recipe_file(const std::string& path, const std::vector<std::string>& overrides = {});
@@ -73,7 +75,7 @@ const std::vector<std::string>& sweep_key_names();
 // the key table; `who` names the trial in errors.
 worker::TrialConfig stored_trial_config(const std::string& config_toml, const std::string& who);
 
-// The worker's key table plus the [sweep] rows, in the same layout (`precon recipe keys`).
+// The worker's key table plus the [sweep] and [study] rows, in the same layout (`precon recipe keys`).
 std::string recipe_key_table();
 
 }  // namespace precon::orch

@@ -228,6 +228,7 @@ Pick draw(const SweepParam& p, Rng& rng) {
 }  // namespace
 
 int64_t sweep_size(const Recipe& recipe) {
+  if (recipe.study.present) return study_size(recipe.study);
   const SweepConfig& sweep = recipe.sweep;
   if (sweep.parameters.empty() && sweep.grids.empty()) return 1;
   if (sweep_method(sweep) == SweepMethod::random) return sweep.samples;
@@ -263,6 +264,7 @@ void check_sweep_size(const Recipe& recipe) {
 }  // namespace
 
 std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
+  if (recipe.study.present) return expand_study(recipe);
   const SweepConfig& sweep = recipe.sweep;
   std::vector<TrialSpec> trials;
   worker::ConfigIssues issues;

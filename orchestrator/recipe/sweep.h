@@ -30,6 +30,7 @@ struct TrialSpec {
 constexpr int64_t kMaxSweepTrials = 100000;
 
 // Trials of the recipe:
+// - a [study]: its trials (expand_study in study.h);
 // - no sweep: one trial, the base config;
 // - grid: the cartesian product of [sweep.parameters] in order of appearance, the first key
 //   slowest; with [[sweep.grid]] tables, the union of the sub-grids in file order, each the
