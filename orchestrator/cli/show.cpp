@@ -4,6 +4,7 @@
 #include "orchestrator/cli/common.h"
 #include "orchestrator/service/queries.h"
 #include "orchestrator/service/views.h"
+#include "worker/model/memory_estimate.h"
 
 namespace precon::cli {
 
@@ -29,11 +30,15 @@ void add_show(CLI::App& app) {
       std::cout << "experiment " << e.id << " " << e.name << " (" << orch::experiment_state_name(e.state) << ")\n"
                 << "objective " << e.objective_metric << " (" << e.objective_mode << "), runs in " << e.run_root << "\n\n";
       std::vector<std::vector<std::string>> rows{
-          {"TRIAL", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "ATTEMPTS", "REASON"}};
+          {"TRIAL", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "PEAK_MEM", "ATTEMPTS", "REASON"}};
+      // The largest rank's peak resident memory, in binary units as resources.mem reads them.
+      auto memory = [](const nlohmann::json& v) {
+        return v.is_number() ? worker::bytes_text(v.get<double>()) : std::string("-");
+      };
       for (const nlohmann::json& t : list)
         rows.push_back({std::to_string(t["id"].get<int64_t>()), t["label"].get<std::string>(),
                         t["state"].get<std::string>(), fmt_number(t["last_step"]), fmt_number(t["objective"]), fmt_number(t["train_loss"]), fmt_number(t["step_seconds"], 3),
-                        fmt_number(t["attempts"]), t["reason"].get<std::string>()});
+                        memory(t["memory_peak_bytes"]), fmt_number(t["attempts"]), t["reason"].get<std::string>()});
       print_table(rows);
     });
   });

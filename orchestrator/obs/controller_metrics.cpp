@@ -30,14 +30,16 @@ const pm::Histogram::BucketBoundaries kPollBuckets = {0.0001, 0.001, 0.005, 0.01
                                                       0.25,   0.5,   1,     2.5,  5,    10};
 
 // Per-trial series: the worker metric each one follows.
-enum TrialFamily { kTrainLoss, kValLoss, kTokensPerSecond, kStepSeconds, kOptimizerSeconds, kInverseRootFailures };
+enum TrialFamily {
+  kTrainLoss, kValLoss, kTokensPerSecond, kStepSeconds, kOptimizerSeconds, kMemoryPeakBytes, kInverseRootFailures
+};
 constexpr size_t kTrialGaugeFamilies = kInverseRootFailures;  // the families before it are gauges
 struct TrialSeriesSpec {
   const char* worker_metric;  // name in the worker's report (worker/train/trainer.cpp)
   TrialFamily family;
   const char* phase;          // label phase for kOptimizerSeconds, else nullptr
 };
-constexpr std::array<TrialSeriesSpec, 11> kTrialSeries = {{
+constexpr std::array<TrialSeriesSpec, 12> kTrialSeries = {{
     {"train_loss", kTrainLoss, nullptr},
     {"val_loss", kValLoss, nullptr},
     {"tokens_per_second", kTokensPerSecond, nullptr},
@@ -48,6 +50,7 @@ constexpr std::array<TrialSeriesSpec, 11> kTrialSeries = {{
     {"optim_grafting_seconds", kOptimizerSeconds, "grafting"},
     {"optim_communication_seconds", kOptimizerSeconds, "communication"},  // the owners' all-gathers
     {"optim_eigenbasis_seconds", kOptimizerSeconds, "eigenbasis"},        // SOAP's bases
+    {"memory_peak_bytes", kMemoryPeakBytes, nullptr},  // the largest over the trial's ranks
     {"inverse_root_failures", kInverseRootFailures, nullptr},  // cumulative count from Shampoo
 }};
 
@@ -110,6 +113,8 @@ struct ControllerMetrics::Impl {
       &family(pm::BuildGauge(), "precon_trial_optimizer_seconds",
               "Optimizer seconds per phase (newton_schulz, statistics, inverse_root, grafting, eigenbasis, "
               "communication; the slowest rank's) since the previous report."),
+      &family(pm::BuildGauge(), "precon_trial_memory_peak_bytes",
+              "Peak resident memory of the trial's largest rank so far (VmHWM), at the latest reported step."),
   };
   pm::Family<pm::Gauge>& trial_tokens = family(
       pm::BuildGauge(), "precon_trial_tokens_seen",

@@ -180,7 +180,7 @@ json trial_summary_json(const Store& store, const TrialRow& t, const ExperimentR
   json j = trial_json(t);
   j["label"] = label_of(t);
   if (!has_metrics) {
-    for (const char* k : {"objective", "objective_step", "train_loss", "step_seconds"}) j[k] = nullptr;
+    for (const char* k : {"objective", "objective_step", "train_loss", "step_seconds", "memory_peak_bytes"}) j[k] = nullptr;
     return j;
   }
   auto last = store.last_metric(t.id, exp.objective_metric);
@@ -190,6 +190,9 @@ json trial_summary_json(const Store& store, const TrialRow& t, const ExperimentR
   j["train_loss"] = loss && std::isfinite(loss->value) ? json(loss->value) : json(nullptr);
   auto sps = store.last_metric(t.id, "step_seconds");
   j["step_seconds"] = sps && std::isfinite(sps->value) ? json(sps->value) : json(nullptr);
+  // The largest rank's peak resident memory (the worker reports the maximum over its ranks).
+  auto peak = store.last_metric(t.id, "memory_peak_bytes");
+  j["memory_peak_bytes"] = peak && std::isfinite(peak->value) ? json(peak->value) : json(nullptr);
   return j;
 }
 

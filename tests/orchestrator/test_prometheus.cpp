@@ -25,10 +25,11 @@ TEST(ControllerMetrics, TrialSeriesExistOnlyWhileTheTrialIsActive) {
                                            {"optim_newton_schulz_seconds", 5, 0.125, 0},
                                            {"optim_inverse_root_seconds", 5, 0.0625, 0},
                                            {"inverse_root_failures", 5, 3, 0},
-                                           {"grad_norm", 5, 1.5, 0}};
+                                           {"grad_norm", 5, 1.5, 0},
+                                           {"memory_peak_bytes", 5, 123456789, 0}};
   m.report(7, points);  // not active: counted, no series
   Exposition e = scrape(m);
-  EXPECT_EQ(e.value("precon_metric_points_ingested_total"), 8.0);
+  EXPECT_EQ(e.value("precon_metric_points_ingested_total"), 9.0);
   EXPECT_EQ(e.count_with_label("trial", "7"), 0u);
 
   m.trial_active(7, "sweep-a");
@@ -37,7 +38,8 @@ TEST(ControllerMetrics, TrialSeriesExistOnlyWhileTheTrialIsActive) {
   m.report(7, points);
   e = scrape(m);
   const std::map<std::string, std::string> t7{{"experiment", "sweep-a"}, {"trial", "7"}};
-  EXPECT_EQ(e.value("precon_metric_points_ingested_total"), 16.0);
+  EXPECT_EQ(e.value("precon_metric_points_ingested_total"), 18.0);
+  EXPECT_EQ(e.value("precon_trial_memory_peak_bytes", t7), 123456789.0);
   EXPECT_EQ(e.value("precon_trial_step", t7), 5.0);
   EXPECT_EQ(e.value("precon_trial_train_loss", t7), 2.5);
   EXPECT_EQ(e.value("precon_trial_val_loss", t7), 2.75);

@@ -138,12 +138,13 @@ TEST(MoeConfig, ExpertParallelLayoutsThatDoNotFitAreRefusedWithTheKey) {
 
 TEST(MoeConfig, TheMemoryEstimateCountsAnExpertParallelRanksOwnExpertsOnly) {
   // 3 MoE layers of 4 experts, each a gate, an up and a down of 32 × 16: 18,432 routed-expert
-  // weights, each 16 bytes with AdamW (the weight, its gradient, two moments). At EP=2 a rank
-  // holds half of them; the rest of the model is on every rank.
-  const std::string text = kMoeLlama + "[model.moe]\nexperts = 4\nffn_hidden = 16\n[optimizer]\nname = \"adamw\"\n";
-  const MemoryEstimate one = estimate_memory(parse_config_text(text + "[parallel]\ndata = 2\n", "r.toml").config);
+  // weights, each 16 bytes with AdamW (the weight, its gradient, two moments, replicated here).
+  // At EP=2 a rank holds half of them; the rest of the model is on every rank.
+  const std::string text = kMoeLlama + "[model.moe]\nexperts = 4\nffn_hidden = 16\n[optimizer]\nname = \"adamw\"\n"
+                           "[parallel]\ndistributed_optimizer = false\n";
+  const MemoryEstimate one = estimate_memory(parse_config_text(text + "data = 2\n", "r.toml").config);
   const MemoryEstimate two =
-      estimate_memory(parse_config_text(text + "[parallel]\ndata = 2\nexpert = 2\n", "r.toml").config);
+      estimate_memory(parse_config_text(text + "data = 2\nexpert = 2\n", "r.toml").config);
   EXPECT_EQ(one.parameters, two.parameters);
   EXPECT_DOUBLE_EQ(one.bytes_per_rank - two.bytes_per_rank, 18432.0 * 16 / 2);
 }

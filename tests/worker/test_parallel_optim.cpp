@@ -85,10 +85,11 @@ TEST_F(ParallelOptim, MuonDistributedTensorParallelFollowsTheSingleProcessRunAnd
 }
 
 TEST_F(ParallelOptim, OptimizerStateIsWrittenOnceByItsOwners) {
-  // DP=2 Muon: each matrix's momentum lies in its owner's shard only, AdamW's state in the first
-  // rank's; optimizer.json names every entry once with its file, global shape and offset.
+  // DP=2 Muon: each matrix's momentum lies in its owner's shard only, AdamW's state (replicated,
+  // without the distributed optimizer) in the first rank's; optimizer.json names every entry once
+  // with its file, global shape and offset.
   const fs::path cfg = config(kMuon, 10);
-  Result r = run(mpirun(2) + trainer(cfg, "dp2", "--set parallel.data=2"));
+  Result r = run(mpirun(2) + trainer(cfg, "dp2", "--set parallel.data=2 --set parallel.distributed_optimizer=false"));
   ASSERT_EQ(r.status, 0) << r.output;
   const fs::path ckpt = dir_ / "dp2" / "checkpoints" / "step_00000010";
   const nlohmann::json index = read_json(ckpt / "optimizer.json");
@@ -115,10 +116,11 @@ TEST_F(ParallelOptim, OptimizerStateIsWrittenOnceByItsOwners) {
 }
 
 TEST_F(ParallelOptim, MuonUpdatesGatheredInBf16HalveTheBytesAndStayClose) {
+  // AdamW's moments replicated: its all-gather (fp32 whatever Muon's dtype) would add to both.
   const fs::path cfg = config(kMuon, 20);
-  ASSERT_EQ(run(mpirun(2) + trainer(cfg, "fp32", "--set parallel.data=2 --set train.log_every=1")).status, 0);
-  Result r = run(mpirun(2) + trainer(cfg, "bf16",
-                                     "--set parallel.data=2 --set train.log_every=1 --set optimizer.muon.comm_dtype=bf16"));
+  const std::string sets = "--set parallel.data=2 --set train.log_every=1 --set parallel.distributed_optimizer=false";
+  ASSERT_EQ(run(mpirun(2) + trainer(cfg, "fp32", sets)).status, 0);
+  Result r = run(mpirun(2) + trainer(cfg, "bf16", sets + " --set optimizer.muon.comm_dtype=bf16"));
   ASSERT_EQ(r.status, 0) << r.output;
   const auto fp32 = series("fp32", "optim_comm_bytes"), bf16 = series("bf16", "optim_comm_bytes");
   ASSERT_FALSE(fp32.empty());
@@ -142,8 +144,10 @@ TEST_F(ParallelOptim, MuonWithGradientsReducedToOwnersFollowsTheSingleProcessRun
   // global norm (train.grad_clip 1 clips every step here) follow the single process; so do
   // TP2×DP2 duplicated (one owner among four ranks), distributed (the matrices stay all-reduced)
   // and blockwise (against TP2 alone, whose gradients are all-reduced: it depends on the TP layout).
+  // AdamW's moments replicated (parallel.distributed_optimizer = false) so that only the matrices
+  // have roots; test_distributed_optimizer.cpp shows the sharded run is this one bit for bit.
   const fs::path cfg = config(kMuon);
-  const std::string log1 = " --set train.log_every=1";
+  const std::string log1 = " --set train.log_every=1 --set parallel.distributed_optimizer=false";
   ASSERT_EQ(run(trainer(cfg, "one", log1)).status, 0);
   Result r = run(mpirun(2) + trainer(cfg, "dp2", "--set parallel.data=2" + log1));
   ASSERT_EQ(r.status, 0) << r.output;

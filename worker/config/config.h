@@ -175,6 +175,9 @@ struct ParallelConfig {
   int64_t virtual_stages = 1;    // model chunks per pipeline rank, interleaved 1F1B (1 = plain 1F1B)
   int64_t expert = 1;            // expert-parallel ranks, carved from the data-parallel ones (divides data)
   std::string backend = "auto";  // "auto" (nccl on CUDA, mpi on CPU) | "mpi" | "nccl"
+  // Element-wise optimizer state (AdamW's moments) split in contiguous ranges over the ranks that
+  // hold the same parameters, as Megatron's --use-distributed-optimizer; false: replicated on each.
+  bool distributed_optimizer = true;
 };
 
 struct ResourcesConfig {

@@ -169,6 +169,12 @@ void add_parallel_rows(std::vector<Row>& k) {
                                ? std::string("expert parallelism runs on the CPU in fp32 in this precon-train")
                                : std::string();
                   }));
+  k.push_back(trial("parallel.distributed_optimizer", "",
+                    "element-wise optimizer state (AdamW's moments, and those of every optimizer's AdamW-routed "
+                    "parameters) split in contiguous ranges over the ranks that hold the same parameters, each rank "
+                    "updating its range and all-gathering the values (Megatron's distributed optimizer); the same "
+                    "numbers as false, which keeps the state replicated on every rank",
+                    T(parallel.distributed_optimizer)));
   k.push_back(trial("parallel.backend", "", "collectives: auto = nccl on CUDA, mpi on CPU", T(parallel.backend))
                   .choices({"auto", "mpi", "nccl"})
                   .rule([](const TrialConfig& c) {

@@ -56,16 +56,32 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
   const bool bf16 = parse_choice<WorkerError>("train.precision", c.train.precision, kBf16);
   const bool slurm = parse_choice<WorkerError>("resources.executor", c.resources.executor, kSlurm);
   MemoryEstimate e;
-  double bytes = 0;
-  for (const ParamSpec& spec : model_param_table(c.model)) {
-    e.parameters += spec.numel();
-    const double n = static_cast<double>(spec.numel());
-    // A routed expert lives on one rank of each expert-parallel group.
-    const double share = spec.expert >= 0 ? 1.0 / static_cast<double>(c.parallel.expert) : 1.0;
-    bytes += share * (8 * n + state_bytes(c.optimizer, optimizer, normuon, spec) + (bf16 ? 2 * n : 0));
+  const std::vector<ParamSpec> table = model_param_table(c.model);
+  for (const ParamSpec& spec : table) e.parameters += spec.numel();
+  const double tensor = static_cast<double>(c.parallel.tensor), data = static_cast<double>(c.parallel.data);
+  const int t = static_cast<int>(c.parallel.tensor);
+  // The largest pipeline rank's rows (expert-parallel ranks hold equal shares of the experts).
+  for (int p = 0; p < c.parallel.pipeline; ++p) {
+    double bytes = 0;
+    for (size_t i : pipeline_rank_table_rows(table, c.parallel, c.model.n_layer, p, 0)) {
+      const ParamSpec& spec = table[i];
+      const double n = static_cast<double>(spec.numel()), storage = static_cast<double>(spec.storage_numel());
+      // A routed expert's optimizer ranks are the ones that hold the same experts.
+      const double group = tensor * data / (spec.expert >= 0 ? static_cast<double>(c.parallel.expert) : 1.0);
+      // Every rank of a stage holds the whole parameter and its gradient; under tensor parallelism
+      // also its part and the part's gradient (params.h tp_part_spec).
+      double held = 8 * storage;
+      if (t > 1) held += 8 * static_cast<double>(tp_part_spec(spec, t).storage_numel());
+      // Matrix state lives with one owner per matrix or block (spread evenly over the group, on
+      // average); AdamW's moments are split over the group by the distributed optimizer, else
+      // replicated on each of its ranks.
+      const double state = state_bytes(c.optimizer, optimizer, normuon, spec);
+      const bool elementwise = optimizer == OptimizerName::adamw || spec.kind != ParamKind::matrix;
+      const double divided = elementwise && !c.parallel.distributed_optimizer ? 1.0 : group;
+      bytes += held + state / divided + (bf16 ? 2 * n : 0);
+    }
+    e.bytes_per_rank = std::max(e.bytes_per_rank, bytes);
   }
-  const double split = static_cast<double>(c.parallel.tensor * c.parallel.pipeline);
-  e.bytes_per_rank = bytes / split;
   const int64_t ranks = c.parallel.tensor * c.parallel.data * c.parallel.pipeline;
   const int64_t per_node = slurm ? std::min(ranks, c.resources.ntasks_per_node) : ranks;
   e.bytes_per_node = e.bytes_per_rank * static_cast<double>(per_node);

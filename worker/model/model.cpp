@@ -117,6 +117,20 @@ void Model::allocate_slots(const std::function<std::unique_ptr<Acts>()>& make) {
   acts_ = slots_.front().get();
 }
 
+Model::Bytes Model::bytes() const {
+  Bytes b;
+  const int64_t f32 = sizeof(float);
+  if (own_params_) b.params = b.grads = own_params_->total_numel() * f32;
+  if (parts_) {
+    b.params += parts_->total_numel() * f32;
+    b.grads += parts_->total_numel() * f32;
+  }
+  b.params += static_cast<int64_t>(shadow_buf_.bytes());
+  for (const auto& slot : slots_) b.activations += static_cast<int64_t>(slot->buf.bytes());
+  b.activations += static_cast<int64_t>(row_max_buf_.bytes());
+  return b;
+}
+
 void Model::select_slot(int slot) { acts_ = slots_.at(static_cast<size_t>(slot)).get(); }
 Tensor Model::stage_input() const { return acts_->encoded; }
 Tensor Model::stage_output() const { return L1_ > L0_ ? acts_->output[static_cast<size_t>(L1_ - L0_ - 1)] : acts_->encoded; }

@@ -72,6 +72,14 @@ class Model : public LayerWeights {
   void place_grads_for_sum();
   int tp_size() const { return tp_.size(); }
 
+  // Bytes this model allocated: the values of its own parameter store (none when the store is
+  // shared: its owner counts it) with the tensor-parallel parts and bf16 copies, their gradients,
+  // and its activation slots.
+  struct Bytes {
+    int64_t params = 0, grads = 0, activations = 0;
+  };
+  Bytes bytes() const;
+
   // Logits of the last forward without compute_grad: (B, T, V) copied to the host.
   std::vector<float> logits_host() const;
   // Floating-point operations per token of one forward + backward: 6 per weight of the matrices

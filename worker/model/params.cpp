@@ -151,6 +151,39 @@ std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelS
   return rows;
 }
 
+std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer) {
+  if (!layout.pipeline_layers.empty()) return layout.pipeline_layers;
+  const int64_t p = layout.pipeline * layout.virtual_stages;
+  std::vector<int64_t> counts(static_cast<size_t>(p), n_layer / p);
+  for (int64_t s = 0; s < n_layer % p; ++s) ++counts[static_cast<size_t>(s)];
+  return counts;
+}
+
+ModelStage pipeline_stage(const std::vector<int64_t>& counts, size_t s) {
+  ModelStage stage;
+  for (size_t i = 0; i < s; ++i) stage.first_layer += counts[i];
+  stage.end_layer = stage.first_layer + counts[s];
+  stage.embedding = s == 0;
+  stage.head = s + 1 == counts.size();
+  return stage;
+}
+
+std::vector<size_t> pipeline_rank_table_rows(const std::vector<ParamSpec>& table, const ParallelConfig& layout,
+                                             int64_t n_layer, int p, int expert_rank) {
+  const std::vector<int64_t> counts = stage_layer_counts(layout, n_layer);
+  std::vector<bool> held(table.size(), false);
+  for (size_t s = static_cast<size_t>(p); s < counts.size(); s += static_cast<size_t>(layout.pipeline)) {
+    ModelStage stage = pipeline_stage(counts, s);
+    stage.expert_rank = expert_rank;
+    stage.expert_ranks = static_cast<int>(layout.expert);
+    for (size_t i : stage_rows(table, stage)) held[i] = true;
+  }
+  std::vector<size_t> rows;
+  for (size_t i = 0; i < table.size(); ++i)
+    if (held[i]) rows.push_back(i);
+  return rows;
+}
+
 int expert_holder(const ParamSpec& spec, int ranks) {
   if (spec.expert < 0 || ranks <= 1) return 0;
   return static_cast<int>(spec.expert / (spec.experts / ranks));

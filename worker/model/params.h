@@ -83,6 +83,17 @@ struct ModelStage {
   int slots = 1;
   int expert_rank = 0, expert_ranks = 1;
 };
+// The transformer blocks of each (virtual) stage, first to last, pipeline × virtual_stages of them:
+// parallel.pipeline_layers when given, else as even as possible (the earlier stages take the
+// remainder; the last one also holds the head).
+std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer);
+// Virtual stage s of stages with these block counts: its blocks, the embedding on the first, the
+// head on the last; one slot, every expert.
+ModelStage pipeline_stage(const std::vector<int64_t>& counts, size_t s);
+// The table rows pipeline rank p holds under the layout: its chunks' (virtual stage v·pipeline + p
+// for each v), in table order; of the routed experts, expert-parallel rank `expert_rank`'s only.
+std::vector<size_t> pipeline_rank_table_rows(const std::vector<ParamSpec>& table, const ParallelConfig& layout,
+                                             int64_t n_layer, int p, int expert_rank);
 // The expert-parallel rank that holds a table row among `ranks` (0 for every row that is not a
 // routed expert's: those are on every rank).
 int expert_holder(const ParamSpec& spec, int ranks);

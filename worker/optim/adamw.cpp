@@ -1,7 +1,10 @@
 // AdamW with PyTorch semantics over a group of parameters (kernels::adamw_update), used alone for
 // name = "adamw" and as the side group of Muon and Shampoo runs.
+#include <algorithm>
+
 #include "kernels/nn.h"
 #include "worker/optim/optim_internal.h"
+#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -28,19 +31,66 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run) {
   return h;
 }
 
-AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device)
-    : hyper_(hyper) {
+AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device,
+                       Communicator* shard)
+    : hyper_(hyper), device_(device), shard_(shard && shard->size() > 1 ? shard : nullptr) {
   for (const OptimParam& p : params) {
-    exp_avg_.add(p.spec->name, -1, p.spec->shape);
-    exp_avg_sq_.add(p.spec->name, -1, p.spec->shape);
+    const ParamSpec& spec = *p.spec;
+    params_.push_back({spec.name, visible(p.param, spec), visible(p.grad, spec), total_});
+    total_ += params_.back().param.numel();
+  }
+  const int64_t ranks = shard_ ? shard_->size() : 1, rank = shard_ ? shard_->rank() : 0;
+  per_rank_ = (total_ + ranks - 1) / ranks;
+  lo_ = std::min(total_, rank * per_rank_);
+  hi_ = std::min(total_, lo_ + per_rank_);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Entry& e = params_[i];
+    const int64_t first = std::max(lo_, e.start), end = std::min(hi_, e.start + e.param.numel());
+    if (first < end) add_pieces(i, first - e.start, end - e.start);
   }
   exp_avg_.allocate(device);
   exp_avg_sq_.allocate(device);
-  for (size_t i = 0; i < params.size(); ++i) {
-    const ParamSpec& spec = *params[i].spec;
-    params_.push_back({spec.name, visible(params[i].param, spec), visible(params[i].grad, spec), exp_avg_.get(i),
-                       exp_avg_sq_.get(i)});
+  if (shard_) {
+    // The all-gather runs in chunks so that its buffers stay small beside the state it divides.
+    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(per_rank_, kGatherChunk));
+    send_ = kernels::Buffer(device, static_cast<size_t>(chunk) * sizeof(float));
+    recv_ = kernels::Buffer(device, static_cast<size_t>(chunk * ranks) * sizeof(float));
   }
+}
+
+void AdamWGroup::add_pieces(size_t entry, int64_t first, int64_t end) {
+  const Entry& e = params_[entry];
+  const std::vector<int64_t> global(e.param.shape.begin(), e.param.shape.begin() + e.param.ndim);
+  auto add = [&](int64_t at, int64_t n, std::vector<int64_t> shape, std::vector<int64_t> offset) {
+    Piece p;
+    p.entry = entry;
+    p.first = at;
+    p.n = n;
+    const bool whole = at == 0 && n == e.param.numel();
+    p.state = exp_avg_.add(e.name, -1, whole ? global : shape, whole ? std::vector<int64_t>{} : global,
+                           whole ? std::vector<int64_t>{} : offset);
+    exp_avg_sq_.add(e.name, -1, whole ? global : shape, whole ? std::vector<int64_t>{} : global,
+                    whole ? std::vector<int64_t>{} : offset);
+    pieces_.push_back(p);
+  };
+  if (e.param.ndim != 2) {
+    add(first, end - first, {end - first}, {first});
+    return;
+  }
+  // Boxes of whole rows where it can: a partial first row, the whole rows, a partial last row.
+  const int64_t cols = e.param.shape[1];
+  int64_t at = first;
+  if (at % cols != 0) {
+    const int64_t n = std::min(end, (at / cols + 1) * cols) - at;
+    add(at, n, {1, n}, {at / cols, at % cols});
+    at += n;
+  }
+  if (end - at >= cols) {
+    const int64_t rows = (end - at) / cols;
+    add(at, rows * cols, {rows, cols}, {at / cols, 0});
+    at += rows * cols;
+  }
+  if (at < end) add(at, end - at, {1, end - at}, {at / cols, 0});
 }
 
 void AdamWGroup::step(const StepContext& ctx) {
@@ -53,14 +103,74 @@ void AdamWGroup::step(const StepContext& ctx) {
   hp.step = static_cast<int>(ctx.step);
   hp.grad_scale = ctx.grad_scale;
   hp.cautious = hyper_.cautious;
-  for (Entry& e : params_) kernels::adamw_update(e.param, e.grad, e.exp_avg, e.exp_avg_sq, hp);
+  for (const Piece& p : pieces_) {
+    const Entry& e = params_[p.entry];
+    if (!shard_) {  // whole parameters, in their shapes
+      kernels::adamw_update(e.param, e.grad, exp_avg_.get(p.state), exp_avg_sq_.get(p.state), hp);
+      continue;
+    }
+    auto flat = [&](const Tensor& t) { return make_view(t.f32() + p.first, {p.n}, device_); };
+    kernels::adamw_update(flat(e.param), flat(e.grad), make_view(exp_avg_.get(p.state).f32(), {p.n}, device_),
+                          make_view(exp_avg_sq_.get(p.state).f32(), {p.n}, device_), hp);
+  }
+  if (shard_) all_gather_values();
+}
+
+void AdamWGroup::copy_values(int64_t from, int64_t to, float* buf, bool into_buf) const {
+  // The first parameter that ends after `from` (parameters are in concatenation order).
+  size_t i = static_cast<size_t>(std::upper_bound(params_.begin(), params_.end(), from,
+                                                  [](int64_t v, const Entry& e) { return v < e.start; }) -
+                                 params_.begin());
+  i = i > 0 ? i - 1 : 0;
+  for (; i < params_.size() && from < to; ++i) {
+    const Entry& e = params_[i];
+    const int64_t end = std::min(to, e.start + e.param.numel());
+    if (end <= from) continue;
+    const int64_t n = end - from;
+    Tensor value = make_view(e.param.f32() + (from - e.start), {n}, device_);
+    Tensor packed = make_view(buf, {n}, device_);
+    if (into_buf) kernels::copy(packed, value);
+    else kernels::copy(value, packed);
+    buf += n;
+    from = end;
+  }
+}
+
+void AdamWGroup::all_gather_values() {
+  const int64_t ranks = shard_->size();
+  const int64_t chunk = static_cast<int64_t>(send_.bytes() / sizeof(float));
+  float* send = static_cast<float*>(send_.data());
+  float* recv = static_cast<float*>(recv_.data());
+  for (int64_t c = 0; c < per_rank_; c += chunk) {
+    const int64_t n = std::min(chunk, per_rank_ - c);
+    // This rank's values [lo_ + c, lo_ + c + n); past the end of the whole (the last range) unused.
+    copy_values(lo_ + c, std::min(hi_, lo_ + c + n), send, true);
+    shard_->all_gather(send, recv, n);
+    comm_bytes_ += sent_by_all_gather(n * 4, static_cast<int>(ranks));
+    for (int64_t q = 0; q < ranks; ++q) {
+      if (q == shard_->rank()) continue;
+      const int64_t from = q * per_rank_ + c;
+      copy_values(std::min(total_, from), std::min(total_, from + n), recv + q * n, false);
+    }
+  }
+}
+
+std::vector<int> AdamWGroup::roots() const {
+  std::vector<int> out(params_.size(), -1);
+  if (!shard_ || per_rank_ == 0) return out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Entry& e = params_[i];
+    const int64_t n = e.param.numel();
+    if (n > 0 && e.start / per_rank_ == (e.start + n - 1) / per_rank_) out[i] = static_cast<int>(e.start / per_rank_);
+  }
+  return out;
 }
 
 void AdamWGroup::append_state(std::vector<NamedState>& out, bool primary) const {
   const size_t first = out.size();
   exp_avg_.append_tensors(out);
   exp_avg_sq_.append_tensors(out);
-  for (size_t i = first; i < out.size(); ++i) out[i].primary = primary;
+  for (size_t i = first; i < out.size(); ++i) out[i].primary = shard_ ? true : primary;
 }
 
 void AdamWGroup::append_kinds(std::vector<StateKind>& out) const {
@@ -68,20 +178,31 @@ void AdamWGroup::append_kinds(std::vector<StateKind>& out) const {
   exp_avg_sq_.append_kind(out);
 }
 
-int64_t AdamWGroup::numel() const {
-  int64_t n = 0;
-  for (const Entry& e : params_) n += e.param.numel();
-  return n;
+std::vector<int> merge_roots(const std::vector<OptimParam>& params, const std::vector<int>& matrix_roots,
+                             const AdamWGroup& adamw) {
+  std::vector<int> out = matrix_roots.empty() ? std::vector<int>(params.size(), -1) : matrix_roots;
+  const std::vector<int> side = adamw.roots();
+  // The AdamW group's parameters are a subsequence of `params` (in order).
+  size_t j = 0;
+  for (size_t i = 0; i < params.size() && j < side.size(); ++i) {
+    if (params[i].spec->name != adamw.param_name(j)) continue;
+    out[i] = side[j++];
+  }
+  if (std::all_of(out.begin(), out.end(), [](int r) { return r < 0; })) return {};
+  return out;
 }
 
 namespace {
 
 class AdamW final : public Optimizer {
  public:
-  // Every rank updates every parameter (element-wise, cheap); the first rank of `group` writes the state.
+  // Every rank updates every parameter (element-wise, cheap) and the first rank of `group` writes
+  // the state, or with hooks.distribute_elementwise each rank updates and writes its own range.
   AdamW(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
-        Communicator* group)
-      : device_(device), primary_(!group || group->rank() == 0), group_(params, adamw_hyper(config, true), device) {}
+        const OptimizerHooks& hooks)
+      : device_(device), primary_(!hooks.group || hooks.group->rank() == 0),
+        group_(params, adamw_hyper(config, true), device, hooks.distribute_elementwise ? hooks.group : nullptr),
+        roots_(merge_roots(params, {}, group_)) {}
 
   void step(const StepContext& ctx) override {
     PhaseTimer timer(phases_.adamw, device_);
@@ -100,12 +221,15 @@ class AdamW final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
+  int64_t comm_bytes() const override { return group_.comm_bytes(); }
+  std::vector<int> gradient_roots() const override { return roots_; }
   std::string routing_summary() const override { return route_text("adamw", group_.tensors(), group_.numel()); }
 
  private:
   kernels::Device device_;
   bool primary_;
   AdamWGroup group_;
+  std::vector<int> roots_;
   PhaseSeconds phases_;
 };
 
@@ -113,7 +237,7 @@ class AdamW final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& config, const std::vector<OptimParam>& params,
                                       kernels::Device device, const OptimizerHooks& hooks) {
-  return std::make_unique<AdamW>(config, params, device, hooks.group);
+  return std::make_unique<AdamW>(config, params, device, hooks);
 }
 
 }  // namespace precon::worker::optim

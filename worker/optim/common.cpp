@@ -37,10 +37,11 @@ Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device 
   throw OptimizerError("optimizer state must be 1-D or 2-D, got " + std::to_string(shape.size()) + " dims");
 }
 
-size_t StateBuffer::add(const std::string& param, int block, std::vector<int64_t> shape) {
+size_t StateBuffer::add(const std::string& param, int block, std::vector<int64_t> shape,
+                        std::vector<int64_t> global_shape, std::vector<int64_t> global_offset) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
-  ranges_.push_back({param, block, std::move(shape), total_});
+  ranges_.push_back({param, block, std::move(shape), total_, std::move(global_shape), std::move(global_offset)});
   total_ += n;
   return ranges_.size() - 1;
 }
@@ -67,6 +68,8 @@ void StateBuffer::append_tensors(std::vector<NamedState>& out) const {
     s.block = r.block;
     s.kind = kind_;
     s.offset = r.offset;
+    s.global_shape = r.global_shape;
+    s.global_offset = r.global_offset;
   }
 }
 

@@ -105,7 +105,8 @@ class Muon final : public Optimizer {
         weight_decay_(config.weight_decay), cautious_(cautious_decay(config)),
         device_(device),
         ns_(ns_options(config.muon, device)),
-        adamw_(matrix_params(params, false), adamw_hyper(config, false), device) {
+        adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
+               hooks.distribute_elementwise ? hooks.group : nullptr) {
     momentum_form_ =
         parse_choice<OptimizerError>("optimizer.muon.momentum_form", config_.momentum_form, kMomentumForms);
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {
@@ -133,6 +134,7 @@ class Muon final : public Optimizer {
       if (params[i].spec->kind == ParamKind::matrix) add_matrix(params[i], i);
     }
     assign_and_allocate();
+    if (group_->size() > 1) merged_roots_ = merge_roots(params, roots_, adamw_);
   }
 
   void step(const StepContext& ctx) override {
@@ -153,32 +155,60 @@ class Muon final : public Optimizer {
         normalise(m);
       }
     }
-    {
-      PhaseTimer timer(phases_.communication, device_);
-      const int64_t ranks = group_->size();
-      if (bf16_) {
-        kernels::cast(Tensor::view(send_.data(), {segment_}, kernels::DType::bf16, device_), segment());
-        group_->all_gather_bytes(send_.data(), gathered_.data(), segment_ * 2);
-        kernels::cast(gathered(ranks), Tensor::view(gathered_.data(), {ranks * segment_}, kernels::DType::bf16, device_));
-      } else if (ranks > 1) {
-        group_->all_gather(segment().f32(), static_cast<float*>(gathered_.data()), segment_);
-      }
-      comm_bytes_ += sent_by_all_gather(segment_ * (bf16_ ? 2 : 4), group_->size());
+    // The segments travel in chunks of chunk_ values a rank, each applied as it arrives, so that
+    // the receive buffer holds ranks · chunk_ values, not every update of the model.
+    for (int64_t c = 0; c < segment_; c += chunk_) {
+      const int64_t n = std::min(chunk_, segment_ - c);
+      apply_chunk(c, n, gather_chunk(c, n), ctx);
     }
+  }
+
+  // Every rank's segment values [c, c + n), rank q's at q·n (this rank's own segment with one rank).
+  const float* gather_chunk(int64_t c, int64_t n) {
+    PhaseTimer timer(phases_.communication, device_);
+    const int64_t ranks = group_->size();
+    float* own = static_cast<float*>(segment_buf_.data()) + c;
+    if (ranks == 1) return own;
+    comm_bytes_ += sent_by_all_gather(n * (bf16_ ? 2 : 4), group_->size());
+    if (!bf16_) {
+      group_->all_gather(own, static_cast<float*>(gathered_.data()), n);
+      return static_cast<float*>(gathered_.data());
+    }
+    kernels::cast(Tensor::view(send_.data(), {n}, kernels::DType::bf16, device_), make_view(own, {n}, device_));
+    group_->all_gather_bytes(send_.data(), gathered_.data(), n * 2);
+    kernels::cast(make_view(static_cast<float*>(unpacked_.data()), {ranks * n}, device_),
+                  Tensor::view(gathered_.data(), {ranks * n}, kernels::DType::bf16, device_));
+    return static_cast<float*>(unpacked_.data());
+  }
+
+  // Applies the parts of the updates that lie in segment values [c, c + n): a whole matrix's as a
+  // range of its values (the update is element-wise), a distributed matrix's once its pieces are
+  // unpacked (they then arrive in one chunk: chunk_ is the whole segment).
+  void apply_chunk(int64_t c, int64_t n, const float* all, const StepContext& ctx) {
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
-    // One rank: its own segment is everything (no copy; the buffers may be device memory).
-    const float* all = static_cast<float*>(bf16_ ? unpacked_.data() : group_->size() > 1 ? gathered_.data() : segment_buf_.data());
+    const float decay = static_cast<float>(1.0 - lr * weight_decay_);
+    auto apply = [&](const Tensor& param, const Tensor& o, double scale) {
+      const float alpha = static_cast<float>(-lr * scale);
+      if (cautious_) kernels::cautious_axpby(param, o, alpha, decay);
+      else kernels::axpby(param, o, alpha, decay);
+    };
     for (Matrix& m : matrices_) {
-      Tensor o = m.update;
+      bool unpacked = false;
       for (const Piece& p : m.pieces) {
-        Tensor src = make_view(const_cast<float*>(all) + p.rank * segment_ + p.offset, p.shape, device_);
-        if (p.whole) o = src;
-        else scatter_spans(m.update, src, m.split_dim, p.spans);
+        const int64_t size = p.shape[0] * p.shape[1];
+        const int64_t a = std::max(c, p.offset), b = std::min(c + n, p.offset + size);
+        if (a >= b) continue;
+        const float* src = all + p.rank * n + (a - c);
+        if (p.whole) {
+          apply(make_view(m.param.f32() + (a - p.offset), {b - a}, device_),
+                make_view(const_cast<float*>(src), {b - a}, device_), m.scale);
+        } else {
+          scatter_spans(m.update, make_view(const_cast<float*>(src), p.shape, device_), m.split_dim, p.spans);
+          unpacked = true;
+        }
       }
-      const float alpha = static_cast<float>(-lr * m.scale), decay = static_cast<float>(1.0 - lr * weight_decay_);
-      if (cautious_) kernels::cautious_axpby(m.param, o, alpha, decay);
-      else kernels::axpby(m.param, o, alpha, decay);
+      if (unpacked) apply(m.param, m.update, m.scale);
     }
   }
 
@@ -206,10 +236,10 @@ class Muon final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return comm_bytes_; }
+  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes(); }
   // Only the owner reads a matrix's gradient (its momentum lives there); under tp_mode
   // distributed every rank of the owning tensor-parallel group does, so those stay all-reduced.
-  std::vector<int> gradient_roots() const override { return group_->size() > 1 ? roots_ : std::vector<int>{}; }
+  std::vector<int> gradient_roots() const override { return merged_roots_; }
   std::string routing_summary() const override {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.param.numel();
@@ -362,12 +392,15 @@ class Muon final : public Optimizer {
     neuron_buf_ = kernels::Buffer(device_, static_cast<size_t>(longest) * sizeof(float));
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     bf16_ = comm_dtype_ == kernels::DType::bf16 && ranks > 1;
+    // A distributed matrix is unpacked from whole pieces: its all-gather stays one chunk.
+    const bool parts = std::any_of(matrices_.begin(), matrices_.end(), [&](const Matrix& m) { return distributed(m); });
+    chunk_ = ranks > 1 && !parts ? std::min(segment_, kGatherChunk) : segment_;
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
     segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
-    if (ranks > 1) gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
+    if (ranks > 1) gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * chunk_) * sizeof(float));
     if (bf16_) {
-      send_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * 2);
-      unpacked_ = kernels::Buffer(device_, static_cast<size_t>(ranks * segment_) * sizeof(float));
+      send_ = kernels::Buffer(device_, static_cast<size_t>(chunk_) * 2);
+      unpacked_ = kernels::Buffer(device_, static_cast<size_t>(ranks * chunk_) * sizeof(float));
     }
     int64_t update_numel = 0;
     for (const Matrix& m : matrices_) update_numel += distributed(m) ? m.param.numel() : 0;
@@ -384,10 +417,6 @@ class Muon final : public Optimizer {
     }
   }
 
-  Tensor segment() const { return Tensor::view(static_cast<float*>(segment_buf_.data()), {segment_}, kernels::DType::f32, device_); }
-  Tensor gathered(int64_t ranks) const {
-    return Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_);
-  }
 
   // A distributed matrix's momentum (this rank's part, chunk k of every Q/K/V block packed at
   // k·chunk along the split dim) as its parts of the whole momentum: one per chunk.
@@ -589,7 +618,8 @@ class Muon final : public Optimizer {
   kernels::DType comm_dtype_ = kernels::DType::f32;  // optimizer.muon.comm_dtype
   bool bf16_ = false;
   std::vector<Matrix> matrices_;
-  std::vector<int> roots_;  // gradient_roots()
+  std::vector<int> roots_;  // the matrices' owners (-1 for the other parameters)
+  std::vector<int> merged_roots_;  // gradient_roots(): with the AdamW group's
   StateBuffer momentum_{"momentum"};
   std::vector<size_t> momentum_handle_;
   bool normuon_ = false;  // optimizer.muon.variant = "normuon"
@@ -598,6 +628,7 @@ class Muon final : public Optimizer {
   kernels::Buffer neuron_buf_;  // one value per neuron of a matrix (sums of squares, then factors)
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
+  int64_t chunk_ = 0;    // of them per all-gather call
   kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_, update_buf_;
   int64_t comm_bytes_ = 0;
   PhaseSeconds phases_;

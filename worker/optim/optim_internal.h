@@ -13,6 +13,10 @@
 
 namespace precon::worker::optim {
 
+// Values each rank sends per all-gather call of updated parameters (4 MiB of fp32): the receive
+// buffer then holds ranks · this many values, not a second copy of every parameter.
+constexpr int64_t kGatherChunk = 1 << 20;
+
 // The visible part of a parameter-shaped storage view: wte's padded vocabulary rows are zero,
 // get zero gradients and never reach an optimizer (nor its state or its routing counts).
 kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
@@ -38,7 +42,10 @@ class StateBuffer {
  public:
   explicit StateBuffer(std::string kind) : kind_(std::move(kind)) {}
   // Reserves the next range; block = -1 for whole-parameter state. Returns a handle for get().
-  size_t add(const std::string& param, int block, std::vector<int64_t> shape);
+  // global_shape/global_offset: the range is a box of a larger tensor (NamedState's fields); empty:
+  // the whole tensor.
+  size_t add(const std::string& param, int block, std::vector<int64_t> shape, std::vector<int64_t> global_shape = {},
+             std::vector<int64_t> global_offset = {});
   void allocate(kernels::Device device);
   kernels::Tensor get(size_t handle) const;
   // Adds every tensor (in offset order), or this kind's allocation; nothing when no tensor was added.
@@ -52,6 +59,7 @@ class StateBuffer {
     int block;
     std::vector<int64_t> shape;
     int64_t offset;
+    std::vector<int64_t> global_shape, global_offset;
   };
   std::string kind_;
   std::vector<Range> ranges_;
@@ -89,25 +97,68 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run);
 
 // AdamW (PyTorch semantics, kernels::adamw_update) over a set of parameters. State per parameter:
 // "<param>.exp_avg", "<param>.exp_avg_sq", one allocation each.
+//
+// shard: the ranks that hold these same parameters and the same summed gradients (null or one
+// rank: none). With several ranks the group is Megatron's distributed optimizer: the parameters'
+// values back to back in order are cut into `shard->size()` contiguous ranges of ceil(n / ranks)
+// values, each rank keeps the moments of its own range only and updates only those values, and
+// the updated values are all-gathered so that every rank holds every parameter again. The
+// numbers are the unsharded group's bit for bit (the update is element-wise). A range cuts a
+// parameter at any value: its state is listed as up to three boxes of the parameter's shape (a
+// partial first row, whole rows, a partial last row), so a checkpoint reshards to any layout.
 class AdamWGroup {
  public:
-  AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device);
+  AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device,
+             Communicator* shard = nullptr);
   void step(const StepContext& ctx);
-  // primary: whether this rank writes the (replicated) AdamW state to checkpoints.
+  // primary: whether this rank writes the (replicated) AdamW state to checkpoints; a sharded
+  // group's ranks each write their own range.
   void append_state(std::vector<NamedState>& out, bool primary = true) const;
   void append_kinds(std::vector<StateKind>& out) const;
   size_t tensors() const { return params_.size(); }
-  int64_t numel() const;
+  const std::string& param_name(size_t i) const { return params_[i].name; }
+  int64_t numel() const { return total_; }
+  // Per parameter given: the shard rank whose range holds all of its values (its gradient need
+  // only be summed there), or -1 (it spans ranges, or the group is not sharded).
+  std::vector<int> roots() const;
+  // Bytes this rank sent in the all-gathers of updated values (comm_cost.h).
+  int64_t comm_bytes() const { return comm_bytes_; }
+  // Values of each moment this rank keeps.
+  int64_t state_numel() const { return hi_ - lo_; }
 
  private:
   struct Entry {
     std::string name;
-    kernels::Tensor param, grad, exp_avg, exp_avg_sq;  // visible views
+    kernels::Tensor param, grad;  // visible views
+    int64_t start = 0;            // its first value in the group's concatenation
   };
+  // A run of this rank's range inside one parameter: values [first, first + n) of its flat view.
+  struct Piece {
+    size_t entry = 0;
+    int64_t first = 0, n = 0;
+    size_t state = 0;  // the handle of its moments in exp_avg_ / exp_avg_sq_
+  };
+  void add_pieces(size_t entry, int64_t first, int64_t end);
+  // Copies the concatenation's values [from, to) between the parameters and contiguous memory.
+  void copy_values(int64_t from, int64_t to, float* buf, bool into_buf) const;
+  void all_gather_values();
+
   std::vector<Entry> params_;
+  std::vector<Piece> pieces_;
   AdamWHyper hyper_;
+  kernels::Device device_;
+  Communicator* shard_ = nullptr;  // null: every rank updates every value
+  int64_t total_ = 0, lo_ = 0, hi_ = 0, per_rank_ = 0;  // this rank's range [lo_, hi_) of ceil(total_/ranks)
   StateBuffer exp_avg_{"exp_avg"}, exp_avg_sq_{"exp_avg_sq"};
+  kernels::Buffer send_, recv_;
+  int64_t comm_bytes_ = 0;
 };
+
+// The gradient roots of an optimizer whose matrices (ParamKind::matrix) have `matrix_root` each
+// (-1: read by every rank) and whose other parameters are the AdamW group's: per parameter given
+// to the factory, in order; empty when no parameter has a root.
+std::vector<int> merge_roots(const std::vector<OptimParam>& params, const std::vector<int>& matrix_roots,
+                             const AdamWGroup& adamw);
 
 // The state of an optimizer whose expensive state lives with owners (Shampoo, SOAP): this rank's
 // tensors of each kind in `buffers` (in that order), then the AdamW side group's, written to

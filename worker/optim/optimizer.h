@@ -116,6 +116,10 @@ struct OptimizerHooks {
   // this rank's tensor-parallel group (optimizer.muon.tp_mode). tensor = 1: none.
   Communicator* tp = nullptr;
   int tensor = 1;
+  // parallel.distributed_optimizer: the element-wise state (AdamW's moments, of AdamW runs and of
+  // the AdamW-routed parameters of every other optimizer) is split in contiguous ranges over
+  // `group` instead of replicated on each of its ranks (AdamWGroup in optim_internal.h).
+  bool distribute_elementwise = false;
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(

@@ -95,7 +95,8 @@ class Shampoo final : public Optimizer {
         device_(device),
         hooks_(hooks),
         all_matrices_(parse_choice<OptimizerError>("optimizer.shampoo.params", config_.params, kAllMatrices)),
-        adamw_(side_params(params, all_matrices_), adamw_hyper(config, false), device) {
+        adamw_(side_params(params, all_matrices_), adamw_hyper(config, false), device,
+               hooks.distribute_elementwise ? hooks.group : nullptr) {
     if (grafting_ == Grafting::adagrad && device == kernels::Device::cuda) {
       throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
                            "use adam, rmsprop, sgd or none on CUDA");
@@ -181,6 +182,7 @@ class Shampoo final : public Optimizer {
       send_ = kernels::Buffer(device, static_cast<size_t>(segment_) * 2);
       unpacked_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
     }
+    roots_ = merge_roots(params, {}, adamw_);
   }
 
   // Owners update their blocks' statistics, roots and grafting state and put each block's search
@@ -266,7 +268,10 @@ class Shampoo final : public Optimizer {
 
   PhaseSeconds phase_seconds() const override { return phases_; }
   int64_t inverse_root_failures() const override { return root_failures_; }
-  int64_t comm_bytes() const override { return comm_bytes_; }
+  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes(); }
+  // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
+  // columns); the AdamW group's by the rank whose range holds them when it is sharded.
+  std::vector<int> gradient_roots() const override { return roots_; }
 
   std::string routing_summary() const override {
     int64_t n = 0;
@@ -518,6 +523,7 @@ class Shampoo final : public Optimizer {
   bool bf16_ = false;
   kernels::Buffer segment_buf_, send_, gathered_, unpacked_;
   int64_t comm_bytes_ = 0;
+  std::vector<int> roots_;
 };
 
 }  // namespace

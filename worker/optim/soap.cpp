@@ -48,7 +48,8 @@ class Soap final : public Optimizer {
         cautious_(cautious_decay(config)),
         shampoo_beta_(config_.shampoo_beta >= 0 ? config_.shampoo_beta : config_.beta2),
         device_(device),
-        adamw_(matrix_params(params, false), adamw_hyper(config, false), device) {
+        adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
+               hooks.distribute_elementwise ? hooks.group : nullptr) {
     if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
     else {
       local_ = make_local_communicator();
@@ -107,6 +108,7 @@ class Soap final : public Optimizer {
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
     if (group_->size() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->size() * segment_) * sizeof(float));
+    roots_ = merge_roots(params, {}, adamw_);
   }
 
   void step(const StepContext& ctx) override {
@@ -162,7 +164,10 @@ class Soap final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return comm_bytes_; }
+  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes(); }
+  // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
+  // columns); the AdamW group's by the rank whose range holds them when it is sharded.
+  std::vector<int> gradient_roots() const override { return roots_; }
 
   std::string routing_summary() const override {
     int64_t n = 0, rotated = 0, held = 0;
@@ -351,6 +356,7 @@ class Soap final : public Optimizer {
   Communicator* group_ = nullptr;
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's matrices)
   int64_t comm_bytes_ = 0;
+  std::vector<int> roots_;
   PhaseSeconds phases_;
 };
 

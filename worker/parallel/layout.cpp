@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "worker/config/parse.h"
+#include "worker/parallel/counting_communicator.h"
 
 namespace precon::worker {
 
@@ -34,12 +35,18 @@ LaunchInfo launch_info_from_env() {
   return info;
 }
 
-std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer) {
-  if (!layout.pipeline_layers.empty()) return layout.pipeline_layers;
-  const int64_t p = layout.pipeline * layout.virtual_stages;
-  std::vector<int64_t> counts(static_cast<size_t>(p), n_layer / p);
-  for (int64_t s = 0; s < n_layer % p; ++s) ++counts[static_cast<size_t>(s)];
-  return counts;
+namespace {
+std::unique_ptr<Communicator> counted(std::unique_ptr<Communicator> group) {
+  return std::make_unique<CountingCommunicator>(std::move(group));
+}
+int64_t sent(const std::unique_ptr<Communicator>& group) {
+  const auto* counting = dynamic_cast<const CountingCommunicator*>(group.get());
+  return counting ? counting->bytes_sent() : 0;
+}
+}  // namespace
+
+ParallelContext::GroupBytes ParallelContext::bytes_sent() const {
+  return {sent(tp), sent(dp) + sent(stage), sent(pp) + sent(embedding), sent(ep) + sent(expert_stage)};
 }
 
 int ParallelContext::row_holder(const ParamSpec& spec, int s) const {
@@ -63,22 +70,22 @@ ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const
   ctx.pipeline = static_cast<int>(layout.pipeline);
   const int rank = world->rank(), per_stage = ctx.tensor * ctx.data;
   const int tp = rank % ctx.tensor, dp = rank / ctx.tensor % ctx.data, pp = rank / per_stage;
-  ctx.tp = world->split(rank / ctx.tensor, tp);
-  ctx.dp = world->split(pp * ctx.tensor + tp, dp);
-  ctx.pp = world->split(dp * ctx.tensor + tp, pp);
-  ctx.stage = world->split(pp, rank % per_stage);
+  ctx.tp = counted(world->split(rank / ctx.tensor, tp));
+  ctx.dp = counted(world->split(pp * ctx.tensor + tp, dp));
+  ctx.pp = counted(world->split(dp * ctx.tensor + tp, pp));
+  ctx.stage = counted(world->split(pp, rank % per_stage));
   ctx.expert = static_cast<int>(layout.expert);
   if (ctx.data % ctx.expert != 0)
     throw ConfigError("config", 0, "parallel.expert",
                       "expert = " + std::to_string(ctx.expert) + " ranks must divide parallel.data = " + std::to_string(ctx.data));
-  ctx.ep = ctx.dp->split(dp / ctx.expert, dp);
+  ctx.ep = counted(ctx.dp->split(dp / ctx.expert, dp));
   if (ctx.expert > 1) {
-    ctx.expert_stage = world->split(pp * ctx.expert + dp % ctx.expert, dp / ctx.expert * ctx.tensor + tp);
+    ctx.expert_stage = counted(world->split(pp * ctx.expert + dp % ctx.expert, dp / ctx.expert * ctx.tensor + tp));
   }
   const bool ends = ctx.pipeline > 1 && (pp == 0 || pp == ctx.pipeline - 1);
   // Every rank takes part in the split; the middle stages each get a group of their own and drop it.
   std::unique_ptr<Communicator> embedding = world->split(ends ? dp * ctx.tensor + tp : per_stage + rank, pp);
-  if (ends) ctx.embedding = std::move(embedding);
+  if (ends) ctx.embedding = counted(std::move(embedding));
   ctx.virtual_stages = static_cast<int>(layout.virtual_stages);
   ctx.stage_layers = stage_layer_counts(layout, n_layer);
   ctx.world = std::move(world);

@@ -51,6 +51,15 @@ struct ParallelContext {
   // [0, virtual_stages), lies on pipeline rank p. 1: one contiguous stage a rank.
   int virtual_stages = 1;
   std::vector<int64_t> stage_layers;  // transformer blocks of each virtual stage, first to last
+  // Bytes this rank sent over each kind of group since set-up (the groups count them:
+  // counting_communicator.h): tensor-parallel (the layers' activation sums), data-parallel (the
+  // gradient sums and the optimizers' all-gathers, over the stage's tensor × data ranks when
+  // tensor parallelism sums the gradients there), pipeline (activations between stages and the
+  // tied embedding's sum) and expert-parallel (the token all-to-alls and the experts' gradients).
+  struct GroupBytes {
+    int64_t tp = 0, dp = 0, pp = 0, ep = 0;
+  };
+  GroupBytes bytes_sent() const;
   int tp_rank() const { return tp->rank(); }
   int dp_rank() const { return dp->rank(); }
   int pp_rank() const { return pp->rank(); }
@@ -64,10 +73,6 @@ struct ParallelContext {
   int row_holder(const ParamSpec& spec, int s) const;
 };
 
-// The transformer blocks of each (virtual) stage, first to last, pipeline × virtual_stages of them:
-// parallel.pipeline_layers when given, else as even as possible (the earlier stages take the
-// remainder; the last one also holds the head).
-std::vector<int64_t> stage_layer_counts(const ParallelConfig& layout, int64_t n_layer);
 
 // Checks the config's layout against the world's size and splits the groups (a collective: every
 // rank calls it). Throws ConfigError naming both numbers when they differ.

@@ -19,12 +19,7 @@ namespace {
 // Virtual stage s's blocks and ends, with one slot; with own_experts only this rank's routed
 // experts (expert parallelism), else all of them.
 ModelStage virtual_stage(const ParallelContext& par, int s, bool own_experts = true) {
-  const std::vector<int64_t>& counts = par.stage_layers;
-  ModelStage stage;
-  for (int i = 0; i < s; ++i) stage.first_layer += counts[static_cast<size_t>(i)];
-  stage.end_layer = stage.first_layer + counts[static_cast<size_t>(s)];
-  stage.embedding = s == 0;
-  stage.head = s == par.pipeline * par.virtual_stages - 1;
+  ModelStage stage = pipeline_stage(par.stage_layers, static_cast<size_t>(s));
   if (own_experts && par.expert > 1) {
     stage.expert_rank = par.ep->rank();
     stage.expert_ranks = par.expert;

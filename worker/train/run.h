@@ -24,6 +24,11 @@
 
 namespace precon::worker {
 
+// What a rank allocated for training, by kind (Model::Bytes and the optimizer's state kinds).
+struct RankBytes {
+  int64_t params = 0, grads = 0, optimizer = 0, activations = 0;
+};
+
 // Everything one run owns, built from the config, and the loop's bookkeeping.
 struct Run {
   const TrainOptions* options = nullptr;
@@ -57,6 +62,10 @@ struct Run {
   double prev_comm_seconds = 0;     // gradient all-reduce wait at the last metrics record
   int64_t prev_comm_bytes = 0;
   int64_t prev_optim_bytes = 0;     // the optimizer's own collectives at the last metrics record
+  ParallelContext::GroupBytes prev_group_bytes;  // per kind of group, at the last metrics record
+  // This rank's bytes at start-up (parameters with their tensor-parallel parts and bf16 copies,
+  // gradients, optimizer state, activations), and the largest of each over the ranks.
+  RankBytes memory, memory_max;
   int64_t nan_fault_step = -1;      // test-only: PRECON_FAULT_NAN_LOSS_AT_STEP
   int64_t rank_fault_step = -1;     // test-only: PRECON_FAULT_RANK_ERROR=RANK:STEP fails this rank there
   int64_t kill_fault_step = -1;     // test-only: PRECON_FAULT_KILL_AT=step:S (worker/common/fault_hook.h)
@@ -80,7 +89,10 @@ void build_optimizer(Run& run);
 void build_step_runner(Run& run);
 // --resume auto: the newest checkpoint that verifies; a directory: that one, which must verify.
 void resume_run(Run& run);
-// metrics.jsonl and the reporter (first rank only), and the test-only fault injection.
+// metrics.jsonl and the reporter (first rank only), the memory this rank holds (logged; the
+// largest over the ranks kept for the metrics), and the test-only fault injection.
 void open_outputs(Run& run);
+// This rank's allocations, by kind.
+RankBytes rank_bytes(Run& run);
 
 }  // namespace precon::worker

@@ -9,6 +9,7 @@
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/fault_hook.h"
 #include "worker/config/choice.h"
+#include "worker/model/memory_estimate.h"
 #include "worker/model/model_io.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/train/run.h"
@@ -130,6 +131,7 @@ void build_optimizer(Run& run) {
     h.group = group;  // group rank = data index · tensor + tensor rank
     h.tp = run.par.tp.get();
     h.tensor = run.par.tensor;
+    h.distribute_elementwise = run.cfg().parallel.distributed_optimizer;
   };
   share_over(hooks, run.par.stage.get());
   std::unique_ptr<Optimizer> own = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
@@ -225,8 +227,33 @@ void resume_run(Run& run) {
   run.log("resumed from " + dir->string() + " at step " + std::to_string(run.start));
 }
 
+RankBytes rank_bytes(Run& run) {
+  RankBytes b;
+  for (const auto& chunk : run.chunks) {
+    const Model::Bytes m = chunk->bytes();
+    b.params += m.params;
+    b.grads += m.grads;
+    b.activations += m.activations;
+  }
+  if (run.rank_params) {  // the chunks' shared store
+    b.params += run.rank_params->total_numel() * static_cast<int64_t>(sizeof(float));
+    b.grads += run.rank_params->total_numel() * static_cast<int64_t>(sizeof(float));
+  }
+  for (const StateKind& kind : run.optimizer->state_kinds())
+    b.optimizer += kind.flat.numel() * static_cast<int64_t>(sizeof(float));
+  return b;
+}
+
 void open_outputs(Run& run) {
   const TrainOptions& options = *run.options;
+  run.memory = rank_bytes(run);
+  run.log("memory: parameters " + bytes_text(static_cast<double>(run.memory.params)) + ", gradients " +
+          bytes_text(static_cast<double>(run.memory.grads)) + ", optimizer state " +
+          bytes_text(static_cast<double>(run.memory.optimizer)) + ", activations " +
+          bytes_text(static_cast<double>(run.memory.activations)) + " on this rank");
+  int64_t most[4] = {run.memory.params, run.memory.grads, run.memory.optimizer, run.memory.activations};
+  run.par.world->all_reduce_max(most, 4);
+  run.memory_max = {most[0], most[1], most[2], most[3]};
   if (run.par.first()) run.metrics = std::make_unique<MetricsWriter>(options.run_dir / "metrics.jsonl", run.start);
   if (!options.report_url.empty() && run.par.first()) {
     ReporterOptions ro;

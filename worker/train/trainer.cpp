@@ -20,6 +20,7 @@
 #include "kernels/error.h"
 #include "kernels/nn.h"
 #include "worker/ckpt/checkpoint.h"
+#include "worker/common/peak_memory.h"
 #include "worker/common/error.h"
 #include "worker/common/fault_hook.h"
 #include "worker/config/choice.h"
@@ -222,6 +223,15 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
     run.par.world->all_reduce_max(bytes, 2);
     r.values.emplace_back("comm_bytes", static_cast<double>(bytes[0]));
     r.values.emplace_back("optim_comm_bytes", static_cast<double>(bytes[1]));
+    // Per kind of group, since the last record (the busiest rank's each).
+    const ParallelContext::GroupBytes now = run.par.bytes_sent(), &prev = run.prev_group_bytes;
+    int64_t groups[4] = {now.tp - prev.tp, now.dp - prev.dp, now.pp - prev.pp, now.ep - prev.ep};
+    run.prev_group_bytes = now;
+    run.par.world->all_reduce_max(groups, 4);
+    r.values.emplace_back("comm_bytes_tp", static_cast<double>(groups[0]));
+    r.values.emplace_back("comm_bytes_dp", static_cast<double>(groups[1]));
+    r.values.emplace_back("comm_bytes_pp", static_cast<double>(groups[2]));
+    r.values.emplace_back("comm_bytes_ep", static_cast<double>(groups[3]));
   }
   if (const PipelineTimes* times = run.runner->pipeline_times()) {
     // The bubble: each stage's time in the schedule not spent computing, over its computing
@@ -233,6 +243,14 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
     r.values.emplace_back("pipeline_bubble_fraction", d[1] > 0 ? d[0] / d[1] : 0.0);
     run.prev_pipe = t;
   }
+  // What each rank holds (the largest over the ranks) and the largest peak resident memory so far.
+  int64_t peak = peak_resident_bytes();
+  run.par.world->all_reduce_max(&peak, 1);
+  r.values.emplace_back("memory_param_bytes", static_cast<double>(run.memory_max.params));
+  r.values.emplace_back("memory_grad_bytes", static_cast<double>(run.memory_max.grads));
+  r.values.emplace_back("memory_optimizer_bytes", static_cast<double>(run.memory_max.optimizer));
+  r.values.emplace_back("memory_activation_bytes", static_cast<double>(run.memory_max.activations));
+  r.values.emplace_back("memory_peak_bytes", static_cast<double>(peak));
   run.prev_phases = ph;
   emit(run, r);
 }

@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Per-rank memory of the parallel layouts against one process, side by side in one run.
+
+GPT-2 with 8 layers, d_model 512 and a vocabulary of 8192 (29.4M parameters), 6 steps of 8
+sequences of 64 tokens, one thread a rank, for AdamW and Muon in each layout: one process, DP2,
+TP2, PP2 and TP2xDP2, each with the distributed optimizer (parallel.distributed_optimizer, the
+default) and without it. For each run the table gives what the busiest rank holds by kind
+(memory_param_bytes, memory_grad_bytes, memory_optimizer_bytes, as the trainer reports them), its
+state (the three together) over the one process's, Megatron's arithmetic for that ratio (weights
+and gradients divided by TP x PP, the state also by DP with the distributed optimizer; replicated
+rows and activations left out), the largest peak resident memory of a rank over the one process's
+(measured outside the trainer by /usr/bin/time, each rank's maximum resident set), and the mean
+step time after the first.
+
+With --before BUILD, that build's precon-train (an earlier commit's) runs the same layouts in its
+own way (no parallel.distributed_optimizer key; no memory_* records: its state columns stay empty).
+
+Usage: tests/bench/memory_bench.py [--build build] [--before OLD_BUILD] [--steps 6]
+"""
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_launch  # noqa: E402
+
+MODEL = "[model]\nn_layer = 8\nn_head = 8\nd_model = 512\nseq_len = 64\nvocab_size = 8192\n"
+OPTIMIZERS = {
+    "adamw": "[optimizer]\nname = \"adamw\"\nlr = 0.001\n",
+    "muon": "[optimizer]\nname = \"muon\"\nlr = 0.02\n",
+}
+# name: (tensor, data, pipeline)
+LAYOUTS = {"one": (1, 1, 1), "DP2": (1, 2, 1), "TP2": (2, 1, 1), "PP2": (1, 1, 2), "TP2xDP2": (2, 2, 1)}
+
+
+def config(path, shard, optimizer, steps):
+    with open(path, "w") as f:
+        f.write(MODEL + OPTIMIZERS[optimizer])
+        f.write("[data]\ntrain = \"%s\"\n" % shard)
+        f.write("[train]\nsteps = %d\nbatch_size = 8\nlog_every = 1\neval_every = 0\ncheckpoint_every = 0\n"
+                "threads = 1\n" % steps)
+
+
+def run_layout(build, cfg, run_dir, layout, distributed):
+    t, d, p = LAYOUTS[layout]
+    ranks = t * d * p
+    sets = ["--set", "parallel.tensor=%d" % t, "--set", "parallel.data=%d" % d, "--set", "parallel.pipeline=%d" % p]
+    if distributed is not None:
+        sets += ["--set", "parallel.distributed_optimizer=%s" % ("true" if distributed else "false")]
+    # Each rank under /usr/bin/time, writing its peak resident set (KiB) to rss.<rank>.
+    rss = os.path.join(run_dir + "_rss")
+    command = ["sh", "-c", 'exec /usr/bin/time -f %M -o "$0.${OMPI_COMM_WORLD_RANK:-0}" "$@"', rss,
+               bench_launch.trainer(build), "--config", cfg, "--run-dir", run_dir, "--resume", "never"] + sets
+    if ranks > 1:
+        command = bench_launch.mpirun(ranks, command)
+    records = bench_launch.train(command, run_dir)
+    peak = 0
+    for r in range(ranks):
+        with open("%s.%d" % (rss, r)) as f:
+            peak = max(peak, int(f.read().split()[-1]) * 1024)
+    last = records[-1]
+    steps = [r["step_seconds"] for r in records[1:]] or [records[0]["step_seconds"]]
+    return {
+        "params": last.get("memory_param_bytes"),
+        "grads": last.get("memory_grad_bytes"),
+        "optimizer": last.get("memory_optimizer_bytes"),
+        "peak": peak,
+        "step": statistics.mean(steps),
+    }
+
+
+def arithmetic(one, layout, distributed):
+    """Megatron's per-rank share of weights, gradients and optimizer state (one's bytes by kind)."""
+    t, d, p = LAYOUTS[layout]
+    state = one["optimizer"] / (t * p * (d if distributed else 1))
+    return (one["params"] / (t * p) + one["grads"] / (t * p) + state) / (one["params"] + one["grads"] + one["optimizer"])
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--before", help="an earlier build to run side by side")
+    parser.add_argument("--steps", type=int, default=6)
+    args = parser.parse_args()
+    work = tempfile.mkdtemp(prefix="precon_memory_bench_")
+    try:
+        shard = os.path.join(work, "train.bin")
+        bench_launch.write_shard(shard, 200000, 8192)
+        builds = [("now", args.build)] + ([("before", args.before)] if args.before else [])
+        print("%-7s %-6s %-8s %-6s %10s %10s %10s %8s %8s %8s %8s" %
+              ("build", "optim", "layout", "distop", "params MB", "grads MB", "optim MB", "state", "megatron",
+               "peak", "step s"))
+        for build_name, build in builds:
+            for optimizer in OPTIMIZERS:
+                cfg = os.path.join(work, "%s_%s.toml" % (build_name, optimizer))
+                config(cfg, shard, optimizer, args.steps)
+                one = None
+                for layout in LAYOUTS:
+                    for distributed in ([None] if layout == "one" else [True, False]):
+                        if build_name == "before" and distributed is not None:
+                            if not distributed:
+                                continue
+                            distributed = None  # the earlier build has no such key: its own behaviour
+                        run_dir = os.path.join(work, "%s_%s_%s_%s" % (build_name, optimizer, layout, distributed))
+                        m = run_layout(build, cfg, run_dir, layout, distributed)
+                        if layout == "one":
+                            one = m
+                        known = m["params"] is not None and one["params"] is not None
+                        state = ((m["params"] + m["grads"] + m["optimizer"]) /
+                                 (one["params"] + one["grads"] + one["optimizer"])) if known else float("nan")
+                        megatron = arithmetic(one, layout, distributed is not False) if one["params"] else float("nan")
+                        mb = lambda v: "%10.1f" % (v / 2**20) if v is not None else "%10s" % "-"
+                        print("%-7s %-6s %-8s %-6s %s %s %s %8.2f %8.2f %8.2f %8.3f" %
+                              (build_name, optimizer, layout, {None: "-", True: "on", False: "off"}[distributed],
+                               mb(m["params"]), mb(m["grads"]), mb(m["optimizer"]), state, megatron,
+                               m["peak"] / one["peak"] if m["peak"] and one["peak"] else float("nan"), m["step"]),
+                              flush=True)
+                        shutil.rmtree(run_dir, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
