@@ -39,7 +39,7 @@ LAYOUTS = {"one": (1, 1, 1), "DP2": (1, 2, 1), "TP2": (2, 1, 1), "PP2": (1, 1, 2
 def config(path, shard, optimizer, steps):
     with open(path, "w") as f:
         f.write(MODEL + OPTIMIZERS[optimizer])
-        f.write("[data]\ntrain = \"%s\"\n" % shard)
+        f.write("[data]\ntrain = \"%s\"\nval = \"%s\"\n" % (shard, shard))
         f.write("[train]\nsteps = %d\nbatch_size = 8\nlog_every = 1\neval_every = 0\ncheckpoint_every = 0\n"
                 "threads = 1\n" % steps)
 

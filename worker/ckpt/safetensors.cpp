@@ -151,7 +151,8 @@ std::vector<uint8_t> safetensors_bytes(std::span<const SafetensorsEntry> entries
 
 void write_safetensors(const fs::path& path, std::span<const SafetensorsEntry> entries,
                        const SafetensorsMetadata& metadata) {
-  write_file_atomic(path, safetensors_bytes(entries, metadata));
+  // Streamed: a rank's optimizer shard is not copied in memory on its way to the file.
+  write_file_atomic(path, [&](ByteSink& out) { write_safetensors(out, entries, metadata); });
 }
 
 SafetensorsFile SafetensorsFile::open(const fs::path& path) {

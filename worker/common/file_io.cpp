@@ -147,14 +147,14 @@ void fsync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
-void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes, unsigned mode) {
+void write_file_atomic(const fs::path& path, const std::function<void(ByteSink&)>& produce, unsigned mode) {
   fs::path tmp = path;
   tmp += ".tmp-" + std::to_string(::getpid());
   // A temp file left by a crash keeps its mode through O_TRUNC: it goes first.
   ::unlink(tmp.c_str());
   try {
     FileWriter w(tmp, mode);
-    w.write(bytes.data(), bytes.size());
+    produce(w);
     w.finish();
     if (::rename(tmp.c_str(), path.c_str()) != 0) throw_errno("rename to", path, errno);
   } catch (...) {
@@ -164,6 +164,10 @@ void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes, uns
   }
   fs::path dir = path.parent_path();
   fsync_directory(dir.empty() ? fs::path(".") : dir);
+}
+
+void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes, unsigned mode) {
+  write_file_atomic(path, [&](ByteSink& out) { out.write(bytes.data(), bytes.size()); }, mode);
 }
 
 void write_file_atomic(const fs::path& path, std::string_view text, unsigned mode) {

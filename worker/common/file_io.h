@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -96,6 +97,9 @@ void fsync_directory(const fs::path& dir);
 // new one, never a torn one.
 void write_file_atomic(const fs::path& path, std::span<const uint8_t> bytes, unsigned mode = kPrivateFileMode);
 void write_file_atomic(const fs::path& path, std::string_view text, unsigned mode = kPrivateFileMode);
+// The same with the content streamed by `produce` (no copy of it in memory).
+void write_file_atomic(const fs::path& path, const std::function<void(ByteSink&)>& produce,
+                       unsigned mode = kPrivateFileMode);
 
 // "open /x/y: No such file or directory" style text for an errno value.
 std::string errno_text(const char* op, const fs::path& path, int err);
