@@ -45,8 +45,9 @@ Plugin open_plugin(const std::string& path) {
     p.problem = "the CUDA backend plugin " + path + " has no " + kBackendEntryPoint + " (not a precon plugin)";
   } else if (table->abi_version != kBackendAbiVersion || table->table_size != sizeof(BackendTable)) {
     p.problem = "the CUDA backend plugin " + path + " is from another precon build (interface version " +
-                std::to_string(table->abi_version) + ", this program's " + std::to_string(kBackendAbiVersion) +
-                "): use the plugin built with this program";
+                std::to_string(table->abi_version) + " with a " + std::to_string(table->table_size) +
+                "-byte table, this program's " + std::to_string(kBackendAbiVersion) + " with " +
+                std::to_string(sizeof(BackendTable)) + "): use the plugin built with this program";
   } else {
     p.table = table;
   }
@@ -55,12 +56,13 @@ Plugin open_plugin(const std::string& path) {
 
 Plugin find_and_open() {
   if (!PRECON_HAVE_CUDA) return Plugin{nullptr, nullptr, "", "not built"};
-  std::vector<std::string> candidates = cuda_plugin_candidates();
+  const bool named = std::getenv(kCudaPluginEnv) != nullptr;
   std::string tried;
-  for (const std::string& path : candidates) {
+  for (const std::string& path : cuda_plugin_candidates()) {
     std::error_code ec;
-    // A path that is not there is passed over; one that is there and fails to load is the answer.
-    if (std::getenv(kCudaPluginEnv) == nullptr && !fs::exists(path, ec)) {
+    // A path that is not there is passed over (unless it is the one named); one that is there
+    // and fails to load is the answer.
+    if (!named && !fs::exists(path, ec)) {
       tried += (tried.empty() ? "" : ", ") + path;
       continue;
     }
@@ -73,13 +75,15 @@ Plugin find_and_open() {
     return p;
   }
   return Plugin{nullptr, nullptr, "",
-                std::string("the CUDA backend plugin ") + kCudaPluginName + " was not found (looked at " + tried +
-                    "): install it beside precon-train's lib directory, or set " + kCudaPluginEnv + " to its path"};
+                std::string("the CUDA backend plugin ") + kCudaPluginName + " was not found (looked at " +
+                    (tried.empty() ? std::string("nothing: this program's path is unknown") : tried) +
+                    "): build the target precon_cuda (cmake --install puts it in <prefix>/lib), or set " +
+                    kCudaPluginEnv + " to its path"};
 }
 
 const Plugin& plugin() {
-  static const Plugin loaded = find_and_open();
-  return loaded;
+  static const Plugin instance = find_and_open();
+  return instance;
 }
 
 }  // namespace
