@@ -11,7 +11,7 @@ message(STATUS "precon ${PROJECT_VERSION}: ${CMAKE_BUILD_TYPE} build, ${CMAKE_CX
 precon_summary_row("BLAS" "${PRECON_BLAS_TEXT}")
 
 if(PRECON_HAVE_CUDA)
-  precon_summary_row("CUDA backend" "on: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}")
+  precon_summary_row("CUDA backend" "on: nvcc ${CMAKE_CUDA_COMPILER_VERSION}, architectures ${CMAKE_CUDA_ARCHITECTURES}; plugin ${CMAKE_INSTALL_LIBDIR}/libprecon_cuda.so, loaded by runs on the GPU")
 elseif(PRECON_CUDA STREQUAL "OFF")
   precon_summary_row("CUDA backend" "off: PRECON_CUDA=OFF (trials run on the CPU)")
 else()
@@ -19,7 +19,7 @@ else()
 endif()
 
 if(PRECON_HAVE_CUDA AND PRECON_NCCL)
-  precon_summary_row("NCCL collectives" "on: ${PRECON_NCCL}")
+  precon_summary_row("NCCL collectives" "on: ${PRECON_NCCL}, in the CUDA plugin")
 elseif(PRECON_HAVE_CUDA)
   precon_summary_row("NCCL collectives" "off: libnccl not found beside the CUDA toolkit (GPU ranks would use MPI's collectives)")
 else()

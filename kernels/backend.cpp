@@ -3,26 +3,30 @@
 #include <utility>
 
 #include "kernels/check.h"
+#include "kernels/cuda_plugin.h"
 #include "kernels/dispatch.h"
+#include "kernels/error.h"
 
 namespace precon::kernels {
 
-void throw_no_cuda(const char* op) {
-  PRECON_THROW(UnsupportedError, op,
-               "this build has no CUDA backend (configure with -DPRECON_CUDA=ON on a machine with nvcc), "
-               "or use device = \"cpu\"");
+bool cuda_compiled() { return PRECON_HAVE_CUDA; }
+
+// Loads the plugin when it is there; a missing one means no GPU here, not an error.
+bool cuda_available() {
+  if (!PRECON_HAVE_CUDA) return false;
+  try {
+    return cuda_backend().device_count() > 0;
+  } catch (const PluginError&) {
+    return false;
+  }
 }
 
-bool cuda_compiled() { return PRECON_CUDA_COMPILED; }
-
-bool cuda_available() { return PRECON_CUDA_DEVICE_COUNT() > 0; }
-
 void require_device(Device device) {
-  if (device == Device::cuda && !cuda_available()) {
-    PRECON_THROW(UnsupportedError, "require_device",
-                 cuda_compiled() ? "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)"
-                                 : "this build has no CUDA backend");
-  }
+  if (device != Device::cuda) return;
+  // Throws PluginError, naming the plugin's path, when the backend cannot be loaded.
+  const BackendTable& cuda = cuda_backend();
+  PRECON_REQUIRE(cuda.device_count() > 0, UnsupportedError, "require_device",
+                 "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
 }
 
 void set_cpu_threads(int threads) {

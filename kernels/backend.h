@@ -9,9 +9,9 @@
 
 namespace precon::kernels {
 
-bool cuda_compiled();   // the CUDA backend is built into this binary
-bool cuda_available();  // compiled in and at least one GPU is visible
-void require_device(Device device);  // throws UnsupportedError if this process cannot use it
+bool cuda_compiled();   // the CUDA backend (its plugin) is part of this build
+bool cuda_available();  // its plugin loads and at least one GPU is visible; never throws
+void require_device(Device device);  // throws UnsupportedError (PluginError: no plugin) if this process cannot use it
 
 // CPU threads for OpenBLAS and OpenMP loops (one pool when OpenBLAS is the OpenMP build).
 void set_cpu_threads(int threads);

@@ -1,27 +1,11 @@
-// The dispatch point: the one place that knows whether the CUDA backend is compiled in.
-// Front-end files call PRECON_DISPATCH(device, op, args...) after validating arguments.
+// The dispatch point: CPU ops are called directly, CUDA ops through the plugin's table
+// (kernels/cuda_plugin.h), which is loaded on the first CUDA op. Front-end files call
+// PRECON_DISPATCH(device, op, args...) after validating arguments.
 #pragma once
 
 #include "kernels/cpu/cpu.h"
-#include "kernels/error.h"
+#include "kernels/cuda_plugin.h"
 
-namespace precon::kernels {
-[[noreturn]] void throw_no_cuda(const char* op);
-}
-
-#if PRECON_HAVE_CUDA
-#include "kernels/cuda/cuda.h"
-#define PRECON_DISPATCH(device, op, ...) \
-  ((device) == ::precon::kernels::Device::cuda ? ::precon::kernels::cuda::op(__VA_ARGS__) \
+#define PRECON_DISPATCH(device, op, ...)                                                     \
+  ((device) == ::precon::kernels::Device::cuda ? ::precon::kernels::cuda_backend().op(__VA_ARGS__) \
                                               : ::precon::kernels::cpu::op(__VA_ARGS__))
-#define PRECON_CUDA_DEVICE_COUNT() ::precon::kernels::cuda::device_count()
-#define PRECON_CUDA_COMPILED true
-#else
-#define PRECON_DISPATCH(device, op, ...)                                                        \
-  ((device) == ::precon::kernels::Device::cuda                                                  \
-       ? (::precon::kernels::throw_no_cuda(#op), ::precon::kernels::cpu::op(__VA_ARGS__))      \
-       : ::precon::kernels::cpu::op(__VA_ARGS__))
-#define PRECON_CUDA_DEVICE_COUNT() 0
-#define PRECON_CUDA_COMPILED false
-#endif
-

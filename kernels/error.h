@@ -31,6 +31,10 @@ class NonFiniteError : public KernelError {
 class UnsupportedError : public KernelError {
   using KernelError::KernelError;
 };
+// The CUDA backend's plugin is missing or cannot be loaded: the message names the path and why.
+class PluginError : public UnsupportedError {
+  using UnsupportedError::UnsupportedError;
+};
 // A numerical routine failed (eigensolver did not converge, iteration diverged).
 class NumericalError : public KernelError {
   using KernelError::KernelError;

@@ -2,6 +2,7 @@
 //   precon-train --config config.toml --run-dir DIR [--report-url URL --token T] [--resume auto|never|PATH]
 //   precon-train keys
 //   precon-train prepare-data --input FILES_OR_DIR --out DIR [--tokenizer T] [--format llmc|megatron] ...
+//   precon-train --version        (and the backends it can use: cpu, and cuda when its plugin loads)
 // Exit codes: worker/train/exit_codes.h.
 #include <CLI/CLI.hpp>
 
@@ -9,7 +10,9 @@
 #include <iostream>
 #include <memory>
 #include <sstream>
+#include <string>
 
+#include "kernels/cuda_plugin.h"
 #include "kernels/error.h"
 #include "worker/common/error.h"
 #include "worker/common/fatal_signal.h"
@@ -50,6 +53,11 @@ int main(int argc, char** argv) {
   app.add_option("--resume", opt.resume, "auto (newest good checkpoint), never, or a checkpoint directory")
       ->default_val("auto");
   app.add_option("--set", opt.overrides, "override a config key: key=value (repeatable)");
+  // The backends this program can use. Loading the CUDA plugin to say so maps its libraries but
+  // initialises no device.
+  app.set_version_flag("--version", [] {
+    return std::string("precon-train ") + PRECON_VERSION + "\nbackends: cpu, " + precon::kernels::cuda_backend_summary();
+  });
 
   CLI::App* keys = app.add_subcommand("keys", "print every config key: type, default, unit, description");
 
@@ -101,6 +109,12 @@ int main(int argc, char** argv) {
       case pw::TrainOutcome::stopped: return pw::kExitOk;
       case pw::TrainOutcome::requeue: return pw::kExitRequeue;
     }
+  } catch (const precon::kernels::PluginError& e) {
+    // A run on the GPU with no loadable CUDA backend: a setup problem that a retry will not fix.
+    // Every rank says so (nodes may differ); ranks that did load it may wait in a collective.
+    print_lines("precon-train: " + who + "error: ", e.what());
+    if (mpi) pw::abort_mpi_job(pw::kExitUsage);
+    return pw::kExitUsage;
   } catch (const pw::ConfigError& e) {
     // Every rank reads the same config and fails at the same point; the first one says why.
     if (launch.world_rank == 0) print_lines("precon-train: config error: ", e.what());

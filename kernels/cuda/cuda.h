@@ -1,5 +1,6 @@
-// The CUDA backend: cuBLAS/cuBLASLt, cuSOLVER and our kernels. A plain C++ header (no CUDA
-// includes) so the dispatch point can call it from host code.
+// The CUDA backend: cuBLAS/cuBLASLt, cuSOLVER and our kernels, built into the plugin
+// libprecon_cuda.so (kernels/cuda/plugin.cpp hands these functions to the dispatch point). A
+// plain C++ header (no CUDA includes).
 #pragma once
 
 #include <cstddef>
@@ -13,4 +14,5 @@ namespace precon::kernels::cuda {
 #include "kernels/backend_ops.inc"
 
 int device_count();  // 0 when no driver or no GPU; never throws
+void select_device(int local_rank);  // GPU (local_rank mod visible GPUs) becomes current; none: no-op
 }  // namespace precon::kernels::cuda

@@ -17,6 +17,11 @@ int device_count() {
   return count;
 }
 
+void select_device(int local_rank) {
+  int count = device_count();
+  if (count > 0) PRECON_CUDA_CHECK(cudaSetDevice(local_rank % count));
+}
+
 void* device_malloc(size_t bytes) {
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, bytes);

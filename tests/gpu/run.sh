@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of issue 14 in one command, for the GPU machine (one H200, CUDA 13, not Debian):
-# a Release build for sm_90 of the three programs the checks run, every Cuda* kernel test against
+# a Release build for sm_90 of the three programs the checks run and of the CUDA backend's plugin
+# they load (libprecon_cuda.so: the programs link no CUDA library), every Cuda* kernel test against
 # the CPU path (a skip is a failure), the trainer on CUDA against the CPU
 # (tests/gpu/trainer_checks.py), interop with transformers and tiktoken
 # (tests/gpu/interop_checks.py) and the CUDA benchmarks; then ONE table (check, value,
@@ -135,7 +136,7 @@ ls "$cuda_home"/lib*/ 2>/dev/null | grep -E '^lib(cudart|cublas|cusolver|nccl)' 
 
 stage "configure + build ($build, sm_90, -j$jobs)"
 t0=$SECONDS
-targets=(precon_kernels_tests precon-train precon_bench_cuda)
+targets=(precon_cuda precon_kernels_tests precon-train precon_bench_cuda)
 if cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DPRECON_CUDA=ON \
      -DPRECON_CUDA_ARCHITECTURES=90 -DCMAKE_POLICY_VERSION_MINIMUM=3.5 -DPRECON_PYTHON="$(command -v "$python")" \
      -DCMAKE_CXX_FLAGS="$cxx_flags" "${PRECON_DEPS_CMAKE_ARGS[@]}" "${extra[@]}" >>"$out/build.log" 2>&1 &&
@@ -147,6 +148,17 @@ else
   finish
 fi
 train="$build/worker/precon-train"
+
+# -- the CUDA backend's plugin ---------------------------------------------------------------
+# precon-train maps no CUDA library of its own; --version loads the plugin (no device is
+# initialised) and names it. The kernel tests below then run through it.
+stage "CUDA backend plugin"
+plugin="$build/lib/libprecon_cuda.so"
+linked=$(ldd "$train" | grep -oE 'lib(cudart|cublas|cublasLt|cusolver|nccl)[^ ]*' | sort -u | tr '\n' ' ')
+backends=$("$train" --version 2>&1 | sed -n 's/^backends: //p')
+ok=$([[ -z "$linked" && "$backends" == *"cuda (plugin $plugin)"* ]] && echo PASS || echo FAIL)
+row "cuda backend plugin: precon-train --version" "${backends:-no backends line}" "cuda (plugin BUILD/lib/...)" "$ok" \
+    "$(note_rehearsal "CUDA libraries linked by precon-train: ${linked:-none}")"
 
 # -- CUDA kernel tests -----------------------------------------------------------------------
 stage "CUDA kernel tests"

@@ -1,17 +1,17 @@
-#include "worker/parallel/nccl_communicator.h"
+// The NCCL communicator, built into the CUDA backend's plugin (libprecon_cuda.so) when NCCL was
+// found: the trainer reaches it through precon_nccl_communicator (nccl_loader.cpp), so only a run
+// that asks for NCCL maps it.
+#include <cuda_runtime.h>
+#include <nccl.h>
 
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include "worker/common/error.h"
-
-#if PRECON_HAVE_NCCL
-#include <cuda_runtime.h>
-#include <nccl.h>
-#endif
+#include "worker/parallel/communicator.h"
 
 namespace precon::worker {
-
-#if PRECON_HAVE_NCCL
 
 namespace {
 
@@ -178,36 +178,17 @@ class NcclCommunicator final : public Communicator {
 
 }  // namespace
 
-bool nccl_available() { return true; }
-
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator& bootstrap) {
-  ncclUniqueId id{};
-  if (bootstrap.rank() == 0) check_nccl(ncclGetUniqueId(&id), "get unique id");
-  bootstrap.broadcast(&id, sizeof id, 0);
-  ncclComm_t comm;
-  check_nccl(ncclCommInitRank(&comm, bootstrap.size(), id, bootstrap.rank()), "comm init");
-  return std::make_unique<NcclCommunicator>(comm, bootstrap.rank(), bootstrap.size());
-}
-
-void select_gpu_for_local_rank(int local_rank) {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
-    cudaGetLastError();
-    return;
-  }
-  check_cuda(cudaSetDevice(local_rank % count), "set device");
-}
-
-#else  // no CUDA in this build
-
-bool nccl_available() { return false; }
-
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator&) {
-  throw WorkerError("parallel.backend = \"nccl\" needs a precon-train built with CUDA and NCCL");
-}
-
-void select_gpu_for_local_rank(int) {}
-
-#endif
-
 }  // namespace precon::worker
+
+// One NCCL communicator over the ranks of `bootstrap` (a collective on it), on the current GPU.
+// The caller owns the result; it stays valid while the plugin is loaded (for the process).
+extern "C" __attribute__((visibility("default"))) precon::worker::Communicator* precon_nccl_communicator(
+    precon::worker::Communicator* bootstrap) {
+  using namespace precon::worker;
+  ncclUniqueId id{};
+  if (bootstrap->rank() == 0) check_nccl(ncclGetUniqueId(&id), "get unique id");
+  bootstrap->broadcast(&id, sizeof id, 0);
+  ncclComm_t comm;
+  check_nccl(ncclCommInitRank(&comm, bootstrap->size(), id, bootstrap->rank()), "comm init");
+  return new NcclCommunicator(comm, bootstrap->rank(), bootstrap->size());
+}
