@@ -107,7 +107,8 @@ class Soap final : public Optimizer {
     scratch_ = {base, base + big, base + 2 * big, base + 3 * big, base + 4 * big};
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
-    if (group_->size() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->size() * segment_) * sizeof(float));
+    chunk_ = std::min(segment_, kGatherChunk);
+    if (group_->size() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->size() * chunk_) * sizeof(float));
     roots_ = merge_roots(params, {}, adamw_);
   }
 
@@ -131,28 +132,37 @@ class Soap final : public Optimizer {
       if (k % config_.precondition_frequency == 0) refresh(m);
     }
     if (k == 0) return;  // the first step only builds the bases: nothing to apply
-    {
-      PhaseTimer timer(phases_.communication, device_);
-      if (group_->size() > 1) {
-        group_->all_gather(static_cast<float*>(segment_buf_.data()), static_cast<float*>(gathered_.data()), segment_);
-      }
-      comm_bytes_ += sent_by_all_gather(segment_ * 4, group_->size());
-    }
-    PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
     double c = 1.0;
     if (config_.correct_bias) {
       c = std::sqrt(1.0 - std::pow(config_.beta2, double(k))) / (1.0 - std::pow(config_.beta1, double(k)));
     }
     const double decay = 1.0 - lr * config_.weight_decay;
-    float* all = static_cast<float*>(group_->size() > 1 ? gathered_.data() : segment_buf_.data());
-    for (const Matrix& m : matrices_) {
-      Tensor d = make_view(all + m.owner * segment_ + m.offset, {m.rows, m.cols}, device_);
-      if (cautious_) {
-        kernels::cautious_axpby(m.param, d, static_cast<float>(-lr * c), static_cast<float>(decay));
-      } else {
-        // (W − lr·c·D)·(1 − lr·wd) as the reference orders it: the decay after the update.
-        kernels::axpby(m.param, d, static_cast<float>(-lr * c * decay), static_cast<float>(decay));
+    // The segments travel in chunks of chunk_ values a rank, each applied as it arrives (the update
+    // is element-wise), so that the receive buffer holds ranks · chunk_ values, not every update.
+    const int64_t ranks = group_->size();
+    for (int64_t at = 0; at < segment_; at += chunk_) {
+      const int64_t n = std::min(chunk_, segment_ - at);
+      float* own = static_cast<float*>(segment_buf_.data()) + at;
+      const float* all = own;
+      if (ranks > 1) {
+        PhaseTimer timer(phases_.communication, device_);
+        group_->all_gather(own, static_cast<float*>(gathered_.data()), n);
+        comm_bytes_ += sent_by_all_gather(n * 4, static_cast<int>(ranks));
+        all = static_cast<float*>(gathered_.data());
+      }
+      PhaseTimer timer(phases_.other, device_);
+      for (const Matrix& m : matrices_) {
+        const int64_t from = std::max(at, m.offset), to = std::min(at + n, m.offset + m.rows * m.cols);
+        if (from >= to) continue;
+        Tensor w = make_view(m.param.f32() + (from - m.offset), {to - from}, device_);
+        Tensor d = make_view(const_cast<float*>(all) + m.owner * n + (from - at), {to - from}, device_);
+        if (cautious_) {
+          kernels::cautious_axpby(w, d, static_cast<float>(-lr * c), static_cast<float>(decay));
+        } else {
+          // (W − lr·c·D)·(1 − lr·wd) as the reference orders it: the decay after the update.
+          kernels::axpby(w, d, static_cast<float>(-lr * c * decay), static_cast<float>(decay));
+        }
       }
     }
   }
@@ -355,6 +365,7 @@ class Soap final : public Optimizer {
   std::unique_ptr<Communicator> local_;  // the group of one when no group is given
   Communicator* group_ = nullptr;
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's matrices)
+  int64_t chunk_ = 0;    // of them per all-gather call
   int64_t comm_bytes_ = 0;
   std::vector<int> roots_;
   PhaseSeconds phases_;
