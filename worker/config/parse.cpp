@@ -9,6 +9,8 @@
 #include <regex>
 #include <sstream>
 
+#include "worker/config/key_depth.h"
+
 namespace precon::worker {
 
 namespace {
@@ -352,6 +354,7 @@ std::pair<std::string, toml::table> split_override(const std::string& assignment
   key.erase(0, key.find_first_not_of(' '));
   while (!key.empty() && key.back() == ' ') key.pop_back();
   toml::table doc;
+  check_key_depth(text, "--set", false);
   try {
     doc = toml::parse("v = " + text);
   } catch (const toml::parse_error&) {
@@ -408,6 +411,7 @@ void validate_config(const ParsedConfig& parsed) {
 }
 
 toml::table parse_toml_text(const std::string& text, const std::string& source) {
+  check_key_depth(text, source);
   try {
     return toml::parse(text, source);
   } catch (const toml::parse_error& e) {
