@@ -75,5 +75,51 @@ TEST_F(HostileRecipe, ATableHeaderOrKeyWithTensOfThousandsOfDottedSegmentsIsRefu
   EXPECT_EQ(s.stop(), 0) << read_file(s.log);
 }
 
+// A --set value carried a whole TOML document (`5\n[model]\nn_layer=7`: the rest was dropped,
+// exit 0) or a comment.
+TEST_F(HostileRecipe, ASetValueIsExactlyOneTomlValue) {
+  const std::string good = write("good.toml", recipe(2, ""));
+  test::CommandResult r = precon("recipe check " + good + " --set \"$(printf 'train.steps=5\\n[model]\\nn_layer=7')\"");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--set: train.steps: a --set value is exactly one TOML value, nothing after it (it holds a "
+                          "line break)"),
+            std::string::npos) << r.output;
+  r = precon("recipe check " + good + " --set 'optimizer.lr=1 # c'");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("--set: optimizer.lr: a --set value is exactly one TOML value, nothing after it (it holds a "
+                          "# comment)"),
+            std::string::npos) << r.output;
+  r = train("--config " + good + " --set 'optimizer.lr=1 # c'");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("optimizer.lr: a --set value is exactly one TOML value"), std::string::npos) << r.output;
+  // A # inside a string, and an ordinary value, still read.
+  r = precon("recipe check " + good + " --set 'experiment.name=\"run #2\"' --set optimizer.lr=0.002");
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+TEST_F(HostileRecipe, RepeatedSweepValuesAreRefusedWithTheKeyAndLine) {
+  const std::string path = write("dup.toml", recipe(2, "[sweep.parameters]\n\"optimizer.lr\" = [1e-3, 1e-3, 0.001, 1.0e-3]\n"));
+  test::CommandResult r = precon("recipe check " + path);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find(path + ":25: optimizer.lr: value 2 repeats value 1 (0.001): each trial would run twice"),
+            std::string::npos) << r.output;
+  r = precon("recipe check " + write("dup2.toml", recipe(2, "[sweep.parameters]\n\"train.seed\" = [1, 2, 1]\n")));
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_NE(r.output.find("train.seed: value 3 repeats value 1 (1)"), std::string::npos) << r.output;
+  r = precon("recipe check " + write("distinct.toml", recipe(2, "[sweep.parameters]\n\"optimizer.lr\" = [1e-3, 2e-3]\n")));
+  EXPECT_EQ(r.status, 0) << r.output;
+}
+
+TEST_F(HostileRecipe, ADeviceAsTrainingDataIsNamedAsNotARegularFile) {
+  std::string text = recipe(2, "");
+  const std::string train_bin = (dir_ / "train.bin").string();
+  text.replace(text.find(train_bin), train_bin.size(), "/dev/zero");
+  test::CommandResult r = precon("recipe check " + write("dev.toml", text));
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("/dev/zero (data.train) is not a regular file (it is a character device)"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("does not exist"), std::string::npos) << r.output;
+}
+
 }  // namespace
 }  // namespace precon::orch::testing
