@@ -102,6 +102,8 @@ void add_serve(CLI::App& app) {
       orch::Controller controller(co);
       std::signal(SIGINT, on_stop);
       std::signal(SIGTERM, on_stop);
+      // A closed terminal or ssh session (SIGHUP) is a stop like SIGTERM, not a silent death.
+      std::signal(SIGHUP, on_stop);
       controller.start();
       write_connection_files(controller.url(), controller.admin_token());
       std::cerr << "precon serve: " << controller.url() << " (database " << global().db << ", admin token in "
