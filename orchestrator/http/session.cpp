@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
+#include "orchestrator/http/printable.h"
 #include "orchestrator/http/request_reader.h"
 
 namespace precon::orch::http_session {
@@ -114,6 +117,7 @@ void Session::read_header() {
 // "100 Continue". Either way the unread body ends the connection.
 void Session::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
+  if (std::optional<Response> misdirected = host_refusal(parser_->get())) return answer_and_close(std::move(*misdirected));
   std::string route;
   if (std::optional<Response> refused = header_refusal(*parser_, state_.router, remote_, route)) {
     return answer_and_close(std::move(*refused), std::move(route));
@@ -125,6 +129,20 @@ void Session::on_header(beast::error_code ec) {
                      if (ec) return self->on_read_error(ec);
                      self->read_body();
                    });
+}
+
+// A Host this server does not answer to: a page elsewhere whose name was pointed at this address.
+std::optional<Response> Session::host_refusal(const RequestHeader& header) const {
+  const std::optional<HostCheck>& check = state_.options.host_check;
+  if (!check) return std::nullopt;
+  const auto it = header.find(bhttp::field::host);
+  std::optional<std::string_view> host;
+  if (it != header.end()) host = std::string_view(it->value().data(), it->value().size());
+  if (check->allows(host, header.version(), state_.port)) return std::nullopt;
+  const std::string shown = host ? "Host \"" + printable(host->substr(0, 200)) + "\"" : std::string("a request without Host");
+  return error_response(421, "misdirected_request",
+                        shown + " is not a name this controller answers to (its address, localhost, or a name given "
+                                "to `precon serve --allowed-host`)");
 }
 
 void Session::read_body() {
