@@ -8,6 +8,7 @@
 #include "kernels/linalg.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/fault_hook.h"
+#include "worker/common/file_io.h"
 #include "worker/config/choice.h"
 #include "worker/model/model_io.h"
 #include "worker/parallel/nccl_communicator.h"
@@ -32,7 +33,9 @@ void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
   const fs::path target = options.run_dir / "config.toml";
   std::error_code ec;
   if (fs::equivalent(target, options.config_path, ec)) return;
-  std::ofstream(target) << config_to_toml(cfg);
+  FileWriter out(target);  // not through a link planted at config.toml
+  out.write(config_to_toml(cfg));
+  out.finish();
 }
 
 }  // namespace
