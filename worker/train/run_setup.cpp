@@ -215,12 +215,14 @@ void resume_run(Run& run) {
   if (options.resume == "never") return;
   std::optional<fs::path> dir;
   if (options.resume == "auto") {
-    CheckpointChoice choice = latest_good_checkpoint(options.run_dir);
+    CheckpointChoice choice = latest_good_checkpoint(
+        options.run_dir, [&](const fs::path& d) { return checkpoint_unusable(d, run.state()); });
     for (const std::string& w : choice.warnings) run.log("warning: " + w);
     if (choice.checkpoint) dir = choice.checkpoint->dir;
   } else {
     dir = fs::path(options.resume);
     if (auto bad = verify_checkpoint(*dir)) throw CheckpointError(dir->string() + " does not verify: " + *bad);
+    if (auto bad = checkpoint_unusable(*dir, run.state())) throw CheckpointError(dir->string() + ": " + *bad);
   }
   if (!dir) return;
   run.start = load_checkpoint(*dir, run.state());
