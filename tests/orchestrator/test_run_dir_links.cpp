@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 
 #include "orchestrator/store/store.h"
 #include "tests/common/test_util.h"
@@ -34,10 +35,17 @@ TEST_F(RunDirLinks, ALinkPlantedAtAnExperimentsRunDirectoryIsNotFollowed) {
   fs::create_directories(dir_ / "runs");
   Controller c(controller_options());
   c.start();
-  const auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
-  for (int64_t ms = now; ms < now + 3000; ++ms)
+  const auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  // A second of names starting 4 s ahead (a link costs up to 2 ms on a slow file system), then
+  // the submission inside it.
+  const int64_t start = now_ms() + 4000;
+  for (int64_t ms = start; ms < start + 1000; ++ms)
     fs::create_directory_symlink(victim, dir_ / "runs" / ("tiny-" + std::to_string(ms)));
+  while (now_ms() < start + 100) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_LT(now_ms(), start + 800) << "planting the links took too long for the test to mean anything";
   const int64_t id = submit(c.url(), recipe(2, ""));
   ASSERT_TRUE(done(c.url(), id));
   EXPECT_EQ(get(c.url(), "/api/v1/experiments/" + std::to_string(id))["state"], "completed");
