@@ -32,7 +32,8 @@ std::pair<std::string, long> split_host(std::string_view host) {
   }
   if (colon == std::string_view::npos) return {lowered(host), 80};
   const std::string_view digits = host.substr(colon + 1);
-  if (digits.empty() || digits.size() > 5 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return {"", -1};
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (digits.empty() || digits.size() > 5 || !std::all_of(digits.begin(), digits.end(), digit)) return {"", -1};
   return {lowered(host.substr(0, colon)), std::stol(std::string(digits))};
 }
 

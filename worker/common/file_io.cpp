@@ -160,8 +160,9 @@ int open_run_file(const fs::path& path, int flags, unsigned mode) {
   const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return -1;
   struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const int err = S_ISREG(st.st_mode) ? errno : ENXIO;
+  const bool statted = ::fstat(fd, &st) == 0;
+  if (!statted || !S_ISREG(st.st_mode)) {
+    const int err = statted ? ENXIO : errno;
     ::close(fd);
     errno = err;
     return -1;
