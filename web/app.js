@@ -1,5 +1,5 @@
 // The dashboard's shell: routes by the URL hash (#/, #/experiments/ID, #/experiments/ID/study,
-// #/trials/ID), keeps the admin token (pasted once, or ?token= in the URL) and polls the
+// #/trials/ID), keeps the admin token (pasted once, or ?token= in the URL once confirmed) and polls the
 // controller's event cursor every two seconds, handing new events to the current view so it can
 // update without a reload.
 import { api, h, setToken, token } from './util.js';
@@ -73,13 +73,20 @@ async function poll() {
   setTimeout(poll, POLL_MS);
 }
 
+// A token in the link (?token=) is only an offer: taken as is, any link from anyone would replace
+// the token kept in this browser with theirs. It leaves the address bar at once and is kept only
+// when the user confirms.
 function setupToken() {
   const params = new URLSearchParams(location.search);
   if (params.has('token')) {
-    setToken(params.get('token'));
+    const offered = params.get('token').trim();
     params.delete('token');
     const q = params.toString();
     history.replaceState(null, '', location.pathname + (q ? '?' + q : '') + location.hash);
+    const replacing = token() ? ' It replaces the token saved in this browser.' : '';
+    if (offered && offered !== token() &&
+        confirm('Use the token in this link for this dashboard?' + replacing +
+                ' Accept only a link you made yourself from <db>.token.')) setToken(offered);
   }
   const state = document.getElementById('token-state');
   const input = document.getElementById('token-input');

@@ -65,6 +65,8 @@ export function h(tag, attrs = {}, ...children) {
     if (v === undefined || v === null || v === false) continue;
     if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
     else if (k === 'dataset') Object.assign(el.dataset, v);
+    // Through the CSSOM: the Content-Security-Policy (style-src 'self') refuses style attributes.
+    else if (k === 'style') el.style.cssText = v;
     else el.setAttribute(k, v === true ? '' : v);
   }
   for (const c of children.flat()) {

@@ -174,6 +174,8 @@ void run_command(const RunOptions& o) {
 
   std::signal(SIGINT, on_interrupt);
   std::signal(SIGTERM, on_interrupt);
+  // A closed terminal or ssh session (SIGHUP) is a stop like SIGTERM, not a silent death.
+  std::signal(SIGHUP, on_interrupt);
   bool cancel_sent = false;
   LiveView view;
   const auto elapsed = [&] { return elapsed_since(started); };

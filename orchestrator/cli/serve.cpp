@@ -4,7 +4,9 @@
 #include <chrono>
 #include <csignal>
 #include <iostream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "orchestrator/cli/admin_token.h"
 #include "orchestrator/cli/common.h"
@@ -28,6 +30,7 @@ struct ServeOptions {
   int cpu_slots = 0;
   size_t metric_cache_points = 0;
   std::string advertise;
+  std::vector<std::string> allowed_hosts;  // --allowed-host, repeatable
   std::string slurm = "auto";
   double slurm_poll_s = 2.0;
   int slurm_signal_lead_s = 120;
@@ -56,6 +59,9 @@ void add_serve(CLI::App& app) {
   cmd->add_option("--advertise-url", o->advertise,
                   "the controller's URL as workers (Slurm compute nodes) reach it, e.g. http://login01:8080; "
                   "default: http://<bind>:<port>, this host's name when bound to 0.0.0.0");
+  cmd->add_option("--allowed-host", o->allowed_hosts,
+                  "a name (or name:port) browsers use to reach this controller, e.g. precon.example.org; other "
+                  "Host headers than its address and localhost are answered 421 (repeatable)");
   cmd->add_option("--cpus", o->cpu_slots, "CPU slots for local trials (0 = all cores)");
   cmd->add_option("--metric-cache-points", o->metric_cache_points,
                   "metric points kept in memory for queries (0 = the default, about 4M points or 100 MB)");
@@ -95,6 +101,7 @@ void add_serve(CLI::App& app) {
       co.cpu_slots = o->cpu_slots;
       co.metric_cache_points = o->metric_cache_points;
       co.advertise_url = o->advertise;
+      co.allowed_hosts = o->allowed_hosts;
       co.slurm = o->slurm;
       co.slurm_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(o->slurm_poll_s * 1000));
       co.slurm_signal_lead_s = o->slurm_signal_lead_s;
@@ -102,6 +109,8 @@ void add_serve(CLI::App& app) {
       orch::Controller controller(co);
       std::signal(SIGINT, on_stop);
       std::signal(SIGTERM, on_stop);
+      // A closed terminal or ssh session (SIGHUP) is a stop like SIGTERM, not a silent death.
+      std::signal(SIGHUP, on_stop);
       controller.start();
       write_connection_files(controller.url(), controller.admin_token());
       std::cerr << "precon serve: " << controller.url() << " (database " << global().db << ", admin token in "

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "worker/common/file_io.h"
+
 namespace precon::orch {
 namespace fs = std::filesystem;
 
@@ -45,8 +47,9 @@ class Fd {
 
 // Opens with O_CLOEXEC and moves the descriptor to >= 3, so that the wrapper's dup2 onto
 // 0/1/2 can never clobber a descriptor it still has to copy.
-int open_high(const std::string& path, int flags, mode_t mode = 0) {
-  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+// run_file: a log in the run directory, opened as worker::open_run_file does (no link, no FIFO).
+int open_high(const std::string& path, int flags, mode_t mode = 0, bool run_file = false) {
+  int fd = run_file ? worker::open_run_file(path, flags, mode) : ::open(path.c_str(), flags | O_CLOEXEC, mode);
   if (fd < 0) {
     throw ExecError("cannot open " + path + ": " + std::strerror(errno));
   }
@@ -243,8 +246,8 @@ pid_t spawn_wrapped(const WrappedCommand& cmd) {
   plan.identity_path = cmd.identity_path.string();
   plan.exec_error = "precon local executor: cannot execute " + plan.exe + ": errno ";
   Fd null_fd(open_high("/dev/null", O_RDONLY));
-  Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600));
-  Fd err_fd(open_high(cmd.stderr_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600));
+  Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600, true));
+  Fd err_fd(open_high(cmd.stderr_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600, true));
   plan.null_fd = null_fd.get();
   plan.out_fd = out_fd.get();
   plan.err_fd = err_fd.get();

@@ -172,6 +172,7 @@ void HttpServer::listen() {
   if (!ec) s.acceptor->listen(net::socket_base::max_listen_connections, ec);
   if (ec) throw ServerError("cannot listen on " + where + ": " + ec.message());
   port_ = s.acceptor->local_endpoint().port();
+  s.port = port_;
   listening_ = true;
 }
 

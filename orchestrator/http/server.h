@@ -9,11 +9,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "orchestrator/http/host_check.h"
 #include "orchestrator/http/router.h"
 
 namespace precon::orch {
@@ -67,6 +69,9 @@ struct ServerOptions {
   // Transfer-Encoding other than chunked answers 501 and closes. HEAD is answered like GET,
   // without the body.
   std::function<void(const Request&, const Response&, double seconds)> on_request;
+  // The Host header values answered (see HostCheck); any other is answered 421 and the connection
+  // closes, before the router sees the request. Unset: any Host (a server only tests reach).
+  std::optional<HostCheck> host_check;
   std::function<void(const std::string&)> log;  // connection-level problems; default: stderr
 };
 

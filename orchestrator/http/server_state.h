@@ -69,6 +69,7 @@ struct HttpServer::State {
   std::optional<boost::asio::steady_timer> retry;         // on the acceptor's strand
   std::unique_ptr<WorkPool> pool;                         // offloaded routes; null without workers
   std::atomic<int64_t> last_trim{0};                      // steady-clock ms of the last malloc_trim
+  uint16_t port = 0;                                      // the bound port (HostCheck matches it)
 };
 
 }  // namespace precon::orch

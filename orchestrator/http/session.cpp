@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string>
 #include <string_view>
 
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 
+#include "orchestrator/http/printable.h"
 #include "orchestrator/http/request_reader.h"
 
 namespace precon::orch::http_session {
@@ -26,6 +29,14 @@ constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
 // reset that would destroy our answer before the peer reads it.
 constexpr auto kLingerTime = std::chrono::seconds(2);
 constexpr size_t kLingerBytes = 64 << 20;
+
+// On every answer. The dashboard loads only its own files (no inline script or style: it sets
+// styles through the CSSOM) and talks only to this origin; no page may frame it (its cancel
+// buttons could be clicked through a decoy), browsers must not guess a type other than the one
+// sent, and no URL of it leaves as a referrer.
+constexpr const char* kContentSecurityPolicy =
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 }  // namespace
 
@@ -114,6 +125,7 @@ void Session::read_header() {
 // "100 Continue". Either way the unread body ends the connection.
 void Session::on_header(beast::error_code ec) {
   if (ec) return on_read_error(ec);
+  if (std::optional<Response> misdirected = host_refusal(parser_->get())) return answer_and_close(std::move(*misdirected));
   std::string route;
   if (std::optional<Response> refused = header_refusal(*parser_, state_.router, remote_, route)) {
     return answer_and_close(std::move(*refused), std::move(route));
@@ -125,6 +137,20 @@ void Session::on_header(beast::error_code ec) {
                      if (ec) return self->on_read_error(ec);
                      self->read_body();
                    });
+}
+
+// A Host this server does not answer to: a page elsewhere whose name was pointed at this address.
+std::optional<Response> Session::host_refusal(const RequestHeader& header) const {
+  const std::optional<HostCheck>& check = state_.options.host_check;
+  if (!check) return std::nullopt;
+  const auto it = header.find(bhttp::field::host);
+  std::optional<std::string_view> host;
+  if (it != header.end()) host = std::string_view(it->value().data(), it->value().size());
+  if (check->allows(host, header.version(), state_.port)) return std::nullopt;
+  const std::string shown = host ? "Host \"" + printable(host->substr(0, 200)) + "\"" : std::string("a request without Host");
+  return error_response(421, "misdirected_request",
+                        shown + " is not a name this controller answers to (its address, localhost, or a name given "
+                                "to `precon serve --allowed-host`)");
 }
 
 void Session::read_body() {
@@ -233,6 +259,9 @@ void Session::send(Response&& response, bool keep_alive, unsigned version, bool 
   response_.version(version == 10 ? 10 : 11);
   response_.result(static_cast<unsigned>(status));
   response_.set(bhttp::field::server, "precon");
+  response_.set("Content-Security-Policy", kContentSecurityPolicy);
+  response_.set("X-Content-Type-Options", "nosniff");
+  response_.set("Referrer-Policy", "no-referrer");
   if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
   for (const auto& [name, value] : response.headers) response_.set(name, value);
   response_.keep_alive(keep_alive && !state_.stopping && !evicted_);

@@ -60,6 +60,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void wait_for_request();
   void read_header();
   void on_header(boost::beast::error_code ec);
+  std::optional<Response> host_refusal(const boost::beast::http::request<boost::beast::http::string_body>& header) const;
   void read_body();
   void on_read_error(boost::beast::error_code ec);
   void answer_and_close(Response response, std::string route = "");

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <variant>
 
@@ -41,10 +42,32 @@ const worker::KeySpec& swept_key(const std::string& key, const std::string& sour
   return *k;
 }
 
+// A value as the trial reads it: 1e-3, 0.001 and 1.0e-3 are one number.
+std::string value_identity(const toml::node& v) {
+  if (v.is_number()) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v.value<double>().value_or(0));
+    return buf;
+  }
+  std::ostringstream out;
+  v.visit([&](auto&& x) { out << x; });
+  return out.str();
+}
+
 SweepParam values_param(const std::string& key, const toml::array& values, const std::string& source, int line) {
   swept_key(key, source, line);
   if (values.empty()) throw ConfigError(source, line, key, "empty list of values: give at least one");
-  for (const toml::node& v : values) check_value(key, v, source, line ? std::max(line, line_of(v)) : 0);
+  std::map<std::string, size_t> seen;  // identity -> position in the list
+  for (size_t i = 0; i < values.size(); ++i) {
+    const toml::node& v = *values.get(i);
+    const int at = line ? std::max(line, line_of(v)) : 0;
+    check_value(key, v, source, at);
+    const auto [first, fresh] = seen.emplace(value_identity(v), i);
+    if (!fresh)
+      throw ConfigError(source, at, key,
+                        "value " + std::to_string(i + 1) + " repeats value " + std::to_string(first->second + 1) + " (" +
+                            value_identity(v) + "): each trial would run twice; list each value once");
+  }
   SweepParam p;
   p.key = key;
   p.line = line;

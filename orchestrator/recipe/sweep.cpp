@@ -19,6 +19,23 @@ namespace precon::orch {
 
 namespace {
 
+// Why a data path cannot be read as a file: " does not exist", or what it is instead (a device
+// such as /dev/zero would never end, a FIFO would block).
+std::string not_a_file(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) return " does not exist";
+  using std::filesystem::file_type;
+  const file_type t = st.type();
+  const char* kind = t == file_type::directory   ? "a directory"
+                     : t == file_type::character ? "a character device"
+                     : t == file_type::block     ? "a block device"
+                     : t == file_type::fifo      ? "a FIFO"
+                     : t == file_type::socket    ? "a socket"
+                                                 : "not a file";
+  return std::string(" is not a regular file (it is ") + kind + "): give a token file";
+}
+
 using worker::ConfigError;
 
 // "; VERB ..." naming the trials of `users` (nothing when the recipe has one trial).
@@ -359,7 +376,7 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
                                               : worker::data_path_exists(u.path);
     }
     if (!it->second) {
-      missing.push_back(u.path + " (" + u.key + ") does not exist" + users_text(u.trials));
+      missing.push_back(u.path + " (" + u.key + ")" + not_a_file(u.path) + users_text(u.trials));
       continue;
     }
     if (u.key == "train.init_from") continue;

@@ -14,6 +14,7 @@
 #include "orchestrator/sched/scheduler_live.h"
 #include "orchestrator/store/disk_space.h"
 #include "orchestrator/store/token_hash.h"
+#include "worker/common/file_io.h"
 
 namespace precon::orch {
 
@@ -35,6 +36,23 @@ std::string sanitize(const std::string& name) {
   return out.empty() ? "experiment" : out;
 }
 
+// An experiment's run root, made now by mkdir (which never follows a link) so that nobody can
+// have put a link or a directory of their own at its name first: a taken name gets -1, -2, ….
+// When it cannot be made at all (the run root is under a file, read-only) the name is kept and
+// the trials' launch reports why.
+fs::path make_experiment_root(const fs::path& wanted) {
+  fs::path root = wanted;
+  std::error_code ec;
+  worker::create_run_directory(root, true, ec);
+  for (int n = 1; ec == std::errc::file_exists && n <= 100; ++n) {
+    root = wanted.string() + "-" + std::to_string(n);
+    worker::create_run_directory(root, true, ec);
+  }
+  if (ec == std::errc::file_exists)
+    throw std::runtime_error("cannot make a run directory for the experiment: " + wanted.string() +
+                             " and the next 100 names after it are taken");
+  return ec ? wanted : root;
+}
 }  // namespace
 
 std::string random_hex_token(size_t chars) {
@@ -163,8 +181,7 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     // Unique, readable run root per experiment: <root>/<name>-<timestamp>; the store names each
     // trial's run directory after its id in it (trial-<id>).
     const std::string stamp = std::to_string(static_cast<int64_t>(exp.created_at * 1000));
-    const fs::path root = fs::absolute(run_root) / (sanitize(exp.name) + "-" + stamp);
-    exp.run_root = root.string();
+    exp.run_root = make_experiment_root(fs::absolute(run_root) / (sanitize(exp.name) + "-" + stamp)).string();
     std::vector<TrialRow> rows;
     for (const TrialSpec& s : specs) {
       TrialRow t;

@@ -135,7 +135,7 @@ class Scheduler {
   // Creates the trial's run directory and writes its config.toml there. False when it could not:
   // the trial has then failed with the reason when that reason will not pass (a read-only file
   // system, a regular file on the path, no permission), or its launch is deferred (a full disk).
-  bool write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex);
+  bool write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex, LaunchSpec& spec);
   // A fresh token for the trial's next attempt, put into spec.env: the store and the report
   // check keep only its hash, so each launch issues a new one (a retry after a restart too).
   void issue_token(const TrialRow& trial, LaunchSpec& spec);

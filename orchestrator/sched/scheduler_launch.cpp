@@ -49,6 +49,7 @@ int64_t count_of(const std::map<TrialState, int64_t>& counts, TrialState s) {
 bool lasting(int err) {
   switch (err) {
     case EROFS: case ENOTDIR: case EACCES: case EPERM: case EEXIST: case EISDIR: case ENAMETOOLONG: case ELOOP:
+    case ENXIO:  // a FIFO or device where config.toml goes (worker::open_run_file)
       return true;
     default:
       return false;
@@ -57,7 +58,7 @@ bool lasting(int err) {
 
 // Writes `text` to `path` (created or truncated): 0, or the errno of the call that failed.
 int write_text_file(const fs::path& path, const std::string& text) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, worker::kPrivateFileMode);
+  const int fd = worker::open_run_file(path, O_WRONLY | O_CREAT | O_TRUNC, worker::kPrivateFileMode);
   if (fd < 0) return errno;
   for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -152,12 +153,34 @@ void Scheduler::issue_token(const TrialRow& trial, LaunchSpec& spec) {
   spec.env["PRECON_TRIAL_TOKEN"] = token;
 }
 
-bool Scheduler::write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex) {
-  const fs::path dir = trial.run_dir;
+// A trial's first attempt gets a run directory of its own, made here (mkdir, which never follows
+// a link); a name already taken (a link planted there, or what another database left on the same
+// run root) gives it a fresh one. Later attempts resume in theirs, which must still be a private
+// directory of this user. 0700: a run directory is the controller's user's alone.
+bool Scheduler::write_config(TrialRow& trial, const ExperimentRow& exp, Executor* ex, LaunchSpec& spec) {
+  const std::string base = trial.run_dir;
+  fs::path dir = base;
   std::error_code ec;
-  worker::create_private_directories(dir, ec);  // 0700: a run directory is the controller's user's alone
+  const bool first = trial.attempts == 0;
+  worker::create_run_directory(dir, first, ec);
+  for (int n = 1; first && ec == std::errc::file_exists && n <= 100; ++n) {
+    dir = base + "-" + std::to_string(n);
+    worker::create_run_directory(dir, true, ec);
+  }
+  if (!ec && dir.string() != base) {
+    log("trial " + std::to_string(trial.id) + ": " + base + " exists already; its run directory is " + dir.string());
+    trial.run_dir = dir.string();
+    store_.update_trial(trial);
+    spec.run_dir = trial.run_dir;
+    for (size_t i = 0; i + 1 < spec.argv.size(); ++i) {
+      if (spec.argv[i] == "--run-dir") spec.argv[i + 1] = trial.run_dir;
+      if (spec.argv[i] == "--config") spec.argv[i + 1] = (dir / "config.toml").string();
+    }
+  }
   int err = ec.value();
   std::string what = ec ? "cannot create run directory " + dir.string() + ": " + ec.message() : "";
+  if (ec == std::errc::too_many_symbolic_link_levels || ec == std::errc::operation_not_permitted)
+    what += " (it must be a directory of this user, not a link, closed to others)";
   if (!ec && (err = write_text_file(dir / "config.toml", trial.config_toml)) != 0)
     what = "cannot write " + (dir / "config.toml").string() + ": " + std::strerror(err);
   if (what.empty()) return true;
@@ -175,7 +198,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   Executor* ex = prepare_launch(trial, exp, spec);
   if (ex == nullptr) return;
   if (!ex->has_capacity(spec) || deferring(ex)) return;
-  if (!write_config(trial, exp, ex)) return;
+  if (!write_config(trial, exp, ex, spec)) return;
   issue_token(trial, spec);
   Handle handle;
   // Active before the worker can report; a failed launch ends the trial, which removes it again.
@@ -209,7 +232,7 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
     if (batcher != nullptr && ex != batcher) continue;
     if (deferring(ex)) return true;  // tried again once the executor may answer
     batcher = ex;
-    if (!write_config(t, exp, ex)) {
+    if (!write_config(t, exp, ex, spec)) {
       if (deferring(ex)) break;  // a full disk: the others would fail alike; those ready launch now
       continue;                  // this trial has failed
     }

@@ -5,6 +5,7 @@
 
 #include "orchestrator/exec/local_executor.h"
 #include "orchestrator/exec/slurm_executor.h"
+#include "orchestrator/http/host_check.h"
 #include "orchestrator/http/printable.h"
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/recipe/recipe.h"
@@ -113,6 +114,7 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
   so.port = options_.port;
   so.log = options_.log;
   so.threads = 4;  // a slow page (a big sweep's dashboard) leaves others, /healthz included, answered
+  so.host_check = host_check();
   so.on_request = [m = metrics_.get()](const Request& req, const Response& resp, double seconds) {
     m->http_request(req.route, resp.status, seconds);
   };
@@ -120,6 +122,22 @@ Controller::Controller(ControllerOptions options) : options_(std::move(options))
 }
 
 Controller::~Controller() { stop(); }
+
+// The names a browser or a worker may use for this controller; each without a port means the
+// bound one. A wildcard bind is reached at any of this machine's addresses.
+HostCheck Controller::host_check() const {
+  const std::string& bind = options_.bind;
+  const bool wildcard = bind.empty() || bind == "0.0.0.0" || bind == "::";
+  std::vector<std::string> names{"localhost", "127.0.0.1", "[::1]"};
+  if (!wildcard) names.push_back(bind.find(':') != std::string::npos ? "[" + bind + "]" : bind);
+  // Workers send the host of the URL they were handed (this host's name for a wildcard bind).
+  const std::string workers = worker_facing_url(bind, 0, options_.advertise_url);
+  const std::string authority = url_authority(workers);
+  if (!options_.advertise_url.empty()) names.push_back(authority);
+  else if (!authority.empty()) names.push_back(authority.substr(0, authority.rfind(':')));
+  for (const std::string& n : options_.allowed_hosts) names.push_back(n);
+  return HostCheck(names, wildcard);
+}
 
 void Controller::start() {
   // Listening first, so the report URL handed to workers has the real port; answering only once

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "orchestrator/http/host_check.h"
 #include "orchestrator/http/router.h"
 #include "orchestrator/http/server.h"
 #include "orchestrator/sched/scheduler.h"
@@ -47,6 +48,9 @@ struct ControllerOptions {
   std::chrono::milliseconds stop_grace{20000};
   std::string advertise_url;                   // how workers reach this controller (Slurm compute
                                                // nodes); empty = see worker_facing_url()
+  // Host names (or name:port) the API answers besides its address, localhost, 127.0.0.1, [::1]
+  // and the workers' URL: the public name of a controller behind a DNS name (DNS rebinding guard).
+  std::vector<std::string> allowed_hosts;
   std::string slurm = "auto";                  // slurm executor: "auto" (when sbatch is on PATH), "on", "off"
   std::chrono::milliseconds slurm_poll_interval{2000};  // at most one squeue per interval
   int slurm_signal_lead_s = 120;               // --signal=B:USR1@N before a job's time limit
@@ -90,6 +94,7 @@ class Controller {
 
  private:
   void add_routes();  // the route table (routes.cpp)
+  HostCheck host_check() const;
 
   ControllerOptions options_;
   std::unique_ptr<ControllerMetrics> metrics_;  // before the store and server, which report to it

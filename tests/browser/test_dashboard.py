@@ -17,7 +17,10 @@ import sys
 import time
 import unittest
 
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 import harness
 
@@ -79,7 +82,23 @@ class Dashboard(unittest.TestCase):
     def open(self, fragment, view, token=False):
         q = f'?token={self.ctl.token}' if token else ''
         self.driver.get(f'{self.ctl.url}/{q}#{fragment}')
+        if token:
+            # Asked unless this browser holds that token already.
+            try:
+                self.answer_token_prompt(accept=True, seconds=2)
+            except TimeoutException:
+                pass
         return harness.rendered(self.driver, view)
+
+    def saved_token(self):
+        return self.driver.execute_script("return localStorage.getItem('precon.token')")
+
+    def answer_token_prompt(self, accept, seconds=10):
+        """The dashboard asks before it keeps a token that came in a link; returns the question."""
+        alert = WebDriverWait(self.driver, seconds).until(expected_conditions.alert_is_present())
+        question = alert.text
+        alert.accept() if accept else alert.dismiss()
+        return question
 
     def shot(self, name):
         harness.full_page_screenshot(self.driver, os.path.join(ARGS.out, name + '.png'))
@@ -272,6 +291,24 @@ class Dashboard(unittest.TestCase):
         harness.wait_for(self.driver, lambda d: d.find_element(By.CSS_SELECTOR, '#trials tbody tr td[data-key="state"]').text
                          == 'cancelled', 15, 'the table to show it')
         self.shot('experiment-cancelled')
+        self.assertNoConsoleErrors()
+
+    def test_5_a_token_in_a_link_is_kept_only_when_confirmed(self):
+        # A saved token, then a link carrying someone else's: declined, the saved one stays.
+        self.open('/', 'experiments', token=True)
+        self.assertEqual(self.saved_token(), self.ctl.token)
+        self.driver.get(f'{self.ctl.url}/?token=junk#/')
+        self.assertIn('Use the token in this link', self.answer_token_prompt(accept=False))
+        harness.rendered(self.driver, 'experiments')
+        self.assertEqual(self.saved_token(), self.ctl.token)
+        self.assertNotIn('token=', self.driver.current_url)
+        # Confirmed, it is kept; the real one is put back the same way.
+        self.driver.get(f'{self.ctl.url}/?token=junk#/')
+        self.answer_token_prompt(accept=True)
+        harness.rendered(self.driver, 'experiments')
+        self.assertEqual(self.saved_token(), 'junk')
+        self.open('/', 'experiments', token=True)
+        self.assertEqual(self.saved_token(), self.ctl.token)
         self.assertNoConsoleErrors()
 
 

@@ -37,6 +37,12 @@ def recipe():
         '[sweep]\nmethod = "grid"\n[sweep.parameters]\n' +
         "".join(f'"optimizer.lr" = [{", ".join(str(i) for i in range(1, 400))}]\n' for _ in range(1)) +
         '"train.seed" = [' + ", ".join(str(i) for i in range(400)) + ']\n')
+    # Dotted keys and headers just under and past the segment limit (16), and far past it (the
+    # 40,000 segments that overflowed toml++'s stack are a gtest: inputs that long slow every run).
+    put("fuzz_recipe", "dotted-key", '[optimizer]\nmuon.ns_steps = 5\n"adamw".lr = 0.01\n' + ".".join(["a"] * 16) + " = 1\n")
+    put("fuzz_recipe", "dotted-header", "[" + ".".join(["a"] * 17) + "]\nx = 1\n")
+    put("fuzz_recipe", "dotted-deep", "[" + ".".join(["a"] * 5000) + "]\n")
+    put("fuzz_recipe", "dotted-override", "[train]\nsteps = 3\n\0train.steps={" + ".".join(["a"] * 20) + "=1}\n")
     put("fuzz_recipe", "bad-toml", '[model\nn_layer = = 3\n"unterminated\n')
     put("fuzz_recipe", "early-stop",
         '[sweep]\nmethod = "random"\nsamples = 2\n[sweep.early_stop]\nmethod = "asha"\nmin_step = 10\n'
@@ -73,6 +79,8 @@ def api_json():
     sub = {"recipe": "[train]\nsteps = 20\n[sweep]\nmethod = \"grid\"\n[sweep.parameters]\n\"optimizer.lr\" = [0.01, 0.02]\n",
            "source": "a.toml", "overrides": ["train.steps=30"]}
     put("fuzz_api_json", "submit", b"\x00" + json.dumps(sub).encode())
+    deep = {"recipe": "[" + ".".join(["a"] * 5000) + "]\n", "source": "deep.toml"}
+    put("fuzz_api_json", "submit-dotted-header", b"\x00" + json.dumps(deep).encode())
     put("fuzz_api_json", "submit-bad-overrides", b"\x00" + json.dumps({"recipe": "", "overrides": "x=1"}).encode())
     put("fuzz_api_json", "submit-no-recipe", b"\x00" + b'{"source": 3}')
     rep = {"trial": "12", "records": [{"step": 0, "time": 1.7e9, "values": {"loss": 3.5, "val_loss": None}},

@@ -18,10 +18,11 @@ build=$(cd "$build" && pwd)
 run_one() {
   local t=$1 dir="$scratch/$1"
   mkdir -p "$dir/corpus"
-  local start=$SECONDS rc=0
+  local start=$SECONDS rc=0 dict=()
+  case $t in fuzz_recipe | fuzz_api_json) dict=(-dict="$root/tests/fuzz/fuzz_recipe.dict") ;; esac
   (cd "$dir" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
      nice -n 10 "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-     -malloc_limit_mb=2048 -print_final_stats=1 "$dir/corpus" "$root/tests/fuzz/corpus/$t" >"$dir/log.txt" 2>&1) || rc=$?
+     -malloc_limit_mb=2048 -print_final_stats=1 "${dict[@]}" "$dir/corpus" "$root/tests/fuzz/corpus/$t" >"$dir/log.txt" 2>&1) || rc=$?
   local execs
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$dir/log.txt" | grep -o '[0-9]*$' || echo "?")
   local outcome="ok"

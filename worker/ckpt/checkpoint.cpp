@@ -283,7 +283,8 @@ std::vector<fs::path> remove_temp_checkpoints(const fs::path& run_dir) {
   return removed;
 }
 
-CheckpointChoice latest_good_checkpoint(const fs::path& run_dir) {
+CheckpointChoice latest_good_checkpoint(const fs::path& run_dir,
+                                        const std::function<std::optional<std::string>(const fs::path&)>& unusable) {
   CheckpointChoice choice;
   for (const fs::path& p : remove_temp_checkpoints(run_dir)) {
     choice.warnings.push_back("removed unfinished checkpoint " + p.filename().string() +
@@ -294,6 +295,10 @@ CheckpointChoice latest_good_checkpoint(const fs::path& run_dir) {
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     if (std::optional<std::string> reason = verify_checkpoint(it->dir)) {
       damaged.push_back("checkpoint " + it->dir.filename().string() + " is damaged (" + *reason + ")");
+      continue;
+    }
+    if (std::optional<std::string> reason = unusable ? unusable(it->dir) : std::nullopt) {
+      damaged.push_back("checkpoint " + it->dir.filename().string() + " cannot be resumed (" + *reason + ")");
       continue;
     }
     choice.checkpoint = *it;

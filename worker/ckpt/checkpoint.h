@@ -74,7 +74,10 @@ std::optional<std::string> verify_checkpoint(const fs::path& dir);
 // Newest checkpoint that verifies, skipping (and reporting) damaged ones, e.g.
 // "checkpoint step_00000040 is damaged (optimizer.safetensors: CRC mismatch); using
 // step_00000020". Also removes leftover temp directories of writers that are not running.
-CheckpointChoice latest_good_checkpoint(const fs::path& run_dir);
+// `unusable`, when given, is asked about each checkpoint that verifies (passing checksums says
+// only that the files are as written): a reason skips it like a damaged one.
+CheckpointChoice latest_good_checkpoint(
+    const fs::path& run_dir, const std::function<std::optional<std::string>(const fs::path&)>& unusable = {});
 
 // Which checkpoints survive: the newest `keep_last` that verify, plus the `keep_best` verifying
 // ones with the best objective (as `objective` reads it from a checkpoint; nullopt = unranked;

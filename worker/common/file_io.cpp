@@ -70,8 +70,8 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 FileWriter::FileWriter(const fs::path& path, unsigned mode) : path_(path) {
-  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, static_cast<mode_t>(mode));
-  if (fd_ < 0) throw_errno("create", path, errno);
+  fd_ = open_run_file(path, O_WRONLY | O_CREAT | O_TRUNC, mode);
+  if (fd_ < 0) throw_errno(errno == ENXIO ? "create (not a regular file)" : "create", path, errno);
 }
 
 FileWriter::~FileWriter() {
@@ -134,6 +134,41 @@ void create_private_directories(const fs::path& dir, std::error_code& ec) {
     ec = std::error_code(err == EEXIST ? ENOTDIR : err, std::generic_category());
     return;
   }
+}
+
+void create_run_directory(const fs::path& dir, bool exclusive, std::error_code& ec) {
+  create_private_directories(dir.parent_path(), ec);
+  if (ec) return;
+  if (::mkdir(dir.c_str(), static_cast<mode_t>(kPrivateDirMode)) != 0) {
+    const int err = errno;
+    if (err != EEXIST || exclusive) {
+      ec = std::error_code(err, std::generic_category());
+      return;
+    }
+  }
+  struct stat st{};
+  if (::lstat(dir.c_str(), &st) != 0) {
+    ec = std::error_code(errno, std::generic_category());
+  } else if (S_ISLNK(st.st_mode) || !S_ISDIR(st.st_mode)) {
+    ec = std::error_code(S_ISLNK(st.st_mode) ? ELOOP : ENOTDIR, std::generic_category());
+  } else if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    ec = std::error_code(EPERM, std::generic_category());
+  }
+}
+
+int open_run_file(const fs::path& path, int flags, unsigned mode) {
+  const int fd = ::open(path.c_str(), flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, static_cast<mode_t>(mode));
+  if (fd < 0) return -1;
+  struct stat st{};
+  const bool statted = ::fstat(fd, &st) == 0;
+  if (!statted || !S_ISREG(st.st_mode)) {
+    const int err = statted ? ENXIO : errno;
+    ::close(fd);
+    errno = err;
+    return -1;
+  }
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  return fd;
 }
 
 void fsync_directory(const fs::path& dir) {

@@ -89,6 +89,19 @@ std::vector<uint8_t> read_file(const fs::path& path);
 // that exist are left as they are. Sets `ec` (to what mkdir said) when one cannot be created.
 void create_private_directories(const fs::path& dir, std::error_code& ec);
 
+// A run directory, which another local user may try to plant a link at: its parents as
+// create_private_directories makes them, then `dir` itself by mkdir, which never follows a link.
+// An existing `dir` is refused when `exclusive` (ec EEXIST: the caller picks another name), and
+// otherwise taken only if it is a directory, not a link, owned by this user and closed to group
+// and others (ec ELOOP or EPERM when not).
+void create_run_directory(const fs::path& dir, bool exclusive, std::error_code& ec);
+
+// open(2) for a file created in a run directory: never through a symbolic link (ELOOP), never
+// blocking on a FIFO, and only a regular file (ENXIO otherwise). flags must include O_CREAT's
+// companions as the caller needs; O_NOFOLLOW, O_NONBLOCK and O_CLOEXEC are added. -1 and errno
+// on failure; the descriptor is blocking again on success.
+int open_run_file(const fs::path& path, int flags, unsigned mode);
+
 // fsync a directory so that renames and creations inside it survive a crash.
 void fsync_directory(const fs::path& dir);
 

@@ -9,6 +9,8 @@
 #include <regex>
 #include <sstream>
 
+#include "worker/config/key_depth.h"
+
 namespace precon::worker {
 
 namespace {
@@ -37,6 +39,23 @@ std::string echoed(const std::string& text) {
   size_t cut = kMaxEchoed;
   while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
   return text.substr(0, cut) + "…";
+}
+
+// Whether a TOML value's text has a # outside its strings.
+bool has_comment(const std::string& text) {
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote) {
+      if (quote == '"' && c == '\\') ++i;
+      else if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#') {
+      return true;
+    }
+  }
+  return false;
 }
 
 std::string unknown_key_message(const std::string& key) {
@@ -352,12 +371,20 @@ std::pair<std::string, toml::table> split_override(const std::string& assignment
   key.erase(0, key.find_first_not_of(' '));
   while (!key.empty() && key.back() == ' ') key.pop_back();
   toml::table doc;
+  check_key_depth(text, "--set", false);
+  // A newline or a comment would let one --set carry more TOML (a [table] and its keys), or
+  // text that is silently dropped.
+  const std::string only_one = "a --set value is exactly one TOML value, nothing after it";
+  if (text.find_first_of("\n\r") != std::string::npos)
+    throw ConfigError("--set", 0, echoed(key), only_one + " (it holds a line break)");
   try {
     doc = toml::parse("v = " + text);
   } catch (const toml::parse_error&) {
     if (looks_like_integer(text)) throw ConfigError("--set", 0, echoed(key), out_of_64_bits(trimmed(text), key));
     doc = toml::table{{"v", text}};  // a bare word: take it as a string
+    return {key, std::move(doc)};
   }
+  if (has_comment(text)) throw ConfigError("--set", 0, echoed(key), only_one + " (it holds a # comment)");
   return {key, std::move(doc)};
 }
 
@@ -408,6 +435,7 @@ void validate_config(const ParsedConfig& parsed) {
 }
 
 toml::table parse_toml_text(const std::string& text, const std::string& source) {
+  check_key_depth(text, source);
   try {
     return toml::parse(text, source);
   } catch (const toml::parse_error& e) {

@@ -88,10 +88,11 @@ std::string format_metric_record(const MetricRecord& record) {
 }
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& path, int64_t resume_step) : path_(path) {
-  int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC;
+  int flags = O_WRONLY | O_CREAT | O_APPEND;
   if (resume_step < 0) flags |= O_TRUNC;
-  fd_ = ::open(path.c_str(), flags, 0644);
-  if (fd_ < 0) throw_io("open", path, errno);
+  // A link planted at metrics.jsonl must not send the records elsewhere, nor a FIFO hang the run.
+  fd_ = open_run_file(path, flags, 0644);
+  if (fd_ < 0) throw_io(errno == ENXIO ? "open (not a regular file)" : "open", path, errno);
   if (resume_step < 0) return;
   try {
     const MappedFile existing(path);

@@ -8,6 +8,7 @@
 #include "kernels/linalg.h"
 #include "worker/ckpt/checkpoint.h"
 #include "worker/common/fault_hook.h"
+#include "worker/common/file_io.h"
 #include "worker/config/choice.h"
 #include "worker/model/memory_estimate.h"
 #include "worker/model/model_io.h"
@@ -33,7 +34,9 @@ void write_run_config(const TrainOptions& options, const TrialConfig& cfg) {
   const fs::path target = options.run_dir / "config.toml";
   std::error_code ec;
   if (fs::equivalent(target, options.config_path, ec)) return;
-  std::ofstream(target) << config_to_toml(cfg);
+  FileWriter out(target);  // not through a link planted at config.toml
+  out.write(config_to_toml(cfg));
+  out.finish();
 }
 
 }  // namespace
@@ -214,12 +217,14 @@ void resume_run(Run& run) {
   if (options.resume == "never") return;
   std::optional<fs::path> dir;
   if (options.resume == "auto") {
-    CheckpointChoice choice = latest_good_checkpoint(options.run_dir);
+    CheckpointChoice choice = latest_good_checkpoint(
+        options.run_dir, [&](const fs::path& d) { return checkpoint_unusable(d, run.state()); });
     for (const std::string& w : choice.warnings) run.log("warning: " + w);
     if (choice.checkpoint) dir = choice.checkpoint->dir;
   } else {
     dir = fs::path(options.resume);
     if (auto bad = verify_checkpoint(*dir)) throw CheckpointError(dir->string() + " does not verify: " + *bad);
+    if (auto bad = checkpoint_unusable(*dir, run.state())) throw CheckpointError(dir->string() + ": " + *bad);
   }
   if (!dir) return;
   run.start = load_checkpoint(*dir, run.state());

@@ -156,6 +156,34 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
   return dir;
 }
 
+std::optional<std::string> checkpoint_unusable(const std::filesystem::path& dir, const RunState& state) {
+  try {
+    const std::vector<uint8_t> bytes = read_file(dir / "trainer.json");
+    const json trainer = json::parse(bytes.begin(), bytes.end());
+    const int64_t steps = state.config->train.steps;
+    if (!trainer.contains("step") || !trainer.at("step").is_number_integer() || trainer.at("step").get<int64_t>() < 0 ||
+        trainer.at("step").get<int64_t>() > steps)
+      return "trainer.json: step " + (trainer.contains("step") ? trainer.at("step").dump() : std::string("missing")) +
+             " is not within [0, train.steps = " + std::to_string(steps) + "]";
+    const SafetensorsFile file = SafetensorsFile::open(dir / "model.safetensors");
+    const ParamStore& params = state.model->params();
+    std::vector<float> values;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const ParamSpec& spec = params.spec(i);
+      const SafetensorsTensor* t = file.find(spec.name);
+      if (!t) return "model.safetensors: tensor " + spec.name + " is missing";
+      if (t->shape != spec.shape) return "model.safetensors: tensor " + spec.name + " has another shape than the model's";
+      values.resize(spec.numel());
+      safetensors_to_f32(*t, values);
+      for (float v : values)
+        if (!std::isfinite(v)) return "model.safetensors: tensor " + spec.name + " holds a NaN or infinity";
+    }
+  } catch (const std::exception& e) {  // unreadable, truncated or not JSON: the reason is the error
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
 int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state) {
   json trainer;
   try {

@@ -51,4 +51,10 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
 // Test-only: PRECON_FAULT_PERTURB_REPLICA=RANK changes one parameter on that rank first.
 int64_t load_checkpoint(const std::filesystem::path& dir, const RunState& state);
 
+// Why the checkpoint in `dir`, though its checksums pass, cannot be resumed by this run, read
+// without touching `state`: trainer.json's step is not an integer in [0, train.steps], or a
+// tensor of model.safetensors is missing, of another shape or size than the parameter table
+// says, or holds a NaN or infinity. nullopt when it can.
+std::optional<std::string> checkpoint_unusable(const std::filesystem::path& dir, const RunState& state);
+
 }  // namespace precon::worker
