@@ -183,11 +183,16 @@ bool eigh_fp32(Tensor eigenvalues, Tensor eigenvectors, const Tensor& a) {
   // A symmetric matrix reads the same in either storage order, so LAPACK works on a copy of it
   // as column-major. Workspace sizes are computed, not queried: LAPACK's float workspace query
   // rounds too low for large n.
-  std::vector<float> h(a.f32(), a.f32() + nn), z(nn), e(std::max<lapack_int>(n - 1, 1)), tau(e.size());
-  std::vector<float> work(std::max<size_t>(1 + 4 * size_t(n) + nn, size_t(n) * 64));
+  // OpenBLAS's symv kernels (ssytrd's) read whole vector blocks past the end of a short vector:
+  // each buffer gets kSlack floats of room so that such reads stay inside it (under
+  // AddressSanitizer one reached an unmapped page beside a 9-float tau).
+  constexpr size_t kSlack = 32;
+  std::vector<float> h(nn + kSlack), z(nn + kSlack), e(std::max<lapack_int>(n - 1, 1) + kSlack), tau(e.size());
+  std::copy(a.f32(), a.f32() + nn, h.begin());
+  std::vector<float> work(std::max<size_t>(1 + 4 * size_t(n) + nn, size_t(n) * 64) + kSlack);
   std::vector<lapack_int> iwork(3 + 5 * size_t(n));
   float* d = eigenvalues.f32();
-  const lapack_int lwork = static_cast<lapack_int>(work.size()), liwork = static_cast<lapack_int>(iwork.size());
+  const lapack_int lwork = static_cast<lapack_int>(work.size() - kSlack), liwork = static_cast<lapack_int>(iwork.size());
   if (LAPACKE_ssytrd_work(LAPACK_COL_MAJOR, 'L', n, h.data(), n, d, e.data(), tau.data(), work.data(), lwork) != 0)
     return false;
   if (LAPACKE_sstedc_work(LAPACK_COL_MAJOR, 'I', n, d, e.data(), z.data(), n, work.data(), lwork, iwork.data(),
