@@ -2,6 +2,7 @@
 // GPT's matrices on two tensor-parallel ranks in each optimizer.muon.tp_mode, against references
 // computed in this process:
 //   duplicated, distributed: the single-process Muon step (the same result, up to fp32 rounding);
+// Each rank holds and steps its tensor-parallel parts of the matrices (as the trainer does).
 //   blockwise: each rank's tensor-parallel shard (as params.h's copy_tp_part cuts it)
 //              orthogonalised on its own by the naive double-precision Newton–Schulz.
 // Prints one line per check and exits 1 if any failed.
@@ -33,13 +34,22 @@ pw::ModelConfig tiny_model() {
   return m;
 }
 
-// Parameters and gradients that every rank computes alike.
+// Parameters and gradients that every rank computes alike: the whole model's values (by their
+// index in a store of whole tensors), of which a store of tensor-parallel parts keeps its own.
 void fill(pw::ParamStore& store) {
-  std::vector<float> host(static_cast<size_t>(store.total_numel()));
-  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(0.05 * std::sin(0.7 * i + 0.3));
-  precon::kernels::copy(store.all_params(), precon::kernels::Tensor::view(host.data(), {store.total_numel()}));
-  for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(std::cos(1.3 * i + 0.1) + 0.2 * std::sin(0.01 * i));
-  precon::kernels::copy(store.all_grads(), precon::kernels::Tensor::view(host.data(), {store.total_numel()}));
+  int64_t at = 0;
+  for (size_t r = 0; r < store.size(); ++r) {
+    const pw::ParamSpec& full = store.spec(r);
+    std::vector<float> w(static_cast<size_t>(full.storage_numel())), g(w.size());
+    for (size_t j = 0; j < w.size(); ++j) {
+      const double i = static_cast<double>(at + static_cast<int64_t>(j));
+      w[j] = static_cast<float>(0.05 * std::sin(0.7 * i + 0.3));
+      g[j] = static_cast<float>(std::cos(1.3 * i + 0.1) + 0.2 * std::sin(0.01 * i));
+    }
+    pw::copy_part_from_full(full, w.data(), store.param(r), store.tp());
+    pw::copy_part_from_full(full, g.data(), store.grad(r), store.tp());
+    at += full.storage_numel();
+  }
 }
 
 // lr 1, no momentum, no weight decay, spectral-free scale 1 per matrix: W' = W − scale·NS(G).
@@ -57,7 +67,7 @@ pw::OptimizerConfig muon_config(const std::string& mode, bool split_qkv) {
 
 std::vector<pw::OptimParam> matrices(const pw::ParamStore& store) {
   std::vector<pw::OptimParam> out;
-  for (size_t i = 0; i < store.size(); ++i) out.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  for (size_t i = 0; i < store.size(); ++i) out.push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
   return out;
 }
 
@@ -67,15 +77,27 @@ std::vector<float> host_of(const precon::kernels::Tensor& t) {
   return v;
 }
 
-// The matrices' values after one step with `hooks` (null group: one process).
-std::vector<std::vector<float>> step_once(const std::string& mode, bool split_qkv, const pw::OptimizerHooks& hooks) {
-  pw::ParamStore store(pw::gpt2_param_table(tiny_model()), precon::kernels::Device::cpu);
+// The matrices' whole values after one step with `hooks` (null group: one process; else each rank
+// steps its tensor-parallel parts and the parts are summed into whole matrices over `world`).
+std::vector<std::vector<float>> step_once(const std::string& mode, bool split_qkv, const pw::OptimizerHooks& hooks,
+                                          pw::Communicator* world = nullptr) {
+  const pw::TpPlace place = hooks.tp ? pw::TpPlace{hooks.tp->rank(), hooks.tp->size()} : pw::TpPlace{};
+  pw::ParamStore store(pw::gpt2_param_table(tiny_model()), precon::kernels::Device::cpu, {}, place);
   fill(store);
   auto opt = pw::make_optimizer(muon_config(mode, split_qkv), matrices(store), precon::kernels::Device::cpu, hooks);
   opt->step({1, 1.0, 1.0f});
   std::vector<std::vector<float>> out;
-  for (size_t i = 0; i < store.size(); ++i)
-    if (store.spec(i).kind == pw::ParamKind::matrix) out.push_back(host_of(store.param(i)));
+  for (size_t i = 0; i < store.size(); ++i) {
+    if (store.spec(i).kind != pw::ParamKind::matrix) continue;
+    if (!store.split(i)) {
+      out.push_back(host_of(store.param(i)));
+      continue;
+    }
+    std::vector<float> whole(static_cast<size_t>(store.spec(i).storage_numel()), 0.0f);
+    pw::copy_part_to_full(store.spec(i), whole.data(), store.param(i), place);
+    world->all_reduce_sum(whole.data(), static_cast<int64_t>(whole.size()));
+    out.push_back(std::move(whole));
+  }
   return out;
 }
 
@@ -128,6 +150,8 @@ int main(int argc, char** argv) {
     hooks.group = world.get();
     hooks.tp = tp.get();
     hooks.tensor = world->size();
+    std::unique_ptr<pw::Communicator> replicas = world->split(world->rank(), 0);  // one data index
+    hooks.replicas = replicas.get();
     // fp32 against fp32 in another order (distributed sums Gram matrices over ranks) or against
     // double (blockwise): five Newton–Schulz steps on 16-wide matrices, measured at most 1.2e-5
     // on entries of size ~0.3; a wrong shard, block or scale moves entries by 1e-1 (blockwise
@@ -135,14 +159,14 @@ int main(int argc, char** argv) {
     for (bool split : {true, false}) {
       const auto single = step_once("duplicated", split, {});
       const std::string qkv = split ? " (split_qkv)" : "";
-      compare("duplicated vs one process" + qkv, step_once("duplicated", split, hooks), single, 5e-5, rank);
-      compare("distributed vs one process" + qkv, step_once("distributed", split, hooks), single, 5e-5, rank);
+      compare("duplicated vs one process" + qkv, step_once("duplicated", split, hooks, world.get()), single, 5e-5, rank);
+      compare("distributed vs one process" + qkv, step_once("distributed", split, hooks, world.get()), single, 5e-5, rank);
     }
-    compare("blockwise vs per-shard naive Newton-Schulz", step_once("blockwise", false, hooks),
+    compare("blockwise vs per-shard naive Newton-Schulz", step_once("blockwise", false, hooks, world.get()),
             blockwise_reference(world->size()), 5e-5, rank);
     // The check must be able to fail: blockwise is not the whole-matrix result.
     const auto single = step_once("duplicated", false, {});
-    const auto block = step_once("blockwise", false, hooks);
+    const auto block = step_once("blockwise", false, hooks, world.get());
     double apart = 0;
     for (size_t m = 0; m < single.size(); ++m)
       for (size_t i = 0; i < single[m].size(); ++i) apart = std::max(apart, double(std::fabs(single[m][i] - block[m][i])));

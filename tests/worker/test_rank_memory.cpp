@@ -85,13 +85,20 @@ TEST_F(RankMemory, EachLayoutHoldsWhatItsArithmeticSays) {
   EXPECT_EQ(b.params, 4.0 * (kWteStorage + kWpe + kLayer));
   EXPECT_EQ(b.grads, 4.0 * (kWteStorage + kWpe + kLayer));
   EXPECT_EQ(b.optimizer, 8.0 * (kWte + kWpe + kLayer));
-  // TP2 as the trainer holds it today: the whole model and, beside it, this rank's parts (half the
-  // vocabulary rows of wte); the moments split over the two ranks that hold the same values.
+  // TP2: only this rank's parts (half the vocabulary rows of wte, the column-parallel weights and
+  // biases and the row-parallel weights halved; norms, wpe and row-parallel biases whole), their
+  // gradients, and the moments of every value the part holds (the first rank's 32 wte rows are all
+  // visible). Nothing of the whole model stays.
   b = reported("tp2", 2, "--set parallel.tensor=2");
   const int64_t parts = kWteStorage / 2 + kWpe + 2 * kLayerPart + kLnF;
-  EXPECT_EQ(b.params, 4.0 * (kStorage + parts));
-  EXPECT_EQ(b.grads, 4.0 * (kStorage + parts));
-  EXPECT_EQ(b.optimizer, 8.0 * ((kVisible + 1) / 2));
+  EXPECT_EQ(b.params, 4.0 * parts);
+  EXPECT_EQ(b.grads, 4.0 * parts);
+  EXPECT_EQ(b.optimizer, 8.0 * parts);
+  // TP2×DP2: the same parts, the moments split over the two data-parallel ranks holding them.
+  b = reported("tp2dp2", 4, "--set parallel.tensor=2 --set parallel.data=2");
+  EXPECT_EQ(b.params, 4.0 * parts);
+  EXPECT_EQ(b.grads, 4.0 * parts);
+  EXPECT_EQ(b.optimizer, 8.0 * ((parts + 1) / 2));
 }
 
 TEST_F(RankMemory, EachGroupsBytesFollowTheLayout) {

@@ -130,9 +130,8 @@ double Gpt::forward(const std::vector<int32_t>& tokens, const std::vector<int32_
 
 void Gpt::backward(const GradsReady& ready) {
   begin_backward();
-  // Under tensor parallelism the trainer sums whole gradients after the backward.
   auto report = [&](std::pair<size_t, size_t> range) {
-    if (ready && !tp_.parallel()) ready(range.first, range.second);
+    if (ready) ready(range.first, range.second);
   };
   Acts& a = acts<Acts>();
   const int nh = static_cast<int>(NHl_);

@@ -196,7 +196,7 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
 void Llama::backward(const GradsReady& ready) {
   begin_backward();
   auto report = [&](std::pair<size_t, size_t> range) {
-    if (ready && !tp_.parallel()) ready(range.first, range.second);
+    if (ready) ready(range.first, range.second);
   };
   Acts& a = acts<Acts>();
   const double theta = config_.rope_theta;

@@ -66,19 +66,22 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
     for (size_t i : pipeline_rank_table_rows(table, c.parallel, c.model.n_layer, p, 0)) {
       const ParamSpec& spec = table[i];
       const double n = static_cast<double>(spec.numel()), storage = static_cast<double>(spec.storage_numel());
-      // A routed expert's optimizer ranks are the ones that hold the same experts.
-      const double group = tensor * data / (spec.expert >= 0 ? static_cast<double>(c.parallel.expert) : 1.0);
-      // Every rank of a stage holds the whole parameter and its gradient; under tensor parallelism
-      // also its part and the part's gradient (params.h tp_part_spec).
-      double held = 8 * storage;
-      if (t > 1) held += 8 * static_cast<double>(tp_part_spec(spec, t).storage_numel());
+      // A routed expert's optimizer ranks are the ones that hold the same experts; its replicas
+      // the ones that hold the same part of them.
+      const double experts = spec.expert >= 0 ? static_cast<double>(c.parallel.expert) : 1.0;
+      const double group = tensor * data / experts, replicas = data / experts;
+      // Each rank holds its tensor-parallel part of a split row (params.h tp_part_spec) and its
+      // gradient, and a replicated row whole.
+      const double part = static_cast<double>(tp_part_spec(spec, t).storage_numel());
+      const double held = 8 * part;
       // Matrix state lives with one owner per matrix or block (spread evenly over the group, on
-      // average); AdamW's moments are split over the group by the distributed optimizer, else
-      // replicated on each of its ranks.
-      const double state = state_bytes(c.optimizer, optimizer, normuon, spec);
+      // average); element-wise state (AdamW's moments) belongs to each rank's part and is split
+      // over its replicas by the distributed optimizer, else replicated on each of them.
+      const double whole_state = state_bytes(c.optimizer, optimizer, normuon, spec);
       const bool elementwise = optimizer == OptimizerName::adamw || spec.kind != ParamKind::matrix;
-      const double divided = elementwise && !c.parallel.distributed_optimizer ? 1.0 : group;
-      bytes += held + state / divided + (bf16 ? 2 * n : 0);
+      const double state = elementwise ? whole_state * part / storage : whole_state;
+      const double divided = elementwise ? (c.parallel.distributed_optimizer ? replicas : 1.0) : group;
+      bytes += held + state / divided + (bf16 ? 2 * n * part / storage : 0);
     }
     e.bytes_per_rank = std::max(e.bytes_per_rank, bytes);
   }

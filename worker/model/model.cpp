@@ -70,14 +70,14 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
                                 std::to_string(L_));
   // A pipeline stage allocates its own rows only: memory divided by the stages.
   stage_rows_ = stage_rows(table, stage_);
+  const TpPlace place{tp_.rank(), tp_.size()};
   if (shared) {
     for (size_t i : stage_rows_)
       if (shared->size() != table.size() || !shared->resident(i))
         throw std::invalid_argument("model: the shared parameter store does not hold " + table[i].name);
+    if (!(shared->tp() == place))
+      throw std::invalid_argument("model: the shared parameter store holds another tensor-parallel part");
     params_ = shared;
-  } else {
-    own_params_ = std::make_unique<ParamStore>(table, device, stage_rows_);
-    params_ = own_params_.get();
   }
   if (tp_.parallel()) {
     const int t = tp_.size();
@@ -91,9 +91,11 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
                                   (config.moe.experts > 0 ? ", each expert's width " + std::to_string(config.expert_ffn())
                                                           : std::string()) +
                                   " and the padded vocabulary " + std::to_string(Vp_));
-    std::vector<ParamSpec> parts;
-    for (const ParamSpec& spec : params_->table()) parts.push_back(tp_part_spec(spec, t));
-    parts_ = std::make_unique<ParamStore>(std::move(parts), device, stage_rows_);
+  }
+  if (!shared) {
+    // Under tensor parallelism the store holds this rank's parts only (params.h tp_part_spec).
+    own_params_ = std::make_unique<ParamStore>(table, device, stage_rows_, place);
+    params_ = own_params_.get();
   }
   if (config.moe.experts > 0) moe_tally_.assign(static_cast<size_t>(1 + L_ * config.moe.experts), 0.0);
   if (act_ == DType::bf16) {
@@ -121,10 +123,6 @@ Model::Bytes Model::bytes() const {
   Bytes b;
   const int64_t f32 = sizeof(float);
   if (own_params_) b.params = b.grads = own_params_->total_numel() * f32;
-  if (parts_) {
-    b.params += parts_->total_numel() * f32;
-    b.grads += parts_->total_numel() * f32;
-  }
   b.params += static_cast<int64_t>(shadow_buf_.bytes());
   for (const auto& slot : slots_) b.activations += static_cast<int64_t>(slot->buf.bytes());
   b.activations += static_cast<int64_t>(row_max_buf_.bytes());
@@ -139,28 +137,10 @@ Tensor Model::input_grad() const { return acts_->dresidual; }
 
 Tensor Model::weight(size_t row) const { return act_ == DType::bf16 ? shadow_[row] : compute().param(row); }
 
-void Model::take_parts() {
-  if (!parts_) return;
-  for (size_t i : stage_rows_)
-    copy_tp_part(params_->spec(i), params_->param(i).f32(), parts_->param(i).f32(), tp_.rank(), tp_.size(), true);
-}
-
 void Model::zero_grads() {
   if (own_params_) params_->zero_grads();
   else
     for (size_t i : stage_rows_) k::fill_zero(params_->grad(i));
-  if (parts_) parts_->zero_grads();
-}
-
-void Model::place_grads_for_sum() {
-  if (!parts_) return;
-  for (size_t i : stage_rows_) {
-    const ParamSpec& spec = params_->spec(i);
-    Tensor full = params_->grad(i);
-    k::fill_zero(full);
-    if (spec.tp_split_dim >= 0) copy_tp_part(spec, full.f32(), parts_->grad(i).f32(), tp_.rank(), tp_.size(), false);
-    else if (tp_.rank() == 0) k::copy(full, parts_->grad(i));
-  }
 }
 
 void Model::track_attention_logits() {
@@ -199,17 +179,15 @@ void Model::init_normal(uint64_t seed, const std::function<float(const ParamSpec
         for (int64_t j = 0; j < p.numel(); ++j) normal(rng);
       continue;
     }
-    std::vector<float> host(store.param(i).numel(), 0.0f);
+    // The whole tensor is drawn (one at a time), then this rank's part of it kept.
+    std::vector<float> host(static_cast<size_t>(p.storage_numel()), 0.0f);
     if (std > 0) {
       for (int64_t j = 0; j < p.numel(); ++j) host[j] = std * normal(rng);  // padded rows stay zero
     } else {
       const float fill = fill_of(p);
       for (float& v : host) v = fill;
     }
-    Tensor src = store.param(i);
-    src.data = host.data();
-    src.device = k::Device::cpu;
-    k::copy(store.param(i), src);
+    copy_part_from_full(p, host.data(), store.param(i), store.tp());
   }
 }
 
@@ -224,7 +202,6 @@ void Model::begin_forward(const std::vector<int32_t>& tokens, const std::vector<
   a.targets_host = targets;
   k::copy(a.tokens, Tensor::view(a.tokens_host.data(), {B_, T_}, DType::i32));
   k::copy(a.targets, Tensor::view(a.targets_host.data(), {B_, T_}, DType::i32));
-  take_parts();
   cast_weights();
   a.grads_ready = compute_grad;
 }

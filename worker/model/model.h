@@ -49,7 +49,7 @@ class Model : public LayerWeights {
   // gradients are final, from the end of the table to its start: the head's rows, the blocks from
   // the last to the first, then the embedding's (a tied embedding last: the head and the embedding
   // both add to it). Data parallelism starts each range's all-reduce there, while the earlier layers
-  // are still computed. Not called under tensor parallelism.
+  // are still computed.
   using GradsReady = std::function<void(size_t first, size_t end)>;
   virtual void backward(const GradsReady& ready = {}) = 0;
   // Zeroes the gradients (the part's too); of this stage's rows only when the store is shared.
@@ -65,16 +65,10 @@ class Model : public LayerWeights {
   kernels::Tensor output_grad() const;
   kernels::Tensor input_grad() const;
   const ModelStage& stage() const { return stage_; }
-  // Tensor parallelism: writes the part's gradients into params()'s at their place in the full
-  // tensors, and the replicated ones on the group's first rank only (zeros elsewhere), so that a
-  // sum over the tensor-parallel group (with the data-parallel sum, over the world) gives every
-  // full gradient.
-  void place_grads_for_sum();
   int tp_size() const { return tp_.size(); }
 
   // Bytes this model allocated: the values of its own parameter store (none when the store is
-  // shared: its owner counts it) with the tensor-parallel parts and bf16 copies, their gradients,
-  // and its activation slots.
+  // shared: its owner counts it) and bf16 copies, their gradients, and its activation slots.
   struct Bytes {
     int64_t params = 0, grads = 0, activations = 0;
   };
@@ -139,9 +133,8 @@ class Model : public LayerWeights {
   // table: the family's (model_param_table); precision "fp32", or "bf16" (CUDA: bf16 activations
   // and weight copies, fp32 masters and gradients). tp: the tensor-parallel group (null or size 1:
   // the whole model here); with several ranks each tensor with a tp_split_dim is cut Megatron's way
-  // (params.h tp_part_spec) and this rank computes with its part; params() still holds the full
-  // tensors, which the optimizer updates and checkpoints save, and each forward takes the part
-  // from it. stage: the whole model by default; a pipeline stage computes only its blocks, and its
+  // (params.h tp_part_spec) and params() holds this rank's part only, from initialisation to
+  // checkpoint. stage: the whole model by default; a pipeline stage computes only its blocks, and its
   // params() hold only its own rows. shared: a store of the table's rows that several chunks of one
   // rank compute with (interleaved pipeline stages), holding this stage's rows and outliving this
   // model; null: the model allocates its own.
@@ -172,7 +165,7 @@ class Model : public LayerWeights {
   void note_attention_logits(int64_t layer);
   // [first, end) of the table rows given, for the ready callback.
   static std::pair<size_t, size_t> row_range(std::initializer_list<size_t> rows);
-  ParamStore& compute() const { return parts_ ? *parts_ : *params_; }  // what the passes read and write
+  ParamStore& compute() const { return *params_; }  // what the passes read and write
 
   ModelConfig config_;
   int64_t B_, T_, C_, NH_, L_, V_, Vp_;
@@ -186,12 +179,10 @@ class Model : public LayerWeights {
   VocabParallelCrossEntropy loss_;
 
  private:
-  void take_parts();
   void cast_weights();
 
   std::unique_ptr<ParamStore> own_params_;  // null when the store is shared
   ParamStore* params_ = nullptr;            // own_params_ or the shared store
-  std::unique_ptr<ParamStore> parts_;       // this rank's part of every parameter (tensor parallelism only)
   kernels::Buffer shadow_buf_;              // bf16 copies of the weights (bf16 precision only)
   std::vector<kernels::Tensor> shadow_;
   std::vector<std::unique_ptr<Acts>> slots_;

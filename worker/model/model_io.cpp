@@ -79,11 +79,16 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
                          (spec.name.find(".mlp.") != std::string::npos ? " and [model.moe]" : "") + ")");
     }
     if (!params.resident(i)) continue;  // another pipeline stage's row
-    std::vector<float> host(spec.numel());
+    std::vector<float> host(static_cast<size_t>(spec.numel()));
     try {
       safetensors_to_f32(*t, host);
     } catch (const SafetensorsError& e) {
       throw ModelIoError(where + ": " + e.what());
+    }
+    if (params.split(i)) {  // the whole tensor read, this rank's part of it kept
+      host.resize(static_cast<size_t>(spec.storage_numel()), 0.0f);  // padded vocabulary rows are zero
+      copy_part_from_full(spec, host.data(), params.param(i), params.tp());
+      continue;
     }
     if (spec.storage_rows > 0) k::fill_zero(params.param(i));
     k::Tensor dst = params.visible_param(i);

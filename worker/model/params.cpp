@@ -195,12 +195,12 @@ size_t tied_embedding_row(const std::vector<ParamSpec>& table) {
   return table.size();
 }
 
-ParamSpec tp_part_spec(const ParamSpec& full, int size) {
+ParamSpec tp_part_spec(const ParamSpec& full, int size, int rank) {
   ParamSpec s = full;
   if (full.tp_split_dim < 0 || size == 1) return s;
-  if (full.storage_rows > 0) {  // wte: the padded storage's rows
-    s.shape[0] = full.storage_rows / size;
-    s.storage_rows = 0;
+  if (full.storage_rows > 0) {  // wte: the padded storage's rows, of which the real vocabulary's are visible
+    s.storage_rows = full.storage_rows / size;
+    s.shape[0] = std::clamp<int64_t>(full.shape[0] - rank * s.storage_rows, 0, s.storage_rows);
   } else {
     s.shape[static_cast<size_t>(full.tp_split_dim)] /= size;
   }
@@ -235,6 +235,32 @@ void copy_tp_part(const ParamSpec& full, float* full_data, float* part_data, int
       move(full_data + r * cols + b * block + rank * piece, part_data + r * part_cols + b * piece, piece);
 }
 
+void copy_part_from_full(const ParamSpec& full, const float* full_data, Tensor part, TpPlace tp) {
+  if (part.device == kernels::Device::cpu && part.contiguous()) {
+    copy_tp_part(full, const_cast<float*>(full_data), part.f32(), tp.rank, tp.size, true);
+    return;
+  }
+  std::vector<float> host(static_cast<size_t>(part.numel()));
+  copy_tp_part(full, const_cast<float*>(full_data), host.data(), tp.rank, tp.size, true);
+  Tensor src = part;
+  src.data = host.data();
+  src.device = kernels::Device::cpu;
+  kernels::copy(part, src);
+}
+
+void copy_part_to_full(const ParamSpec& full, float* full_data, const Tensor& part, TpPlace tp) {
+  if (part.device == kernels::Device::cpu && part.contiguous()) {
+    copy_tp_part(full, full_data, part.f32(), tp.rank, tp.size, false);
+    return;
+  }
+  std::vector<float> host(static_cast<size_t>(part.numel()));
+  Tensor dst = part;
+  dst.data = host.data();
+  dst.device = kernels::Device::cpu;
+  kernels::copy(dst, part);
+  copy_tp_part(full, full_data, host.data(), tp.rank, tp.size, false);
+}
+
 namespace {
 Tensor storage_view(void* base, int64_t offset, const ParamSpec& p, kernels::Device device) {
   float* ptr = static_cast<float*>(base) + offset;
@@ -244,16 +270,21 @@ Tensor storage_view(void* base, int64_t offset, const ParamSpec& p, kernels::Dev
 }
 }  // namespace
 
-ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device, std::vector<size_t> resident)
-    : table_(std::move(table)), resident_(table_.size(), resident.empty()) {
+ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device, std::vector<size_t> resident,
+                       TpPlace tp)
+    : table_(std::move(table)), tp_(tp), resident_(table_.size(), resident.empty()) {
+  if (tp_.size < 1 || tp_.rank < 0 || tp_.rank >= tp_.size)
+    throw std::invalid_argument("parameter store: tensor-parallel rank " + std::to_string(tp_.rank) + " of " +
+                                std::to_string(tp_.size));
+  for (const ParamSpec& spec : table_) parts_.push_back(tp_part_spec(spec, tp_.size, tp_.rank));
   for (size_t i : resident) resident_.at(i) = true;
   for (size_t i = 0; i < table_.size(); ++i)
-    if (resident_[i]) total_ += table_[i].storage_numel();
+    if (resident_[i]) total_ += parts_[i].storage_numel();
   param_buf_ = kernels::Buffer(device, total_ * sizeof(float));
   grad_buf_ = kernels::Buffer(device, total_ * sizeof(float));
   int64_t offset = 0;
   for (size_t i = 0; i < table_.size(); ++i) {
-    const ParamSpec& p = table_[i];
+    const ParamSpec& p = parts_[i];
     if (!resident_[i]) {  // no memory: an empty view where the row would start
       params_.push_back(Tensor::view(static_cast<float*>(param_buf_.data()) + offset, {0}, kernels::DType::f32, device));
       grads_.push_back(Tensor::view(static_cast<float*>(grad_buf_.data()) + offset, {0}, kernels::DType::f32, device));
@@ -268,7 +299,7 @@ ParamStore::ParamStore(std::vector<ParamSpec> table, kernels::Device device, std
 }
 
 Tensor ParamStore::visible_param(size_t i) const {
-  const ParamSpec& p = table_[i];
+  const ParamSpec& p = parts_[i];
   return p.storage_rows > 0 && resident_[i] ? params_[i].narrow(0, 0, p.shape[0]) : params_[i];
 }
 

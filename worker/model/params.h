@@ -54,8 +54,9 @@ int64_t padded_vocab(int64_t vocab_size);
 // Tensor parallelism. A parameter with tp_split_dim d is cut along d into `size` equal pieces;
 // for the fused QKV weight and bias each of their qkv_blocks blocks is cut and rank r holds piece
 // r of every block, in block order (its own heads' q, k and v); wte is cut by rows of its padded
-// storage (a vocabulary part). The others are replicated. This is what rank `rank` holds.
-ParamSpec tp_part_spec(const ParamSpec& full, int size);
+// storage (a vocabulary part: storage_rows of them, shape[0] the real vocabulary's rows among
+// them, possibly none). The others are replicated. This is what rank `rank` holds.
+ParamSpec tp_part_spec(const ParamSpec& full, int size, int rank = 0);
 // Copies rank's part between the full storage (host memory, storage_numel floats) and the
 // part's (tp_part_spec(full, size).storage_numel() floats), in the direction asked.
 void copy_tp_part(const ParamSpec& full, float* full_data, float* part_data, int rank, int size, bool into_part);
@@ -102,22 +103,43 @@ std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelS
 // The row the first and the last stage both hold (a tied embedding), or table.size() if none.
 size_t tied_embedding_row(const std::vector<ParamSpec>& table);
 
+// This rank's place in its tensor-parallel group (size 1: it holds whole tensors).
+struct TpPlace {
+  int rank = 0, size = 1;
+  bool operator==(const TpPlace&) const = default;
+};
+
+// Copies rank's part of one full tensor (host memory, storage_numel floats) into its part's
+// storage (a tensor on any device), or the reverse.
+void copy_part_from_full(const ParamSpec& full, const float* full_data, kernels::Tensor part, TpPlace tp);
+void copy_part_to_full(const ParamSpec& full, float* full_data, const kernels::Tensor& part, TpPlace tp);
+
 // One allocation for all parameters and one for all gradients, carved into named views in
 // table order (the llm.c habit). Gradients share the parameter layout. A pipeline stage holds
 // only its own rows (`resident`, by table index; empty = every row): the others keep their spec
-// but get no memory, their param() and grad() are empty views (numel 0).
+// but get no memory, their param() and grad() are empty views (numel 0). Under tensor
+// parallelism (`tp` of more than one rank) a split row holds only this rank's part
+// (tp_part_spec): spec() stays the whole tensor's (its name, global shape and fan dims, what
+// checkpoints and optimizers' shape terms use) and part() says what is held.
 class ParamStore {
  public:
-  ParamStore(std::vector<ParamSpec> table, kernels::Device device, std::vector<size_t> resident = {});
+  ParamStore(std::vector<ParamSpec> table, kernels::Device device, std::vector<size_t> resident = {},
+             TpPlace tp = {});
   const std::vector<ParamSpec>& table() const { return table_; }
   size_t size() const { return table_.size(); }
   const ParamSpec& spec(size_t i) const { return table_[i]; }
+  const ParamSpec& part(size_t i) const { return parts_[i]; }
+  TpPlace tp() const { return tp_; }
+  // Whether row i is cut over the tensor-parallel ranks (false for every row of one rank).
+  bool split(size_t i) const { return tp_.size > 1 && table_[i].tp_split_dim >= 0; }
   bool resident(size_t i) const { return resident_[i]; }
   bool holds_all() const { return std::find(resident_.begin(), resident_.end(), false) == resident_.end(); }
-  // Storage views (wte with its padded rows): what the model and the optimizers work on.
+  // Storage views of what this rank holds (wte with its padded rows): what the model and the
+  // optimizers work on.
   kernels::Tensor param(size_t i) const { return params_[i]; }
   kernels::Tensor grad(size_t i) const { return grads_[i]; }
-  // The visible shape (real vocabulary): what checkpoints hold.
+  // The visible rows (real vocabulary) of what is held: with one tensor-parallel rank, what
+  // checkpoints hold.
   kernels::Tensor visible_param(size_t i) const;
   kernels::Tensor param(const std::string& name) const;
   kernels::Tensor grad(const std::string& name) const;
@@ -128,7 +150,8 @@ class ParamStore {
   void zero_grads();
 
  private:
-  std::vector<ParamSpec> table_;
+  std::vector<ParamSpec> table_, parts_;
+  TpPlace tp_;
   std::vector<bool> resident_;
   kernels::Buffer param_buf_, grad_buf_;
   std::vector<kernels::Tensor> params_, grads_;

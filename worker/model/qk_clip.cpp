@@ -34,6 +34,10 @@ QkClipStats qk_clip(const ParamStore& params, const ModelConfig& m, const std::v
   QkClipStats stats;
   const int64_t NH = m.n_head, NKV = m.llama() ? m.kv_heads() : NH, hd = m.d_model / NH, C = m.d_model;
   const int64_t group = NH / NKV;
+  // Under tensor parallelism this rank holds the query and key rows of kv heads [g0, g0 + per) only
+  // (each of c_attn's q, k and v blocks cut alike: Cl columns of each here).
+  const TpPlace tp = params.tp();
+  const int64_t per = NKV / tp.size, g0 = tp.rank * per, Cl = C / tp.size;
   for (int64_t l = 0; l < m.n_layer; ++l) {
     for (int64_t g = 0; g < NKV; ++g) {
       float S = -INFINITY;
@@ -43,20 +47,22 @@ QkClipStats qk_clip(const ParamStore& params, const ModelConfig& m, const std::v
       ++stats.clipped;
       const double gamma = threshold / static_cast<double>(S);
       const float sq = static_cast<float>(std::pow(gamma, alpha)), sk = static_cast<float>(std::pow(gamma, 1.0 - alpha));
+      if (g < g0 || g >= g0 + per) continue;  // another tensor-parallel rank's head
+      const int64_t gl = g - g0;
       if (m.llama()) {
         const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
         const size_t q = params.index(p + "q_proj.weight"), kk = params.index(p + "k_proj.weight");
         if (!params.resident(q)) continue;  // another pipeline stage's layer
-        scale_range(params.param(q), 0, g * group * hd, group * hd, sq);
-        scale_range(params.param(kk), 0, g * hd, hd, sk);
+        scale_range(params.param(q), 0, gl * group * hd, group * hd, sq);
+        scale_range(params.param(kk), 0, gl * hd, hd, sk);
       } else {
         const std::string p = "h." + std::to_string(l) + ".attn.c_attn.";
         const size_t w = params.index(p + "weight"), b = params.index(p + "bias");
         if (!params.resident(w)) continue;
-        scale_range(params.param(w), 1, g * hd, hd, sq);
-        scale_range(params.param(w), 1, C + g * hd, hd, sk);
-        scale_range(params.param(b), 0, g * hd, hd, sq);
-        scale_range(params.param(b), 0, C + g * hd, hd, sk);
+        scale_range(params.param(w), 1, gl * hd, hd, sq);
+        scale_range(params.param(w), 1, Cl + gl * hd, hd, sk);
+        scale_range(params.param(b), 0, gl * hd, hd, sq);
+        scale_range(params.param(b), 0, Cl + gl * hd, hd, sk);
       }
     }
   }

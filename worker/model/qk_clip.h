@@ -24,7 +24,8 @@ struct QkClipStats {
 };
 
 // logit_max: the model's largest logit per layer and query head, [l·n_head + h], over every rank.
-// Rescales the rows `params` holds (another pipeline stage's are left to it); the statistics
+// Rescales the rows `params` holds (another pipeline stage's layers and another tensor-parallel
+// rank's heads are left to them); the statistics
 // count the whole model's heads, the same on every rank.
 QkClipStats qk_clip(const ParamStore& params, const ModelConfig& config, const std::vector<float>& logit_max,
                     double threshold, double alpha);

@@ -35,8 +35,9 @@ AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& 
                        Communicator* shard)
     : hyper_(hyper), device_(device), shard_(shard && shard->size() > 1 ? shard : nullptr) {
   for (const OptimParam& p : params) {
-    const ParamSpec& spec = *p.spec;
-    params_.push_back({spec.name, visible(p.param, spec), visible(p.grad, spec), total_});
+    const ParamSpec held = held_spec(p);
+    index_[p.spec->name] = params_.size();
+    params_.push_back({p.spec->name, visible(p.param, held), visible(p.grad, held), total_, p.spec, p.tp});
     total_ += params_.back().param.numel();
   }
   const int64_t ranks = shard_ ? shard_->size() : 1, rank = shard_ ? shard_->rank() : 0;
@@ -167,10 +168,16 @@ std::vector<int> AdamWGroup::roots() const {
 }
 
 void AdamWGroup::append_state(std::vector<NamedState>& out, bool primary) const {
-  const size_t first = out.size();
-  exp_avg_.append_tensors(out);
-  exp_avg_sq_.append_tensors(out);
-  for (size_t i = first; i < out.size(); ++i) out[i].primary = shard_ ? true : primary;
+  std::vector<NamedState> mine;
+  exp_avg_.append_tensors(mine);
+  exp_avg_sq_.append_tensors(mine);
+  for (NamedState& s : mine) {
+    const Entry& e = params_[index_.at(s.param)];
+    const bool split = e.tp.size > 1 && e.spec->tp_split_dim >= 0;
+    // A replicated row's state is the same on every tensor-parallel rank: the first writes it.
+    s.primary = (shard_ ? true : primary) && (split || e.tp.rank == 0);
+    append_in_full(*e.spec, split ? e.tp : TpPlace{}, std::move(s), out);
+  }
 }
 
 void AdamWGroup::append_kinds(std::vector<StateKind>& out) const {
@@ -200,8 +207,8 @@ class AdamW final : public Optimizer {
   // the state, or with hooks.distribute_elementwise each rank updates and writes its own range.
   AdamW(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
         const OptimizerHooks& hooks)
-      : device_(device), primary_(!hooks.group || hooks.group->rank() == 0),
-        group_(params, adamw_hyper(config, true), device, hooks.distribute_elementwise ? hooks.group : nullptr),
+      : device_(device), primary_(!hooks.replica_group() || hooks.replica_group()->rank() == 0),
+        group_(params, adamw_hyper(config, true), device, hooks.distribute_elementwise ? hooks.replica_group() : nullptr),
         roots_(merge_roots(params, {}, group_)) {}
 
   void step(const StepContext& ctx) override {

@@ -4,6 +4,7 @@
 
 #include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
+#include "worker/optim/parts.h"
 
 namespace precon::worker::optim {
 
@@ -11,6 +12,32 @@ using kernels::Tensor;
 
 Tensor visible(const Tensor& storage, const ParamSpec& spec) {
   return spec.storage_rows > 0 ? storage.narrow(0, 0, spec.shape[0]) : storage;
+}
+
+ParamSpec held_spec(const OptimParam& p) { return tp_part_spec(*p.spec, p.tp.size, p.tp.rank); }
+
+void append_in_full(const ParamSpec& full, TpPlace tp, NamedState s, std::vector<NamedState>& out) {
+  if (tp.size == 1 || full.tp_split_dim < 0) {
+    out.push_back(std::move(s));
+    return;
+  }
+  const size_t d = static_cast<size_t>(full.tp_split_dim);
+  std::vector<int64_t> at = s.global_offset.empty() ? std::vector<int64_t>(static_cast<size_t>(s.tensor.ndim), 0)
+                                                    : s.global_offset;
+  const int64_t extent = full.storage_rows > 0 ? full.storage_rows : full.shape[d];
+  const int blocks = std::max(1, full.qkv_blocks);
+  const int64_t piece = extent / blocks / tp.size;
+  for (int64_t x = at[d], end = at[d] + s.tensor.shape[d]; x < end;) {
+    const int64_t k = x / piece, stop = std::min(end, (k + 1) * piece);
+    NamedState sub = s;
+    sub.tensor = s.tensor.narrow(static_cast<int>(d), x - at[d], stop - x);
+    sub.offset = s.offset + (sub.tensor.f32() - s.tensor.f32());
+    sub.global_shape = full.shape;
+    sub.global_offset = at;
+    sub.global_offset[d] = tp_chunk(extent, blocks, tp.size, static_cast<int>(k), tp.rank).start + x % piece;
+    out.push_back(std::move(sub));
+    x = stop;
+  }
 }
 
 std::vector<OptimParam> matrix_params(const std::vector<OptimParam>& params, bool matrices) {

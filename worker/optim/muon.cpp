@@ -84,17 +84,19 @@ kernels::NsOptions ns_options(const MuonConfig& c, kernels::Device device) {
   return o;
 }
 
-// Who computes what with several ranks (OptimizerHooks::group, every rank holding the full model
-// and gradient): each matrix has one owner, chosen greedily by Newton–Schulz cost, which alone
-// keeps its momentum, reads its gradient (so the trainer sums it there only: gradient_roots) and
-// orthogonalises it; one all-gather (optimizer.muon.comm_dtype) hands every
-// update to every rank and all apply them alike. tp_mode (tensor = TP ranks, Megatron's names):
-//   duplicated:  the owner (any rank) orthogonalises the whole matrix: the single-process result;
+// Who computes what with several ranks (OptimizerHooks::group): each matrix has one owner, chosen
+// greedily by Newton–Schulz cost, which alone keeps its momentum, reads its gradient (so the
+// trainer sums it there only: gradient_roots) and orthogonalises it; one all-gather
+// (optimizer.muon.comm_dtype) hands every update to every rank, and each applies what it holds.
+// Under tensor parallelism each rank holds its part of a split matrix (params.h tp_part_spec) and
+// tp_mode (tensor = TP ranks, Megatron's names) says how the whole matrix is orthogonalised:
+//   duplicated:  the owner (any rank) gathers the whole gradient from its tensor-parallel group and
+//                orthogonalises the whole matrix: the single-process result;
 //   distributed: the owner is a data-parallel index; each rank of that tensor-parallel group keeps
 //                the momentum of its own part only (its chunks packed along the split dim, as
 //                params.h cuts the parameter), and the group runs Newton–Schulz on the parts with
 //                the Gram matrix all-reduced each step (newton_schulz_distributed): the same result;
-//   blockwise:   the owner orthogonalises each tensor-parallel part on its own: a result that
+//   blockwise:   as distributed, but each rank orthogonalises its part on its own: a result that
 //                depends on parallel.tensor.
 class Muon final : public Optimizer {
  public:
@@ -106,7 +108,7 @@ class Muon final : public Optimizer {
         device_(device),
         ns_(ns_options(config.muon, device)),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.group : nullptr) {
+               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
     momentum_form_ =
         parse_choice<OptimizerError>("optimizer.muon.momentum_form", config_.momentum_form, kMomentumForms);
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {
@@ -135,6 +137,10 @@ class Muon final : public Optimizer {
     }
     assign_and_allocate();
     if (group_->size() > 1) merged_roots_ = merge_roots(params, roots_, adamw_);
+    std::vector<OptimParam> whole;
+    for (const Matrix& m : matrices_)
+      if (!on_parts(m)) whole.push_back(m.src);
+    whole_ = std::make_unique<WholeGradient>(whole, tp_, device_);
   }
 
   void step(const StepContext& ctx) override {
@@ -142,10 +148,17 @@ class Muon final : public Optimizer {
       PhaseTimer timer(phases_.adamw, device_);
       adamw_.step(ctx);
     }
-    // This rank's pieces, in matrix order, into its segment of the all-gather.
+    // This rank's pieces, in matrix order, into its segment of the all-gather. A split matrix
+    // orthogonalised whole is gathered first by its owner's tensor-parallel group.
+    const int replica = group_->rank() / tensor_;
     for (Matrix& m : matrices_) {
+      Tensor grad = m.grad;
+      if (m.src.split() && !on_parts(m) && m.owner / tensor_ == replica) {
+        PhaseTimer timer(phases_.communication, device_);
+        grad = whole_->gather(m.src);
+      }
       if (!m.holds_state) continue;
-      Tensor u = momentum_and_direction(m, ctx);
+      Tensor u = momentum_and_direction(m, grad, ctx);
       {
         PhaseTimer timer(phases_.newton_schulz, device_);
         orthogonalise(m, u);
@@ -182,8 +195,9 @@ class Muon final : public Optimizer {
   }
 
   // Applies the parts of the updates that lie in segment values [c, c + n): a whole matrix's as a
-  // range of its values (the update is element-wise), a distributed matrix's once its pieces are
-  // unpacked (they then arrive in one chunk: chunk_ is the whole segment).
+  // range of its values (the update is element-wise; under tensor parallelism the range's values in
+  // this rank's part), a matrix on parts by the rank that holds that part (its piece then arrives
+  // in one chunk: chunk_ is the whole segment).
   void apply_chunk(int64_t c, int64_t n, const float* all, const StepContext& ctx) {
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
@@ -193,22 +207,22 @@ class Muon final : public Optimizer {
       if (cautious_) kernels::cautious_axpby(param, o, alpha, decay);
       else kernels::axpby(param, o, alpha, decay);
     };
+    const int tp_rank = group_->rank() % tensor_;
     for (Matrix& m : matrices_) {
-      bool unpacked = false;
       for (const Piece& p : m.pieces) {
         const int64_t size = p.shape[0] * p.shape[1];
         const int64_t a = std::max(c, p.offset), b = std::min(c + n, p.offset + size);
         if (a >= b) continue;
         const float* src = all + p.rank * n + (a - c);
-        if (p.whole) {
+        if (!p.whole) {
+          if (p.rank % tensor_ == tp_rank) apply(m.param, make_view(const_cast<float*>(src), p.shape, device_), m.scale);
+        } else if (m.src.split()) {
+          apply_range_to_part(m.src, a - p.offset, b - a, src, static_cast<float>(-lr * m.scale), decay, cautious_);
+        } else {
           apply(make_view(m.param.f32() + (a - p.offset), {b - a}, device_),
                 make_view(const_cast<float*>(src), {b - a}, device_), m.scale);
-        } else {
-          scatter_spans(m.update, make_view(const_cast<float*>(src), p.shape, device_), m.split_dim, p.spans);
-          unpacked = true;
         }
       }
-      if (unpacked) apply(m.param, m.update, m.scale);
     }
   }
 
@@ -217,13 +231,13 @@ class Muon final : public Optimizer {
     momentum_.append_tensors(momenta);
     for (NamedState& s : momenta) {
       const Matrix& m = matrices_[matrix_index_.at(s.param)];
-      if (distributed(m)) append_parts(m, s, out);
+      if (on_parts(m)) append_parts(m, s, out);
       else out.push_back(std::move(s));
     }
     std::vector<NamedState> second;
     second_moment_.append_tensors(second);
     for (NamedState& s : second) append_second_moment(matrices_[matrix_index_.at(s.param)], s, out);
-    adamw_.append_state(out, group_->rank() == 0);
+    adamw_.append_state(out, group_->rank() / tensor_ == 0);
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
@@ -236,13 +250,13 @@ class Muon final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes(); }
-  // Only the owner reads a matrix's gradient (its momentum lives there); under tp_mode
-  // distributed every rank of the owning tensor-parallel group does, so those stay all-reduced.
+  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  // Only the owner's data-parallel index reads a matrix's gradient (its momentum lives there, or
+  // under tensor parallelism its tensor-parallel group gathers it there).
   std::vector<int> gradient_roots() const override { return merged_roots_; }
   std::string routing_summary() const override {
     int64_t n = 0;
-    for (const Matrix& m : matrices_) n += m.param.numel();
+    for (const Matrix& m : matrices_) n += m.rows * m.cols;
     return route_text("muon", matrices_.size(), n) + "; " + route_text("adamw", adamw_.tensors(), adamw_.numel()) +
            (group_->size() > 1 ? "; " + ownership_summary() : "");
   }
@@ -260,8 +274,9 @@ class Muon final : public Optimizer {
   struct Matrix {
     std::string name;
     size_t index = 0;  // in the parameters given to the constructor
-    Tensor param, grad, momentum;
-    Tensor update;  // the unpacked update of pieces that are not whole (distributed)
+    OptimParam src;    // as given
+    Tensor param, grad, momentum;  // param and grad: what this rank holds (its part of a split matrix)
+    int64_t rows = 0, cols = 0;    // of the whole matrix
     int qkv = 1;          // Q/K/V blocks along the fan_out storage dim (1 = none)
     int qkv_dim = 0;      // the storage dim of fan_out
     int blocks = 1;       // the Newton–Schulz problems along qkv_dim: qkv under split_qkv, else 1
@@ -281,12 +296,18 @@ class Muon final : public Optimizer {
     Matrix m;
     m.name = s.name;
     m.index = index;
-    m.param = visible(p.param, s);
-    m.grad = visible(p.grad, s);
+    m.src = p;
+    m.param = visible(p.param, held_spec(p));
+    m.grad = visible(p.grad, held_spec(p));
+    m.rows = s.shape[0];
+    m.cols = s.shape[1];
     m.qkv = std::max(1, s.qkv_blocks);
     m.qkv_dim = s.stored_in_out ? 1 : 0;
     m.blocks = config_.split_qkv ? m.qkv : 1;
     m.split_dim = tensor_ > 1 ? s.tp_split_dim : -1;
+    if (tensor_ > 1 && p.tp.size != tensor_)
+      throw OptimizerError("muon: " + s.name + " is held in " + std::to_string(p.tp.size) + " part(s), not " +
+                           std::to_string(tensor_));
     if (s.fan_out % m.qkv != 0) {
       throw OptimizerError("muon: " + s.name + " fan_out " + std::to_string(s.fan_out) + " is not divisible into " +
                            std::to_string(m.qkv) + " q/k/v blocks");
@@ -306,7 +327,7 @@ class Muon final : public Optimizer {
     std::vector<std::vector<Span>> out;
     const bool per_part = mode_ == TpMode::blockwise && m.split_dim >= 0;
     dim = per_part ? m.split_dim : m.qkv_dim;
-    const int64_t extent = m.param.shape[dim];
+    const int64_t extent = dim == 0 ? m.rows : m.cols;
     for (int b = 0; b < m.blocks; ++b) {
       for (int r = 0; r < (per_part ? tensor_ : 1); ++r) {
         std::vector<Span> spans;
@@ -325,12 +346,15 @@ class Muon final : public Optimizer {
     for (const auto& spans : problems(m, dim)) {
       int64_t len = 0;
       for (const Span& s : spans) len += s.length;
-      c += newton_schulz_cost(dim == 0 ? len : m.param.shape[0], dim == 0 ? m.param.shape[1] : len);
+      c += newton_schulz_cost(dim == 0 ? len : m.rows, dim == 0 ? m.cols : len);
     }
     return c;
   }
 
   bool distributed(const Matrix& m) const { return mode_ == TpMode::distributed && m.split_dim >= 0; }
+  // The momentum and update live in parts on the owning tensor-parallel group (distributed and
+  // blockwise), not whole on one rank.
+  bool on_parts(const Matrix& m) const { return mode_ != TpMode::duplicated && m.split_dim >= 0; }
 
   void assign_and_allocate() {
     const int ranks = group_->size(), me = group_->rank();
@@ -342,16 +366,17 @@ class Muon final : public Optimizer {
     int64_t max_work = 1, max_side = 1;
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
-      const int64_t rows = m.param.shape[0], cols = m.param.shape[1];
+      const int64_t rows = m.rows, cols = m.cols;
       max_work = std::max(max_work, rows * cols);
-      if (distributed(m)) {
+      if (on_parts(m)) {
         m.owner = by_replica[i];
         m.holds_state = me / tensor_ == m.owner;
+        roots_[m.index] = m.owner;  // each rank's part is summed at the owning data-parallel index
         for (int r = 0; r < tensor_; ++r) {
           Piece p;
           p.rank = m.owner * tensor_ + r;
           p.whole = false;
-          for (int k = 0; k < m.qkv; ++k) p.spans.push_back(tp_chunk(m.param.shape[m.split_dim], m.qkv, tensor_, k, r));
+          for (int k = 0; k < m.qkv; ++k) p.spans.push_back(tp_chunk(m.split_dim == 0 ? rows : cols, m.qkv, tensor_, k, r));
           p.shape = {rows, cols};
           p.shape[m.split_dim] /= tensor_;
           m.pieces.push_back(std::move(p));
@@ -360,7 +385,7 @@ class Muon final : public Optimizer {
       } else {
         m.owner = by_rank[i];
         m.holds_state = me == m.owner;
-        roots_[m.index] = m.owner;
+        roots_[m.index] = m.owner / tensor_;
         Piece p;
         p.rank = m.owner;
         p.shape = {rows, cols};
@@ -372,12 +397,12 @@ class Muon final : public Optimizer {
       }
       matrix_index_[m.name] = i;
       if (m.holds_state) {
-        // distributed: this rank's part only, shaped as its piece of the update.
+        // On parts: this rank's part only, shaped as its piece of the update.
         const std::vector<int64_t> shape =
-            distributed(m) ? m.pieces[static_cast<size_t>(me % tensor_)].shape : std::vector<int64_t>{rows, cols};
+            on_parts(m) ? m.pieces[static_cast<size_t>(me % tensor_)].shape : std::vector<int64_t>{rows, cols};
         momentum_handle_.push_back(momentum_.add(m.name, -1, shape));
         // NorMuon's v: this rank's neurons when its part cuts the neuron dim, else every neuron.
-        const bool cut = distributed(m) && m.split_dim == m.qkv_dim;
+        const bool cut = on_parts(m) && m.split_dim == m.qkv_dim;
         if (normuon_) second_handle_.push_back(second_moment_.add(m.name, -1, {(cut ? shape : std::vector<int64_t>{rows, cols})[static_cast<size_t>(m.qkv_dim)]}));
         else second_handle_.push_back(SIZE_MAX);
       } else {
@@ -388,12 +413,12 @@ class Muon final : public Optimizer {
     momentum_.allocate(device_);
     second_moment_.allocate(device_);
     int64_t longest = 1;
-    for (const Matrix& m : matrices_) longest = std::max({longest, m.param.shape[0], m.param.shape[1]});
+    for (const Matrix& m : matrices_) longest = std::max({longest, m.rows, m.cols});
     neuron_buf_ = kernels::Buffer(device_, static_cast<size_t>(longest) * sizeof(float));
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     bf16_ = comm_dtype_ == kernels::DType::bf16 && ranks > 1;
-    // A distributed matrix is unpacked from whole pieces: its all-gather stays one chunk.
-    const bool parts = std::any_of(matrices_.begin(), matrices_.end(), [&](const Matrix& m) { return distributed(m); });
+    // A matrix on parts is applied from whole pieces: its all-gather stays one chunk.
+    const bool parts = std::any_of(matrices_.begin(), matrices_.end(), [&](const Matrix& m) { return on_parts(m); });
     chunk_ = ranks > 1 && !parts ? std::min(segment_, kGatherChunk) : segment_;
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
     segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
@@ -402,18 +427,10 @@ class Muon final : public Optimizer {
       send_ = kernels::Buffer(device_, static_cast<size_t>(chunk_) * 2);
       unpacked_ = kernels::Buffer(device_, static_cast<size_t>(ranks * chunk_) * sizeof(float));
     }
-    int64_t update_numel = 0;
-    for (const Matrix& m : matrices_) update_numel += distributed(m) ? m.param.numel() : 0;
-    update_buf_ = kernels::Buffer(device_, static_cast<size_t>(std::max<int64_t>(update_numel, 1)) * sizeof(float));
-    int64_t at = 0;
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
       if (m.holds_state) m.momentum = momentum_.get(momentum_handle_[i]);
       if (m.holds_state && normuon_) m.second_moment = second_moment_.get(second_handle_[i]);
-      if (distributed(m)) {
-        m.update = make_view(static_cast<float*>(update_buf_.data()) + at, {m.param.shape[0], m.param.shape[1]}, device_);
-        at += m.param.numel();
-      }
     }
   }
 
@@ -427,7 +444,7 @@ class Muon final : public Optimizer {
       NamedState part = own;
       part.tensor = own.tensor.narrow(m.split_dim, static_cast<int64_t>(k) * chunk, chunk);
       part.offset = own.offset + (part.tensor.f32() - own.tensor.f32());
-      part.global_shape = {m.param.shape[0], m.param.shape[1]};
+      part.global_shape = {m.rows, m.cols};
       part.global_offset = {0, 0};
       part.global_offset[static_cast<size_t>(m.split_dim)] = p.spans[k].start;
       out.push_back(std::move(part));
@@ -439,45 +456,36 @@ class Muon final : public Optimizer {
     int64_t mine = 0, held = 0, whole = 0;
     for (const Matrix& m : matrices_) {
       mine += m.holds_state;
-      if (m.holds_state) held += m.momentum.numel(), whole += m.param.numel();
+      if (m.holds_state) held += m.momentum.numel(), whole += m.rows * m.cols;
     }
     return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
            std::to_string(matrices_.size()) + " matrices (tp_mode " + std::string(choice_name(mode_, kTpModes)) +
            ") and keeps " + std::to_string(held) + " momentum values of their " + std::to_string(whole);
   }
 
-  // The momentum update, and the direction to orthogonalise (in work memory, or the momentum).
-  // distributed: of this rank's part, its spans of the gradient gathered first.
-  Tensor momentum_and_direction(Matrix& m, const StepContext& ctx) {
+  // The momentum update from the gradient `grad` (what this rank holds of it on parts, else the
+  // whole matrix's), and the direction to orthogonalise (in work memory, or the momentum).
+  Tensor momentum_and_direction(Matrix& m, const Tensor& grad, const StepContext& ctx) {
     PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
     const float g_weight = momentum_form_ == MomentumForm::ema ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
-    float* work = static_cast<float*>(work_.data());
-    if (distributed(m)) {
-      const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
-      Tensor g = make_view(work, p.shape, device_);
-      gather_spans(g, m.grad, m.split_dim, p.spans);
-      kernels::axpby(m.momentum, g, g_weight, mu);
-      if (!config_.nesterov) return m.momentum;
-      kernels::axpby(g, m.momentum, mu, g_weight);  // U = μM + (1−μ)sG in place of the gathered G
-      return g;
-    }
-    kernels::axpby(m.momentum, m.grad, g_weight, mu);
+    kernels::axpby(m.momentum, grad, g_weight, mu);
     if (!config_.nesterov) return m.momentum;
-    Tensor u = make_view(work, {m.param.shape[0], m.param.shape[1]}, device_);
-    kernels::copy(u, m.grad);
-    kernels::axpby(u, m.momentum, mu, g_weight);
+    Tensor u = make_view(static_cast<float*>(work_.data()), {grad.shape[0], grad.shape[1]}, device_);
+    kernels::copy(u, grad);
+    kernels::axpby(u, m.momentum, mu, g_weight);  // U = μM + (1−μ)sG
     return u;
   }
 
   // NS of this rank's problems of m into its pieces in the segment.
   void orthogonalise(Matrix& m, const Tensor& u) {
-    const int64_t rows = m.param.shape[0], cols = m.param.shape[1];
+    const int64_t rows = m.rows, cols = m.cols;
     float* work = static_cast<float*>(work_.data());
     float* seg = static_cast<float*>(segment_buf_.data());
-    if (distributed(m)) {
+    if (on_parts(m)) {
       // Each Q/K/V block (or the whole matrix) is one problem; this rank's part of block k is
-      // chunk k of its piece, and u is that piece.
+      // chunk k of its piece, and u is that piece. distributed: the group's parts together;
+      // blockwise: this rank's part alone.
       const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
       Tensor packed = make_view(seg + p.offset, p.shape, device_);
       const int per = m.qkv / m.blocks;
@@ -487,7 +495,13 @@ class Muon final : public Optimizer {
         shape[m.split_dim] = per * chunk;
         Tensor x = make_view(work + rows * cols, shape, device_);
         gather_spans(x, u, m.split_dim, {Span{b * per * chunk, per * chunk}});
-        newton_schulz_distributed(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
+        if (distributed(m)) {
+          newton_schulz_distributed(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
+        } else {
+          Tensor y = make_view(work + 2 * rows * cols, shape, device_);
+          kernels::newton_schulz(y, x, ns_);
+          kernels::copy(x, y);
+        }
         scatter_spans(packed, x, m.split_dim, {Span{b * per * chunk, per * chunk}});
       }
       return;
@@ -503,7 +517,7 @@ class Muon final : public Optimizer {
     if (mode_ != TpMode::blockwise || m.split_dim < 0) {
       // The Q/K/V blocks as one batch: rows of the storage, or of its transpose when it is
       // (fan_in, fan_out); no row-by-row copies (they would be thousands of device copies).
-      const int64_t block = m.param.shape[m.qkv_dim] / m.blocks;
+      const int64_t block = (m.qkv_dim == 0 ? rows : cols) / m.blocks;
       if (m.qkv_dim == 0) {
         kernels::newton_schulz(Tensor::view(o.data, {m.blocks, block, cols}, kernels::DType::f32, device_),
                                Tensor::view(u.data, {m.blocks, block, cols}, kernels::DType::f32, device_), ns_);
@@ -533,11 +547,11 @@ class Muon final : public Optimizer {
   // part that cuts the other dim has partial sums of every neuron, summed over the group first.
   void normalise(Matrix& m) {
     const int nd = m.qkv_dim;
-    const bool parts = distributed(m);
+    const bool parts = on_parts(m);
     const Piece& p = m.pieces[parts ? static_cast<size_t>(group_->rank() % tensor_) : 0];
     Tensor o = make_view(static_cast<float*>(segment_buf_.data()) + p.offset, p.shape, device_);
     const int64_t n = o.shape[nd];
-    const int64_t across = m.param.shape[1 - nd];  // the neuron's length in the whole matrix
+    const int64_t across = nd == 0 ? m.cols : m.rows;  // the neuron's length in the whole matrix
     Tensor dev = make_view(static_cast<float*>(neuron_buf_.data()), {n}, device_);
     kernels::sum_squares_along(dev, o, nd);
     std::vector<float> sums(static_cast<size_t>(n)), v(sums.size());
@@ -546,7 +560,7 @@ class Muon final : public Optimizer {
     if (parts && !cut) tp_->all_reduce_sum(sums.data(), n);
     kernels::copy(Tensor::view(v.data(), {n}), m.second_moment);
     // The global neuron of local index i, and its block (the NS problem it belongs to).
-    const int64_t extent = m.param.shape[nd], per_block = extent / m.blocks;
+    const int64_t extent = nd == 0 ? m.rows : m.cols, per_block = extent / m.blocks;
     auto global = [&](int64_t i) {
       if (!cut) return i;
       const int64_t chunk = p.spans[0].length;
@@ -579,11 +593,11 @@ class Muon final : public Optimizer {
   // A matrix's v as checkpoint entries: whole (written by the first tensor-parallel rank of the
   // owners when every one of them holds it whole), or this rank's neurons, one part per Q/K/V chunk.
   void append_second_moment(const Matrix& m, const NamedState& own, std::vector<NamedState>& out) const {
-    if (!distributed(m)) {
+    if (!on_parts(m)) {
       out.push_back(own);
       return;
     }
-    const int64_t extent = m.param.shape[m.qkv_dim];
+    const int64_t extent = m.qkv_dim == 0 ? m.rows : m.cols;
     if (m.split_dim != m.qkv_dim) {
       NamedState whole = own;
       whole.primary = group_->rank() % tensor_ == 0;
@@ -629,7 +643,8 @@ class Muon final : public Optimizer {
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
   int64_t chunk_ = 0;    // of them per all-gather call
-  kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_, update_buf_;
+  kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_;
+  std::unique_ptr<WholeGradient> whole_;  // whole gradients of split matrices orthogonalised whole
   int64_t comm_bytes_ = 0;
   PhaseSeconds phases_;
 };

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -20,6 +21,15 @@ constexpr int64_t kGatherChunk = 1 << 20;
 // The visible part of a parameter-shaped storage view: wte's padded vocabulary rows are zero,
 // get zero gradients and never reach an optimizer (nor its state or its routing counts).
 kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
+
+// What this rank holds of a parameter: its tensor-parallel part's spec, or the whole spec.
+ParamSpec held_spec(const OptimParam& p);
+
+// A state tensor given in the coordinates of this rank's tensor-parallel part of `full` (its
+// global_shape the part's visible shape, global_offset in it; empty: the whole part) appended as
+// entries of the whole tensor: one per run along the split dim that lies in one chunk (a Q/K/V
+// block's piece), each a view of the same memory. Unchanged for a row that is not split.
+void append_in_full(const ParamSpec& full, TpPlace tp, NamedState state, std::vector<NamedState>& out);
 
 // The parameters that are (matrices = true) or are not 2-D hidden matrices (ParamKind::matrix).
 std::vector<OptimParam> matrix_params(const std::vector<OptimParam>& params, bool matrices);
@@ -129,8 +139,10 @@ class AdamWGroup {
  private:
   struct Entry {
     std::string name;
-    kernels::Tensor param, grad;  // visible views
+    kernels::Tensor param, grad;  // visible views (of this rank's part of a split row)
     int64_t start = 0;            // its first value in the group's concatenation
+    const ParamSpec* spec = nullptr;
+    TpPlace tp;                   // the store's; a split row's state is a part of the whole tensor's
   };
   // A run of this rank's range inside one parameter: values [first, first + n) of its flat view.
   struct Piece {
@@ -144,6 +156,7 @@ class AdamWGroup {
   void all_gather_values();
 
   std::vector<Entry> params_;
+  std::map<std::string, size_t> index_;  // params_ by name
   std::vector<Piece> pieces_;
   AdamWHyper hyper_;
   kernels::Device device_;

@@ -19,11 +19,16 @@
 
 namespace precon::worker {
 
-// A parameter as the optimizer sees it: its table row and the storage views of value and gradient.
+// A parameter as the optimizer sees it: its table row (the whole tensor's spec) and the storage
+// views of value and gradient. Under tensor parallelism (tp of several ranks) a row with a
+// tp_split_dim is held as this rank's part only (params.h tp_part_spec): param and grad are the
+// part's; a replicated row is whole on every rank of the group.
 struct OptimParam {
   const ParamSpec* spec = nullptr;
   kernels::Tensor param;
   kernels::Tensor grad;
+  TpPlace tp;
+  bool split() const { return tp.size > 1 && spec->tp_split_dim >= 0; }
 };
 
 // Cumulative wall-clock seconds per optimizer phase since construction (or the last reset).
@@ -91,7 +96,7 @@ class Optimizer {
   // Bytes this rank sent in the optimizer's own collectives since construction, counted as
   // GradientSync::bytes_sent counts the gradient's (worker/parallel/comm_cost.h).
   virtual int64_t comm_bytes() const { return 0; }
-  // Per parameter given to the factory, in that order: the group rank (OptimizerHooks::group)
+  // Per parameter given to the factory, in that order: the rank of OptimizerHooks::replica_group()
   // that alone reads its gradient, or -1 when every rank does. The trainer may then reduce that
   // gradient to its root only (GradientSync); the other ranks find zeros there. Empty: every rank
   // reads every gradient.
@@ -108,18 +113,23 @@ class OptimizerError : public WorkerError {
 
 struct OptimizerHooks {
   std::function<void(const std::string&)> warn;  // logged warnings (failed roots); may be empty
-  // The ranks that hold this same full model and gradient (data- and tensor-parallel ranks);
-  // null or one rank: none. Muon's Newton–Schulz and Shampoo's blocks then run once each, on their
-  // owner, and one all-gather hands the results to all (optim/ownership.h).
+  // The ranks that hold the same parameters (data- and tensor-parallel ranks: each its part of a
+  // split tensor); null or one rank: none. Muon's Newton–Schulz and Shampoo's blocks then run
+  // once each, on their owner, and one all-gather hands the results to all (optim/ownership.h).
   Communicator* group = nullptr;
   // Tensor parallelism inside `group`: group rank = data index · tensor + tensor rank, and `tp` is
   // this rank's tensor-parallel group (optimizer.muon.tp_mode). tensor = 1: none.
   Communicator* tp = nullptr;
   int tensor = 1;
+  // The ranks of `group` that hold the same parts (its data-parallel ranks: one per data index,
+  // group rank / tensor); null: `group` itself (no tensor parallelism). Gradient roots
+  // (Optimizer::gradient_roots) are ranks of this group, and the element-wise state is divided over it.
+  Communicator* replicas = nullptr;
   // parallel.distributed_optimizer: the element-wise state (AdamW's moments, of AdamW runs and of
   // the AdamW-routed parameters of every other optimizer) is split in contiguous ranges over
-  // `group` instead of replicated on each of its ranks (AdamWGroup in optim_internal.h).
+  // `replicas` instead of replicated on each of its ranks (AdamWGroup in optim_internal.h).
   bool distribute_elementwise = false;
+  Communicator* replica_group() const { return replicas ? replicas : group; }
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(

@@ -5,6 +5,8 @@
 #include "kernels/backend.h"
 #include "kernels/error.h"
 #include "kernels/linalg.h"
+#include "kernels/nn.h"
+#include "worker/parallel/comm_cost.h"
 #include "worker/optim/optimizer.h"
 
 namespace precon::worker::optim {
@@ -86,6 +88,114 @@ void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& opti
   const Tensor cur = kernels::newton_schulz_steps(x, y, a, b, options.schedule, dim == 1,
                                                   [&](Tensor& gram) { group.all_reduce_sum(gram.f32(), gram.numel()); });
   if (cur.data != x.data) kernels::copy(x, cur);
+}
+
+std::vector<Span> part_spans(const ParamSpec& full, int ranks, int r) {
+  const size_t d = static_cast<size_t>(full.tp_split_dim);
+  const int64_t extent = full.storage_rows > 0 ? full.storage_rows : full.shape[d];
+  const int blocks = std::max(1, full.qkv_blocks);
+  std::vector<Span> spans;
+  for (int k = 0; k < blocks; ++k) spans.push_back(tp_chunk(extent, blocks, ranks, k, r));
+  return spans;
+}
+
+namespace {
+
+// W ← decay·W + alpha·U over two equal 2-D views with unit column stride, a row at a time unless both
+// are contiguous.
+void axpby_rows(const Tensor& w, const Tensor& u, float alpha, float decay, bool cautious) {
+  auto one = [&](const Tensor& a, const Tensor& b) {
+    if (cautious) kernels::cautious_axpby(a, b, alpha, decay);
+    else kernels::axpby(a, b, alpha, decay);
+  };
+  if (w.contiguous() && u.contiguous()) {
+    one(w, u);
+    return;
+  }
+  for (int64_t r = 0; r < w.shape[0]; ++r) one(w.select(r), u.select(r));
+}
+
+}  // namespace
+
+WholeGradient::WholeGradient(const std::vector<OptimParam>& params, Communicator* tp, kernels::Device device)
+    : tp_(tp), device_(device) {
+  int64_t most = 0;
+  for (const OptimParam& p : params)
+    if (p.split()) most = std::max(most, p.spec->storage_numel());
+  if (most == 0) return;
+  for (const OptimParam& p : params)
+    if (p.split() && p.spec->shape.size() != 2) throw OptimizerError("optimizer: " + p.spec->name + " is not 2-D");
+  if (!tp_ || tp_->size() != params.front().tp.size)
+    throw OptimizerError("optimizer: split matrices need their tensor-parallel group");
+  received_ = kernels::Buffer(device, static_cast<size_t>(most) * sizeof(float));
+  whole_ = kernels::Buffer(device, static_cast<size_t>(most) * sizeof(float));
+}
+
+Tensor WholeGradient::gather(const OptimParam& p) {
+  if (!p.split()) return p.spec->storage_rows > 0 ? p.grad.narrow(0, 0, p.spec->shape[0]) : p.grad;
+  const ParamSpec& full = *p.spec;
+  const int ranks = tp_->size();
+  const int64_t n = p.grad.numel();  // every rank's part has the same storage
+  if (!p.grad.contiguous()) throw OptimizerError("optimizer: " + full.name + "'s gradient part is not contiguous");
+  float* received = static_cast<float*>(received_.data());
+  tp_->all_gather(p.grad.f32(), received, n);
+  comm_bytes_ += sent_by_all_gather(n * static_cast<int64_t>(sizeof(float)), ranks);
+  const int64_t rows = full.storage_rows > 0 ? full.storage_rows : full.shape[0], cols = full.shape[1];
+  const Tensor whole = Tensor::view(static_cast<float*>(whole_.data()), {rows, cols}, kernels::DType::f32, device_);
+  const int d = full.tp_split_dim;
+  for (int r = 0; r < ranks; ++r) {
+    const std::vector<Span> spans = part_spans(full, ranks, r);
+    int64_t along = 0;
+    for (const Span& s : spans) along += s.length;
+    scatter_spans(whole, Tensor::view(received + r * n, {d == 0 ? along : rows, d == 0 ? cols : along},
+                                      kernels::DType::f32, device_),
+                  d, spans);
+  }
+  return full.storage_rows > 0 ? whole.narrow(0, 0, full.shape[0]) : whole;
+}
+
+void apply_box_to_part(const OptimParam& p, int64_t r0, int64_t c0, const Tensor& u, float alpha, float decay,
+                       bool cautious) {
+  const int64_t rows = u.shape[0], cols = u.shape[1];
+  if (!p.split()) {
+    axpby_rows(p.param.narrow(0, r0, rows).narrow(1, c0, cols), u, alpha, decay, cautious);
+    return;
+  }
+  const int d = p.spec->tp_split_dim;
+  const int64_t b0 = d == 0 ? r0 : c0, bn = d == 0 ? rows : cols;
+  int64_t at = 0;  // where the span starts in the part, along d
+  for (const Span& s : part_spans(*p.spec, p.tp.size, p.tp.rank)) {
+    const int64_t lo = std::max(b0, s.start), hi = std::min(b0 + bn, s.start + s.length);
+    if (lo < hi) {
+      Tensor w = p.param.narrow(d, at + lo - s.start, hi - lo);
+      w = d == 0 ? w.narrow(1, c0, cols) : w.narrow(0, r0, rows);
+      axpby_rows(w, u.narrow(d, lo - b0, hi - lo), alpha, decay, cautious);
+    }
+    at += s.length;
+  }
+}
+
+void apply_range_to_part(const OptimParam& p, int64_t first, int64_t n, const float* u, float alpha, float decay,
+                         bool cautious) {
+  const int64_t cols = p.spec->shape.size() == 2 ? p.spec->shape[1] : 1;
+  float* src = const_cast<float*>(u);
+  auto box = [&](int64_t at, int64_t rows, int64_t width) {
+    apply_box_to_part(p, at / cols, at % cols, Tensor::view(src + (at - first), {rows, width}, kernels::DType::f32, p.param.device),
+                      alpha, decay, cautious);
+  };
+  int64_t at = first;
+  const int64_t end = first + n;
+  if (at % cols != 0) {  // a partial first row
+    const int64_t w = std::min(end, (at / cols + 1) * cols) - at;
+    box(at, 1, w);
+    at += w;
+  }
+  if (end - at >= cols) {
+    const int64_t rows = (end - at) / cols;
+    box(at, rows, cols);
+    at += rows * cols;
+  }
+  if (at < end) box(at, 1, end - at);
 }
 
 }  // namespace precon::worker::optim

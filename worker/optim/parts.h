@@ -6,9 +6,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "kernels/newton_schulz.h"
 #include "kernels/tensor.h"
 #include "worker/parallel/communicator.h"
+#include "worker/model/params.h"
+#include "worker/optim/optimizer.h"
 
 namespace precon::worker::optim {
 
@@ -21,6 +24,10 @@ struct Span {
 // dim holds `blocks` equal blocks (3 for the fused QKV weight), each cut into `ranks` chunks, and
 // rank r holds chunk r of every block (params.h tp_part_spec). chunk(k, r) of block k.
 Span tp_chunk(int64_t extent, int blocks, int ranks, int k, int r);
+
+// The spans along its split dim that rank r of `ranks` holds of a split parameter (its chunk of
+// each block, of the padded storage's rows for wte), in the order its part packs them.
+std::vector<Span> part_spans(const ParamSpec& full, int ranks, int r);
 
 // dst (contiguous) = the spans of src along dim, concatenated along dim in order.
 void gather_spans(kernels::Tensor dst, const kernels::Tensor& src, int dim, const std::vector<Span>& spans);
@@ -35,5 +42,35 @@ void scatter_spans(kernels::Tensor dst, const kernels::Tensor& src, int dim, con
 // CPU fp32 (the trainer's tensor parallelism runs on the CPU).
 void newton_schulz_distributed(kernels::Tensor x, int dim, const kernels::NsOptions& options, Communicator& group,
                            float* scratch);
+
+// Whole gradients of tensor-parallel matrices, one at a time: an owner of matrix work (Shampoo's and
+// SOAP's blocks, Muon's whole-matrix Newton–Schulz) reads the whole matrix while each rank holds a
+// part of it. 2-D tensors, CPU fp32 (the trainer's tensor parallelism runs on the CPU).
+class WholeGradient {
+ public:
+  // params: the matrices that may be asked for (the largest split one sizes the scratch).
+  WholeGradient(const std::vector<OptimParam>& params, Communicator* tp, kernels::Device device);
+  // p's whole visible gradient: p.grad itself when p is not split, else every rank's part
+  // all-gathered over the tensor-parallel group into scratch memory, valid until the next call
+  // (a collective: every rank of the group asks for the same matrices in the same order).
+  kernels::Tensor gather(const OptimParam& p);
+  int64_t comm_bytes() const { return comm_bytes_; }
+
+ private:
+  Communicator* tp_ = nullptr;
+  kernels::Device device_;
+  kernels::Buffer received_, whole_;
+  int64_t comm_bytes_ = 0;
+};
+
+// W ← decay·W + alpha·U (or its cautious form) on what this rank holds of U, a box of p's whole
+// visible matrix whose first element is at (r0, c0); U is 2-D with unit column stride. p.param is
+// this rank's part when p is split, else the whole matrix.
+void apply_box_to_part(const OptimParam& p, int64_t r0, int64_t c0, const kernels::Tensor& u, float alpha,
+                       float decay, bool cautious);
+// The same for values [first, first + n) of the whole visible matrix in row-major order, at `u`
+// (contiguous).
+void apply_range_to_part(const OptimParam& p, int64_t first, int64_t n, const float* u, float alpha,
+                         float decay, bool cautious);
 
 }  // namespace precon::worker::optim

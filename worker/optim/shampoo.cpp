@@ -31,6 +31,7 @@
 #include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
+#include "worker/optim/parts.h"
 #include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
@@ -96,7 +97,7 @@ class Shampoo final : public Optimizer {
         hooks_(hooks),
         all_matrices_(parse_choice<OptimizerError>("optimizer.shampoo.params", config_.params, kAllMatrices)),
         adamw_(side_params(params, all_matrices_), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.group : nullptr) {
+               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
     if (grafting_ == Grafting::adagrad && device == kernels::Device::cuda) {
       throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
                            "use adam, rmsprop, sgd or none on CUDA");
@@ -114,11 +115,10 @@ class Shampoo final : public Optimizer {
       const ParamSpec& s = *p.spec;
       if (!routed(s, all_matrices_)) continue;
       if (s.shape.size() != 2) throw OptimizerError("shampoo: " + s.name + " is routed but not 2-D");
-      matrices_.push_back({s.name, visible(p.param, s), visible(p.grad, s)});
-      const Tensor& w = matrices_.back().param;
+      matrices_.push_back({s.name, visible(p.param, held_spec(p)), p, s.shape[1]});
       int index = 0;
-      for (auto [r0, rn] : chunks(w.shape[0], config_.max_preconditioner_dim)) {
-        for (auto [c0, cn] : chunks(w.shape[1], config_.max_preconditioner_dim)) {
+      for (auto [r0, rn] : chunks(s.shape[0], config_.max_preconditioner_dim)) {
+        for (auto [c0, cn] : chunks(s.shape[1], config_.max_preconditioner_dim)) {
           Block b;
           b.matrix = matrices_.size() - 1;
           b.index = index++;
@@ -183,6 +183,10 @@ class Shampoo final : public Optimizer {
       unpacked_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
     }
     roots_ = merge_roots(params, {}, adamw_);
+    std::vector<OptimParam> routed_params;
+    for (const Matrix& m : matrices_) routed_params.push_back(m.src);
+    whole_ = std::make_unique<WholeGradient>(routed_params, hooks.tp, device);
+    adamw_primary_ = group_->rank() / std::max(1, hooks.tensor) == 0;
   }
 
   // Owners update their blocks' statistics, roots and grafting state and put each block's search
@@ -195,19 +199,30 @@ class Shampoo final : public Optimizer {
     }
     const int64_t t = ctx.step;
     const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
-    for (Block& b : blocks_) {
-      if (!mine(b)) continue;
-      Tensor g;
+    // Matrix by matrix: a tensor-parallel matrix's whole gradient is gathered (every rank of the
+    // group takes part) and its owners read their blocks from it.
+    size_t bi = 0;
+    for (size_t mi = 0; mi < matrices_.size(); ++mi) {
+      Tensor whole;
       {
-        PhaseTimer timer(phases_.statistics, device_);
-        g = block_grad(b);
-        accumulate_statistics(b, g, ctx.grad_scale);
+        PhaseTimer timer(phases_.communication, device_);
+        whole = whole_->gather(matrices_[mi].src);
       }
-      if (refresh_now) {
-        PhaseTimer timer(phases_.inverse_root, device_);
-        b.why = compute_roots(b, bias_correction2(t));
+      for (; bi < blocks_.size() && blocks_[bi].matrix == mi; ++bi) {
+        Block& b = blocks_[bi];
+        if (!mine(b)) continue;
+        Tensor g;
+        {
+          PhaseTimer timer(phases_.statistics, device_);
+          g = block_grad(b, whole);
+          accumulate_statistics(b, g, ctx.grad_scale);
+        }
+        if (refresh_now) {
+          PhaseTimer timer(phases_.inverse_root, device_);
+          b.why = compute_roots(b, bias_correction2(t));
+        }
+        direction(b, g, ctx);
       }
-      direction(b, g, ctx);
     }
     if (refresh_now) account_refresh(t);
     {
@@ -240,7 +255,7 @@ class Shampoo final : public Optimizer {
   }
 
   std::vector<NamedState> state_tensors() override {
-    return owner_state_tensors(std::as_const(*this).state_buffers(), adamw_, group_->rank() == 0);
+    return owner_state_tensors(std::as_const(*this).state_buffers(), adamw_, adamw_primary_);
   }
   std::vector<StateKind> state_kinds() const override { return owner_state_kinds(state_buffers(), adamw_); }
 
@@ -268,14 +283,14 @@ class Shampoo final : public Optimizer {
 
   PhaseSeconds phase_seconds() const override { return phases_; }
   int64_t inverse_root_failures() const override { return root_failures_; }
-  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes(); }
+  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes() + whole_->comm_bytes(); }
   // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
   // columns); the AdamW group's by the rank whose range holds them when it is sharded.
   std::vector<int> gradient_roots() const override { return roots_; }
 
   std::string routing_summary() const override {
     int64_t n = 0;
-    for (const Matrix& m : matrices_) n += m.param.numel();
+    for (const Matrix& m : matrices_) n += m.src.spec->numel();
     return route_text("shampoo", matrices_.size(), n) + " in " + std::to_string(blocks_.size()) + " blocks; " +
            route_text("adamw", adamw_.tensors(), adamw_.numel()) +
            (group_->size() > 1 ? "; " + ownership_summary() : "");
@@ -284,7 +299,9 @@ class Shampoo final : public Optimizer {
  private:
   struct Matrix {
     std::string name;
-    Tensor param, grad;
+    Tensor param;     // what this rank holds (its part of a tensor-parallel matrix)
+    OptimParam src;   // as given
+    int64_t cols = 0; // of the whole visible matrix
   };
   struct Block {
     size_t matrix = 0;
@@ -397,11 +414,10 @@ class Shampoo final : public Optimizer {
     return config_.bias_correction && beta2 < 1.0 ? 1.0 - std::pow(beta2, static_cast<double>(t)) : 1.0;
   }
 
-  // The block's gradient: a view when it is a contiguous row range of the storage, else a copy.
-  Tensor block_grad(const Block& b) {
-    const Matrix& mat = matrices_[b.matrix];
-    Tensor gv = mat.grad.narrow(0, b.r0, b.rn);
-    if (b.cn == mat.param.shape[1]) return gv;
+  // The block's gradient from the whole matrix's: a view when it is a contiguous row range, else a copy.
+  Tensor block_grad(const Block& b, const Tensor& whole) {
+    Tensor gv = whole.narrow(0, b.r0, b.rn);
+    if (b.cn == whole.shape[1]) return gv;
     Tensor g = scratch(scratch_.block_grad, b.rn, b.cn);
     Tensor gt = scratch(scratch_.product, b.cn, b.rn);
     kernels::transpose(gt, gv.narrow(1, b.c0, b.cn));
@@ -447,12 +463,16 @@ class Shampoo final : public Optimizer {
   void apply(const Block& b, const Tensor& direction, double lr) {
     const Matrix& mat = matrices_[b.matrix];
     const float alpha = static_cast<float>(-lr), decay = static_cast<float>(1.0 - lr * weight_decay_);
+    if (mat.src.split()) {  // this rank's part of the block
+      apply_box_to_part(mat.src, b.r0, b.c0, direction, alpha, decay, cautious_);
+      return;
+    }
     Tensor wv = mat.param.narrow(0, b.r0, b.rn);
     if (cautious_) {
       // Row by row (a column block's rows are contiguous pieces of the storage's).
       for (int64_t r = 0; r < b.rn; ++r)
         kernels::cautious_axpby(wv.select(r).narrow(0, b.c0, b.cn), direction.select(r), alpha, decay);
-    } else if (b.cn == mat.param.shape[1]) {
+    } else if (b.cn == mat.cols) {
       kernels::axpby(wv, direction, alpha, decay);
     } else {
       // A column block of the storage is strided and axpby needs contiguous operands: W = I·P·α + W·β.
@@ -524,6 +544,8 @@ class Shampoo final : public Optimizer {
   kernels::Buffer segment_buf_, send_, gathered_, unpacked_;
   int64_t comm_bytes_ = 0;
   std::vector<int> roots_;
+  std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices
+  bool adamw_primary_ = true;             // this rank writes the replicated AdamW state (data index 0)
 };
 
 }  // namespace

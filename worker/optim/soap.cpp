@@ -30,6 +30,7 @@
 #include "kernels/nn.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
+#include "worker/optim/parts.h"
 #include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
@@ -49,7 +50,7 @@ class Soap final : public Optimizer {
         shampoo_beta_(config_.shampoo_beta >= 0 ? config_.shampoo_beta : config_.beta2),
         device_(device),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.group : nullptr) {
+               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
     if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
     else {
       local_ = make_local_communicator();
@@ -60,10 +61,10 @@ class Soap final : public Optimizer {
       if (s.shape.size() != 2) throw OptimizerError("soap: " + s.name + " is routed as a matrix but is not 2-D");
       Matrix m;
       m.name = s.name;
-      m.param = visible(p.param, s);
-      m.grad = visible(p.grad, s);
-      m.rows = m.param.shape[0];
-      m.cols = m.param.shape[1];
+      m.param = visible(p.param, held_spec(p));
+      m.src = p;
+      m.rows = s.shape[0];
+      m.cols = s.shape[1];
       m.left = m.rows <= config_.max_preconditioner_dim;
       m.right = m.cols <= config_.max_preconditioner_dim;
       matrices_.push_back(std::move(m));
@@ -110,6 +111,10 @@ class Soap final : public Optimizer {
     chunk_ = std::min(segment_, kGatherChunk);
     if (group_->size() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->size() * chunk_) * sizeof(float));
     roots_ = merge_roots(params, {}, adamw_);
+    std::vector<OptimParam> routed;
+    for (const Matrix& m : matrices_) routed.push_back(m.src);
+    whole_ = std::make_unique<WholeGradient>(routed, hooks.tp, device);
+    adamw_primary_ = group_->rank() / std::max(1, hooks.tensor) == 0;
   }
 
   void step(const StepContext& ctx) override {
@@ -119,6 +124,11 @@ class Soap final : public Optimizer {
     }
     const int64_t k = ctx.step - 1;  // updates made before this step
     for (Matrix& m : matrices_) {
+      {
+        // A tensor-parallel matrix's whole gradient, gathered with every rank of the group.
+        PhaseTimer timer(phases_.communication, device_);
+        m.grad = whole_->gather(m.src);
+      }
       if (!mine(m)) continue;
       if (k == 0) {
         initialise(m, ctx.grad_scale);
@@ -155,8 +165,14 @@ class Soap final : public Optimizer {
       for (const Matrix& m : matrices_) {
         const int64_t from = std::max(at, m.offset), to = std::min(at + n, m.offset + m.rows * m.cols);
         if (from >= to) continue;
+        const float* src = all + m.owner * n + (from - at);
+        if (m.src.split()) {  // this rank's part of the range
+          const float alpha = static_cast<float>(cautious_ ? -lr * c : -lr * c * decay);
+          apply_range_to_part(m.src, from - m.offset, to - from, src, alpha, static_cast<float>(decay), cautious_);
+          continue;
+        }
         Tensor w = make_view(m.param.f32() + (from - m.offset), {to - from}, device_);
-        Tensor d = make_view(const_cast<float*>(all) + m.owner * n + (from - at), {to - from}, device_);
+        Tensor d = make_view(const_cast<float*>(src), {to - from}, device_);
         if (cautious_) {
           kernels::cautious_axpby(w, d, static_cast<float>(-lr * c), static_cast<float>(decay));
         } else {
@@ -168,13 +184,13 @@ class Soap final : public Optimizer {
   }
 
   std::vector<NamedState> state_tensors() override {
-    return owner_state_tensors(std::as_const(*this).state_buffers(), adamw_, group_->rank() == 0);
+    return owner_state_tensors(std::as_const(*this).state_buffers(), adamw_, adamw_primary_);
   }
   std::vector<StateKind> state_kinds() const override { return owner_state_kinds(state_buffers(), adamw_); }
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes(); }
+  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes() + whole_->comm_bytes(); }
   // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
   // columns); the AdamW group's by the rank whose range holds them when it is sharded.
   std::vector<int> gradient_roots() const override { return roots_; }
@@ -197,7 +213,9 @@ class Soap final : public Optimizer {
  private:
   struct Matrix {
     std::string name;
-    Tensor param, grad;
+    Tensor param;  // what this rank holds (its part of a tensor-parallel matrix)
+    Tensor grad;   // the whole gradient, during a step (whole_'s scratch for a split matrix)
+    OptimParam src;
     int64_t rows = 0, cols = 0;
     bool left = true, right = true;  // the sides that are rotated
     Tensor exp_avg, exp_avg_sq, L, R, QL, QR;  // on the owner only; the rotated sides' factors
@@ -366,6 +384,8 @@ class Soap final : public Optimizer {
   Communicator* group_ = nullptr;
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's matrices)
   int64_t chunk_ = 0;    // of them per all-gather call
+  std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices
+  bool adamw_primary_ = true;             // this rank writes the replicated AdamW state (data index 0)
   int64_t comm_bytes_ = 0;
   std::vector<int> roots_;
   PhaseSeconds phases_;

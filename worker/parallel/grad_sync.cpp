@@ -98,20 +98,25 @@ void GradientSync::finish(float scale) {
   lo_ = hi_ = params_.size();
 }
 
-double GradientSync::norm() { return std::sqrt(norm_squared()); }
+double GradientSync::norm(Communicator* tp) { return std::sqrt(norm_squared(tp)); }
 
-double GradientSync::norm_squared() {
+double GradientSync::norm_squared(Communicator* tp) {
+  const bool parts = tp && tp->size() > 1;
   double shared = 0, own = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!mine(i)) continue;
+    if (parts && !params_.split(i) && tp->rank() != 0) continue;  // a replicated row counts once
     const int r = root(i);
     if (r < 0) shared += kernels::sum_squares(params_.grad(i));
     else if (r == dp_.rank()) own += kernels::sum_squares(params_.grad(i));
   }
-  if (reduced_tensors() == 0) return shared;
-  // The all-reduced part is the same on every rank: the first adds it, so it counts once.
-  double total = own + (dp_.rank() == 0 ? shared : 0.0);
-  dp_.all_reduce_sum(&total, 1);
+  double total = shared;
+  if (reduced_tensors() > 0) {
+    // The all-reduced part is the same on every rank: the first adds it, so it counts once.
+    total = own + (dp_.rank() == 0 ? shared : 0.0);
+    dp_.all_reduce_sum(&total, 1);
+  }
+  if (parts) tp->all_reduce_sum(&total, 1);
   return total;
 }
 

@@ -37,10 +37,12 @@ class GradientSync {
   void finish(float scale);
   // The global norm of the summed gradient after finish(), as one process computes it: each
   // reduced gradient counts on its root, each all-reduced one once; one scalar all-reduce when
-  // some gradients were reduced, none otherwise. Every rank must call it.
-  double norm();
+  // some gradients were reduced, none otherwise. Under tensor parallelism (`tp` of several ranks)
+  // the store holds parts: the split rows' squares are summed over tp, the replicated rows count on
+  // its first rank, with one more scalar all-reduce. Every rank must call it.
+  double norm(Communicator* tp = nullptr);
   // Its square, known to every rank of the group (the same collectives as norm()).
-  double norm_squared();
+  double norm_squared(Communicator* tp = nullptr);
   // Bytes this rank sent since construction (comm_cost.h: ring all-reduce, tree reduce).
   int64_t bytes_sent() const { return bytes_sent_; }
   int buckets() const { return buckets_; }

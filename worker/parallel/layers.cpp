@@ -92,8 +92,10 @@ RowParallelLinear::RowParallelLinear(TpGroup tp, size_t weight, size_t bias, k::
     : tp_(tp), weight_(weight), bias_(bias), layout_(layout), input_is_parallel_(input_is_parallel) {}
 
 Tensor RowParallelLinear::bias_here(const LayerWeights& w, bool grad) const {
-  // Every rank's partial output is summed: the bias joins once.
-  return tp_.rank() == 0 ? row_or_empty(w, bias_, grad) : Tensor{};
+  // Every rank's partial output is summed: the bias joins once. Its gradient, the sum of the
+  // whole output's gradient (the same on every rank), is computed by every rank, so that each
+  // holds the replicated bias's full gradient without a collective.
+  return grad || tp_.rank() == 0 ? row_or_empty(w, bias_, grad) : Tensor{};
 }
 
 void RowParallelLinear::forward(const LayerWeights& w, Tensor out, const Tensor& in) const {

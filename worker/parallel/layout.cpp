@@ -46,11 +46,16 @@ int64_t sent(const std::unique_ptr<Communicator>& group) {
 }  // namespace
 
 ParallelContext::GroupBytes ParallelContext::bytes_sent() const {
-  return {sent(tp), sent(dp) + sent(stage), sent(pp) + sent(embedding), sent(ep) + sent(expert_stage)};
+  return {sent(tp), sent(dp) + sent(stage), sent(pp) + sent(embedding),
+          sent(ep) + sent(expert_stage) + sent(expert_dp)};
 }
 
-int ParallelContext::row_holder(const ParamSpec& spec, int s) const {
-  return (s * data + expert_holder(spec, expert)) * tensor;
+int ParallelContext::row_holder(const ParamSpec& spec, int s, int tp_rank) const {
+  return (s * data + expert_holder(spec, expert)) * tensor + tp_rank;
+}
+
+Communicator& ParallelContext::replicas_of(const ParamSpec& spec) const {
+  return spec.expert >= 0 && expert_dp ? *expert_dp : *dp;
 }
 
 ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const ParallelConfig& layout,
@@ -81,6 +86,7 @@ ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const
   ctx.ep = counted(ctx.dp->split(dp / ctx.expert, dp));
   if (ctx.expert > 1) {
     ctx.expert_stage = counted(world->split(pp * ctx.expert + dp % ctx.expert, dp / ctx.expert * ctx.tensor + tp));
+    ctx.expert_dp = counted(world->split((pp * ctx.expert + dp % ctx.expert) * ctx.tensor + tp, dp / ctx.expert));
   }
   const bool ends = ctx.pipeline > 1 && (pp == 0 || pp == ctx.pipeline - 1);
   // Every rank takes part in the split; the middle stages each get a group of their own and drop it.

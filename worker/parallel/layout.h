@@ -40,6 +40,10 @@ struct ParallelContext {
   // expert-parallel rank, group rank = data index / expert · tensor + tensor rank (the order
   // OptimizerHooks::group asks for).
   std::unique_ptr<Communicator> expert_stage;
+  // With several expert-parallel ranks: the ranks of expert_stage with this tensor-parallel rank,
+  // which hold the same parts of the same experts (their gradients are summed over it), in data
+  // order; null otherwise.
+  std::unique_ptr<Communicator> expert_dp;
   // The first and the last stage's ranks of one pipeline (they both hold the tied embedding);
   // null on the other stages and with one stage.
   std::unique_ptr<Communicator> embedding;
@@ -68,9 +72,13 @@ struct ParallelContext {
   // The world rank of stage s's first rank (data and tensor rank 0), which speaks for the stage.
   int stage_leader(int s) const { return s * data * tensor; }
   bool first() const { return world->rank() == 0; }  // writes metrics, reports, checkpoints
-  // The world rank that holds table row `spec` of stage s for a checkpoint: the stage leader, or
-  // for a routed expert the first rank of the stage with that expert's expert-parallel rank.
-  int row_holder(const ParamSpec& spec, int s) const;
+  // The world rank that holds tensor-parallel part `tp_rank` of table row `spec` of stage s for a
+  // checkpoint: of the stage's first data-parallel rank, or for a routed expert of the first with
+  // that expert's expert-parallel rank.
+  int row_holder(const ParamSpec& spec, int s, int tp_rank = 0) const;
+  // The group that sums the gradient of table row `spec`: the data-parallel ranks holding the same
+  // part (expert_dp for a routed expert under expert parallelism, else dp).
+  Communicator& replicas_of(const ParamSpec& spec) const;
 };
 
 

@@ -131,17 +131,31 @@ std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const Par
   const int me = world.rank();
   std::unique_ptr<ParamStore> full;
   if (me == 0) full = std::make_unique<ParamStore>(params.table(), k::Device::cpu);
+  std::vector<float> part;
   for (size_t row = 0; row < params.size(); ++row) {
-    const int leader = par.row_holder(params.spec(row), from[row]);
-    if (me == 0) {
-      const k::Tensor dst = full->param(row);
-      if (leader == 0) k::copy(dst, params.param(row));
-      else world.recv(dst.f32(), dst.numel(), leader);
-    } else if (me == leader) {
-      const k::Tensor src = params.param(row);
-      if (src.device != k::Device::cpu || !src.contiguous())
-        throw WorkerError("pipeline checkpoint: " + params.spec(row).name + " is not a contiguous host tensor");
-      world.start_send(src.f32(), src.numel(), 0)->wait();
+    // A split row comes as every tensor-parallel rank's part, each placed into the whole tensor.
+    const int parts = params.split(row) ? par.tensor : 1;
+    for (int t = 0; t < parts; ++t) {
+      const int holder = par.row_holder(params.spec(row), from[row], t);
+      if (me == 0) {
+        const k::Tensor dst = full->param(row);
+        if (parts == 1) {
+          if (holder == 0) k::copy(dst, params.param(row));
+          else world.recv(dst.f32(), dst.numel(), holder);
+          continue;
+        }
+        const int64_t n = tp_part_spec(params.spec(row), parts, t).storage_numel();
+        part.resize(static_cast<size_t>(n));
+        const k::Tensor packed = k::Tensor::view(part.data(), {n});
+        if (holder == 0) k::copy(packed, params.param(row).reshape({n}));
+        else world.recv(part.data(), n, holder);
+        copy_part_to_full(params.spec(row), dst.f32(), packed, TpPlace{t, parts});
+      } else if (me == holder) {
+        const k::Tensor src = params.param(row);
+        if (src.device != k::Device::cpu || !src.contiguous())
+          throw WorkerError("checkpoint: " + params.spec(row).name + " is not a contiguous host tensor");
+        world.start_send(src.f32(), src.numel(), 0)->wait();
+      }
     }
   }
   return full;
@@ -150,9 +164,9 @@ std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const Par
 int64_t sum_stage_gradients(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows,
                             float scale) {
   int64_t bytes = 0;
-  // Routed experts' gradients are summed over the ranks that hold the same experts, the rest over
-  // the stage.
-  auto group = [&](size_t row) { return p.spec(row).expert >= 0 && par.expert_stage ? par.expert_stage.get() : par.stage.get(); };
+  // Each gradient is summed over the ranks that hold the same part of it (routed experts' over
+  // those that hold the same experts).
+  auto group = [&](size_t row) { return &par.replicas_of(p.spec(row)); };
   // Maximal runs of adjacent rows of one group are contiguous gradient memory: one all-reduce each.
   for (size_t i = 0; i < rows.size();) {
     size_t j = i + 1;
@@ -181,21 +195,27 @@ int64_t sum_tied_embedding(const ParallelContext& par, const ParamStore& p) {
 
 double pipeline_grad_norm(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows) {
   const size_t wte = tied_embedding_row(p.table());  // p.size() when untied
+  // The tied embedding counts on the first stage; under tensor parallelism a replicated row on the
+  // first tensor-parallel rank (each rank adds its split rows' parts).
+  auto counted = [&](size_t row) {
+    return (row != wte || par.first_stage()) && (par.tensor == 1 || p.split(row) || par.tp_rank() == 0);
+  };
+  double squared = 0;
   if (par.expert > 1) {
     // Each expert-parallel rank of a stage adds its own experts' squares once.
     double dense = 0, experts = 0;
     for (size_t row : rows)
-      if (row != wte || par.first_stage()) (p.spec(row).expert >= 0 ? experts : dense) += k::sum_squares(p.grad(row));
+      if (counted(row)) (p.spec(row).expert >= 0 ? experts : dense) += k::sum_squares(p.grad(row));
     par.ep->all_reduce_sum(&experts, 1);
-    double squared = dense + experts;
-    par.pp->all_reduce_sum(&squared, 1);
-    return std::sqrt(squared);
+    squared = dense + experts;
+  } else {
+    std::vector<k::Tensor> grads;
+    for (size_t row : rows)
+      if (counted(row)) grads.push_back(p.grad(row));
+    const double norm = grads.empty() ? 0.0 : k::global_norm(grads);
+    squared = norm * norm;
   }
-  std::vector<k::Tensor> grads;
-  for (size_t row : rows)
-    if (row != wte || par.first_stage()) grads.push_back(p.grad(row));
-  const double norm = grads.empty() ? 0.0 : k::global_norm(grads);
-  double squared = norm * norm;
+  if (par.tensor > 1) par.tp->all_reduce_sum(&squared, 1);
   par.pp->all_reduce_sum(&squared, 1);
   return std::sqrt(squared);
 }

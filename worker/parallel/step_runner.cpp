@@ -67,26 +67,26 @@ std::vector<bool> row_side(const ParallelContext& par, const ParamStore& params,
 // The routed experts' sums (null without expert parallelism).
 std::unique_ptr<GradientSync> expert_sync(const ParallelContext& par, const ParamStore& params,
                                           const std::vector<int>& roots) {
-  if (!par.expert_stage) return nullptr;
-  return std::make_unique<GradientSync>(*par.expert_stage, params, roots, 4 << 20, row_side(par, params, true));
+  if (!par.expert_dp) return nullptr;
+  return std::make_unique<GradientSync>(*par.expert_dp, params, roots, 4 << 20, row_side(par, params, true));
 }
 
-// The global norm from the two sides: each expert-parallel rank adds its own experts' squares once.
+// The global norm from the two sides: each expert-parallel rank adds its own experts' squares once
+// (and under tensor parallelism each rank its parts').
 double two_sided_norm(const ParallelContext& par, GradientSync& dense, GradientSync* experts) {
-  if (!experts) return dense.norm();
-  double e = experts->norm_squared();
+  Communicator* tp = par.tp.get();
+  if (!experts) return dense.norm(tp);
+  double e = experts->norm_squared(tp);
   par.ep->all_reduce_sum(&e, 1);
-  return std::sqrt(dense.norm_squared() + e);
+  return std::sqrt(dense.norm_squared(tp) + e);
 }
 
 class BatchRunner final : public StepRunner {
  public:
   explicit BatchRunner(const StepParts& parts)
       : p_(parts), par_(*parts.par), model_(*parts.chunks.front()),
-        sync_(par_.tensor > 1 ? *par_.stage : *par_.dp, model_.params(), parts.roots, 4 << 20,
-              row_side(par_, model_.params(), false)),
-        esync_(expert_sync(par_, model_.params(), parts.expert_roots)),
-        overlap_(par_.data > 1 && par_.tensor == 1), assemble_parts_(par_.tensor > 1) {
+        sync_(*par_.dp, model_.params(), parts.roots, 4 << 20, row_side(par_, model_.params(), false)),
+        esync_(expert_sync(par_, model_.params(), parts.expert_roots)), overlap_(par_.data > 1) {
     if (sync_.reduced_tensors() > 0)
       notes_.push_back("gradients: " + std::to_string(sync_.reduced_tensors()) + " of " +
                        std::to_string(model_.params().size()) +
@@ -95,8 +95,8 @@ class BatchRunner final : public StepRunner {
 
   double forward_backward(const Batch& batch) override {
     model_.zero_grads();
-    // The last micro-batch's backward starts the data-parallel sums bucket by bucket; under tensor
-    // parallelism the parts are placed into the full gradients first and summed over the stage.
+    // The last micro-batch's backward starts the data-parallel sums bucket by bucket (each rank
+    // sums its own parts with the ranks that hold the same ones).
     const Model::GradsReady ready = [this](size_t first, size_t end) {
       sync_.ready(first, end);
       if (esync_) esync_->ready(first, end);
@@ -106,10 +106,7 @@ class BatchRunner final : public StepRunner {
       if (std::isfinite(micro_loss)) model_.backward(last && overlap_ ? ready : Model::GradsReady{});
       return micro_loss;
     });
-    if (assemble_parts_) {
-      model_.place_grads_for_sum();
-      ready(0, model_.params().size());
-    } else if (!overlap_ && esync_) {
+    if (!overlap_ && esync_) {
       ready(0, model_.params().size());
     }
     sync_.finish(scale());
@@ -152,7 +149,7 @@ class BatchRunner final : public StepRunner {
   Model& model_;
   GradientSync sync_;
   std::unique_ptr<GradientSync> esync_;  // the routed experts' (expert parallelism only)
-  bool overlap_, assemble_parts_;
+  bool overlap_;
   double alltoall_seconds_ = 0;
 };
 
@@ -161,8 +158,8 @@ class PipelineRunner final : public StepRunner {
   explicit PipelineRunner(const StepParts& parts)
       : p_(parts), par_(*parts.par), params_(parts.chunks.front()->params()),
         schedule_(parts.chunks, *par_.pp),
-        sync_(par_.tensor > 1 ? *par_.stage : *par_.dp, params_, {}, 4 << 20, row_side(par_, params_, false)),
-        esync_(expert_sync(par_, params_, {})), overlap_(par_.tensor == 1 && par_.data > 1) {
+        sync_(*par_.dp, params_, {}, 4 << 20, row_side(par_, params_, false)),
+        esync_(expert_sync(par_, params_, {})), overlap_(par_.data > 1) {
     if (overlap_)
       notes_.push_back("gradients: this stage's data-parallel sums run bucket by bucket during its last micro-batch's backward");
   }
@@ -172,10 +169,8 @@ class PipelineRunner final : public StepRunner {
     const float scale = 1.0f / static_cast<float>(p_.slice / p_.micro * par_.data);
     const std::vector<Batch> micro = micro_batches(par_, p_.slice, p_.micro, batch);
     if (!overlap_) {
-      // With tensor parallelism the parts are placed into the full gradients and the stage's sums
-      // follow the schedule.
+      // One data-parallel rank: the gradients are scaled, and the tied embedding's summed.
       const double loss = mean(schedule_.train(micro));
-      for (Model* chunk : p_.chunks) chunk->place_grads_for_sum();
       pipe_bytes_ += sum_stage_gradients(par_, params_, p_.rows, scale);
       return loss;
     }

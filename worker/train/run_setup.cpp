@@ -79,7 +79,8 @@ void build_model(Run& run) {
   // A rank with several chunks holds their rows in one store: one optimizer, one gradient buffer
   // and one checkpoint part, as for a contiguous stage.
   if (chunks.size() > 1)
-    run.rank_params = std::make_unique<ParamStore>(model_param_table(cfg.model), run.device, run.rows);
+    run.rank_params = std::make_unique<ParamStore>(model_param_table(cfg.model), run.device, run.rows,
+                                                   TpPlace{run.par.tp_rank(), run.par.tensor});
   for (const ModelStage& chunk : chunks)
     run.chunks.push_back(make_model(cfg.model, run.micro, run.device, cfg.train.precision, run.par.tp.get(), chunk,
                                     run.rank_params.get(), run.par.ep.get()));
@@ -124,22 +125,24 @@ void build_optimizer(Run& run) {
   std::vector<OptimParam> oparams, expert_params;
   for (size_t i : run.rows)
     (store.spec(i).expert >= 0 && run.par.expert_stage ? expert_params : oparams)
-        .push_back({&store.spec(i), store.param(i), store.grad(i)});
+        .push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
-  // Every rank of a stage holds its full parameters and gradient: the optimizers' expensive
-  // per-matrix work is shared out over all of them (a routed expert's over the ranks that hold it).
+  // Every rank of a stage holds its parameters (its parts of the split ones) and their gradients:
+  // the optimizers' expensive per-matrix work is shared out over all of them (a routed expert's
+  // over the ranks that hold it), and the element-wise state over the ranks that hold the same parts.
   OptimizerHooks expert_hooks = hooks;
-  auto share_over = [&](OptimizerHooks& h, Communicator* group) {
+  auto share_over = [&](OptimizerHooks& h, Communicator* group, Communicator* replicas) {
     if (group->size() == 1) return;
     h.group = group;  // group rank = data index · tensor + tensor rank
     h.tp = run.par.tp.get();
     h.tensor = run.par.tensor;
+    h.replicas = replicas;
     h.distribute_elementwise = run.cfg().parallel.distributed_optimizer;
   };
-  share_over(hooks, run.par.stage.get());
+  share_over(hooks, run.par.stage.get(), run.par.dp.get());
   std::unique_ptr<Optimizer> own = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
   if (!expert_params.empty()) {
-    share_over(expert_hooks, run.par.expert_stage.get());
+    share_over(expert_hooks, run.par.expert_stage.get(), run.par.expert_dp.get());
     auto both = std::make_unique<ExpertOptimizers>(
         std::move(own), make_optimizer(run.cfg().optimizer, expert_params, run.device, expert_hooks), *run.par.ep);
     run.experts = both.get();
@@ -154,23 +157,22 @@ void build_optimizer(Run& run) {
     run.stages = composite.get();
     run.optimizer = std::move(composite);
   }
-  if (run.par.pipeline > 1 || run.par.expert > 1) {
+  if (run.par.pipeline > 1 || run.par.expert > 1 || run.par.tensor > 1) {
     int64_t whole = 0;
     for (const ParamSpec& spec : store.table()) whole += spec.storage_numel();
     run.log("parameters: " + std::to_string(store.total_numel()) + " of the model's " + std::to_string(whole) +
             " held on this rank (pipeline stage " + std::to_string(run.par.pp_rank()) +
+            (run.par.tensor > 1 ? ", tensor-parallel rank " + std::to_string(run.par.tp_rank()) : std::string()) +
             (run.par.expert > 1 ? ", expert-parallel rank " + std::to_string(run.par.ep->rank()) : std::string()) + ")");
   }
   run.log("routing: " + run.optimizer->routing_summary());
 }
 
 void build_step_runner(Run& run) {
-  // The layout's step runner (step_runner.h). Under tensor parallelism one sum over the stage
-  // assembles each full gradient from its parts and adds the data-parallel replicas
-  // (Model::place_grads_for_sum); else the data-parallel group. Either way a group rank is the stage
-  // rank the optimizer's roots name (data index · tensor + tensor rank). Under data parallelism a
-  // gradient only its owner reads (Muon's matrices) is reduced to that owner; pipeline stages sum
-  // theirs apart (sum_stage_gradients), all-reduced.
+  // The layout's step runner (step_runner.h): each rank's gradients (its parts of the split rows)
+  // are summed over the data-parallel ranks that hold the same parts, whose ranks the optimizer's
+  // roots name. Under data parallelism a gradient only its owner reads (Muon's matrices) is
+  // reduced to that owner; pipeline stages sum theirs apart (sum_stage_gradients), all-reduced.
   const ParamStore& store = run.model().params();
   StepParts parts;
   parts.par = &run.par;

@@ -48,45 +48,73 @@ constexpr const char* kPerturbEnv = "PRECON_FAULT_PERTURB_REPLICA";
 int group_rank(const RunState& state) { return state.group ? state.group->rank() : 0; }
 int group_size(const RunState& state) { return state.group ? state.group->size() : 1; }
 
-// FNV-1a over the bytes of every parameter.
-uint64_t params_checksum(const ParamStore& params) {
-  k::Tensor all = params.all_params();
-  std::vector<float> host(static_cast<size_t>(all.numel()));
-  k::copy(k::Tensor::view(host.data(), {all.numel()}), all);
+// FNV-1a over the bytes of every parameter (with `replicated_only`, of the rows that tensor
+// parallelism does not split: the same on every rank of a tensor-parallel group).
+uint64_t params_checksum(const ParamStore& params, bool replicated_only = false) {
   uint64_t h = 1469598103934665603ull;
-  const auto* p = reinterpret_cast<const unsigned char*>(host.data());
-  for (size_t i = 0; i < host.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  std::vector<float> host;
+  auto add = [&](const k::Tensor& t) {
+    host.resize(static_cast<size_t>(t.numel()));
+    k::copy(k::Tensor::view(host.data(), {t.numel()}), t.reshape({t.numel()}));
+    const auto* p = reinterpret_cast<const unsigned char*>(host.data());
+    for (size_t i = 0; i < host.size() * sizeof(float); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  };
+  if (!replicated_only) {
+    add(params.all_params());
+    return h;
+  }
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params.resident(i) && !params.split(i)) add(params.param(i));
   return h;
+}
+
+// The ranks of `group` whose checksum differs from its first rank's, as their ranks in the job
+// ("" when none), and that first rank's.
+std::pair<std::string, int64_t> differing_ranks(Communicator& group, uint64_t mine, const RunState& state) {
+  const int rank = group.rank(), ranks = group.size();
+  // Each rank's checksum and its rank in the whole job (the names in the message).
+  std::vector<int64_t> sums(static_cast<size_t>(ranks), INT64_MIN), job_rank(static_cast<size_t>(ranks), INT64_MIN);
+  std::memcpy(&sums[static_cast<size_t>(rank)], &mine, sizeof mine);
+  job_rank[static_cast<size_t>(rank)] = state.group ? state.group->rank() : rank;
+  group.all_reduce_max(sums.data(), ranks);
+  group.all_reduce_max(job_rank.data(), ranks);
+  std::string differ;
+  for (int r = 1; r < ranks; ++r)
+    if (sums[static_cast<size_t>(r)] != sums[0])
+      differ += (differ.empty() ? "" : ", ") + std::to_string(job_rank[static_cast<size_t>(r)]);
+  return {differ, job_rank[0]};
 }
 
 // The ranks of state.replicas hold the same parameters: after a load they must hold the same ones.
 void check_replicas(const std::filesystem::path& dir, const RunState& state) {
   Communicator* group = state.replicas ? state.replicas : state.group;
   if (!group || group->size() == 1) return;
-  const int rank = group->rank(), ranks = group->size();
-  if (const char* v = std::getenv(kPerturbEnv); v && std::atoi(v) == rank)
+  if (const char* v = std::getenv(kPerturbEnv); v && std::atoi(v) == group->rank())
     k::scale(state.model->params().param(0), 1.001f);
-  // Each rank's checksum and its rank in the whole job (the names in the message).
-  std::vector<int64_t> sums(static_cast<size_t>(ranks), INT64_MIN), job_rank(static_cast<size_t>(ranks), INT64_MIN);
-  const uint64_t mine = params_checksum(state.model->params());
-  std::memcpy(&sums[static_cast<size_t>(rank)], &mine, sizeof mine);
-  job_rank[static_cast<size_t>(rank)] = state.group ? state.group->rank() : rank;
-  group->all_reduce_max(sums.data(), ranks);
-  group->all_reduce_max(job_rank.data(), ranks);
-  std::string differ;
-  for (int r = 1; r < ranks; ++r)
-    if (sums[static_cast<size_t>(r)] != sums[0])
-      differ += (differ.empty() ? "" : ", ") + std::to_string(job_rank[static_cast<size_t>(r)]);
+  const auto [differ, first] = differing_ranks(*group, params_checksum(state.model->params()), state);
   if (!differ.empty())
     throw CheckpointError("after loading " + dir.string() + " the parameters of rank(s) " + differ + " differ from rank " +
-                          std::to_string(job_rank[0]) + "'s (parameter checksums compared over the " +
-                          std::to_string(ranks) + " ranks that hold them): the replicas would train different models; "
+                          std::to_string(first) + "'s (parameter checksums compared over the " +
+                          std::to_string(group->size()) + " ranks that hold them): the replicas would train different models; "
                           "check that every rank reads the same checkpoint directory");
+}
+
+// The rows tensor parallelism replicates (norms, biases, positions, routers) are computed alike on
+// every rank of a tensor-parallel group, which checkpoints write from its first rank only: before
+// writing, they must agree.
+void check_tensor_replicas(const RunState& state) {
+  if (!state.tp || state.tp->size() == 1) return;
+  const auto [differ, first] = differing_ranks(*state.tp, params_checksum(state.model->params(), true), state);
+  if (!differ.empty())
+    throw CheckpointError("the replicated parameters (norms, biases) of tensor-parallel rank(s) " + differ +
+                          " differ from rank " + std::to_string(first) +
+                          "'s: the tensor-parallel ranks no longer train one model");
 }
 
 }  // namespace
 
 std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int64_t step, const RunState& state) {
+  check_tensor_replicas(state);
   const int rank = group_rank(state), ranks = group_size(state);
   Communicator* group = state.group;
   // The other ranks' files go into a parts directory named after the first rank's pid.

@@ -30,6 +30,8 @@ struct RunState {
   // The ranks that hold the same parameters (a pipeline stage's; null: the whole group): a load
   // compares their checksums.
   Communicator* replicas = nullptr;
+  // This rank's tensor-parallel group (null: none): its ranks hold the replicated rows alike.
+  Communicator* tp = nullptr;
   // Written as model.safetensors instead of the model's own parameters (which, on a pipeline
   // stage, are only that stage's): the whole model gathered on the first rank.
   const ParamStore* full_params = nullptr;

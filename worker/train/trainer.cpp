@@ -287,10 +287,11 @@ void checkpoint(Run& run, int64_t step) {
   auto t0 = std::chrono::steady_clock::now();
   RunState state = run.state();
   std::unique_ptr<ParamStore> whole;
-  if (run.stages || run.par.expert > 1) {
-    // Each rank holds its own stage (and its own experts): the first gathers the whole model from
-    // the ranks that hold its rows for model.safetensors, and every rank the optimizer counters of
-    // the experts and the stages (their state tensors are written by the ranks that hold them).
+  if (run.stages || run.par.expert > 1 || run.par.tensor > 1) {
+    // Each rank holds its own stage, its own experts and its tensor-parallel parts: the first
+    // gathers the whole model from the ranks that hold its rows for model.safetensors, and every
+    // rank the optimizer counters of the experts and the stages (their state tensors are written
+    // by the ranks that hold them).
     whole = gather_model_to_first(*run.par.world, run.par, run.model().params());
     state.full_params = whole.get();
     if (run.experts) run.experts->gather();
