@@ -59,7 +59,7 @@ void run(benchmark::State& state, const OptimizerConfig& config, int64_t first_s
   fill(store.all_params(), 1, 0.02f);
   fill(store.all_grads(), 2, 0.01f);
   std::vector<OptimParam> params;
-  for (size_t i = 0; i < store.size(); ++i) params.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  for (size_t i = 0; i < store.size(); ++i) params.push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
   auto opt = make_optimizer(config, params, precon::kernels::Device::cpu);
   int64_t step = 1;
   for (; step < first_step; ++step) opt->step(StepContext{step, 1.0, 1.0f});  // state warm-up

@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < host.size(); ++i) host[i] = static_cast<float>(std::cos(0.91 * i + 0.2));
     k::copy(store.all_grads(), k::Tensor::view(host.data(), {store.total_numel()}));
     std::vector<pw::OptimParam> params;
-    for (size_t i = 0; i < store.size(); ++i) params.push_back({&store.spec(i), store.param(i), store.grad(i)});
+    for (size_t i = 0; i < store.size(); ++i) params.push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
     if (rank == 0) {
       std::printf("model %s, %d ranks, 1 thread each, median of %d steps (the slowest rank's)\n", model_name.c_str(),
                   world->size(), repeats);

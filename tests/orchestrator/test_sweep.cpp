@@ -352,13 +352,15 @@ TEST(Sweep, CheckRecipeMemoryRefusesModelsThatCannotFit) {
   EXPECT_NE(p[0].find("more than resources.mem = 1M"), std::string::npos) << p[0];
   EXPECT_TRUE(check("", 0).empty());
   // Pipeline parallelism splits the weights (its first stage, with the embedding, holds 58 % of
-  // them here); tensor parallelism does not yet: each tensor-parallel rank holds the whole model
-  // and its parts, so TP4 does not fit in a third of one process's memory. A sweep names the
-  // trials that do not fit, grouped.
+  // them here); tensor parallelism splits the matrices and the vocabulary (a TP4 rank holds a
+  // quarter of them and the replicated norms, biases and positions whole), so TP4 fits in a
+  // third of one process's memory and not in a fifth. A sweep names the trials that do not fit,
+  // grouped.
   const double one_rank = 16.0 * static_cast<double>(params);
   const std::string slurm4 = "[resources]\nexecutor = \"slurm\"\nnodes = 4\nntasks_per_node = 1\nmem = \"";
   auto megabytes = [](double bytes) { return std::to_string(static_cast<int64_t>(bytes / (1 << 20)) + 1) + "M\"\n"; };
-  EXPECT_EQ(check("[parallel]\ntensor = 4\n" + slurm4 + megabytes(one_rank / 3), 0).size(), 1u);
+  EXPECT_TRUE(check("[parallel]\ntensor = 4\n" + slurm4 + megabytes(one_rank / 3), 0).empty());
+  EXPECT_EQ(check("[parallel]\ntensor = 4\n" + slurm4 + megabytes(one_rank / 5), 0).size(), 1u);
   EXPECT_TRUE(check("[parallel]\npipeline = 2\n[resources]\nexecutor = \"slurm\"\nnodes = 2\nntasks_per_node = 1\nmem = \"" +
                         megabytes(0.6 * one_rank), 0)
                   .empty());

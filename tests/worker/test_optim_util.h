@@ -27,7 +27,7 @@ inline ModelConfig tiny_model() {
 
 inline std::vector<OptimParam> optim_params(const ParamStore& store) {
   std::vector<OptimParam> out;
-  for (size_t i = 0; i < store.size(); ++i) out.push_back({&store.spec(i), store.param(i), store.grad(i)});
+  for (size_t i = 0; i < store.size(); ++i) out.push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
   return out;
 }
 

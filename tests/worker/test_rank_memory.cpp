@@ -111,9 +111,11 @@ TEST_F(RankMemory, EachGroupsBytesFollowTheLayout) {
   // TP2: only the layers' activation sums: forward the vocabulary-parallel embedding and each
   // block's two row-parallel outputs, the cross-entropy's max (fp32) and (sum, target) over B·T
   // (fp64); backward
-  // the column-parallel inputs (each block's two, and the head's).
+  // the column-parallel inputs (each block's two, and the head's); and the gradient norm's sum of
+  // squares over the split rows (one double). No gradient: each rank's parts are its own, and the
+  // replicated rows' gradients come out the same on both ranks.
   ASSERT_EQ(run(mpirun(2) + trainer(cfg, "tp2", "--set parallel.tensor=2" + log1)).status, 0);
-  EXPECT_EQ(at("tp2", "comm_bytes_tp"), 4 * (2 * 2 + 1) * BTC + 4 * BT + 8 * 2 * BT + 4 * (2 * 2 + 1) * BTC);
+  EXPECT_EQ(at("tp2", "comm_bytes_tp"), 4 * (2 * 2 + 1) * BTC + 4 * BT + 8 * 2 * BT + 4 * (2 * 2 + 1) * BTC + 8);
   EXPECT_EQ(at("tp2", "comm_bytes_pp"), 0);
   EXPECT_EQ(at("tp2", "comm_bytes_ep"), 0);
   // DP2: no tensor-parallel bytes; the distributed optimizer's reduces and all-gather send what

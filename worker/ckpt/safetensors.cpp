@@ -16,6 +16,18 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 
 namespace {
 
+// Passes bytes on and counts them: a produced tensor must write exactly its size.
+struct CountingSink : ByteSink {
+  explicit CountingSink(ByteSink& out) : out(out) {}
+  void write(const void* data, size_t n) override {
+    out.write(data, n);
+    bytes += n;
+  }
+  using ByteSink::write;
+  ByteSink& out;
+  uint64_t bytes = 0;
+};
+
 struct DTypeInfo {
   SafetensorsDType dtype;
   const char* name;
@@ -129,7 +141,8 @@ void write_safetensors(ByteSink& out, std::span<const SafetensorsEntry> entries,
     }
     std::optional<uint64_t> n = byte_size(e.shape, info(e.dtype).size);
     if (!n) throw SafetensorsError("safetensors writer: tensor \"" + e.name + "\" has a negative or huge shape");
-    if (*n > 0 && e.data == nullptr) throw SafetensorsError("safetensors writer: tensor \"" + e.name + "\" has no data");
+    if (*n > 0 && e.data == nullptr && !e.produce)
+      throw SafetensorsError("safetensors writer: tensor \"" + e.name + "\" has no data");
     sizes[i] = *n;
     header[e.name] = {{"dtype", info(e.dtype).name}, {"shape", e.shape}, {"data_offsets", {offset, offset + *n}}};
     offset += *n;
@@ -139,7 +152,17 @@ void write_safetensors(ByteSink& out, std::span<const SafetensorsEntry> entries,
   uint64_t len = text.size();
   out.write(&len, sizeof len);
   out.write(text);
-  for (size_t i : order) out.write(entries[i].data, sizes[i]);
+  for (size_t i : order) {
+    if (entries[i].data != nullptr || sizes[i] == 0) {
+      out.write(entries[i].data, sizes[i]);
+      continue;
+    }
+    CountingSink counted(out);
+    entries[i].produce(counted);
+    if (counted.bytes != sizes[i])
+      throw SafetensorsError("safetensors writer: tensor \"" + entries[i].name + "\" produced " +
+                             std::to_string(counted.bytes) + " bytes, not " + std::to_string(sizes[i]));
+  }
 }
 
 std::vector<uint8_t> safetensors_bytes(std::span<const SafetensorsEntry> entries,

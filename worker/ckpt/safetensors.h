@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,12 +30,15 @@ std::optional<SafetensorsDType> parse_safetensors_dtype(std::string_view name);
 
 using SafetensorsMetadata = std::map<std::string, std::string>;
 
-// One tensor to write: the caller's memory, contiguous, numel(shape) * dtype size bytes.
+// One tensor to write: the caller's memory, contiguous, numel(shape) * dtype size bytes; or, where
+// data is null, `produce`, which writes exactly those bytes to the sink when the file reaches the
+// tensor (a tensor made, received or copied from a device one at a time while the file is written).
 struct SafetensorsEntry {
   std::string name;
   SafetensorsDType dtype = SafetensorsDType::F32;
   std::vector<int64_t> shape;  // empty = scalar
   const void* data = nullptr;
+  std::function<void(ByteSink&)> produce = nullptr;
 };
 
 // Serialises entries (names must be unique and not "__metadata__") to `out`. Data is laid

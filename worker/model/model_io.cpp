@@ -15,27 +15,50 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 }  // namespace
 
+void write_model_safetensors(ByteSink& out, const std::vector<ParamSpec>& table, const ModelConfig& config,
+                             const ModelTensorFetch& fetch) {
+  std::vector<float> whole;  // one tensor at a time
+  std::vector<SafetensorsEntry> entries;
+  for (size_t i = 0; i < table.size(); ++i) {
+    const ParamSpec& spec = table[i];
+    entries.push_back({spec.name, SafetensorsDType::F32, spec.shape, nullptr, [&, i](ByteSink& sink) {
+                         const ParamSpec& s = table[i];
+                         whole.assign(static_cast<size_t>(s.storage_numel()), 0.0f);
+                         fetch(i, whole);
+                         // The visible rows lead the storage (padded vocabulary rows follow them).
+                         sink.write(whole.data(), static_cast<size_t>(s.numel()) * sizeof(float));
+                       }});
+  }
+  SafetensorsMetadata meta{{"format", "pt"}, {"producer", "precon"}, {"config", hf_config_json(config).dump()}};
+  write_safetensors(out, entries, meta);
+}
+
 void write_model_safetensors(ByteSink& out, const ParamStore& params, const ModelConfig& config) {
-  // Contiguous fp32 parameters in host memory are written from where they are; others (on a
-  // GPU, strided) are gathered to the host first.
   if (!params.holds_all())
     throw ModelIoError("model.safetensors needs every parameter, and this pipeline stage holds only its own: "
                        "gather the stages first");
-  std::vector<std::vector<float>> host;
+  if (params.tp().size > 1)
+    throw ModelIoError("model.safetensors needs whole tensors, and this tensor-parallel rank holds only its parts: "
+                       "gather them first");
+  // Contiguous fp32 parameters in host memory are written from where they are; others (on a
+  // GPU, strided) are copied to the host one at a time as the file reaches them.
+  std::vector<float> host;
   std::vector<SafetensorsEntry> entries;
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = params.spec(i);
-    k::Tensor visible = params.visible_param(i);
-    const void* data = visible.data;
-    if (visible.device != k::Device::cpu || visible.dtype != k::DType::f32 || !visible.contiguous()) {
-      std::vector<float>& copy = host.emplace_back(spec.numel());
-      k::Tensor dst = visible;
-      dst.data = copy.data();
-      dst.device = k::Device::cpu;
-      k::copy(dst, visible);
-      data = copy.data();
+    const k::Tensor visible = params.visible_param(i);
+    if (visible.device == k::Device::cpu && visible.dtype == k::DType::f32 && visible.contiguous()) {
+      entries.push_back({spec.name, SafetensorsDType::F32, spec.shape, visible.data});
+      continue;
     }
-    entries.push_back({spec.name, SafetensorsDType::F32, spec.shape, data});
+    entries.push_back({spec.name, SafetensorsDType::F32, spec.shape, nullptr, [&host, visible](ByteSink& sink) {
+                         host.resize(static_cast<size_t>(visible.numel()));
+                         k::Tensor dst = visible;
+                         dst.data = host.data();
+                         dst.device = k::Device::cpu;
+                         k::copy(dst, visible);
+                         sink.write(host.data(), host.size() * sizeof(float));
+                       }});
   }
   SafetensorsMetadata meta{{"format", "pt"}, {"producer", "precon"}, {"config", hf_config_json(config).dump()}};
   write_safetensors(out, entries, meta);

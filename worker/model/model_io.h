@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -25,6 +26,12 @@ class ModelIoError : public WorkerError {
 // Safetensors of the visible parameters (real vocabulary) in table order, F32, streamed to `out`
 // (host-resident parameters are not copied), or as bytes. Needs a store that holds every row.
 void write_model_safetensors(ByteSink& out, const ParamStore& params, const ModelConfig& config);
+// The same for a model this process does not hold whole (pipeline stages, tensor-parallel parts):
+// fetch(row, whole) fills row's whole tensor (storage_numel floats, zeroed) when the file reaches
+// it, in table order, so only one whole tensor exists at a time.
+using ModelTensorFetch = std::function<void(size_t row, std::vector<float>& whole)>;
+void write_model_safetensors(ByteSink& out, const std::vector<ParamSpec>& table, const ModelConfig& config,
+                             const ModelTensorFetch& fetch);
 std::vector<uint8_t> model_safetensors_bytes(const ParamStore& params, const ModelConfig& config);
 
 // Loads every parameter from a safetensors file. Missing or extra tensors, other shapes (a

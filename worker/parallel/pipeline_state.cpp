@@ -120,45 +120,49 @@ void StageOptimizers::gather(Communicator& world, const ParallelContext& par) {
   }
 }
 
-std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
-                                                  const ParamStore& params) {
+ModelGather::ModelGather(Communicator& world, const ParallelContext& par, const ParamStore& params)
+    : world_(world), par_(par), params_(params), from_(params.size(), -1) {
   // Each row once, from the first stage that holds it (a routed expert from the rank of that stage
   // that holds it), in table order on every side.
-  std::vector<int> from(params.size(), -1);
   for (int s = par.pipeline - 1; s >= 0; --s)
     for (int v = 0; v < par.virtual_stages; ++v)
-      for (size_t row : stage_rows(params.table(), virtual_stage(par, v * par.pipeline + s, false))) from[row] = s;
-  const int me = world.rank();
-  std::unique_ptr<ParamStore> full;
-  if (me == 0) full = std::make_unique<ParamStore>(params.table(), k::Device::cpu);
-  std::vector<float> part;
-  for (size_t row = 0; row < params.size(); ++row) {
-    // A split row comes as every tensor-parallel rank's part, each placed into the whole tensor.
-    const int parts = params.split(row) ? par.tensor : 1;
-    for (int t = 0; t < parts; ++t) {
-      const int holder = par.row_holder(params.spec(row), from[row], t);
-      if (me == 0) {
-        const k::Tensor dst = full->param(row);
-        if (parts == 1) {
-          if (holder == 0) k::copy(dst, params.param(row));
-          else world.recv(dst.f32(), dst.numel(), holder);
-          continue;
-        }
-        const int64_t n = tp_part_spec(params.spec(row), parts, t).storage_numel();
-        part.resize(static_cast<size_t>(n));
-        const k::Tensor packed = k::Tensor::view(part.data(), {n});
-        if (holder == 0) k::copy(packed, params.param(row).reshape({n}));
-        else world.recv(part.data(), n, holder);
-        copy_part_to_full(params.spec(row), dst.f32(), packed, TpPlace{t, parts});
-      } else if (me == holder) {
-        const k::Tensor src = params.param(row);
-        if (src.device != k::Device::cpu || !src.contiguous())
-          throw WorkerError("checkpoint: " + params.spec(row).name + " is not a contiguous host tensor");
-        world.start_send(src.f32(), src.numel(), 0)->wait();
-      }
+      for (size_t row : stage_rows(params.table(), virtual_stage(par, v * par.pipeline + s, false))) from_[row] = s;
+}
+
+int ModelGather::parts(size_t row) const { return params_.split(row) ? par_.tensor : 1; }
+
+void ModelGather::fetch(size_t row, std::vector<float>& whole) {
+  // A split row comes as every tensor-parallel rank's part, each placed into the whole tensor.
+  const ParamSpec& spec = params_.spec(row);
+  whole.resize(static_cast<size_t>(spec.storage_numel()));
+  const int n_parts = parts(row);
+  for (int t = 0; t < n_parts; ++t) {
+    const int holder = par_.row_holder(spec, from_[row], t);
+    if (n_parts == 1) {
+      const int64_t n = spec.storage_numel();
+      if (holder == 0) k::copy(k::Tensor::view(whole.data(), {n}), params_.param(row).reshape({n}));
+      else world_.recv(whole.data(), n, holder);
+      continue;
     }
+    const int64_t n = tp_part_spec(spec, n_parts, t).storage_numel();
+    part_.resize(static_cast<size_t>(n));
+    const k::Tensor packed = k::Tensor::view(part_.data(), {n});
+    if (holder == 0) k::copy(packed, params_.param(row).reshape({n}));
+    else world_.recv(part_.data(), n, holder);
+    copy_part_to_full(spec, whole.data(), packed, TpPlace{t, n_parts});
   }
-  return full;
+}
+
+void ModelGather::send_rows() {
+  const int me = world_.rank();
+  for (size_t row = 0; row < params_.size(); ++row)
+    for (int t = 0; t < parts(row); ++t) {
+      if (par_.row_holder(params_.spec(row), from_[row], t) != me) continue;
+      const k::Tensor src = params_.param(row);
+      if (src.device != k::Device::cpu || !src.contiguous())
+        throw WorkerError("checkpoint: " + params_.spec(row).name + " is not a contiguous host tensor");
+      world_.start_send(src.f32(), src.numel(), 0)->wait();
+    }
 }
 
 int64_t sum_stage_gradients(const ParallelContext& par, const ParamStore& p, const std::vector<size_t>& rows,

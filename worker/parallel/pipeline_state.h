@@ -65,11 +65,27 @@ class StageOptimizers final : public Optimizer {
   std::vector<nlohmann::json> scalars_;   // each stage's counters, as of the last gather()
 };
 
-// Collective over the world: the whole model, from every stage's leader (a routed expert from the
-// rank of its stage that holds it), in a host store on the first rank (nullptr on the others), for
-// model.safetensors.
-std::unique_ptr<ParamStore> gather_model_to_first(Communicator& world, const ParallelContext& par,
-                                                  const ParamStore& params);
+// The whole model for model.safetensors, one tensor at a time: the first rank asks for each row
+// in table order (fetch) while every other rank sends, in the same order, the rows and
+// tensor-parallel parts it is the source of (send_rows): a row from the first stage that holds it
+// (a routed expert from the rank of that stage that holds it), each part from its tensor-parallel
+// rank. Only the tensor being written exists whole, on the first rank.
+class ModelGather {
+ public:
+  ModelGather(Communicator& world, const ParallelContext& par, const ParamStore& params);
+  // First rank: row's whole tensor (storage_numel floats) into `whole`.
+  void fetch(size_t row, std::vector<float>& whole);
+  // Every other rank: its rows, in table order.
+  void send_rows();
+
+ private:
+  int parts(size_t row) const;
+  Communicator& world_;
+  const ParallelContext& par_;
+  const ParamStore& params_;
+  std::vector<int> from_;    // each row's source stage
+  std::vector<float> part_;  // one part as it arrives
+};
 
 // After the schedule: sums the gradients of this rank's rows (pipeline_rank_rows) over its stage's
 // tensor- and data-parallel ranks, scales them by `scale`, and sums the tied embedding's between

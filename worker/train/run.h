@@ -72,7 +72,7 @@ struct Run {
   int64_t step_pace_ms = 0;         // test-only: PRECON_FAULT_STEP_PACE_MS sleeps after each step
   RunState state() {
     return {&parsed.config, chunks.front().get(), optimizer.get(), loader.get(), objective, par.world.get(),
-            par.expert_dp ? par.expert_dp.get() : par.dp.get(), par.tp.get()};
+            par.expert_dp ? par.expert_dp.get() : par.dp.get(), par.tp.get(), nullptr, nullptr};
   }
 };
 

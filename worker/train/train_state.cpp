@@ -131,6 +131,8 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
   OptimizerFile mine = optimizer_file(*state.optimizer);
   if (rank != 0) write_safetensors(parts / optimizer_file_name(rank, ranks), mine.entries, mine.metadata);
   if (ranks > 1) group->barrier();  // every file is written and fsynced
+  // The model's rows this rank is the source of, as the first rank writes model.safetensors.
+  if (rank != 0 && state.send_model_rows) state.send_model_rows();
   std::filesystem::path dir = checkpoints_dir(run_dir) / checkpoint_dir_name(step);
   if (rank == 0) {
     json trainer = {{"step", step},
@@ -158,8 +160,11 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, int6
     std::vector<CheckpointFile> files;
     // Streamed into the checkpoint: no in-memory copy of the weights or the optimizer state.
     files.push_back({"model.safetensors", [&state](ByteSink& out) {
-                       write_model_safetensors(out, state.full_params ? *state.full_params : state.model->params(),
-                                               state.config->model);
+                       if (state.fetch_model_row)
+                         write_model_safetensors(out, state.model->params().table(), state.config->model,
+                                                 state.fetch_model_row);
+                       else
+                         write_model_safetensors(out, state.model->params(), state.config->model);
                      }});
     files.push_back({optimizer_file_name(0, ranks), [&mine](ByteSink& out) {
                        write_safetensors(out, mine.entries, mine.metadata);

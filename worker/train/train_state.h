@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -32,9 +33,11 @@ struct RunState {
   Communicator* replicas = nullptr;
   // This rank's tensor-parallel group (null: none): its ranks hold the replicated rows alike.
   Communicator* tp = nullptr;
-  // Written as model.safetensors instead of the model's own parameters (which, on a pipeline
-  // stage, are only that stage's): the whole model gathered on the first rank.
-  const ParamStore* full_params = nullptr;
+  // Where this rank does not hold the whole model (pipeline stages, tensor-parallel parts, experts):
+  // on the first rank, each row's whole tensor as model.safetensors reaches it; on the others, the
+  // sends that feed those (called while the first rank writes). Both unset: the model's own store.
+  std::function<void(size_t row, std::vector<float>& whole)> fetch_model_row;
+  std::function<void()> send_model_rows;
 };
 
 // Writes RUN_DIR/checkpoints/step_NNNNNNNN (model.safetensors, the optimizer state in files:

@@ -286,14 +286,17 @@ void checkpoint(Run& run, int64_t step) {
   if (step == run.last_checkpoint && step != 0) return;
   auto t0 = std::chrono::steady_clock::now();
   RunState state = run.state();
-  std::unique_ptr<ParamStore> whole;
+  std::unique_ptr<ModelGather> gather;
   if (run.stages || run.par.expert > 1 || run.par.tensor > 1) {
     // Each rank holds its own stage, its own experts and its tensor-parallel parts: the first
-    // gathers the whole model from the ranks that hold its rows for model.safetensors, and every
-    // rank the optimizer counters of the experts and the stages (their state tensors are written
-    // by the ranks that hold them).
-    whole = gather_model_to_first(*run.par.world, run.par, run.model().params());
-    state.full_params = whole.get();
+    // writes model.safetensors tensor by tensor from the ranks that hold its rows, and every rank
+    // gathers the optimizer counters of the experts and the stages (their state tensors are
+    // written by the ranks that hold them).
+    gather = std::make_unique<ModelGather>(*run.par.world, run.par, run.model().params());
+    if (run.par.world->rank() == 0)
+      state.fetch_model_row = [&gather](size_t row, std::vector<float>& whole) { gather->fetch(row, whole); };
+    else
+      state.send_model_rows = [&gather] { gather->send_rows(); };
     if (run.experts) run.experts->gather();
     if (run.stages) run.stages->gather(*run.par.world, run.par);
   }
