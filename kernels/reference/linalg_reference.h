@@ -28,7 +28,8 @@ Matrix identity(int64_t n);
 // C = alpha op(A) op(B) + beta C
 Matrix gemm(const Matrix& a, const Matrix& b, bool trans_a, bool trans_b, double alpha, double beta, const Matrix& c);
 
-// The Newton–Schulz iteration exactly as written in DESIGN.md, in double, general products.
+// The Newton–Schulz iteration exactly as written in docs/design.md, Newton–Schulz, in double,
+// general products.
 Matrix newton_schulz(const Matrix& g, const std::vector<NsCoefficients>& schedule, double eps);
 
 // The scalar polynomial composition p_K(…p_1(x)) that Newton–Schulz applies to singular values.

@@ -1,7 +1,7 @@
 // The controller's Prometheus metrics: one prometheus-cpp registry owned by the Controller, its
 // families described in one table (controller_metrics.cpp), and the hooks that the scheduler,
-// the store and the HTTP server call. Names follow DESIGN.md §5: `precon_` prefix, `_total` for
-// counters, `_seconds` for durations, no colons.
+// the store and the HTTP server call. Names follow docs/design.md, Prometheus names: `precon_`
+// prefix, `_total` for counters, `_seconds` for durations, no colons.
 // Training series (labels experiment, trial) come from worker reports and exist only while the
 // trial has a running attempt: trial_active() admits a trial, trial_inactive() removes every
 // series it had, and reports for a trial that is not active update nothing but the ingest count.

@@ -1,6 +1,6 @@
-// A recipe (DESIGN.md §5): the trial tables and the [sweep] settings, parsed by the worker's one
-// key table, and the swept values ([sweep.parameters], [[sweep.grid]]), parsed here against the
-// same table. Errors are one worker::ConfigError listing every problem found (file, line, key,
+// A recipe (docs/design.md, Recipe TOML): the trial tables and the [sweep] settings, parsed by
+// the worker's one key table, and the swept values ([sweep.parameters], [[sweep.grid]]), parsed
+// here against the same table. Errors are one worker::ConfigError listing every problem found (file, line, key,
 // what was expected, the closest known key), in line order. Pure functions; thread-safe.
 #pragma once
 

@@ -1,4 +1,4 @@
-// A recipe's [study] (DESIGN.md §4, study): a ladder of model sizes × optimizer arms × learning-rate
+// A recipe's [study] (docs/design.md, Study): a ladder of model sizes × optimizer arms × learning-rate
 // factors × seeds, expanded into ordinary trials, so that the compute multiplier of each arm against
 // a baseline can be fitted (orchestrator/study/report.h). The [study] keys are parsed here, not
 // by the worker's key table (they are never part of a trial's config); each trial key an arm or a

@@ -159,7 +159,7 @@ TEST(ControllerMetrics, ControllerFamiliesCountWhatTheyAreTold) {
   EXPECT_EQ(e.value("precon_trials", {{"state", "pending"}}), 0.0);
   EXPECT_EQ(e.value("precon_metric_cache_points"), 1234.0);
   EXPECT_EQ(e.types["precon_http_request_duration_seconds"], "histogram");
-  // DESIGN.md §5: precon_ prefix, counters end in _total, no colons.
+  // docs/design.md, Prometheus names: precon_ prefix, counters end in _total, no colons.
   for (const auto& [name, type] : e.types) {
     EXPECT_EQ(name.rfind("precon_", 0), 0u) << name;
     EXPECT_EQ(name.find(':'), std::string::npos) << name;

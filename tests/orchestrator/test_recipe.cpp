@@ -26,7 +26,7 @@ Failure failure_of(const std::string& text, const std::vector<std::string>& over
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-const char* kFullRecipe = R"(# every table of DESIGN.md §5
+const char* kFullRecipe = R"(# every table of docs/design.md, Recipe TOML
 [experiment]
 name = "full"
 description = "every table"

@@ -1,7 +1,8 @@
 """Reference optimizers for tests/worker/test_optim_reference.cpp, written in torch from the
-published algorithms (../shared/OPTIMIZERS.md): AdamW is torch.optim.AdamW; Muon and Shampoo are
-written out literally here. Every case starts from the same parameters of a tiny GPT-2 (HF
-layouts: Conv1D weights stored (in, out)) and applies the same fixed random gradients.
+published algorithms (docs/optimizers.md, AdamW, Muon and Shampoo): AdamW is torch.optim.AdamW;
+Muon and Shampoo are written out literally here. Every case starts from the same parameters of a
+tiny GPT-2 (HF layouts: Conv1D weights stored (in, out)) and applies the same fixed random
+gradients.
 
 Writes into --out: init.<param>.npy, grad.<step>.<param>.npy (step 1-based),
 final.<case>.<param>.npy and cases.json (each case's optimizer config, lr scales, grad scale).
@@ -185,7 +186,8 @@ def inverse_root(a, eps, p):
 
 
 def shampoo_block_step(w, g, st, s, t, lr, wd, cautious=False):
-    """One block (views w, g of the stored matrix), Distributed Shampoo as OPTIMIZERS.md writes it."""
+    """One block (views w, g of the stored matrix), Distributed Shampoo as docs/optimizers.md, Shampoo
+    writes it."""
     beta1, beta2 = s.get("beta1", 0.9), s.get("beta2", 1.0)
     eps = s.get("epsilon", 1e-12)
     freq = s.get("precondition_frequency", 10)

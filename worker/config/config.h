@@ -1,4 +1,4 @@
-// The recipe schema (DESIGN.md §5) as typed structs: TrialConfig is one trial's configuration
+// The recipe schema (docs/design.md, Recipe TOML) as typed structs: TrialConfig is one trial's configuration
 // (what precon-train reads), SweepSettings the scalar keys of a recipe's [sweep] table (what the
 // controller reads). One field per line with meaning, unit and default; the key table in keys.cpp
 // documents, range-checks and parses every field of both.

@@ -1,4 +1,4 @@
-// Muon (OPTIMIZERS.md "Muon step") for the 2-D hidden matrices; every other parameter goes to the
+// Muon (docs/optimizers.md, Muon) for the 2-D hidden matrices; every other parameter goes to the
 // AdamW side group. Per matrix W with gradient G (s = ctx.grad_scale, μ = momentum):
 //   ema: M ← μM + (1−μ)sG ; U = nesterov ? (1−μ)sG + μM : M
 //   sgd: M ← μM + sG      ; U = nesterov ? sG + μM      : M

@@ -1,4 +1,4 @@
-// Shampoo with Distributed Shampoo's semantics (OPTIMIZERS.md "Shampoo step"), per block G of a
+// Shampoo with Distributed Shampoo's semantics (docs/optimizers.md, Shampoo), per block G of a
 // routed 2-D weight (s = ctx.grad_scale, t = ctx.step):
 //   L ← β2·L + w·(sG)(sG)ᵀ ; R ← β2·R + w·(sG)ᵀ(sG)     w = 1 − β2, or 1 when β2 = 1 (running sum)
 //   bc2 = bias_correction and β2 < 1 ? 1 − β2^t : 1    (a running sum is not bias-corrected)

@@ -1,4 +1,4 @@
-// SOAP (Vyas et al. 2024, OPTIMIZERS.md "Next optimizers"): Adam run in the eigenbasis of
+// SOAP (Vyas et al. 2024; docs/optimizers.md, SOAP): Adam run in the eigenbasis of
 // Shampoo's factors, for the 2-D hidden matrices; every other parameter goes to the AdamW side
 // group. Per matrix W (m × n as stored) with gradient G, s = ctx.grad_scale, k = ctx.step − 1 (the
 // updates made so far), βs = shampoo_beta (−1: β2), sides longer than max_preconditioner_dim
