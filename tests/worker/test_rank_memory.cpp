@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <utility>
 
 #include "tests/worker/mpi_run_fixture.h"
 #include "worker/config/parse.h"
@@ -144,52 +145,53 @@ TEST_F(RankMemory, EachGroupsBytesFollowTheLayout) {
   EXPECT_EQ(at("pp2", "comm_bytes_tp"), 0);
 }
 
-TEST_F(RankMemory, TheDistributedOptimizerLowersEachRanksPeak) {
-  // A model whose AdamW state dominates (4 layers of d_model 512, vocabulary 8192: 16.8M
-  // parameters, 134 MB of moments): at DP2 each rank keeps half of them, 67 MB less than the
-  // replicated run's ranks, in the peak resident memory the kernel records (VmHWM) too. The bound
-  // leaves half of that for what else differs between two processes' peaks. glibc's malloc gets a
-  // fixed mmap threshold: by default a freed large block (an MPI collective's scratch buffer) raises
-  // the threshold, later blocks of that size come from the heap and stay resident after they are
-  // freed, so each run's peak would depend on the order of its collectives' allocations (in one CI
-  // run the saving measured 6.5 MB of the 17 MB a smaller model's moments were due).
+// The peak tests' model, whose weights, gradients and AdamW moments dominate a rank's memory: 4
+// layers of d_model 512 and a vocabulary of 8192, 16.8M parameters (269 MB of the four in one
+// process). glibc's malloc gets a fixed mmap threshold: by default a freed large block (an MPI
+// collective's scratch buffer) raises the threshold, later blocks of that size come from the heap
+// and stay resident after they are freed, so each run's peak would depend on the order of its
+// collectives' allocations (in one CI run a saving measured 6.5 MB of the 17 MB due).
+class RankPeak : public RankMemory {
+ protected:
+  void SetUp() override {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator (shadow memory, quarantine) decides the resident set, not the trainer";
+    GTEST_SKIP() << "a sanitizer's allocator (shadow memory, quarantine) decides the resident set, not the trainer";
 #endif
-  const fs::path cfg = config(mpitest::kOptimizers[0], 2);
-  const std::string model =
-      " --set model.n_layer=4 --set model.d_model=512 --set model.n_head=8 --set model.vocab_size=8192"
-      " --set parallel.data=2 --set train.log_every=1";
-  const std::string malloc_env = "MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=131072 ";
-  ASSERT_EQ(run(malloc_env + mpirun(2) + trainer(cfg, "sharded", model)).status, 0);
-  ASSERT_EQ(run(malloc_env + mpirun(2) + trainer(cfg, "replicated", model + " --set parallel.distributed_optimizer=false")).status, 0);
-  const double sharded = series("sharded", "memory_peak_bytes").rbegin()->second;
-  const double replicated = series("replicated", "memory_peak_bytes").rbegin()->second;
-  const double state = series("replicated", "memory_optimizer_bytes").rbegin()->second;
+    RankMemory::SetUp();
+  }
+  // The largest rank's peak resident memory (VmHWM) of a run, and its optimizer state's bytes.
+  std::pair<double, double> peak(const std::string& layout, int ranks, const std::string& sets) {
+    const fs::path cfg = config(mpitest::kOptimizers[0], 2);
+    const std::string model =
+        " --set model.n_layer=4 --set model.d_model=512 --set model.n_head=8 --set model.vocab_size=8192"
+        " --set train.log_every=1 ";
+    const std::string env = "MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=131072 ";
+    const Result r = run(env + (ranks > 1 ? mpirun(ranks) : std::string()) + trainer(cfg, layout, model + sets));
+    EXPECT_EQ(r.status, 0) << r.output;
+    return {series(layout, "memory_peak_bytes").rbegin()->second,
+            series(layout, "memory_optimizer_bytes").rbegin()->second};
+  }
+};
+
+TEST_F(RankPeak, TheDistributedOptimizerLowersEachRanksPeak) {
+  // At DP2 each rank keeps half of the 134 MB of moments, 67 MB less than the replicated run's
+  // ranks, in the peak resident memory too. The bound leaves half of that for what else differs
+  // between two processes' peaks.
+  const double sharded = peak("sharded", 2, "--set parallel.data=2").first;
+  const auto [replicated, state] = peak("replicated", 2, "--set parallel.data=2 --set parallel.distributed_optimizer=false");
   std::printf("peak: replicated %.1f MB, distributed optimizer %.1f MB (moments %.1f MB)\n", replicated / 1e6,
               sharded / 1e6, state / 1e6);
   EXPECT_GT(state, 120e6);
   EXPECT_LT(sharded, replicated - state / 4);
 }
 
-TEST_F(RankMemory, TensorParallelRanksPeakAtAboutHalfOfOneProcess) {
-  // The same model at TP2 against one process: each rank holds half of every matrix and of the
-  // vocabulary with its gradient and moments (16.8M parameters, 269 MB of weights, gradients and
-  // moments in one process; the replicated norms, biases and positions are 0.1 % of them), so its
-  // peak is about half of the one process's. The bound (0.7) leaves room for what does not divide:
-  // the program, the libraries, MPI's buffers and the activations.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  GTEST_SKIP() << "a sanitizer's allocator (shadow memory, quarantine) decides the resident set, not the trainer";
-#endif
-  const fs::path cfg = config(mpitest::kOptimizers[0], 2);
-  const std::string model =
-      " --set model.n_layer=4 --set model.d_model=512 --set model.n_head=8 --set model.vocab_size=8192"
-      " --set train.log_every=1";
-  const std::string malloc_env = "MALLOC_MMAP_THRESHOLD_=65536 MALLOC_TRIM_THRESHOLD_=131072 ";
-  ASSERT_EQ(run(malloc_env + trainer(cfg, "one", model)).status, 0);
-  ASSERT_EQ(run(malloc_env + mpirun(2) + trainer(cfg, "tp2", model + " --set parallel.tensor=2")).status, 0);
-  const double one = series("one", "memory_peak_bytes").rbegin()->second;
-  const double tp2 = series("tp2", "memory_peak_bytes").rbegin()->second;
+TEST_F(RankPeak, TensorParallelRanksPeakAtAboutHalfOfOneProcess) {
+  // At TP2 each rank holds half of every matrix and of the vocabulary with its gradient and moments
+  // (the replicated norms, biases and positions are 0.1 % of them), so its peak is about half of
+  // the one process's. The bound (0.7) leaves room for what does not divide: the program, the
+  // libraries, MPI's buffers and the activations.
+  const double one = peak("one", 1, "").first;
+  const double tp2 = peak("tp2", 2, "--set parallel.tensor=2").first;
   std::printf("peak: one process %.1f MB, a TP2 rank %.1f MB (%.2f)\n", one / 1e6, tp2 / 1e6, tp2 / one);
   EXPECT_GT(one, 250e6);
   EXPECT_LT(tp2, 0.7 * one);

@@ -14,10 +14,10 @@ namespace precon::worker {
 
 struct MemoryEstimate {
   int64_t parameters = 0;     // of the whole model
-  // The largest rank's share under pipeline and expert parallelism (its stages' rows, its experts), with
-  // the optimizer state spread over the ranks that hold the same parameters (the owners' matrix
-  // state, and AdamW's moments under parallel.distributed_optimizer). Tensor parallelism does not
-  // divide it: each tensor-parallel rank holds the whole parameters and gradients, and its parts.
+  // The largest rank's share: its tensor-parallel parts of its pipeline stage's rows and of its
+  // experts (norms, positions and row-parallel biases whole), their gradients, and the optimizer
+  // state spread over the ranks that hold the same parts (the owners' matrix state, and AdamW's
+  // moments under parallel.distributed_optimizer).
   double bytes_per_rank = 0;
   double bytes_per_node = 0;  // the ranks that share one node
 };
