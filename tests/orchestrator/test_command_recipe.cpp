@@ -198,6 +198,16 @@ TEST(CommandRecipe, AProgramsTrialsNeedNoTrainingData) {
   EXPECT_TRUE(check_recipe_memory(trials, 1.0).empty());
 }
 
+TEST(CommandRecipe, TheShippedRecipeRunsTheScriptBesideIt) {
+  const std::string dir = std::string(PRECON_SOURCE_DIR) + "/recipes";
+  const std::vector<TrialSpec> trials = expand_sweep(parse_recipe_file(dir + "/command_torch.toml"));
+  ASSERT_EQ(trials.size(), 6u);
+  EXPECT_EQ(trials[0].command, (Argv{"python3", dir + "/command_torch.py", "--lr", "0.003", "--hidden", "8", "--steps",
+                                     "40", "--step-time", "0.05"}));
+  EXPECT_EQ(trials[5].command[3], "0.3");
+  EXPECT_EQ(trials[5].command[5], "32");
+}
+
 TEST(CommandRecipe, TheKeyTableListsTheCommand) {
   EXPECT_TRUE(contains(recipe_key_table(), "trial.command"));
 }
