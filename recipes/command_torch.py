@@ -82,6 +82,11 @@ def main():
     signal.signal(signal.SIGUSR1, lambda sig, frame: stop.append("SIGUSR1"))
 
     def save_and_exit(why):
+        # Under Slurm the job script sends the signal again every 0.2 s until the program has
+        # exited, and Python's shutdown gives handled signals their default action back (which
+        # ends the process): ignored signals it leaves ignored.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step}, checkpoint + ".tmp")
         os.replace(checkpoint + ".tmp", checkpoint)
         print(f"checkpoint at step {step} ({why}); exiting {EXIT_REQUEUE}", file=sys.stderr, flush=True)
