@@ -25,6 +25,10 @@ void set_command(TrialCommand& out, const toml::node& value, const std::string& 
     throw ConfigError(source, line, kKey,
                       "an empty command runs nothing: give the program and its arguments, or remove [trial] to run "
                       "precon-train");
+  if (list->size() > kMaxCommandArgs)
+    throw ConfigError(source, line, kKey,
+                      std::to_string(list->size()) + " arguments, more than " + std::to_string(kMaxCommandArgs) +
+                          ": pass the program a file instead");
   std::vector<std::string> argv;
   for (size_t i = 0; i < list->size(); ++i) {
     const toml::node& a = *list->get(i);
@@ -142,6 +146,7 @@ std::vector<std::string> resolve_command(const TrialCommand& command, const nloh
                                          const std::string& recipe_dir, const std::string& source) {
   const std::string& src = command.line > 0 ? source : std::string("--set");
   std::vector<std::string> argv;
+  size_t bytes = 0;
   for (size_t i = 0; i < command.argv.size(); ++i) {
     std::string arg;
     for (const Piece& p : split_placeholders(command.argv[i], i, src, command.line)) {
@@ -152,9 +157,16 @@ std::vector<std::string> resolve_command(const TrialCommand& command, const nloh
       } else if (p.text == kRecipeDirPlaceholder) {
         arg += recipe_dir;
       } else {
-        throw ConfigError(src, command.line, kKey, "{" + p.text + "} names no parameter of this trial");
+        throw ConfigError(src, command.line, kKey,
+                          "{" + p.text + "} names no parameter of this trial (a key of one [[sweep.grid]] table is "
+                          "a parameter of that table's trials only)");
       }
     }
+    bytes += arg.size() + 1;
+    if (bytes > kMaxCommandBytes)
+      throw ConfigError(src, command.line, kKey,
+                        "the command is longer than " + std::to_string(kMaxCommandBytes) +
+                            " bytes with the trial's values in it: pass the program a file instead");
     argv.push_back(std::move(arg));
   }
   return argv;

@@ -19,6 +19,11 @@ namespace precon::orch {
 // the recipe file (a script beside the recipe runs wherever the trial's run directory is).
 inline constexpr const char* kRecipeDirPlaceholder = "recipe_dir";
 
+// Bounds on a command: what a program's command line holds in practice, far below the kernel's
+// own limits, so that a hostile recipe's command cannot multiply into gigabytes over its trials.
+inline constexpr size_t kMaxCommandArgs = 1024;
+inline constexpr size_t kMaxCommandBytes = 32 * 1024;  // the resolved command's arguments together
+
 struct TrialCommand {
   std::vector<std::string> argv;  // as written, placeholders unresolved; empty: the trial runs precon-train
   int line = 0;                   // trial.command's line in the recipe; 0 when given by --set
@@ -35,7 +40,8 @@ void apply_trial_override(TrialCommand& command, const std::string& key, const t
 std::vector<std::string> placeholder_names(const TrialCommand& command, const std::string& source);
 
 // The argv with each {key} replaced by the parameter's value (placeholder_text) and {{ }} by
-// single braces; `recipe_dir` fills {recipe_dir}. A name that is neither throws ConfigError.
+// single braces; `recipe_dir` fills {recipe_dir}. A name that is neither, or a command longer
+// than kMaxCommandBytes once resolved, throws ConfigError.
 std::vector<std::string> resolve_command(const TrialCommand& command, const nlohmann::json& params,
                                          const std::string& recipe_dir, const std::string& source);
 

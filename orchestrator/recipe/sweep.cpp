@@ -211,11 +211,8 @@ TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick
     try {
       trial.command = resolve_command(recipe.command, trial.params, recipe.recipe_dir, recipe.source);
     } catch (const ConfigError& e) {
-      // A key of one [[sweep.grid]] table is a parameter of that table's trials only.
       const ConfigIssue& i = e.issues().front();
-      throw ConfigError(i.source, i.line, i.key,
-                        i.message + ": sweep trial " + std::to_string(index) + " (" + trial.label +
-                            ") has no such parameter; a key of one [[sweep.grid]] table is a parameter of its trials only");
+      throw ConfigError(i.source, i.line, i.key, "sweep trial " + std::to_string(index) + " (" + trial.label + "): " + i.message);
     }
     trial.config_toml += trial_table_toml(trial.command, trial.params);
   }

@@ -173,6 +173,21 @@ TEST(CommandRecipe, BadCommandsAreRefusedWithFileLineAndKey) {
   EXPECT_TRUE(contains(set.message, "expected a list of strings")) << set.message;
 }
 
+TEST(CommandRecipe, ACommandHasBounds) {
+  std::string args;
+  for (size_t i = 0; i <= kMaxCommandArgs; ++i) args += "\"a\", ";
+  Failure f = failure_of("[trial]\ncommand = [" + args + "\"b\"]\n");
+  EXPECT_EQ(f.key, "trial.command");
+  EXPECT_TRUE(contains(f.message, std::to_string(kMaxCommandArgs + 2) + " arguments, more than 1024")) << f.message;
+  // Within the bounds as written, past them with the values in: 64 placeholders of a 1000-byte value.
+  const std::string long_value(1000, 'x');
+  args.clear();
+  for (int i = 0; i < 64; ++i) args += "\"{v}\", ";
+  f = failure_of("[trial]\ncommand = [" + args + "\"b\"]\n[sweep.parameters]\nv = [\"" + long_value + "\"]\n");
+  EXPECT_EQ(f.line, 2);
+  EXPECT_TRUE(contains(f.message, "longer than 32768 bytes")) << f.message;
+}
+
 TEST(CommandRecipe, AKeyOfOneSubGridIsAParameterOfItsTrialsOnly) {
   const std::string text = R"([trial]
 command = ["prog", "{depth}"]
@@ -184,7 +199,7 @@ width = [8]
   const Failure f = failure_of(text);
   EXPECT_EQ(f.line, 2) << f.message;
   EXPECT_EQ(f.key, "trial.command");
-  EXPECT_TRUE(contains(f.message, "sweep trial 2 (width=8) has no such parameter")) << f.message;
+  EXPECT_TRUE(contains(f.message, "sweep trial 2 (width=8): {depth} names no parameter of this trial")) << f.message;
 }
 
 TEST(CommandRecipe, AProgramsTrialsNeedNoTrainingData) {
