@@ -39,7 +39,7 @@ void Scheduler::reconcile() {
     try {
       live->user_program = !parse_stored_trial(trial->config_toml, "trial " + std::to_string(a.trial_id)).command.empty();
     } catch (const std::exception&) {
-      // A config that no longer parses ran precon-train (a program's is parsed when it launches).
+      // It parsed when the attempt was launched; one that no longer does is taken for precon-train's.
     }
     live_[a.trial_id] = std::move(live);
     if (trial->state == TrialState::pending) {
