@@ -60,6 +60,8 @@ orch::TrialRow lookup_trial(const orch::Store& store, int64_t id);
 void print_table(const std::vector<std::vector<std::string>>& rows);
 std::string fmt_number(const nlohmann::json& v, int precision = 4);
 std::string fmt_time(double unix_seconds);
+// A word a shell reads as it is written: quoted when it holds anything else.
+std::string shell_word(const std::string& s);
 
 void add_run(CLI::App& app);
 void add_serve(CLI::App& app);

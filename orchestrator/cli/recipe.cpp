@@ -30,7 +30,10 @@ void add_recipe(CLI::App& app) {
       const std::vector<std::string> memory = orch::check_recipe_memory(trials, orch::machine_memory_bytes());
       if (global().json) {
         nlohmann::json list = nlohmann::json::array();
-        for (const auto& t : trials) list.push_back({{"index", t.index}, {"params", t.params}});
+        for (const auto& t : trials) {
+          list.push_back({{"index", t.index}, {"params", t.params}});
+          if (!t.command.empty()) list.back()["command"] = t.command;
+        }
         std::cout << nlohmann::json{{"ok", missing.empty() && memory.empty()},
                                     {"trials", list},
                                     {"missing_data", missing},
@@ -39,7 +42,13 @@ void add_recipe(CLI::App& app) {
                   << "\n";
       } else {
         std::cout << *file << ": " << trials.size() << " trial(s)\n";
-        for (const auto& t : trials) std::cout << "  " << t.index << "  " << (t.label.empty() ? "(base config)" : t.label) << "\n";
+        for (const auto& t : trials) {
+          std::cout << "  " << t.index << "  " << (t.label.empty() ? "(base config)" : t.label) << "\n";
+          if (t.command.empty()) continue;
+          std::cout << "     runs";
+          for (const std::string& a : t.command) std::cout << " " << shell_word(a);
+          std::cout << "\n";
+        }
         for (const std::string& m : missing) std::cout << "data: " << m << "\n";
         for (const std::string& m : memory) std::cout << "memory: " << m << "\n";
       }

@@ -56,16 +56,6 @@ void print(const std::string& text) {
   std::cout << text << std::flush;
 }
 
-// A word a shell reads as it is written: quoted when it holds anything else.
-std::string shell_word(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-+:=,@") ==
-                        std::string::npos)
-    return s;
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 // The scheduler logs "experiment N (NAME): K trial(s)" when a recipe is submitted; `precon run`
 // prints that line itself (with where the runs go), on a terminal or not: once is enough.
 bool is_submission_line(const std::string& line) {

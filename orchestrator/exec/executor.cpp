@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstring>
 #include <fstream>
 #include <regex>
@@ -87,6 +88,24 @@ std::string trainer_error_message(const std::filesystem::path& run_dir, uintmax_
   }
   if (message.size() > kMaxMessage) message = message.substr(0, kMaxMessage) + "...";
   return message;
+}
+
+std::string program_last_words(const std::filesystem::path& run_dir, uintmax_t from) {
+  constexpr size_t kMaxWords = 300;
+  std::string words;
+  for (std::string line : last_log_lines(run_dir, from)) {
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos) continue;
+    line.erase(0, start);
+    // Launchers' reports of the ranks' ends say less than the program's own last line.
+    if (line.rfind("srun: ", 0) == 0 || line.rfind("slurmstepd: ", 0) == 0 || line.rfind("mpirun ", 0) == 0 ||
+        line.rfind("prterun ", 0) == 0 || line.find_first_not_of("-=*") == std::string::npos)
+      continue;
+    words = std::move(line);
+  }
+  if (words.size() > kMaxWords) words = words.substr(0, kMaxWords) + "...";
+  return words;
 }
 
 std::string launcher_rank_deaths(const std::filesystem::path& run_dir, uintmax_t from) {

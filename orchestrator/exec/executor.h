@@ -40,6 +40,9 @@ struct LaunchSpec {
   std::string label;                       // human-readable name (job name on Slurm)
   std::filesystem::path run_dir;           // created if absent; logs and exit status go here
   std::vector<std::string> argv;           // argv[0] = program path
+  // A recipe's [trial] command rather than precon-train: it runs in `run_dir`, and a bare program
+  // name is looked up on the PATH where it runs. precon-train runs in the controller's directory.
+  bool user_program = false;
   std::map<std::string, std::string> env;  // added to the controller's environment
   int cpus = 1;                            // CPU slots of one rank (also its OMP_NUM_THREADS)
   int gpus = 0;                            // GPU slots
@@ -84,6 +87,11 @@ std::filesystem::path trainer_stderr_path(const std::filesystem::path& run_dir);
 // MSG" or "precon-train: error: MSG" line (worker/main.cpp writes one before exiting nonzero) at
 // or after byte `from` of the run directory's trainer stderr, or "" when there is none.
 std::string trainer_error_message(const std::filesystem::path& run_dir, uintmax_t from = 0);
+
+// A recipe's own program's account of a failure: the last line it wrote to the run directory's
+// stderr log at or after byte `from` (a launcher's own lines, srun's and mpirun's, aside), trimmed
+// and cut to 300 characters; "" when there is none.
+std::string program_last_words(const std::filesystem::path& run_dir, uintmax_t from = 0);
 
 // Which rank of a multi-rank attempt died of which signal, from the launcher's lines in the
 // trainer's stderr log at or after byte `from`: mpirun's "process rank 1 with PID ... on node n1

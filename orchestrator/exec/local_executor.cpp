@@ -243,7 +243,8 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   }
   auto exe = resolve_program(cmd.argv[0], env.count("PATH") ? env["PATH"] : "/usr/bin:/bin");
   if (!exe) throw ExecError("program not found or not executable: " + cmd.argv[0]);
-  cmd.exe = *exe;
+  cmd.exe = fs::absolute(*exe).string();  // found from here, run from the run directory
+  if (spec.user_program) cmd.workdir = fs::absolute(spec.run_dir);
   for (const auto& [key, value] : env) cmd.env.push_back(key + "=" + value);
   cmd.stdout_path = spec.run_dir / "stdout.log";
   cmd.stderr_path = trainer_stderr_path(spec.run_dir);

@@ -18,9 +18,10 @@
 // same attempt number again after its restart: launch() then finds that wrapper and takes it
 // over (as adopt() would) instead of starting the trainer a second time.
 //
-// The program runs in the controller's working directory (relative paths in argv mean what
-// they mean to the controller), with stdin from /dev/null and stdout/stderr appended to
-// run_dir/stdout.log and run_dir/stderr.log.
+// precon-train runs in the controller's working directory (relative paths in argv mean what
+// they mean to the controller), a recipe's own program (LaunchSpec::user_program) in its run
+// directory; each with stdin from /dev/null and stdout/stderr appended to run_dir/stdout.log and
+// run_dir/stderr.log.
 //
 // Signals: signal_stop() sends SIGTERM and kill() SIGKILL to the whole process group.
 // Attempts outlive the executor object and the controller process (they are not its session's

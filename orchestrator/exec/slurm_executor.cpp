@@ -89,7 +89,9 @@ CommandResult SlurmExecutor::run(const std::vector<std::string>& argv) const {
 
 void SlurmExecutor::validate(const LaunchSpec& spec) const {
   validate_slurm_spec(spec);
-  if (!fs::path(spec.argv[0]).is_absolute()) {
+  // A recipe's own program may be a bare name, found on the node's PATH.
+  const bool bare = spec.user_program && spec.argv[0].find('/') == std::string::npos;
+  if (!bare && !fs::path(spec.argv[0]).is_absolute()) {
     throw ExecError("trial " + std::to_string(spec.trial_id) + ": the trainer must be an absolute path on the "
                     "shared filesystem for Slurm, got " + spec.argv[0]);
   }

@@ -140,9 +140,11 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
   s << "#\n# precon trial " << spec.trial_id << ", attempt " << spec.attempt
     << " (the attempt grows with each restart of the job).\n"
     << "# Written by the precon controller's Slurm executor; `sbatch` this file to run the trial by hand.\n"
-    << "# Ranks: srun starts " << r.nodes * r.ntasks_per_node << " precon-train process(es) with SLURM_PROCID,\n"
+    << "# Ranks: srun starts " << r.nodes * r.ntasks_per_node << " " << (spec.user_program ? "program" : "precon-train")
+    << " process(es) with SLURM_PROCID,\n"
     << "# SLURM_NODEID and SLURM_NTASKS set. SIGUSR1 (time-limit warning, preemption notice) makes the\n"
-    << "# trainer checkpoint and exit " << worker::kExitRequeue << "; the job then requeues itself.\n\n";
+    << "# " << (spec.user_program ? "program" : "trainer") << " checkpoint and exit " << worker::kExitRequeue
+    << "; the job then requeues itself.\n\n";
   // The traps come first, before anything that takes time: a warning that arrives during the
   // script's own setup is kept for the trainer. srun passes the umask on to every rank: what
   // the trial writes is its user's alone.
@@ -166,6 +168,12 @@ std::string trial_script(const LaunchSpec& spec, const SlurmScriptOptions& optio
   }
   s << "export OMP_NUM_THREADS=" << cpus_per_task(spec) << "\n";
   s << "export PRECON_ATTEMPT=\"$attempt\"\n";
+  if (spec.user_program) {
+    // A recipe's own program resumes from its checkpoint on every attempt after the first (this
+    // job requeued itself, or the controller launched the trial again), and runs in its run directory.
+    s << "if [ \"$attempt\" -gt 1 ]; then export PRECON_RESUME=1; fi\n";
+    s << "cd \"$run_dir\" || exit 1\n";
+  }
   s << "rm -f \"$status_file\" \"$status_file.tmp\"\n";
   if (!r.setup.empty()) {
     s << "\n# resources.setup from the recipe\n";

@@ -71,6 +71,8 @@ struct ForkPlan {
   std::string status_path, status_tmp;
   std::string identity_path;  // empty: none
   std::string exec_error;  // written to stderr.log when execve fails, followed by errno
+  std::string workdir;     // empty: the controller's
+  std::string chdir_error; // written to stderr.log when chdir fails, followed by errno
   int null_fd = -1, out_fd = -1, err_fd = -1;
   int max_fd = 1024;
 };
@@ -196,10 +198,12 @@ extern "C" void ignore_signal(int) {}
     sa.sa_handler = SIG_DFL;
     for (int sig : kWrapperIgnored) ::sigaction(sig, &sa, nullptr);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::execve(p.exe.c_str(), p.argv.data(), p.envp.data());
+    const bool entered = p.workdir.empty() || ::chdir(p.workdir.c_str()) == 0;
+    if (entered) ::execve(p.exe.c_str(), p.argv.data(), p.envp.data());
     char num[24];
     size_t n = format_uint(num, static_cast<unsigned long>(errno));
-    write_all(2, p.exec_error.data(), p.exec_error.size());
+    const std::string& what = entered ? p.exec_error : p.chdir_error;
+    write_all(2, what.data(), what.size());
     write_all(2, num, n);
     write_all(2, "\n", 1);
     ::_exit(127);
@@ -245,6 +249,8 @@ pid_t spawn_wrapped(const WrappedCommand& cmd) {
   plan.status_tmp = plan.status_path + ".tmp";
   plan.identity_path = cmd.identity_path.string();
   plan.exec_error = "precon local executor: cannot execute " + plan.exe + ": errno ";
+  plan.workdir = cmd.workdir.string();
+  plan.chdir_error = "precon local executor: cannot enter the working directory " + plan.workdir + ": errno ";
   Fd null_fd(open_high("/dev/null", O_RDONLY));
   Fd out_fd(open_high(cmd.stdout_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600, true));
   Fd err_fd(open_high(cmd.stderr_path.string(), O_WRONLY | O_CREAT | O_APPEND, 0600, true));

@@ -22,6 +22,7 @@ struct WrappedCommand {
   std::filesystem::path stdout_path;            // appended, created if absent
   std::filesystem::path stderr_path;            // appended, created if absent
   std::filesystem::path status_path;            // "exit N\n" or "signal N\n" when the program ends
+  std::filesystem::path workdir;                // the program's working directory; "" = the caller's
   // When set, the wrapper appends "wrapper=<pid>:<start ticks>\n" here before it starts the
   // program, so whoever finds the program running can tell which process runs it even when
   // the caller died before it learnt the pid.
@@ -29,7 +30,8 @@ struct WrappedCommand {
 };
 
 // Forks the wrapper, which leads a new process group (pgid = its pid), runs the program with
-// stdin from /dev/null and records its status; returns the wrapper's pid. Throws ExecError.
+// stdin from /dev/null (in `workdir` when given: a program that cannot enter it exits 127, the
+// reason in its stderr) and records its status; returns the wrapper's pid. Throws ExecError.
 pid_t spawn_wrapped(const WrappedCommand& cmd);
 
 // /proc/<pid>/stat: field 3 (state: R, S, Z, ...) and field 22 (start time in clock ticks

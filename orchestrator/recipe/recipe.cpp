@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -34,12 +36,48 @@ void check_value(const std::string& key, const toml::node& value, const std::str
   worker::set_key(scratch, key, value, source, line);
 }
 
-const worker::KeySpec& swept_key(const std::string& key, const std::string& source, int line) {
+// The top-level tables of the key table ("model", "optimizer", ...) and the recipe's own.
+const std::vector<std::string>& reserved_tables() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n = {"sweep", "study", "trial"};
+    for (const worker::KeySpec* k : worker::trial_keys()) {
+      const std::string table = k->name.substr(0, k->name.find('.'));
+      if (std::find(n.begin(), n.end(), table) == n.end()) n.push_back(table);
+    }
+    return n;
+  }();
+  return names;
+}
+
+// The key's row, or nullptr for a parameter of a command trial's own (any_key: the recipe has a
+// [trial] command). Such a parameter lies outside the key table's tables, so that a typo of a
+// trial key ("optimizer.lrr") is still refused, and {key} can name it.
+const worker::KeySpec* swept_key(const std::string& key, const std::string& source, int line, bool any_key) {
   const worker::KeySpec* k = worker::find_key(key);
-  if (!k) throw ConfigError(source, line, key, "cannot sweep an unknown key" + hint(key));
-  if (k->scope() != worker::KeyScope::trial)
+  if (k && k->scope() != worker::KeyScope::trial)
     throw ConfigError(source, line, key, "cannot sweep a [sweep] setting; sweep trial keys");
-  return *k;
+  if (k) return k;
+  const std::string table = key.substr(0, key.find('.'));
+  const auto& reserved = reserved_tables();
+  if (!any_key || std::find(reserved.begin(), reserved.end(), table) != reserved.end())
+    throw ConfigError(source, line, key, "cannot sweep an unknown key" + hint(key));
+  bool plain = !key.empty();
+  for (char c : key)
+    plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-');
+  if (!plain)
+    throw ConfigError(source, line, key,
+                      "a command's parameter is named with letters, digits, '_', '.' and '-' (so that {key} can name it)");
+  if (key == kRecipeDirPlaceholder)
+    throw ConfigError(source, line, key, "recipe_dir is the placeholder of the recipe's directory; name the parameter otherwise");
+  return nullptr;
+}
+
+// A value of a command's own parameter: one that an argument and PRECON_PARAMS can carry.
+void check_free_value(const std::string& key, const toml::node& v, const std::string& source, int line) {
+  if (v.is_string() || v.is_integer() || v.is_boolean()) return;
+  if (const auto d = v.value_exact<double>(); d && std::isfinite(*d)) return;
+  throw ConfigError(source, line, key,
+                    "a command's parameter takes strings, integers, finite numbers or booleans, got " + toml_type_name(v));
 }
 
 // A value as the trial reads it: 1e-3, 0.001 and 1.0e-3 are one number.
@@ -54,14 +92,16 @@ std::string value_identity(const toml::node& v) {
   return out.str();
 }
 
-SweepParam values_param(const std::string& key, const toml::array& values, const std::string& source, int line) {
-  swept_key(key, source, line);
+SweepParam values_param(const std::string& key, const toml::array& values, const std::string& source, int line,
+                        bool any_key) {
+  const worker::KeySpec* spec = swept_key(key, source, line, any_key);
   if (values.empty()) throw ConfigError(source, line, key, "empty list of values: give at least one");
   std::map<std::string, size_t> seen;  // identity -> position in the list
   for (size_t i = 0; i < values.size(); ++i) {
     const toml::node& v = *values.get(i);
     const int at = line ? std::max(line, line_of(v)) : 0;
-    check_value(key, v, source, at);
+    if (spec) check_value(key, v, source, at);
+    else check_free_value(key, v, source, at);
     const auto [first, fresh] = seen.emplace(value_identity(v), i);
     if (!fresh)
       throw ConfigError(source, at, key,
@@ -75,9 +115,9 @@ SweepParam values_param(const std::string& key, const toml::array& values, const
   return p;
 }
 
-SweepParam distribution_param(const std::string& key, const toml::table& table, const std::string& source,
-                              int line) {
-  const worker::KeySpec& spec = swept_key(key, source, line);
+SweepParam distribution_param(const std::string& key, const toml::table& table, const std::string& source, int line,
+                              bool any_key) {
+  const worker::KeySpec* spec = swept_key(key, source, line, any_key);
   const std::string expected = "a distribution table has one entry: { uniform | log_uniform | int_uniform = "
                                "[lo, hi] } or { choice = [v, ...] }";
   if (table.size() != 1) throw ConfigError(source, line, key, expected);
@@ -94,7 +134,7 @@ SweepParam distribution_param(const std::string& key, const toml::table& table, 
   const toml::array* arr = dnode.as_array();
   if (!arr) throw ConfigError(source, line, key, name + " expects an array, got " + toml_type_name(dnode));
   if (name == "choice") {
-    SweepParam p = values_param(key, *arr, source, line);
+    SweepParam p = values_param(key, *arr, source, line, any_key);
     p.kind = SweepKind::choice;
     return p;
   }
@@ -119,7 +159,8 @@ SweepParam distribution_param(const std::string& key, const toml::table& table, 
   if (integer ? p.lo > p.hi : p.lo >= p.hi)
     throw ConfigError(source, line, key, name + " expects [lo, hi] with lo " + (integer ? "<=" : "<") + " hi");
   if (p.kind == SweepKind::log_uniform && p.lo <= 0) throw ConfigError(source, line, key, "log_uniform needs 0 < lo");
-  const worker::KeyType type = spec.type();
+  if (!spec) return p;  // a command's own parameter: a real or an integer, as drawn
+  const worker::KeyType type = spec->type();
   if (!integer && type != worker::KeyType::number) {
     throw ConfigError(source, line, key,
                       name + " draws real numbers but the key is " + worker::key_type_name(type) +
@@ -139,17 +180,18 @@ struct Located {
 };
 
 // One leaf of a [sweep.parameters] or [[sweep.grid]] table: a list of values or a distribution.
-SweepParam leaf_param(const std::string& key, const toml::node& node, const std::string& source, bool allow_distributions) {
+SweepParam leaf_param(const std::string& key, const toml::node& node, const std::string& source, bool allow_distributions,
+                      bool any_key) {
   const int line = line_of(node);
   if (const toml::table* sub = node.as_table()) {
     if (!allow_distributions) {
-      swept_key(key, source, line);
+      swept_key(key, source, line, any_key);
       throw ConfigError(source, line, key, "a [[sweep.grid]] table takes lists of values [v, ...], not distributions");
     }
-    return distribution_param(key, *sub, source, line);
+    return distribution_param(key, *sub, source, line, any_key);
   }
-  if (const toml::array* values = node.as_array()) return values_param(key, *values, source, line);
-  swept_key(key, source, line);
+  if (const toml::array* values = node.as_array()) return values_param(key, *values, source, line, any_key);
+  swept_key(key, source, line, any_key);
   throw ConfigError(source, line, key,
                     "expected a list of values [v, ...] or a distribution table, got " + toml_type_name(node) +
                         " (a value for every trial belongs in the key's own table)");
@@ -159,7 +201,7 @@ SweepParam leaf_param(const std::string& key, const toml::node& node, const std:
 // (optimizer.lr) keys both name a trial key; a table under a trial key is a distribution. Each
 // bad entry is recorded and the others still read.
 void collect(const toml::table& table, const std::string& prefix, const std::string& source, bool allow_distributions,
-             std::vector<Located>& out, worker::ConfigIssues& issues) {
+             bool any_key, std::vector<Located>& out, worker::ConfigIssues& issues) {
   for (auto&& [name, node] : table) {
     const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
     if (const toml::table* sub = node.as_table()) {
@@ -167,20 +209,20 @@ void collect(const toml::table& table, const std::string& prefix, const std::str
           sub->size() == 1 &&
           std::find(kDistributions.begin(), kDistributions.end(), sub->begin()->first.str()) != kDistributions.end();
       if (!worker::find_key(key) && !one_distribution) {
-        collect(*sub, key, source, allow_distributions, out, issues);
+        collect(*sub, key, source, allow_distributions, any_key, out, issues);
         continue;
       }
     }
     const int column = static_cast<int>(node.source().begin.column);
     // node is passed by an init-capture: clang 14 (the fuzz build) cannot capture a structured binding.
-    issues.attempt([&, &node = node] { out.push_back({leaf_param(key, node, source, allow_distributions), column}); });
+    issues.attempt([&, &node = node] { out.push_back({leaf_param(key, node, source, allow_distributions, any_key), column}); });
   }
 }
 
 std::vector<SweepParam> collect_params(const toml::table& table, const std::string& source, bool allow_distributions,
-                                       worker::ConfigIssues& issues) {
+                                       bool any_key, worker::ConfigIssues& issues) {
   std::vector<Located> located;
-  collect(table, "", source, allow_distributions, located, issues);
+  collect(table, "", source, allow_distributions, any_key, located, issues);
   // toml++ orders a table by key; the sweep keeps the order of the file.
   std::stable_sort(located.begin(), located.end(), [](const Located& a, const Located& b) {
     return a.param.line != b.param.line ? a.param.line < b.param.line : a.column < b.column;
@@ -190,7 +232,8 @@ std::vector<SweepParam> collect_params(const toml::table& table, const std::stri
   return out;
 }
 
-void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfig& out, worker::ConfigIssues& issues) {
+void parse_sweep(const toml::table& sweep, const std::string& source, bool any_key, SweepConfig& out,
+                 worker::ConfigIssues& issues) {
   for (auto&& [name, node] : sweep) {
     const std::string n(name.str());
     const int line = line_of(node);
@@ -200,7 +243,7 @@ void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfi
         issues.add({source, line, "sweep.parameters", "expected a table, got " + toml_type_name(node)});
         continue;
       }
-      out.parameters = collect_params(*t, source, true, issues);
+      out.parameters = collect_params(*t, source, true, any_key, issues);
     } else if (n == "grid") {
       const toml::array* arr = node.as_array();
       if (!arr || arr->empty() || !arr->is_array_of_tables()) {
@@ -209,7 +252,7 @@ void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfi
       }
       for (const toml::node& g : *arr) {
         const size_t before = issues.size();
-        std::vector<SweepParam> grid = collect_params(*g.as_table(), source, false, issues);
+        std::vector<SweepParam> grid = collect_params(*g.as_table(), source, false, any_key, issues);
         if (grid.empty() && issues.size() == before)
           issues.add({source, line_of(g), "sweep.grid", "this [[sweep.grid]] table is empty: give each one keys"});
         if (!grid.empty()) out.grids.push_back(std::move(grid));
@@ -225,13 +268,13 @@ void parse_sweep(const toml::table& sweep, const std::string& source, SweepConfi
   }
 }
 
-void apply_sweep_override(SweepConfig& sweep, const std::string& key, const toml::node& value) {
+void apply_sweep_override(SweepConfig& sweep, const std::string& key, const toml::node& value, bool any_key) {
   const std::string params_prefix = "sweep.parameters.";
   if (key.rfind(params_prefix, 0) == 0) {
     const std::string k = key.substr(params_prefix.size());
     SweepParam p;
-    if (const toml::table* t = value.as_table()) p = distribution_param(k, *t, "--set", 0);
-    else if (const toml::array* a = value.as_array()) p = values_param(k, *a, "--set", 0);
+    if (const toml::table* t = value.as_table()) p = distribution_param(k, *t, "--set", 0, any_key);
+    else if (const toml::array* a = value.as_array()) p = values_param(k, *a, "--set", 0, any_key);
     else throw ConfigError("--set", 0, key, "expected a list of values [v, ...] or a distribution table, got " + toml_type_name(value));
     auto it = std::find_if(sweep.parameters.begin(), sweep.parameters.end(),
                            [&](const SweepParam& q) { return q.key == k; });
@@ -279,6 +322,30 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worke
   }
 }
 
+// A command's placeholders name swept keys (or {recipe_dir}); a [study]'s trials are precon-train's.
+void check_command(const Recipe& r, worker::ConfigIssues& issues) {
+  const std::string& src = r.command.line > 0 ? r.source : std::string("--set");
+  if (r.study.present) {
+    issues.add({src, r.command.line, "trial.command",
+                "a [study] runs precon-train: its trials cannot run a command; sweep the program's keys with [sweep]"});
+    return;
+  }
+  std::vector<std::string> swept;
+  for (const SweepParam& p : r.sweep.parameters) swept.push_back(p.key);
+  for (const auto& grid : r.sweep.grids)
+    for (const SweepParam& p : grid) swept.push_back(p.key);
+  std::vector<std::string> names;
+  if (!issues.attempt([&] { names = placeholder_names(r.command, r.source); })) return;
+  for (const std::string& name : names) {
+    if (name == kRecipeDirPlaceholder || std::find(swept.begin(), swept.end(), name) != swept.end()) continue;
+    std::string message = "{" + name + "} names no swept parameter: a placeholder is a key of [sweep.parameters] or "
+                          "[[sweep.grid]], or {recipe_dir}";
+    const std::string h = worker::closest_key(name, swept);
+    if (std::find(swept.begin(), swept.end(), h) != swept.end()) message += " (did you mean {" + h + "}?)";
+    issues.add({src, r.command.line, "trial.command", message});
+  }
+}
+
 }  // namespace
 
 SweepMethod sweep_method(const SweepConfig& sweep) {
@@ -316,21 +383,33 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   r.overrides = overrides;
   const toml::table doc = worker::parse_toml_text(text, source);
   worker::ConfigIssues issues;
-  worker::read_trial_tables(r.base, doc, source, issues, {"sweep", "study"});
+  worker::read_trial_tables(r.base, doc, source, issues, {"sweep", "study", "trial"});
+  // The command first: with one, the sweep may name parameters of the program's own.
+  if (const toml::node* trial_node = doc.get("trial")) read_trial_table(*trial_node, source, r.command, issues);
+  std::vector<std::string> other_overrides;
+  for (const std::string& o : overrides) {
+    issues.attempt([&] {
+      auto [key, doc] = worker::split_override(o);
+      if (key.rfind("trial.", 0) == 0) apply_trial_override(r.command, key, *doc.get("v"));
+      else other_overrides.push_back(o);
+    });
+  }
+  const bool any_key = !r.command.argv.empty();
+  if (any_key) r.recipe_dir = std::filesystem::absolute(std::filesystem::path(source)).parent_path().string();
   const toml::node* sweep_node = doc.get("sweep");
   if (sweep_node) {
-    if (const toml::table* t = sweep_node->as_table()) parse_sweep(*t, source, r.sweep, issues);
+    if (const toml::table* t = sweep_node->as_table()) parse_sweep(*t, source, any_key, r.sweep, issues);
     else issues.add({source, line_of(*sweep_node), "sweep", "expected a table, got " + toml_type_name(*sweep_node)});
   }
   if (const toml::node* study_node = doc.get("study")) read_study(*study_node, source, r.study, issues);
 
   std::vector<std::string> trial_overrides;
-  for (const std::string& o : overrides) {
+  for (const std::string& o : other_overrides) {
     issues.attempt([&] {
       auto [key, doc] = worker::split_override(o);
       const toml::node& value = *doc.get("v");
       if (key.rfind("sweep.", 0) == 0) {
-        apply_sweep_override(r.sweep, key, value);
+        apply_sweep_override(r.sweep, key, value, any_key);
         return;
       }
       if (key.rfind("study.", 0) == 0) {
@@ -363,6 +442,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
     for (const auto& g : s.grids) check(g);
   }
   check_study(r, trial_overrides, issues);
+  if (any_key) check_command(r, issues);
   // A sweep's or a study's trials are checked one by one when it is expanded (their values change
   // the rules).
   if (!swept && !r.study.present) worker::check_rules(r.base, issues);
@@ -377,7 +457,7 @@ Recipe parse_recipe_file(const std::string& path, const std::vector<std::string>
 }
 
 worker::TrialConfig stored_trial_config(const std::string& config_toml, const std::string& who) {
-  return worker::parse_config_text(config_toml, who).config;
+  return parse_stored_trial(config_toml, who).config;
 }
 
 std::string recipe_key_table() {
@@ -390,6 +470,7 @@ std::string recipe_key_table() {
                              "[sweep.parameters])")};
   std::vector<std::string> all = rows;
   for (std::string& row : study_key_rows()) all.push_back(std::move(row));
+  all.push_back(trial_command_key_row());
   return worker::format_key_table(true, all);
 }
 

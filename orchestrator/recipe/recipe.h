@@ -10,6 +10,7 @@
 
 #include <toml++/toml.h>
 
+#include "orchestrator/recipe/command.h"
 #include "orchestrator/recipe/study.h"
 #include "worker/config/parse.h"
 
@@ -55,6 +56,8 @@ struct Recipe {
   worker::ParsedConfig base;           // trial tables + trial-key overrides; not yet swept
   SweepConfig sweep;                   // [sweep] + sweep-key overrides
   StudyConfig study;                   // [study] + study-key overrides (study.h); present: the trials are the study's
+  TrialCommand command;                // [trial] + --set trial.command (command.h); empty: the trials run precon-train
+  std::string recipe_dir;              // with a command: the recipe file's directory, absolute ({recipe_dir})
   std::vector<std::string> overrides;  // the --set assignments, as given
 };
 
@@ -63,7 +66,9 @@ struct Recipe {
 // swept keys (sweep.parameters.<key>=[...] or ={ log_uniform = [lo, hi] }). A trial key that the
 // sweep also sets cannot be overridden (the sweep would win silently). Without [sweep] or [study]
 // the recipe is one trial and the base config is validated here; with one, every trial is
-// validated by expand_sweep. Scalar [study] keys take --set study.<key>=value.
+// validated by expand_sweep. Scalar [study] keys take --set study.<key>=value, the command --set
+// trial.command=[...]. With a command, the sweep may also name parameters of the program's own
+// (keys outside the key table's tables), and each {key} of the command must name a swept key.
 Recipe parse_recipe_text(const std::string& text, const std::string& source,
                          const std::vector<std::string>& overrides = {});
 Recipe parse_recipe_file(const std::string& path, const std::vector<std::string>& overrides = {});
@@ -72,7 +77,8 @@ Recipe parse_recipe_file(const std::string& path, const std::vector<std::string>
 const std::vector<std::string>& sweep_key_names();
 
 // The typed config a trial stores (its resolved TOML, written by expand_sweep), read back through
-// the key table; `who` names the trial in errors.
+// the key table (a command trial's [trial] table aside: parse_stored_trial); `who` names the trial
+// in errors.
 worker::TrialConfig stored_trial_config(const std::string& config_toml, const std::string& who);
 
 // The worker's key table plus the [sweep] and [study] rows, in the same layout (`precon recipe keys`).

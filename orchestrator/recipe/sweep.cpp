@@ -37,6 +37,7 @@ std::string not_a_file(const std::string& path) {
 }
 
 using worker::ConfigError;
+using worker::ConfigIssue;
 
 // "; VERB ..." naming the trials of `users` (nothing when the recipe has one trial).
 std::string trials_text(const std::vector<TrialSpec>& trials, const std::vector<const TrialSpec*>& users,
@@ -152,6 +153,23 @@ void describe(const worker::FieldRef& ref, nlohmann::json& value, std::string& t
   }
 }
 
+// A command's own parameter (no key of the table): its value as drawn or listed.
+void describe_own(const Pick& pick, nlohmann::json& value, std::string& text) {
+  if (!pick.node) {
+    if (pick.param->kind == SweepKind::int_uniform) value = pick.integer;
+    else value = pick.real;
+  } else if (auto s = pick.node->value_exact<std::string>()) {
+    value = *s;
+  } else if (auto i = pick.node->value_exact<int64_t>()) {
+    value = *i;
+  } else if (auto b = pick.node->value_exact<bool>()) {
+    value = *b;
+  } else {
+    value = pick.node->value<double>().value_or(0.0);
+  }
+  text = placeholder_text(value);
+}
+
 TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick>& picks) {
   worker::ParsedConfig parsed = recipe.base;
   TrialSpec trial;
@@ -160,6 +178,7 @@ TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick
   for (const Pick& pick : picks) {
     const SweepParam& p = *pick.param;
     const std::string& source = p.line > 0 ? recipe.source : std::string("--set");
+    if (!worker::find_key(p.key)) continue;  // a command's own parameter: no trial key to set
     if (pick.node) {
       worker::set_key(parsed, p.key, *pick.node, source, p.line);
     } else if (p.kind == SweepKind::int_uniform) {
@@ -172,7 +191,8 @@ TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick
   for (const Pick& pick : picks) {
     nlohmann::json value;
     std::string text;
-    describe(worker::find_key(pick.param->key)->field(parsed.config), value, text);
+    if (const worker::KeySpec* k = worker::find_key(pick.param->key)) describe(k->field(parsed.config), value, text);
+    else describe_own(pick, value, text);
     trial.params[pick.param->key] = std::move(value);
     trial.label += (trial.label.empty() ? "" : " ") + pick.param->key + "=" + text;
   }
@@ -187,6 +207,15 @@ TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick
   }
   trial.config = std::move(parsed.config);
   trial.config_toml = worker::config_to_toml(trial.config);
+  if (!recipe.command.argv.empty()) {
+    try {
+      trial.command = resolve_command(recipe.command, trial.params, recipe.recipe_dir, recipe.source);
+    } catch (const ConfigError& e) {
+      const ConfigIssue& i = e.issues().front();
+      throw ConfigError(i.source, i.line, i.key, "sweep trial " + std::to_string(index) + " (" + trial.label + "): " + i.message);
+    }
+    trial.config_toml += trial_table_toml(trial.command, trial.params);
+  }
   return trial;
 }
 
@@ -359,6 +388,7 @@ std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials)
     }
   };
   for (const TrialSpec& t : trials) {
+    if (!t.command.empty()) continue;  // a program of the user's reads what it reads
     add_sources("data.train", t.config.data.train, t);
     add_sources("data.val", t.config.data.val, t);
     add("train.init_from", t.config.train.init_from, t);
@@ -411,6 +441,7 @@ std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trial
   std::map<std::string, std::vector<const TrialSpec*>> hits;  // problem -> its trials, in order
   std::vector<std::string> order;
   for (const TrialSpec& t : trials) {
+    if (!t.command.empty()) continue;  // not precon-train's model
     const worker::TrialConfig& c = t.config;
     const worker::ModelConfig& m = c.model;
     const std::string key = m.arch + " " + std::to_string(m.n_layer) + " " + std::to_string(m.d_model) + " " +

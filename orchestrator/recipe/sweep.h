@@ -21,7 +21,9 @@ struct TrialSpec {
   std::string label;           // "key=value ..." in sweep order, e.g. "optimizer.name=muon
                                // optimizer.muon.ns_steps=5"; "" without a sweep
   worker::TrialConfig config;  // base + the trial's values, validated
-  std::string config_toml;     // worker::config_to_toml(config): what the trial stores and runs
+  std::string config_toml;     // worker::config_to_toml(config): what the trial stores and runs;
+                               // with a command, its [trial] table follows (command.h)
+  std::vector<std::string> command;  // the recipe's [trial] command, placeholders resolved; empty: precon-train
 };
 
 // Sweeps larger than this are refused, whatever the method (grids, [[sweep.grid]] unions, random
@@ -47,13 +49,13 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe);
 // The number of trials expand_sweep makes, without making them (saturates at INT64_MAX).
 int64_t sweep_size(const Recipe& recipe);
 
-// Data files the trials name (data.train and data.val: each dataset of a blend, comma-separated
+// Data files the precon-train trials name (data.train and data.val: each dataset of a blend, comma-separated
 // shards or a Megatron prefix; train.init_from) that do not exist, relative paths from the working
 // directory, and data that the trials cannot read (worker::check_data_path: not a shard or a
 // Megatron dataset, a malformed index, shorter than seq_len + 1, a sampled token past vocab_size). One line per problem with the key and the trials it hits. Empty when all is well.
 std::vector<std::string> check_recipe_data(const std::vector<TrialSpec>& trials);
 
-// Trials whose model cannot fit where it will run (worker::estimate_memory: parameters, gradients,
+// precon-train trials whose model cannot fit where it will run (worker::estimate_memory: parameters, gradients,
 // optimizer state and bf16 copies per node, a lower bound) against resources.mem, or for the local
 // executor without it `machine_bytes` (this machine's memory; 0: unknown). One line per distinct
 // problem with the estimate and the trials it hits. Empty when every trial fits.

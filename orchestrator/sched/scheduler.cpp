@@ -131,6 +131,7 @@ void Scheduler::tick() {
   tick_store_error_.clear();
   try {
     collect_finished();
+    follow_metrics();
     escalate_stops();
     scan_checkpoints();
     launch_ready();

@@ -33,6 +33,7 @@
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
 #include "orchestrator/sched/early_stop.h"
+#include "orchestrator/sched/metrics_follower.h"
 #include "orchestrator/store/store.h"
 
 namespace precon::orch {
@@ -139,6 +140,9 @@ class Scheduler {
   // A fresh token for the trial's next attempt, put into spec.env: the store and the report
   // check keep only its hash, so each launch issues a new one (a retry after a restart too).
   void issue_token(const TrialRow& trial, LaunchSpec& spec);
+  // A recipe's own program: its environment (PRECON_RUN_DIR, PRECON_PARAMS, ...), once its run
+  // directory is made (write_config may have changed it).
+  void set_program_env(const TrialRow& trial, LaunchSpec& spec);
   // All pending trials of the experiment in one launch_batch() when their executor batches;
   // false when it does not (launch one by one).
   bool launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials);
@@ -149,9 +153,17 @@ class Scheduler {
   int64_t add_attempt(int64_t trial_id, const Handle& handle);  // an open attempts row
   // stderr_offset: the size of the trainer's stderr log before the launch (this attempt's lines follow).
   void record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle,
-                     uintmax_t stderr_offset);
+                     uintmax_t stderr_offset, bool user_program);
   void continue_attempt(TrialRow& trial, std::unique_ptr<Live> live, const ExitStatus& status);
   void escalate_stops();
+  // The metrics.jsonl lines that running programs (LaunchSpec::user_program) appended, stored and
+  // fed to early stopping; at_end: the attempt has ended (its last line may lack a newline).
+  void follow_metrics();
+  void follow(int64_t trial_id, const std::string& run_dir, bool at_end);
+  // The lines of a program's metrics.jsonl skipped so far, for its trial's reason: "; ..." or "".
+  std::string skipped_lines_note(int64_t trial_id) const;
+  // Why a program that exited 0 cannot be ranked: the objective it never reported ("" if it did).
+  std::string objective_missing(const TrialRow& trial, const ExperimentRow* exp) const;
   void scan_checkpoints();
   void record_checkpoints(const TrialRow& trial);
   void end_trial(TrialRow& trial, TrialState state, const std::string& reason);
@@ -183,6 +195,13 @@ class Scheduler {
   std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
   std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
   std::map<int64_t, std::set<int64_t>> stopper_seen_;                       // trial -> steps judged
+  struct Followed {
+    MetricsFollower file;
+    // Steps up to this one were stored before the follower began (a restarted controller reads
+    // the file from its start): stored again, but not judged again by early stopping.
+    int64_t judged_through = -1;
+  };
+  std::map<int64_t, Followed> followers_;  // trial -> its program's metrics.jsonl, until the trial ends
 
   // Shared with report handlers (any thread).
   std::mutex shared_mu_;

@@ -104,14 +104,14 @@ void Scheduler::launch_ready() {
 }
 
 Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, LaunchSpec& spec) {
-  worker::ParsedConfig parsed;
+  StoredTrial stored;
   try {
-    parsed = worker::parse_config_text(trial.config_toml, "trial " + std::to_string(trial.id));
+    stored = parse_stored_trial(trial.config_toml, "trial " + std::to_string(trial.id));
   } catch (const std::exception& e) {
     end_trial(trial, TrialState::failed, std::string("invalid stored config: ") + e.what());
     return nullptr;
   }
-  const worker::TrialConfig& cfg = parsed.config;
+  const worker::TrialConfig& cfg = stored.config;
   auto ex = executors_.find(cfg.resources.executor);
   if (ex == executors_.end()) {
     end_trial(trial, TrialState::failed, "executor \"" + cfg.resources.executor + "\" is not available in this controller");
@@ -128,8 +128,15 @@ Executor* Scheduler::prepare_launch(TrialRow& trial, const ExperimentRow& exp, L
   spec.gpus = cuda ? std::max<int>(1, static_cast<int>(cfg.resources.gpus_per_node)) : 0;
   spec.resources = cfg.resources;
   const fs::path config_path = fs::path(trial.run_dir) / "config.toml";
-  spec.argv = {options_.trainer.string(), "--config", config_path.string(), "--run-dir", trial.run_dir,
-               "--report-url", options_.report_url, "--trial-id", std::to_string(trial.id)};
+  if (!stored.command.empty()) {
+    spec.user_program = true;
+    spec.argv = stored.command;
+    // A path to the program is the controller's (it runs in its run directory).
+    if (spec.argv[0].find('/') != std::string::npos) spec.argv[0] = fs::absolute(spec.argv[0]).string();
+  } else {
+    spec.argv = {options_.trainer.string(), "--config", config_path.string(), "--run-dir", trial.run_dir,
+                 "--report-url", options_.report_url, "--trial-id", std::to_string(trial.id)};
+  }
   spec.env["PRECON_TRIAL_ID"] = std::to_string(trial.id);
   try {
     ex->second->validate(spec);
@@ -151,6 +158,19 @@ void Scheduler::issue_token(const TrialRow& trial, LaunchSpec& spec) {
     auth.experiment_id = trial.experiment_id;
   }
   spec.env["PRECON_TRIAL_TOKEN"] = token;
+}
+
+void Scheduler::set_program_env(const TrialRow& trial, LaunchSpec& spec) {
+  if (!spec.user_program) return;
+  const fs::path dir = trial.run_dir;
+  spec.env["PRECON_RUN_DIR"] = trial.run_dir;
+  spec.env["PRECON_PARAMS"] = trial.params_json;
+  spec.env["PRECON_PARAMS_FILE"] = (dir / "params.json").string();
+  spec.env["PRECON_CONFIG"] = (dir / "config.toml").string();
+  spec.env["PRECON_ATTEMPT"] = std::to_string(spec.attempt);
+  // Every attempt after the first (a requeue after exit 75, a retry after a failure) resumes.
+  if (spec.attempt > 1) spec.env["PRECON_RESUME"] = "1";
+  if (!options_.report_url.empty()) spec.env["PRECON_REPORT_URL"] = options_.report_url;
 }
 
 // A trial's first attempt gets a run directory of its own, made here (mkdir, which never follows
@@ -183,6 +203,8 @@ bool Scheduler::write_config(TrialRow& trial, const ExperimentRow& exp, Executor
     what += " (it must be a directory of this user, not a link, closed to others)";
   if (!ec && (err = write_text_file(dir / "config.toml", trial.config_toml)) != 0)
     what = "cannot write " + (dir / "config.toml").string() + ": " + std::strerror(err);
+  if (what.empty() && spec.user_program && (err = write_text_file(dir / "params.json", trial.params_json + "\n")) != 0)
+    what = "cannot write " + (dir / "params.json").string() + ": " + std::strerror(err);
   if (what.empty()) return true;
   if (lasting(err)) {
     end_trial(trial, TrialState::failed,
@@ -199,6 +221,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
   if (ex == nullptr) return;
   if (!ex->has_capacity(spec) || deferring(ex)) return;
   if (!write_config(trial, exp, ex, spec)) return;
+  set_program_env(trial, spec);
   issue_token(trial, spec);
   Handle handle;
   // Active before the worker can report; a failed launch ends the trial, which removes it again.
@@ -214,7 +237,7 @@ void Scheduler::launch(TrialRow& trial, const ExperimentRow& exp) {
     return;
   }
   die_if_fault("after_spawn");
-  record_launch(trial, exp, ex, handle, stderr_offset);
+  record_launch(trial, exp, ex, handle, stderr_offset, spec.user_program);
 }
 
 bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& trials) {
@@ -236,6 +259,7 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
       if (deferring(ex)) break;  // a full disk: the others would fail alike; those ready launch now
       continue;                  // this trial has failed
     }
+    set_program_env(t, spec);
     issue_token(t, spec);
     if (options_.metrics) options_.metrics->trial_active(t.id, exp.name);
     rows.push_back(&t);
@@ -248,7 +272,7 @@ bool Scheduler::launch_batched(const ExperimentRow& exp, std::vector<TrialRow>& 
   die_if_fault("after_spawn");
   for (size_t i = 0; i < rows.size(); ++i) {
     if (i < results.size() && results[i].handle) {
-      record_launch(*rows[i], exp, batcher, *results[i].handle, stderr_offsets[i]);
+      record_launch(*rows[i], exp, batcher, *results[i].handle, stderr_offsets[i], specs[i].user_program);
     } else if (i < results.size() && results[i].retry_later) {
       defer_launch(*rows[i], exp, batcher, results[i].error);
     } else {
@@ -287,7 +311,7 @@ int64_t Scheduler::add_attempt(int64_t trial_id, const Handle& handle) {
 }
 
 void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executor* ex, const Handle& handle,
-                              uintmax_t stderr_offset) {
+                              uintmax_t stderr_offset, bool user_program) {
   auto live = std::make_unique<Live>();
   live->attempt_id = add_attempt(trial.id, handle);
   die_if_fault("after_attempt");
@@ -295,6 +319,7 @@ void Scheduler::record_launch(TrialRow& trial, const ExperimentRow& exp, Executo
   live->executor = ex;
   live->start_step = trial.last_step;
   live->stderr_offset = stderr_offset;
+  live->user_program = user_program;
   live_[trial.id] = std::move(live);
   if (options_.metrics) options_.metrics->attempt_started(handle.executor);
   trial.state = TrialState::running;

@@ -28,6 +28,9 @@ struct Scheduler::Live {
   // Size of the trainer's stderr log when this attempt was launched: its own lines start there
   // (0 when adopted: the whole log is searched).
   uintmax_t stderr_offset = 0;
+  // A recipe's own program (LaunchSpec::user_program): it reports through metrics.jsonl, which the
+  // scheduler follows, and hears a stop by SIGTERM only.
+  bool user_program = false;
 };
 
 namespace sched_detail {

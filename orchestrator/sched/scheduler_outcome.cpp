@@ -104,10 +104,11 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
     TrialRow trial = *trial_opt;
     auto exp = store_.experiment(trial.experiment_id);
     // This attempt's lines only: the log holds every attempt's, and an earlier error is not this one's.
+    // A recipe's own program says why in its last line (a Python traceback's last, say).
     const std::string trainer_error =
-        status.kind == ExitKind::succeeded || status.kind == ExitKind::requeue
-            ? std::string()
-            : trainer_error_message(trial.run_dir, live->stderr_offset);
+        status.kind == ExitKind::succeeded || status.kind == ExitKind::requeue ? std::string()
+        : live->user_program ? program_last_words(trial.run_dir, live->stderr_offset)
+                             : trainer_error_message(trial.run_dir, live->stderr_offset);
     // A launcher's exit code (mpirun's 137) says little: which rank died of which signal, when it
     // said so, goes with it.
     if (status.kind != ExitKind::succeeded && status.kind != ExitKind::requeue)
@@ -131,12 +132,17 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
     // Reports the worker could not deliver (the controller down or its disk full near the end;
     // a finished trial refuses late ones): metrics.jsonl has them, from the last stored step on.
     // Only points the store lacks: the last stored step's record is usually there already.
-    std::vector<MetricPoint> missed;
-    for (MetricPoint& p : metrics_from_step(std::filesystem::path(trial.run_dir) / "metrics.jsonl", trial.last_step)) {
-      const std::optional<MetricPoint> have = store_.metric_at_or_before(trial_id, p.name, p.step);
-      if (!have || have->step != p.step) missed.push_back(std::move(p));
+    // A program's lines are followed: the last ones, up to its end, now.
+    if (live->user_program) {
+      follow(trial_id, trial.run_dir, true);
+    } else {
+      std::vector<MetricPoint> missed;
+      for (MetricPoint& p : metrics_from_step(std::filesystem::path(trial.run_dir) / "metrics.jsonl", trial.last_step)) {
+        const std::optional<MetricPoint> have = store_.metric_at_or_before(trial_id, p.name, p.step);
+        if (!have || have->step != p.step) missed.push_back(std::move(p));
+      }
+      if (!missed.empty()) store_.insert_metrics(trial_id, missed);
     }
-    if (!missed.empty()) store_.insert_metrics(trial_id, missed);
     record_checkpoints(trial);
     {
       std::lock_guard lock(shared_mu_);
@@ -153,9 +159,15 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
       return;
     }
     const int64_t max_attempts = exp ? exp->max_attempts : 1;
+    const std::string note = live->user_program ? skipped_lines_note(trial_id) : "";
     switch (status.kind) {
       case ExitKind::succeeded:
-        end_trial(trial, TrialState::completed, "trained to the last step");
+        if (const std::string missing = live->user_program ? objective_missing(trial, exp ? &*exp : nullptr) : "";
+            !missing.empty()) {  // nothing to rank it by; running it again would not change that
+          end_trial(trial, TrialState::failed, missing + note);
+          return;
+        }
+        end_trial(trial, TrialState::completed, live->user_program ? "the program exited 0" + note : "trained to the last step");
         return;
       case ExitKind::requeue:
         // Preempted or signalled: resumes from its checkpoint; does not count as a failure.
@@ -169,7 +181,7 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
         return;
       case ExitKind::usage:
         // A bad configuration fails the same way every time: the trial fails at once.
-        end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "not retried", trial.run_dir));
+        end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "not retried", trial.run_dir) + note);
         return;
       default: {
         // Requeued attempts (preemption, time limits) are not failures; count only the others.
@@ -187,7 +199,7 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
                     " of " + std::to_string(max_attempts) + " allowed failures); retrying from the last checkpoint");
           log("trial " + std::to_string(trial.id) + ": attempt failed (" + why + "), retrying");
         } else {
-          end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "after " + count, trial.run_dir));
+          end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "after " + count, trial.run_dir) + note);
         }
       }
     }
@@ -227,6 +239,7 @@ void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& 
   trial.reason = reason;
   trial.ended_at = epoch_seconds();
   store_.update_trial(trial);
+  followers_.erase(trial.id);
   {
     std::lock_guard lock(shared_mu_);
     if (auto it = tokens_.find(trial.id); it != tokens_.end()) it->second.finished = true;

@@ -36,6 +36,11 @@ void Scheduler::reconcile() {
     live->attempt_id = a.id;
     live->handle = h;
     live->executor = it->second;
+    try {
+      live->user_program = !parse_stored_trial(trial->config_toml, "trial " + std::to_string(a.trial_id)).command.empty();
+    } catch (const std::exception&) {
+      // It parsed when the attempt was launched; one that no longer does is taken for precon-train's.
+    }
     live_[a.trial_id] = std::move(live);
     if (trial->state == TrialState::pending) {
       // The controller died between recording the attempt and marking the trial running: as

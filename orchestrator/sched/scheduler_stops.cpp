@@ -1,5 +1,6 @@
 // Stops: cancellation and early stopping ask a trial to stop; a running worker hears it in its
-// next report answer, then gets SIGTERM after the grace period and SIGKILL after twice that.
+// next report answer, then gets SIGTERM after the grace period and SIGKILL after twice that. A
+// recipe's own program gets SIGTERM at once and SIGKILL after the grace period.
 #include "orchestrator/sched/scheduler.h"
 
 #include <cmath>
@@ -31,8 +32,9 @@ void Scheduler::request_stop(int64_t trial_id, TrialState final_state, const std
     stop_answers_[trial_id] = reason;
   }
   // An attempt that has not reported yet (a Slurm job still pending, a worker still starting)
-  // cannot hear the stop answer: signal it now instead of after the grace period.
-  if (live.start_step >= 0 && trial->last_step == live.start_step) {
+  // cannot hear the stop answer: signal it now instead of after the grace period. Nor can a
+  // program that reports through its metrics.jsonl.
+  if (live.user_program || (live.start_step >= 0 && trial->last_step == live.start_step)) {
     live.executor->signal_stop(live.handle);
     live.sigterm_sent = true;
   }
@@ -42,10 +44,11 @@ void Scheduler::escalate_stops() {
   const auto now = std::chrono::steady_clock::now();
   for (auto& [trial_id, live] : live_) {
     if (!live->stop_requested) continue;
+    const auto kill_after = live->user_program ? options_.stop_grace : 2 * options_.stop_grace;
     if (!live->sigterm_sent && now - live->stop_at > options_.stop_grace) {
       live->executor->signal_stop(live->handle);
       live->sigterm_sent = true;
-    } else if (!live->sigkill_sent && now - live->stop_at > 2 * options_.stop_grace) {
+    } else if (!live->sigkill_sent && now - live->stop_at > kill_after) {
       live->executor->kill(live->handle);
       live->sigkill_sent = true;
     }

@@ -1,6 +1,7 @@
 #include "orchestrator/service/report_limits.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "orchestrator/http/errors.h"
 #include "orchestrator/recipe/recipe.h"
@@ -25,11 +26,13 @@ ReportLimits::Trial& ReportLimits::load(int64_t trial_id) {
   if (it != trials_.end()) return it->second;
   const std::optional<TrialRow> row = store_.trial(trial_id);
   if (!row) throw HttpError(404, "not_found", "no trial " + std::to_string(trial_id));
-  const worker::TrialConfig config = stored_trial_config(row->config_toml, "trial " + std::to_string(trial_id));
+  const StoredTrial stored = parse_stored_trial(row->config_toml, "trial " + std::to_string(trial_id));
+  const worker::TrialConfig& config = stored.config;
   if (trials_.size() >= kMaxTrialsKept) trials_.clear();
   Trial t;
   t.experiment = row->experiment_id;
-  t.max_step = config.train.steps;
+  // A recipe's own program counts its steps itself.
+  t.max_step = stored.command.empty() ? config.train.steps : std::numeric_limits<int64_t>::max();
   t.layers = config.model.n_layer;
   for (const std::string& name : store_.metric_names(trial_id)) t.names.insert(counted_name(name, t.layers));
   return trials_.emplace(trial_id, std::move(t)).first->second;

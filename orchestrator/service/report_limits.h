@@ -1,6 +1,7 @@
 // Bounds on what a worker's reports may make of its trial's record: steps no further than the
 // trial's train.steps (the trainer reports train and validation metrics at training steps
-// 1..train.steps only), and at most kMaxMetricNames distinct metric names per trial, where the
+// 1..train.steps only; a recipe's own program, which counts its steps itself, has no such bound),
+// and at most kMaxMetricNames distinct metric names per trial, where the
 // per-layer names of one family (`moe_load_max.layer0`, `moe_load_max.layer1`, ... with the
 // index below the trial's model.n_layer) count as one name. A report past either bound is
 // refused whole (HttpError 400 bad_report), so nothing already recorded changes.
@@ -40,7 +41,7 @@ class ReportLimits {
  private:
   struct Trial {
     int64_t experiment = 0;        // the experiment's id
-    int64_t max_step = 0;          // train.steps
+    int64_t max_step = 0;          // train.steps; INT64_MAX for a recipe's own program
     int64_t layers = 0;            // model.n_layer
     std::set<std::string> names;   // counted names stored (or being stored)
   };

@@ -33,6 +33,9 @@ def recipe():
         '[sweep]\nmethod = "grid"\n[sweep.parameters]\n"optimizer.lr" = [0.01, 0.02]\n'
         '[[sweep.grid]]\n"optimizer.name" = ["muon"]\n"optimizer.muon.ns_steps" = [5, 6]\n'
         '[[sweep.grid]]\n"optimizer.name" = ["shampoo"]\n"optimizer.shampoo.precondition_every" = [10]\n')
+    put("fuzz_recipe", "command",
+        '[trial]\ncommand = ["prog", "{recipe_dir}/x.py", "--lr={lr}", "{{literal}}", "{width}"]\n'
+        '[sweep.parameters]\nlr = [0.1, 0.2]\nwidth = [8, 16]\n"train.threads" = [1]\n')
     put("fuzz_recipe", "grid-too-big",
         '[sweep]\nmethod = "grid"\n[sweep.parameters]\n' +
         "".join(f'"optimizer.lr" = [{", ".join(str(i) for i in range(1, 400))}]\n' for _ in range(1)) +

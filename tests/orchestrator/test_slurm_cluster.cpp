@@ -2,13 +2,15 @@
 // fixture): a sweep as one job array, cancel, preemption and time-limit warnings that checkpoint,
 // requeue and resume to the same loss curve as an uninterrupted run, sbatch errors, a controller
 // killed with SIGKILL mid-sweep, a two-node job's ranks, a data-parallel trial over both nodes as one
-// MPI job (run, preempted and resumed), and the 100-trial submit time.
+// MPI job (run, preempted and resumed), a PyTorch script as the trial's program preempted and
+// resumed, and the 100-trial submit time.
 // Without a reachable cluster these tests are skipped, except under CI=true, where they fail.
 #include <regex>
 #include <set>
 
 #include "orchestrator/sched/scheduler.h"
 #include "orchestrator/store/token_hash.h"
+#include "tests/common/test_util.h"
 #include "tests/orchestrator/serve_process.h"
 #include "tests/orchestrator/slurm_cluster_fixture.h"
 
@@ -106,6 +108,57 @@ TEST_F(SlurmCluster, PreemptionSignalCheckpointsRequeuesAndResumesTheSameCurve) 
   ASSERT_TRUE(done(url, id, seconds(120)));
   expect_requeued_once(url, tid, steps, std::move(reference));
   EXPECT_EQ(trial(url, tid)["attempts"][0]["external_id"], job);
+  c->stop();
+}
+
+TEST_F(SlurmCluster, AProgramsTrialIsPreemptedRequeuedAndResumesTheSameCurve) {
+  // recipes/command_torch.py as the program: SIGUSR1 (a preemption notice) reaches it through the
+  // job script and srun; it checkpoints and exits 75, the job requeues itself, and the next run
+  // resumes with PRECON_RESUME=1 in its run directory.
+  const std::string script = std::string(PRECON_SOURCE_DIR) + "/recipes/command_torch.py";
+  const int steps = 60;
+  const std::string args = "\"--lr\", \"0.3\", \"--steps\", \"" + std::to_string(steps) + "\"";
+  auto c = start();
+  const std::string url = c->url();
+  const int64_t id = submit(url, "[trial]\ncommand = [\"" + std::string(PRECON_PYTHON) + "\", \"" + script + "\", " + args +
+                                     ", \"--step-time\", \"0.1\"]\n[train]\nthreads = 1\n[resources]\nexecutor = \"slurm\"\n"
+                                     "[sweep]\nmax_attempts = 1\n[sweep.parameters]\nseed = [0]\n");
+  const int64_t tid = trials(url, id)[0]["id"];
+  // The reference: the same script run straight through, here.
+  const fs::path ref = dir_ / "reference";
+  fs::create_directories(ref);
+  CommandResult r = run_command({"/bin/sh", "-c", "cd '" + ref.string() + "' && PRECON_RUN_DIR=. '" + PRECON_PYTHON + "' '" +
+                                                      script + "' --lr 0.3 --steps " + std::to_string(steps)},
+                                seconds(120));
+  ASSERT_TRUE(r.ok()) << r.message();
+  std::map<int64_t, double> want;
+  std::ifstream in(ref / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const json j = json::parse(line);
+    want[j["step"].get<int64_t>()] = j["val_loss"].get<double>();
+  }
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps));
+  ASSERT_TRUE(wait_for([&] { return trial(url, tid)["last_step"].get<int64_t>() >= 10; }, seconds(90)))
+      << job_text(trial(url, tid)["attempts"][0]["external_id"]);
+  const std::string job = trial(url, tid)["attempts"][0]["external_id"];
+  r = slurm({"scancel", "--signal=USR1", "--batch", job});
+  ASSERT_TRUE(r.ok()) << r.message();
+  ASSERT_TRUE(done(url, id, seconds(120)));
+  const json t = trial(url, tid);
+  EXPECT_EQ(t["state"], "completed") << t.dump();
+  ASSERT_EQ(t["attempts"].size(), 2u) << t.dump();
+  EXPECT_EQ(t["attempts"][0]["state"], "requeue");
+  EXPECT_EQ(t["attempts"][0]["exit_code"], 75);
+  EXPECT_EQ(t["attempts"][1]["external_id"], job);
+  const std::string log = test::slurp(fs::path(t["run_dir"].get<std::string>()) / "stderr.log");
+  EXPECT_NE(log.find("(SIGUSR1); exiting 75"), std::string::npos) << log;
+  EXPECT_NE(log.find("resumed from step"), std::string::npos) << log;
+  const json m = get(url, "/api/v1/trials/" + std::to_string(tid) + "/metrics?name=val_loss&max_points=0")["metrics"]["val_loss"];
+  ASSERT_EQ(m["steps"].size(), static_cast<size_t>(steps));
+  for (int i = 0; i < steps; ++i) {
+    ASSERT_EQ(m["steps"][i], i + 1);
+    ASSERT_EQ(m["values"][i].get<double>(), want.at(i + 1)) << "step " << i + 1;
+  }
   c->stop();
 }
 
