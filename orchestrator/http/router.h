@@ -64,6 +64,9 @@ struct Route {
   // Slow on a big experiment: the server answers it on its worker pool, whose queue is bounded
   // (full: 503 busy), never on an io thread (ServerOptions::workers).
   bool offload = false;
+  // Answered even when the server is at its connection caps, from the connections it keeps in
+  // reserve for that (ServerOptions::reserved_connections): /healthz and the workers' reports.
+  bool reserved = false;
 };
 
 struct RouterOptions {

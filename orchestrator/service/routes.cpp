@@ -32,30 +32,31 @@ struct ApiRoute {
   ApiHandler handler;
   Access access;
   Cost cost;
+  bool reserved;     // answered even at the connection caps (ServerOptions::reserved_connections)
   const char* name;  // the route label of /metrics
 };
 
 // clang-format off
 constexpr ApiRoute kApiRoutes[] = {
-  // method  pattern                                       handler                access          cost          name
-  {"GET",  "/healthz",                                     healthz,               Access::kPublic, Cost::kCheap, "healthz"},
-  {"GET",  "/metrics",                                     metrics_page,          Access::kPublic, Cost::kCheap, "metrics"},
-  {"GET",  "/api/v1/experiments",                          experiments_list,      Access::kRead,   Cost::kCheap, "experiments_list"},
-  {"POST", "/api/v1/experiments",                          experiments_submit,    Access::kAdmin,  Cost::kSlow,  "experiments_submit"},
-  {"GET",  "/api/v1/experiments/{id}",                     experiment_show,       Access::kRead,   Cost::kSlow,  "experiment_show"},
-  {"POST", "/api/v1/experiments/{id}/cancel",              experiment_cancel,     Access::kAdmin,  Cost::kCheap, "experiment_cancel"},
-  {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  "experiment_trials"},
-  {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  "experiment_best"},
-  {"GET",  "/api/v1/experiments/{id}/study",               experiment_study,      Access::kRead,   Cost::kSlow,  "experiment_study"},
-  {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, "trial_show"},
-  {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  "trial_metrics"},
-  {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, "trial_logs"},
-  {"POST", "/api/v1/trials/{id}/cancel",                   trial_cancel,          Access::kAdmin,  Cost::kCheap, "trial_cancel"},
-  {"GET",  "/api/v1/events",                               events,                Access::kRead,   Cost::kCheap, "events"},
-  {"POST", "/api/v1/report",                               report,                Access::kWorker, Cost::kCheap, "report"},
-  {"GET",  "/api/v1/dashboard/experiments",                dashboard_experiments, Access::kRead,   Cost::kSlow,  "dashboard_experiments"},
-  {"GET",  "/api/v1/dashboard/experiments/{id}",           dashboard_experiment,  Access::kRead,   Cost::kSlow,  "dashboard_experiment"},
-  {"GET",  "/api/v1/dashboard/experiments/{id}/curves",    dashboard_curves,      Access::kRead,   Cost::kSlow,  "dashboard_curves"},
+  // method  pattern                                       handler                access          cost          reserved name
+  {"GET",  "/healthz",                                     healthz,               Access::kPublic, Cost::kCheap, true,  "healthz"},
+  {"GET",  "/metrics",                                     metrics_page,          Access::kPublic, Cost::kCheap, false, "metrics"},
+  {"GET",  "/api/v1/experiments",                          experiments_list,      Access::kRead,   Cost::kCheap, false, "experiments_list"},
+  {"POST", "/api/v1/experiments",                          experiments_submit,    Access::kAdmin,  Cost::kSlow,  false, "experiments_submit"},
+  {"GET",  "/api/v1/experiments/{id}",                     experiment_show,       Access::kRead,   Cost::kSlow,  false, "experiment_show"},
+  {"POST", "/api/v1/experiments/{id}/cancel",              experiment_cancel,     Access::kAdmin,  Cost::kCheap, false, "experiment_cancel"},
+  {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  false, "experiment_trials"},
+  {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  false, "experiment_best"},
+  {"GET",  "/api/v1/experiments/{id}/study",               experiment_study,      Access::kRead,   Cost::kSlow,  false, "experiment_study"},
+  {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, false, "trial_show"},
+  {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  false, "trial_metrics"},
+  {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, false, "trial_logs"},
+  {"POST", "/api/v1/trials/{id}/cancel",                   trial_cancel,          Access::kAdmin,  Cost::kCheap, false, "trial_cancel"},
+  {"GET",  "/api/v1/events",                               events,                Access::kRead,   Cost::kCheap, false, "events"},
+  {"POST", "/api/v1/report",                               report,                Access::kWorker, Cost::kCheap, true,  "report"},
+  {"GET",  "/api/v1/dashboard/experiments",                dashboard_experiments, Access::kRead,   Cost::kSlow,  false, "dashboard_experiments"},
+  {"GET",  "/api/v1/dashboard/experiments/{id}",           dashboard_experiment,  Access::kRead,   Cost::kSlow,  false, "dashboard_experiment"},
+  {"GET",  "/api/v1/dashboard/experiments/{id}/curves",    dashboard_curves,      Access::kRead,   Cost::kSlow,  false, "dashboard_curves"},
 };
 // clang-format on
 
@@ -89,6 +90,7 @@ void Controller::add_routes() {
     route.needs_read_token = a.access == Access::kRead;
     if (a.access == Access::kWorker) route.authorize = report_authorize;
     route.offload = a.cost == Cost::kSlow;
+    route.reserved = a.reserved;
     r.add(std::move(route));
   }
   if (!options_.web_dir.empty()) r.add_static("/", options_.web_dir, "dashboard");
