@@ -205,6 +205,7 @@ void HttpServer::start() {
   State& s = *state_;
   started_ = true;
   if (s.options.workers > 0) s.pool = std::make_unique<WorkPool>(s.options.workers, s.options.worker_queue);
+  if (s.options.writers > 0) s.writers = std::make_unique<WorkPool>(s.options.writers, s.options.writer_queue);
   s.do_accept();
   for (int i = 0; i < s.options.threads; ++i) {
     threads_.emplace_back([&s] {
@@ -258,7 +259,8 @@ void HttpServer::stop() {
   if (cut > 0) {
     s.log("stopping: " + std::to_string(cut) + " connection(s) still busy after the stop timeout are cut: " + which);
   }
-  if (s.pool) s.pool->stop();  // before the io_context goes: its jobs post back to sessions
+  if (s.pool) s.pool->stop();  // before the io_context goes: their jobs post back to sessions
+  if (s.writers) s.writers->stop();
   s.io->stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();

@@ -69,6 +69,10 @@ struct ServerOptions {
   // (with Retry-After). 0 threads: those routes are answered on the io threads.
   size_t workers = 2;
   size_t worker_queue = 32;
+  // Likewise for the routes marked `writes` (Route::writes), apart from the slow reads so that
+  // neither waits for the other.
+  size_t writers = 2;
+  size_t writer_queue = 256;
   // After an offloaded answer of at least this many bytes (or one whose handler took over a
   // second) the server returns the heap's free pages to the system (malloc_trim), at most once a
   // second, so a burst of big reads does not leave the process at its peak size.

@@ -1,6 +1,6 @@
 // What the HTTP server's listener (server.cpp) and its sessions (session.cpp) share: the router and
 // options, the io_context, the registry of open sessions with the counts the connection caps use,
-// and the worker pool of offloaded routes. Internal to orchestrator/http.
+// and the worker pools of offloaded and writing routes. Internal to orchestrator/http.
 // Thread-safety: sessions, serving, reserving and per_address under `mutex`; stopping and last_trim atomic;
 // the rest is set up before the io threads start (HttpServer::listen/start) and only read after.
 #pragma once
@@ -73,6 +73,7 @@ struct HttpServer::State {
   std::optional<tcp::acceptor> acceptor;                  // on its own strand
   std::optional<boost::asio::steady_timer> retry;         // on the acceptor's strand
   std::unique_ptr<WorkPool> pool;                         // offloaded routes; null without workers
+  std::unique_ptr<WorkPool> writers;                      // routes that write; null without writers
   std::atomic<int64_t> last_trim{0};                      // steady-clock ms of the last malloc_trim
   uint16_t port = 0;                                      // the bound port (HostCheck matches it)
 };

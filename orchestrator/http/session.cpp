@@ -241,19 +241,22 @@ void Session::handle() {
   finish(std::move(request), std::move(response), seconds, std::move(failure));
 }
 
-// The request's route when the worker pool answers it, else null.
+// The request's route when a worker pool answers it, else null.
 const Route* Session::offloaded_route() const {
-  if (!state_.pool) return nullptr;
+  if (!state_.pool && !state_.writers) return nullptr;
   const auto& message = parser_->get();
   const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
   const auto target = message.target();
   const Route* route = state_.router.match(method, std::string(target.substr(0, target.find('?'))));
-  return route && route->offload ? route : nullptr;
+  if (!route) return nullptr;
+  return (route->writes && state_.writers) || (route->offload && state_.pool) ? route : nullptr;
 }
 
-// Answers on the worker pool; the parser is left alone on this strand until the answer is back.
+// Answers on the route's worker pool; the parser is left alone on this strand until the answer is back.
 void Session::offload(const Route& route) {
-  const bool queued = state_.pool->try_post([self = shared_from_this()] {
+  const bool writes = route.writes && state_.writers;
+  WorkPool& pool = writes ? *state_.writers : *state_.pool;
+  const bool queued = pool.try_post([self = shared_from_this()] {
     Request request;
     double seconds = 0;
     std::optional<std::string> failure;
@@ -268,9 +271,11 @@ void Session::offload(const Route& route) {
   if (queued) return;
   Request request = to_request(parser_->get(), "", remote_);
   request.route = route.name;
+  const std::string what = writes ? "writes" : "slow requests";
+  const size_t waiting = writes ? state_.options.writer_queue : state_.options.worker_queue;
   Response busy = error_response(503, "busy",
-                                 "the controller is answering as many slow requests as it queues (" +
-                                     std::to_string(state_.options.worker_queue) + " waiting); retry shortly");
+                                 "the controller is answering as many " + what + " as it queues (" +
+                                     std::to_string(waiting) + " waiting); retry shortly");
   busy.headers["Retry-After"] = "1";
   finish(std::move(request), std::move(busy), 0, std::nullopt);
 }

@@ -1,6 +1,6 @@
 // One connection of the HTTP server: reads requests one after another (keep-alive), answers each
-// through the router on this session's strand (or the worker pool for an offloaded route), and
-// closes on error, timeout, "Connection: close", eviction or stop. Internal to orchestrator/http:
+// through the router on this session's strand (or a worker pool for an offloaded or writing
+// route), and closes on error, timeout, "Connection: close", eviction or stop. Internal to orchestrator/http:
 // the listener (server.cpp) creates, counts, evicts and stops sessions.
 // Thread-safety: the I/O runs on the session's strand; counted, reserved, uncount() and unreserve()
 // under the registry's mutex; idle_since(), header_since(), may_leave_reserve(), admitted() and
