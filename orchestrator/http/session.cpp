@@ -185,11 +185,16 @@ std::optional<Response> Session::host_refusal(const RequestHeader& header) const
                                 "to `precon serve --allowed-host`)");
 }
 
-bool Session::reserved_route() const {
+// The route the request's header names (HEAD as GET), or null.
+const Route* Session::matched_route() const {
   const auto& message = parser_->get();
   const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
   const auto target = message.target();
-  const Route* route = state_.router.match(method, std::string(target.substr(0, target.find('?'))));
+  return state_.router.match(method, std::string(target.substr(0, target.find('?'))));
+}
+
+bool Session::reserved_route() const {
+  const Route* route = matched_route();
   return route && route->reserved;
 }
 
@@ -244,10 +249,7 @@ void Session::handle() {
 // The request's route when a worker pool answers it, else null.
 const Route* Session::offloaded_route() const {
   if (!state_.pool && !state_.writers) return nullptr;
-  const auto& message = parser_->get();
-  const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
-  const auto target = message.target();
-  const Route* route = state_.router.match(method, std::string(target.substr(0, target.find('?'))));
+  const Route* route = matched_route();
   if (!route) return nullptr;
   return (route->writes && state_.writers) || (route->offload && state_.pool) ? route : nullptr;
 }

@@ -75,6 +75,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // The request's deadline: `limit` from its first byte (the reserve's end at the latest).
   void arm_deadline(std::chrono::milliseconds limit);
   void on_header(boost::beast::error_code ec);
+  const Route* matched_route() const;
   bool reserved_route() const;
   std::optional<Response> host_refusal(const boost::beast::http::request<boost::beast::http::string_body>& header) const;
   void read_body();
