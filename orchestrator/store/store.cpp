@@ -177,15 +177,15 @@ WriteGuard::WriteGuard(StoreState& state, const char* op, WriteWait wait)
     state.turn.take();
     state.lock_wait.give_up = Clock::now() + std::chrono::milliseconds(sql::kBusyTimeoutMs);
   } else {
-    // While writes are known to be blocked a brief one only looks: the database is still locked,
-    // or it went through.
+    // Its turn among the controller's writes, unless the one holding it finds the database locked;
+    // while writes are known to be blocked a brief one only looks: still locked, or it goes through.
     const bool blocked = state.lock_wait.blocked_since.load() != 0;
-    const Clock::time_point give_up = blocked ? Clock::now() : Clock::now() + kBriefWait;
-    if (!(blocked ? state.turn.try_take() : state.turn.take_until(give_up))) {
-      throw StoreBusyError(state.path.string() + ": another write of the controller holds the database" +
-                           (blocked ? ", which another connection has locked" : "") + "; retry shortly");
+    if (!(blocked ? state.turn.try_take() : state.turn.take_unless(state.lock_wait.blocked_since))) {
+      throw StoreBusyError(state.path.string() +
+                           ": another connection has locked the database (another process holds a write "
+                           "transaction on it); retry shortly");
     }
-    state.lock_wait.give_up = give_up;
+    state.lock_wait.give_up = blocked ? Clock::now() : Clock::now() + kBriefWait;
   }
   start_ = Clock::now();
 }

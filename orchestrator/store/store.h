@@ -23,8 +23,8 @@ class StoreError : public std::runtime_error {
 };
 
 // A write that could not have the database for as long as it might wait: another connection held
-// its lock (another process in a write transaction, `sqlite3 precon.db "BEGIN EXCLUSIVE"`), or
-// another write of this store held the writer meanwhile. Nothing of it was written.
+// its lock (another process in a write transaction, `sqlite3 precon.db "BEGIN EXCLUSIVE"`). Nothing
+// of it was written.
 class StoreBusyError : public StoreError {
   using StoreError::StoreError;
 };
@@ -33,7 +33,8 @@ class StoreBusyError : public StoreError {
 enum class WriteWait {
   kPatient,  // up to 10 s (the scheduler's writes, which it retries)
   kBrief,    // up to 1 s, not at all while writes are known to be blocked (a worker's report: the
-             // caller answers 503 at once and the worker sends it again)
+             // caller answers 503 at once and the worker sends it again); its turn among the
+             // controller's own writes it waits for as long as it takes
 };
 
 // Trial lifecycle. A trial ends exactly once, in one of the terminal states.

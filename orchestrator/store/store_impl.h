@@ -19,8 +19,8 @@
 
 namespace precon::orch {
 
-// One write at a time on the writer connection, taken with a deadline. (A condition variable
-// rather than std::timed_mutex, whose timed lock ThreadSanitizer does not see.)
+// One write at a time on the writer connection. (A condition variable rather than a mutex: a
+// brief write stops waiting for its turn once the database is found locked.)
 class WriterTurn {
  public:
   void take() {
@@ -28,9 +28,14 @@ class WriterTurn {
     free_.wait(lock, [&] { return !taken_; });
     taken_ = true;
   }
-  bool take_until(std::chrono::steady_clock::time_point deadline) {
+  // Waits for the turn while `blocked` stays 0 (looking at it every 50 ms); false, the turn not
+  // taken, once it is not.
+  bool take_unless(const std::atomic<int64_t>& blocked) {
     std::unique_lock lock(mu_);
-    if (!free_.wait_until(lock, deadline, [&] { return !taken_; })) return false;
+    while (taken_) {
+      if (blocked.load() != 0) return false;
+      free_.wait_for(lock, std::chrono::milliseconds(50));
+    }
     taken_ = true;
     return true;
   }
