@@ -153,20 +153,24 @@ class RetryingWorker(threading.Thread):
         conn.close()
 
 
-def probe(host, port, stop, results):
-    """GET /healthz every 50 ms, each on a new connection: (status or error, seconds)."""
+def probe(host, port, stop, results, store=False):
+    """GET /healthz every 50 ms, each on a new connection: (status or error, seconds, when, and with
+    `store` its "store"."blocked", else None)."""
     while not stop.is_set():
         t0 = time.monotonic()
+        blocked = None
         try:
             conn = http.client.HTTPConnection(host, port, timeout=10)
             conn.request("GET", "/healthz")
             r = conn.getresponse()
-            r.read()
+            body = r.read()
             status = r.status
             conn.close()
-        except (OSError, http.client.HTTPException) as e:
+            if store and status == 200:
+                blocked = json.loads(body).get("store", {}).get("blocked")
+        except (OSError, http.client.HTTPException, ValueError) as e:
             status = type(e).__name__
-        results.append((status, time.monotonic() - t0, t0))
+        results.append((status, time.monotonic() - t0, t0, blocked))
         stop.wait(0.05)
 
 
