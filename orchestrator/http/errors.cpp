@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/store/disk_space.h"
+#include "orchestrator/store/store.h"
 #include "worker/common/error.h"
 #include "worker/config/parse.h"
 
@@ -29,6 +30,8 @@ ErrorAnswer error_answer(std::exception_ptr error) {
     return client(400, "bad_recipe", e.what());
   } catch (const std::invalid_argument& e) {
     return client(400, "bad_request", e.what());
+  } catch (const StoreBusyError& e) {
+    return ErrorAnswer{503, "store_busy", e.what(), e.what(), 1};
   } catch (const DiskFullError& e) {
     return ErrorAnswer{507, "disk_full", e.what(), e.what()};
   } catch (const worker::WorkerError& e) {

@@ -24,6 +24,7 @@ struct ErrorAnswer {
   std::string code = "internal";  // the "code" of {"error": {"code", "message"}}
   std::string message;            // the "message": what the client is told
   std::string cause;              // for the log: what() of the exception, "" for a non-standard one
+  int retry_after = 0;            // seconds for "Retry-After" (0: none); such a 5xx is not logged
 };
 
 // error: std::current_exception() inside a catch. By type, first match wins:
@@ -32,10 +33,12 @@ struct ErrorAnswer {
 //   other nlohmann::json errors      400 bad_request
 //   worker::ConfigError              400 bad_recipe (a recipe or override the worker's schema refuses)
 //   std::invalid_argument            400 bad_request
+//   StoreBusyError                   503 store_busy with Retry-After: 1 (another process has locked the database)
 //   DiskFullError                    507 disk_full (the disk under the database; the message says what to do)
 //   other worker::WorkerError        500 worker_error (files, checkpoints, data the controller read)
 //   anything else                    500 internal
-// A 5xx is the controller's fault: the caller logs it (cause), the client sees "internal error: ...".
+// A 5xx is the controller's fault: the caller logs it (cause), the client sees "internal error: ...";
+// one with retry_after is a passing state the client is to wait out, not logged.
 ErrorAnswer error_answer(std::exception_ptr error);
 
 }  // namespace precon::orch

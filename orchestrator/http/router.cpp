@@ -77,7 +77,11 @@ Response error_response(int status, std::string code, std::string message) {
   return json_response({{"error", {{"code", std::move(code)}, {"message", std::move(message)}}}}, status);
 }
 
-Response error_response(const ErrorAnswer& answer) { return error_response(answer.status, answer.code, answer.message); }
+Response error_response(const ErrorAnswer& answer) {
+  Response response = error_response(answer.status, answer.code, answer.message);
+  if (answer.retry_after > 0) response.headers["Retry-After"] = std::to_string(answer.retry_after);
+  return response;
+}
 
 bool percent_decode(std::string_view in, std::string& out, bool plus_is_space) {
   out.clear();
@@ -470,7 +474,7 @@ Response Router::dispatch(Request& request) const {
     return route->handler(request);
   } catch (...) {
     const ErrorAnswer answer = error_answer(std::current_exception());
-    if (answer.status >= 500) {
+    if (answer.status >= 500 && answer.retry_after == 0) {
       try {
         options_.log("internal error in " + request.method + " " + request.path + " (route " + route->name + ")" +
                      (answer.cause.empty() ? "" : ": " + answer.cause));

@@ -42,7 +42,7 @@ struct Response {
 Response json_response(const nlohmann::json& body, int status = 200);
 // The one error shape: {"error": {"code": "...", "message": "..."}}.
 Response error_response(int status, std::string code, std::string message);
-// The answer for an exception, by the one mapping (errors.h).
+// The answer for an exception, by the one mapping (errors.h), with its Retry-After if any.
 Response error_response(const ErrorAnswer& answer);
 
 using Handler = std::function<Response(Request&)>;
@@ -64,6 +64,13 @@ struct Route {
   // Slow on a big experiment: the server answers it on its worker pool, whose queue is bounded
   // (full: 503 busy), never on an io thread (ServerOptions::workers).
   bool offload = false;
+  // Writes the store (a worker's report): answered on the server's writer pool, bounded the same
+  // way (ServerOptions::writers), never on an io thread, which a database locked by another
+  // process would otherwise hold.
+  bool writes = false;
+  // Answered even when the server is at its connection caps, from the connections it keeps in
+  // reserve for that (ServerOptions::reserved_connections): /healthz and the workers' reports.
+  bool reserved = false;
 };
 
 struct RouterOptions {

@@ -31,9 +31,6 @@ namespace {
 
 // Accept errors such as "too many open files" would spin; retry after a pause instead.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
-// Connections over the caps still being answered 503 and drained; beyond this they are closed
-// unanswered, so a flood cannot grow the refusals either.
-constexpr size_t kMaxRefusing = 64;
 
 }  // namespace
 
@@ -63,6 +60,7 @@ void HttpServer::State::admit(tcp::socket socket) {
   const std::string address = peer.address().to_string();
   std::optional<Response> refusal;
   std::shared_ptr<Session> session, evicted;
+  bool slow_header = true;  // what the evicted session was chosen for
   {
     std::lock_guard lock(mutex);
     const size_t from_address = per_address.count(address) ? per_address[address] : 0;
@@ -70,8 +68,8 @@ void HttpServer::State::admit(tcp::socket socket) {
     if (address_full || serving >= options.max_connections) {
       // Over the address's cap a connection of that address makes room (which also frees one
       // in all); over the total cap alone, any.
-      if (Session* idle = longest_idle(address_full ? address : "")) {
-        evicted = sessions.at(idle).lock();
+      if (Session* victim = evictable(address_full ? address : "", slow_header)) {
+        evicted = sessions.at(victim).lock();
         if (evicted) evicted->uncount();
       }
     }
@@ -89,33 +87,58 @@ void HttpServer::State::admit(tcp::socket socket) {
     }
     const bool refused = refusal.has_value();
     if (refused) {
-      if (sessions.size() - serving >= kMaxRefusing) return;  // closed unanswered
+      if (reserving >= options.reserved_connections) {
+        Session* victim = reserve_evictable();
+        if (victim) evicted = sessions.at(victim).lock();
+        if (!evicted) return;  // closed unanswered
+        evicted->unreserve();
+      }
       refusal->headers["Retry-After"] = "1";
     }
     session = std::make_shared<Session>(std::move(socket), *this, address,
                                         address + ":" + std::to_string(peer.port()), std::move(refusal));
-    if (!refused) {
+    if (refused) {
+      session->reserved = true;
+      ++reserving;
+    } else {
       session->counted = true;
       ++serving;
       ++per_address[address];
     }
     sessions.emplace(session.get(), session);
   }
-  if (evicted) evicted->evict();
+  if (evicted) evicted->evict(slow_header);
   session->run();
 }
 
-Session* HttpServer::State::longest_idle(const std::string& address) {
-  Session* oldest = nullptr;
-  int64_t oldest_since = 0;
+// A session sending its header slowly goes first: a client sends a header in one go. Then the one
+// idle longest, which costs its client no more than a reconnect.
+Session* HttpServer::State::evictable(const std::string& address, bool& slow_header) {
+  Session* slowest = nullptr;
+  Session* idlest = nullptr;
+  int64_t slowest_since = 0, idlest_since = 0;
   const int64_t latest = (std::chrono::steady_clock::now() - options.evictable_after).time_since_epoch().count();
   for (const auto& [raw, weak] : sessions) {
     if (!raw->counted || (!address.empty() && raw->address() != address)) continue;
-    const int64_t since = raw->idle_since();
-    if (since > 0 && since <= latest && (!oldest || since < oldest_since)) {
-      oldest = raw;
-      oldest_since = since;
+    const int64_t header = raw->header_since();
+    if (header > 0 && header <= latest && (!slowest || header < slowest_since)) {
+      slowest = raw;
+      slowest_since = header;
     }
+    const int64_t idle = raw->idle_since();
+    if (idle > 0 && idle <= latest && (!idlest || idle < idlest_since)) {
+      idlest = raw;
+      idlest_since = idle;
+    }
+  }
+  slow_header = slowest != nullptr;
+  return slowest ? slowest : idlest;
+}
+
+Session* HttpServer::State::reserve_evictable() {
+  Session* oldest = nullptr;
+  for (const auto& [raw, weak] : sessions) {
+    if (raw->reserved && raw->may_leave_reserve() && (!oldest || raw->admitted() < oldest->admitted())) oldest = raw;
   }
   return oldest;
 }
@@ -182,6 +205,7 @@ void HttpServer::start() {
   State& s = *state_;
   started_ = true;
   if (s.options.workers > 0) s.pool = std::make_unique<WorkPool>(s.options.workers, s.options.worker_queue);
+  if (s.options.writers > 0) s.writers = std::make_unique<WorkPool>(s.options.writers, s.options.writer_queue);
   s.do_accept();
   for (int i = 0; i < s.options.threads; ++i) {
     threads_.emplace_back([&s] {
@@ -235,7 +259,8 @@ void HttpServer::stop() {
   if (cut > 0) {
     s.log("stopping: " + std::to_string(cut) + " connection(s) still busy after the stop timeout are cut: " + which);
   }
-  if (s.pool) s.pool->stop();  // before the io_context goes: its jobs post back to sessions
+  if (s.pool) s.pool->stop();  // before the io_context goes: their jobs post back to sessions
+  if (s.writers) s.writers->stop();
   s.io->stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();

@@ -32,6 +32,10 @@ struct ServerOptions {
   // From the first byte of a request to its last (also bounds writing the answer); a client
   // that stalls mid-request is answered 408 and dropped.
   std::chrono::milliseconds read_timeout{std::chrono::seconds(30)};
+  // From the first byte of a request to the end of its header (at most read_timeout). A client
+  // sends its header in one go; one still sending it after this long (a slow-loris sending a byte
+  // every few seconds) is answered 408 and dropped.
+  std::chrono::milliseconds header_timeout{std::chrono::seconds(5)};
   // A kept-alive connection waiting for its next request is closed after this long.
   std::chrono::milliseconds idle_timeout{std::chrono::seconds(60)};
   // A connection that has not sent its first request yet is closed after this long (at most
@@ -40,22 +44,35 @@ struct ServerOptions {
   // stop(): how long requests already being read or answered may take before they are cut.
   std::chrono::milliseconds stop_timeout{std::chrono::seconds(5)};
   // Connections open at once, in all and from one client address. A connection beyond either cap
-  // takes the place of the connection that has waited longest for its next request (or its first)
-  // under that cap, at least evictable_after, which is closed; only when every such connection is reading a request or
-  // being answered is the new one answered 503 too_many_connections (with Retry-After) and closed.
-  // So idle connections, however many, never lock other clients out (those of the same address
-  // included: the CLI and the workers' reports on loopback), and clients that stall mid-request
-  // hold their slots for read_timeout at most.
+  // takes the place of a connection under that cap, which is closed: the one still sending its
+  // request header that began it longest ago, else the one that has waited longest for its next
+  // request (or its first); either at least evictable_after. So neither idle connections nor slow
+  // ones, however many and from however many addresses, lock other clients out (those of the same
+  // address included: the CLI and the workers' reports on loopback).
   size_t max_connections = 1024;
   size_t max_connections_per_address = 256;
-  // How long a connection must have waited before it may give its place: one that has just
-  // connected or been answered is about to send, most likely.
+  // How long a connection must have waited (or been sending its header) before it may give its
+  // place: one that has just connected or been answered is about to send, most likely.
   std::chrono::milliseconds evictable_after{std::chrono::seconds(1)};
+  // When no connection under a cap may give its place (every one is reading a request body or
+  // being answered, or has only just connected), the new connection is still read: up to
+  // reserved_connections such connections may each send one request within reserve_timeout. A
+  // reserved route (Route::reserved: /healthz, the workers' reports) is answered; any other
+  // request is answered 503 too_many_connections (with Retry-After); the connection closes after
+  // either. A connection over the caps when the reserve is full takes the place of the reserved
+  // one admitted longest ago that has not sent its whole header yet (or is closing), else it is
+  // closed unanswered.
+  size_t reserved_connections = 64;
+  std::chrono::milliseconds reserve_timeout{std::chrono::seconds(2)};
   // Threads and waiting places of the worker pool that answers the routes marked `offload`
   // (Route::offload); a request for one while `worker_queue` wait already is answered 503 busy
   // (with Retry-After). 0 threads: those routes are answered on the io threads.
   size_t workers = 2;
   size_t worker_queue = 32;
+  // Likewise for the routes marked `writes` (Route::writes), apart from the slow reads so that
+  // neither waits for the other.
+  size_t writers = 2;
+  size_t writer_queue = 256;
   // After an offloaded answer of at least this many bytes (or one whose handler took over a
   // second) the server returns the heap's free pages to the system (malloc_trim), at most once a
   // second, so a burst of big reads does not leave the process at its peak size.

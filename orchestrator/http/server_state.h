@@ -1,7 +1,7 @@
 // What the HTTP server's listener (server.cpp) and its sessions (session.cpp) share: the router and
 // options, the io_context, the registry of open sessions with the counts the connection caps use,
-// and the worker pool of offloaded routes. Internal to orchestrator/http.
-// Thread-safety: sessions, serving and per_address under `mutex`; stopping and last_trim atomic;
+// and the worker pools of offloaded and writing routes. Internal to orchestrator/http.
+// Thread-safety: sessions, serving, reserving and per_address under `mutex`; stopping and last_trim atomic;
 // the rest is set up before the io threads start (HttpServer::listen/start) and only read after.
 #pragma once
 
@@ -50,9 +50,13 @@ struct HttpServer::State {
   void do_accept();
   void on_accept(boost::beast::error_code ec, tcp::socket socket);
   void admit(tcp::socket socket);  // a session for the connection, or its refusal over a cap
-  // The counted session waiting longest for a request, from `address` ("" any); null when none.
-  // With the mutex held.
-  Session* longest_idle(const std::string& address);
+  // The counted session from `address` ("" any) that may give its place to a new connection (see
+  // ServerOptions::max_connections), and whether it was chosen for sending its header slowly; null
+  // when none. With the mutex held.
+  Session* evictable(const std::string& address, bool& slow_header);
+  // The reserved session that may give its place to a new one (see
+  // ServerOptions::reserved_connections); null when none. With the mutex held.
+  Session* reserve_evictable();
   // After a big or slow offloaded answer: free pages back to the system, at most once a second.
   void trim_heap(size_t bytes, double seconds);
 
@@ -63,11 +67,13 @@ struct HttpServer::State {
   std::condition_variable sessions_gone;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
   size_t serving = 0;                                  // sessions within the caps
+  size_t reserving = 0;                                // sessions over the caps, in the reserve
   std::unordered_map<std::string, size_t> per_address;  // serving sessions by peer address
   std::optional<boost::asio::io_context> io;
   std::optional<tcp::acceptor> acceptor;                  // on its own strand
   std::optional<boost::asio::steady_timer> retry;         // on the acceptor's strand
   std::unique_ptr<WorkPool> pool;                         // offloaded routes; null without workers
+  std::unique_ptr<WorkPool> writers;                      // routes that write; null without writers
   std::atomic<int64_t> last_trim{0};                      // steady-clock ms of the last malloc_trim
   uint16_t port = 0;                                      // the bound port (HostCheck matches it)
 };

@@ -45,6 +45,9 @@ Session::Session(tcp::socket&& socket, HttpServer::State& state, std::string add
     : state_(state),
       stream_(std::move(socket)),
       deadline_(stream_.get_executor()),
+      admitted_(std::chrono::steady_clock::now().time_since_epoch().count()),
+      reserve_until_(refusal ? std::chrono::steady_clock::now() + state.options.reserve_timeout
+                             : std::chrono::steady_clock::time_point::max()),
       address_(std::move(address)),
       remote_(std::move(remote)),
       refusal_(std::move(refusal)) {}
@@ -53,6 +56,7 @@ Session::~Session() {
   std::lock_guard lock(state_.mutex);
   state_.sessions.erase(this);
   if (counted) uncount();
+  if (reserved) unreserve();
   if (state_.sessions.empty()) state_.sessions_gone.notify_all();
 }
 
@@ -62,18 +66,28 @@ void Session::uncount() {
   if (--state_.per_address[address_] == 0) state_.per_address.erase(address_);
 }
 
-void Session::evict() {
-  net::post(stream_.get_executor(), [self = shared_from_this()] {
+void Session::unreserve() {
+  reserved = false;
+  --state_.reserving;
+}
+
+bool Session::may_leave_reserve() const {
+  const Phase phase = phase_.load();
+  return phase == Phase::kIdle || phase == Phase::kClosing || header_since_.load() > 0;
+}
+
+void Session::evict(bool slow_header) {
+  net::post(stream_.get_executor(), [self = shared_from_this(), slow_header] {
     self->evicted_ = true;
-    if (self->phase_ == Phase::kIdle) self->stream_.cancel();
+    const Phase phase = self->phase_;
+    if (phase == Phase::kIdle || phase == Phase::kClosing || (slow_header && self->header_since_ > 0)) {
+      self->stream_.cancel();
+    }
   });
 }
 
 void Session::run() {
-  net::dispatch(stream_.get_executor(), [self = shared_from_this()] {
-    if (self->refusal_) return self->answer_and_close(*self->refusal_);
-    self->wait_for_request();
-  });
+  net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->wait_for_request(); });
 }
 
 std::string Session::describe() const {
@@ -94,7 +108,11 @@ void Session::wait_for_request() {
   parser_->body_limit(state_.options.body_limit);
   if (buffer_.size() > 0) return read_header();  // pipelined: the next request is here already
   const auto& o = state_.options;
-  stream_.expires_after(requests_ == 0 ? std::min(o.first_request_timeout, o.idle_timeout) : o.idle_timeout);
+  if (refusal_) {
+    stream_.expires_at(reserve_until_);
+  } else {
+    stream_.expires_after(requests_ == 0 ? std::min(o.first_request_timeout, o.idle_timeout) : o.idle_timeout);
+  }
   idle_since_ = std::max<int64_t>(1, std::chrono::steady_clock::now().time_since_epoch().count());
   stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->idle_since_ = 0;
@@ -104,28 +122,42 @@ void Session::wait_for_request() {
   });
 }
 
-// The read timeout covers the whole request from here. It is our own timer rather than the
-// stream's, which would close the socket and leave no way to answer 408.
+// The header timeout, then the read timeout, count from here. They are our own timer rather than
+// the stream's, which would close the socket and leave no way to answer 408.
 void Session::read_header() {
   phase_ = Phase::kReading;
   timed_out_ = false;
+  ++requests_;
+  request_start_ = std::chrono::steady_clock::now();
+  header_since_ = std::max<int64_t>(1, request_start_.time_since_epoch().count());
   stream_.expires_never();
-  deadline_.expires_after(state_.options.read_timeout);
-  deadline_.async_wait([self = shared_from_this(), request = ++requests_](beast::error_code ec) {
-    if (ec || self->requests_ != request || self->phase_ != Phase::kReading) return;
-    self->timed_out_ = true;
-    self->stream_.cancel();
-  });
+  arm_deadline(std::min(state_.options.header_timeout, state_.options.read_timeout));
   bhttp::async_read_header(stream_, buffer_, *parser_,
                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
+// Setting the expiry cancels the wait for the previous one.
+void Session::arm_deadline(std::chrono::milliseconds limit) {
+  const auto at = std::min(request_start_ + limit, reserve_until_);
+  deadline_after_ = std::chrono::duration_cast<std::chrono::milliseconds>(at - request_start_);
+  deadline_.expires_at(at);
+  deadline_.async_wait([self = shared_from_this(), request = requests_](beast::error_code ec) {
+    if (ec || self->requests_ != request || self->phase_ != Phase::kReading) return;
+    self->timed_out_ = true;
+    self->stream_.cancel();
+  });
+}
+
 // Before the body: refuse badly framed requests, and answer what the router would refuse on the
 // header alone (no token, no route) without reading an unauthenticated body or inviting it with
-// "100 Continue". Either way the unread body ends the connection.
+// "100 Continue". Either way the unread body ends the connection. A connection in the reserve is
+// answered only for a reserved route.
 void Session::on_header(beast::error_code ec) {
+  header_since_ = 0;
   if (ec) return on_read_error(ec);
   if (std::optional<Response> misdirected = host_refusal(parser_->get())) return answer_and_close(std::move(*misdirected));
+  if (refusal_ && !reserved_route()) return answer_and_close(*refusal_);
+  arm_deadline(state_.options.read_timeout);
   std::string route;
   if (std::optional<Response> refused = header_refusal(*parser_, state_.router, remote_, route)) {
     return answer_and_close(std::move(*refused), std::move(route));
@@ -153,6 +185,19 @@ std::optional<Response> Session::host_refusal(const RequestHeader& header) const
                                 "to `precon serve --allowed-host`)");
 }
 
+// The route the request's header names (HEAD as GET), or null.
+const Route* Session::matched_route() const {
+  const auto& message = parser_->get();
+  const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
+  const auto target = message.target();
+  return state_.router.match(method, std::string(target.substr(0, target.find('?'))));
+}
+
+bool Session::reserved_route() const {
+  const Route* route = matched_route();
+  return route && route->reserved;
+}
+
 void Session::read_body() {
   bhttp::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
     if (ec) return self->on_read_error(ec);
@@ -161,10 +206,12 @@ void Session::read_body() {
 }
 
 void Session::on_read_error(beast::error_code ec) {
+  if (evicted_) return close();  // its place went to another connection
   if (timed_out_) {
+    const char* what = parser_->is_header_done() ? "the request was" : "the request header was";
     return answer_and_close(error_response(
         408, "request_timeout",
-        "the request was not complete within " + std::to_string(state_.options.read_timeout.count()) + " ms"));
+        std::string(what) + " not complete within " + std::to_string(deadline_after_.count()) + " ms"));
   }
   if (std::optional<Response> answer = parse_error_answer(ec, state_.options.body_limit)) {
     return answer_and_close(std::move(*answer));
@@ -199,19 +246,19 @@ void Session::handle() {
   finish(std::move(request), std::move(response), seconds, std::move(failure));
 }
 
-// The request's route when the worker pool answers it, else null.
+// The request's route when a worker pool answers it, else null.
 const Route* Session::offloaded_route() const {
-  if (!state_.pool) return nullptr;
-  const auto& message = parser_->get();
-  const std::string method = message.method() == bhttp::verb::head ? "GET" : std::string(message.method_string());
-  const auto target = message.target();
-  const Route* route = state_.router.match(method, std::string(target.substr(0, target.find('?'))));
-  return route && route->offload ? route : nullptr;
+  if (!state_.pool && !state_.writers) return nullptr;
+  const Route* route = matched_route();
+  if (!route) return nullptr;
+  return (route->writes && state_.writers) || (route->offload && state_.pool) ? route : nullptr;
 }
 
-// Answers on the worker pool; the parser is left alone on this strand until the answer is back.
+// Answers on the route's worker pool; the parser is left alone on this strand until the answer is back.
 void Session::offload(const Route& route) {
-  const bool queued = state_.pool->try_post([self = shared_from_this()] {
+  const bool writes = route.writes && state_.writers;
+  WorkPool& pool = writes ? *state_.writers : *state_.pool;
+  const bool queued = pool.try_post([self = shared_from_this()] {
     Request request;
     double seconds = 0;
     std::optional<std::string> failure;
@@ -226,9 +273,11 @@ void Session::offload(const Route& route) {
   if (queued) return;
   Request request = to_request(parser_->get(), "", remote_);
   request.route = route.name;
+  const std::string what = writes ? "writes" : "slow requests";
+  const size_t waiting = writes ? state_.options.writer_queue : state_.options.worker_queue;
   Response busy = error_response(503, "busy",
-                                 "the controller is answering as many slow requests as it queues (" +
-                                     std::to_string(state_.options.worker_queue) + " waiting); retry shortly");
+                                 "the controller is answering as many " + what + " as it queues (" +
+                                     std::to_string(waiting) + " waiting); retry shortly");
   busy.headers["Retry-After"] = "1";
   finish(std::move(request), std::move(busy), 0, std::nullopt);
 }
@@ -264,7 +313,7 @@ void Session::send(Response&& response, bool keep_alive, unsigned version, bool 
   response_.set("Referrer-Policy", "no-referrer");
   if (!response.content_type.empty()) response_.set(bhttp::field::content_type, response.content_type);
   for (const auto& [name, value] : response.headers) response_.set(name, value);
-  response_.keep_alive(keep_alive && !state_.stopping && !evicted_);
+  response_.keep_alive(keep_alive && !state_.stopping && !evicted_ && !refusal_);
   if (head) {
     response_.content_length(response.body.size());
   } else {

@@ -1,6 +1,7 @@
 // A fixed set of threads running jobs from a bounded queue: where the HTTP server answers the
-// routes marked `offload` (reads that are slow on a big experiment), so that they never hold an
-// io thread and a burst of them is refused (503) instead of queued without end.
+// routes marked `offload` (reads that are slow on a big experiment) and, in a pool of their own,
+// those marked `writes` (the workers' reports), so that they never hold an io thread and a burst of
+// them is refused (503) instead of queued without end.
 // Thread-safety: try_post and queued from any thread; stop from the owner only.
 #pragma once
 

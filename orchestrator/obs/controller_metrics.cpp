@@ -96,6 +96,10 @@ struct ControllerMetrics::Impl {
       "Time a SQLite write held the store's writer, by operation.");
   pm::Family<pm::Gauge>& cache_points = family(pm::BuildGauge(), "precon_metric_cache_points",
                                                "Metric points held in the store's in-memory series cache.");
+  pm::Family<pm::Gauge>& store_blocked = family(
+      pm::BuildGauge(), "precon_store_blocked_seconds",
+      "Seconds since writes to the store began to find the database locked by another process (a write "
+      "transaction held outside the controller; reports are answered 503 meanwhile); 0 while writes go through.");
   pm::Family<pm::Histogram>& polls = family(pm::BuildHistogram(), "precon_executor_poll_duration_seconds",
                                             "Time to poll an executor for attempts that ended, by executor.");
   pm::Family<pm::Counter>& poll_errors = family(pm::BuildCounter(), "precon_executor_poll_errors_total",
@@ -168,6 +172,7 @@ ControllerMetrics::ControllerMetrics() : impl_(std::make_unique<Impl>()) {
   impl_->queue.Add({});
   impl_->ingested.Add({});
   impl_->cache_points.Add({});
+  impl_->store_blocked.Add({});
   set_trial_counts({});
 }
 
@@ -227,6 +232,8 @@ void ControllerMetrics::set_trial_counts(const std::map<TrialState, int64_t>& co
 void ControllerMetrics::set_metric_cache_points(size_t points) {
   impl_->cache_points.Add({}).Set(static_cast<double>(points));
 }
+
+void ControllerMetrics::set_store_blocked_seconds(double seconds) { impl_->store_blocked.Add({}).Set(seconds); }
 
 void ControllerMetrics::trial_active(int64_t trial_id, const std::string& experiment) {
   std::lock_guard lock(impl_->mu);

@@ -50,6 +50,8 @@ class ControllerMetrics {
   // Read when serving /metrics.
   void set_trial_counts(const std::map<TrialState, int64_t>& counts);
   void set_metric_cache_points(size_t points);
+  // Seconds since store writes began to find the database locked by another process; 0 while they go through.
+  void set_store_blocked_seconds(double seconds);
 
   // Training series. trial_active is idempotent and keeps series already there.
   void trial_active(int64_t trial_id, const std::string& experiment);

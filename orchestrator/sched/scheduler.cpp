@@ -210,7 +210,8 @@ bool Scheduler::experiment_done(int64_t experiment_id) {
   return exp && exp->state != ExperimentState::running;
 }
 
-ReportAnswer Scheduler::report(int64_t trial_id, const std::string& token, const std::vector<MetricPoint>& points) {
+ReportAnswer Scheduler::report(int64_t trial_id, const std::string& token, const std::vector<MetricPoint>& points,
+                               WriteWait wait) {
   int64_t experiment_id = 0;
   std::string objective;
   {
@@ -226,7 +227,7 @@ ReportAnswer Scheduler::report(int64_t trial_id, const std::string& token, const
     experiment_id = auth->experiment_id;
     objective = objective_metric_[experiment_id];
   }
-  store_.insert_metrics(trial_id, points);
+  store_.insert_metrics(trial_id, points, wait);
   if (options_.metrics) options_.metrics->report(trial_id, points);
   std::vector<std::pair<int64_t, double>> objective_points;
   for (const MetricPoint& p : points)

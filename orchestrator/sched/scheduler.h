@@ -90,9 +90,10 @@ class Scheduler {
   bool cancel_trial(int64_t trial_id, const std::string& reason = "cancelled by the user");
 
   // A worker's report: checks the trial's token first, in constant time (ReportRefused), then
-  // that the trial has not ended (ReportRefused kFinished); stores the points idempotently,
-  // feeds early stopping.
-  ReportAnswer report(int64_t trial_id, const std::string& token, const std::vector<MetricPoint>& points);
+  // that the trial has not ended (ReportRefused kFinished); stores the points idempotently
+  // (waiting for a locked database as `wait` says: StoreBusyError past that), feeds early stopping.
+  ReportAnswer report(int64_t trial_id, const std::string& token, const std::vector<MetricPoint>& points,
+                      WriteWait wait = WriteWait::kPatient);
 
   // True when every trial of the experiment has ended.
   bool experiment_done(int64_t experiment_id);

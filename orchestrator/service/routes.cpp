@@ -2,6 +2,7 @@
 // dashboard's are in routes_dashboard.cpp, /metrics in prometheus_route.cpp).
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <memory>
 #include <stdexcept>
 
@@ -23,8 +24,9 @@ namespace {
 // Who may call a route: anyone; readers (the read or admin token unless reads are public);
 // the admin token; a worker with its trial's token (checked by the handler).
 enum class Access { kPublic, kRead, kAdmin, kWorker };
-// Where it is answered: on the io thread, or on the server's worker pool (slow on a big experiment).
-enum class Cost { kCheap, kSlow };
+// Where it is answered: on the io thread; on the server's worker pool (slow on a big experiment, or
+// waiting for the scheduler, which waits for the store); on its writer pool (writes the store).
+enum class Cost { kCheap, kSlow, kWrite };
 
 struct ApiRoute {
   const char* method;
@@ -32,30 +34,31 @@ struct ApiRoute {
   ApiHandler handler;
   Access access;
   Cost cost;
+  bool reserved;     // answered even at the connection caps (ServerOptions::reserved_connections)
   const char* name;  // the route label of /metrics
 };
 
 // clang-format off
 constexpr ApiRoute kApiRoutes[] = {
-  // method  pattern                                       handler                access          cost          name
-  {"GET",  "/healthz",                                     healthz,               Access::kPublic, Cost::kCheap, "healthz"},
-  {"GET",  "/metrics",                                     metrics_page,          Access::kPublic, Cost::kCheap, "metrics"},
-  {"GET",  "/api/v1/experiments",                          experiments_list,      Access::kRead,   Cost::kCheap, "experiments_list"},
-  {"POST", "/api/v1/experiments",                          experiments_submit,    Access::kAdmin,  Cost::kSlow,  "experiments_submit"},
-  {"GET",  "/api/v1/experiments/{id}",                     experiment_show,       Access::kRead,   Cost::kSlow,  "experiment_show"},
-  {"POST", "/api/v1/experiments/{id}/cancel",              experiment_cancel,     Access::kAdmin,  Cost::kCheap, "experiment_cancel"},
-  {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  "experiment_trials"},
-  {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  "experiment_best"},
-  {"GET",  "/api/v1/experiments/{id}/study",               experiment_study,      Access::kRead,   Cost::kSlow,  "experiment_study"},
-  {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, "trial_show"},
-  {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  "trial_metrics"},
-  {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, "trial_logs"},
-  {"POST", "/api/v1/trials/{id}/cancel",                   trial_cancel,          Access::kAdmin,  Cost::kCheap, "trial_cancel"},
-  {"GET",  "/api/v1/events",                               events,                Access::kRead,   Cost::kCheap, "events"},
-  {"POST", "/api/v1/report",                               report,                Access::kWorker, Cost::kCheap, "report"},
-  {"GET",  "/api/v1/dashboard/experiments",                dashboard_experiments, Access::kRead,   Cost::kSlow,  "dashboard_experiments"},
-  {"GET",  "/api/v1/dashboard/experiments/{id}",           dashboard_experiment,  Access::kRead,   Cost::kSlow,  "dashboard_experiment"},
-  {"GET",  "/api/v1/dashboard/experiments/{id}/curves",    dashboard_curves,      Access::kRead,   Cost::kSlow,  "dashboard_curves"},
+  // method  pattern                                       handler                access          cost          reserved name
+  {"GET",  "/healthz",                                     healthz,               Access::kPublic, Cost::kCheap, true,  "healthz"},
+  {"GET",  "/metrics",                                     metrics_page,          Access::kPublic, Cost::kCheap, false, "metrics"},
+  {"GET",  "/api/v1/experiments",                          experiments_list,      Access::kRead,   Cost::kCheap, false, "experiments_list"},
+  {"POST", "/api/v1/experiments",                          experiments_submit,    Access::kAdmin,  Cost::kSlow,  false, "experiments_submit"},
+  {"GET",  "/api/v1/experiments/{id}",                     experiment_show,       Access::kRead,   Cost::kSlow,  false, "experiment_show"},
+  {"POST", "/api/v1/experiments/{id}/cancel",              experiment_cancel,     Access::kAdmin,  Cost::kSlow,  false, "experiment_cancel"},
+  {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  false, "experiment_trials"},
+  {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  false, "experiment_best"},
+  {"GET",  "/api/v1/experiments/{id}/study",               experiment_study,      Access::kRead,   Cost::kSlow,  false, "experiment_study"},
+  {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, false, "trial_show"},
+  {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  false, "trial_metrics"},
+  {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, false, "trial_logs"},
+  {"POST", "/api/v1/trials/{id}/cancel",                   trial_cancel,          Access::kAdmin,  Cost::kSlow,  false, "trial_cancel"},
+  {"GET",  "/api/v1/events",                               events,                Access::kRead,   Cost::kCheap, false, "events"},
+  {"POST", "/api/v1/report",                               report,                Access::kWorker, Cost::kWrite, true,  "report"},
+  {"GET",  "/api/v1/dashboard/experiments",                dashboard_experiments, Access::kRead,   Cost::kSlow,  false, "dashboard_experiments"},
+  {"GET",  "/api/v1/dashboard/experiments/{id}",           dashboard_experiment,  Access::kRead,   Cost::kSlow,  false, "dashboard_experiment"},
+  {"GET",  "/api/v1/dashboard/experiments/{id}/curves",    dashboard_curves,      Access::kRead,   Cost::kSlow,  false, "dashboard_curves"},
 };
 // clang-format on
 
@@ -89,14 +92,22 @@ void Controller::add_routes() {
     route.needs_read_token = a.access == Access::kRead;
     if (a.access == Access::kWorker) route.authorize = report_authorize;
     route.offload = a.cost == Cost::kSlow;
+    route.writes = a.cost == Cost::kWrite;
+    route.reserved = a.reserved;
     r.add(std::move(route));
   }
   if (!options_.web_dir.empty()) r.add_static("/", options_.web_dir, "dashboard");
 }
 
 Response healthz(const Api& api, Request&) {
-  // Nothing about the machine (the database path was here): anyone may ask.
-  return json_response({{"ok", true}, {"schema", api.store.schema_version()}});
+  // Nothing about the machine (the database path was here): anyone may ask. The controller
+  // answers while another process holds the database locked; "store" says so.
+  json store = {{"blocked", false}};
+  if (const auto since = api.store.write_blocked_since()) {
+    store = {{"blocked", true},
+             {"blocked_seconds", std::chrono::duration<double>(std::chrono::steady_clock::now() - *since).count()}};
+  }
+  return json_response({{"ok", true}, {"schema", api.store.schema_version()}, {"store", store}});
 }
 
 Response experiments_list(const Api& api, Request& req) {
@@ -241,7 +252,8 @@ Response report(const Api& api, Request& req) {
     scheduler.report(body.trial, token, {});
     const int64_t experiment = api.limits.check_and_reserve(body.trial, body.points);
     try {
-      answer = scheduler.report(body.trial, token, body.points);
+      // A locked database answers 503 store_busy at once (errors.h); the worker sends it again.
+      answer = scheduler.report(body.trial, token, body.points, WriteWait::kBrief);
     } catch (...) {
       api.limits.forget(body.trial);  // its names may not all be stored: reload them next time
       throw;

@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "orchestrator/store/disk_space.h"
 
@@ -22,8 +24,29 @@ void fail(sqlite3* db, int rc, const std::filesystem::path& file, std::string_vi
   msg += " [" + std::filesystem::path(src).filename().string() + ":" + std::to_string(line) + "]";
   if ((rc & 0xff) == SQLITE_FULL)
     throw DiskFullError(file.string() + ": the disk holding the database is full; free space there (" + msg + ")");
+  if ((rc & 0xff) == SQLITE_BUSY) {
+    throw StoreBusyError(file.string() +
+                         ": the database is locked by another connection (another process holds a write transaction "
+                         "on it: `fuser` on the file finds it); writes resume once it ends (" + msg + ")");
+  }
   throw StoreError(msg);
 }
+
+namespace {
+
+// SQLite's busy handler for a connection under Database::wait_for_locks: 0 gives up (SQLITE_BUSY).
+int wait_for_lock(void* arg, int tries) {
+  auto& wait = *static_cast<LockWait*>(arg);
+  const auto now = std::chrono::steady_clock::now();
+  int64_t none = 0;
+  wait.blocked_since.compare_exchange_strong(none, std::max<int64_t>(1, now.time_since_epoch().count()));
+  if (now >= wait.give_up) return 0;
+  const auto pause = std::chrono::milliseconds(std::min(1 << std::min(tries, 5), 25));
+  std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, wait.give_up - now));
+  return 1;
+}
+
+}  // namespace
 
 Statement::Statement(Database& db, std::string_view sql) : db_(db), sql_(sql) {
   PRECON_SQLITE_CHECK(db_.handle(),
@@ -114,6 +137,8 @@ Database::~Database() {
   cache_.clear();  // statements are finalised before the connection closes
   sqlite3_close(db_);
 }
+
+void Database::wait_for_locks(LockWait& wait) { sqlite3_busy_handler(db_, wait_for_lock, &wait); }
 
 void Database::exec(std::string_view sql) {
   const std::string s(sql);

@@ -4,6 +4,8 @@
 // statements are used by one thread at a time (the store guards them).
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <filesystem>
@@ -19,7 +21,8 @@ struct sqlite3_stmt;
 
 namespace precon::orch::sql {
 
-// Throws StoreError: "<file>: SQLite error <code> (<errmsg>) in `<sql>` [<src>:<line>]".
+// Throws StoreError: "<file>: SQLite error <code> (<errmsg>) in `<sql>` [<src>:<line>]";
+// StoreBusyError for a lock another connection held, DiskFullError for a full disk.
 [[noreturn]] void fail(sqlite3* db, int rc, const std::filesystem::path& file, std::string_view sql,
                        const char* src, int line);
 
@@ -30,8 +33,17 @@ namespace precon::orch::sql {
       ::precon::orch::sql::fail((db_), precon_sqlite_rc_, (file_), (sql_text_), __FILE__, __LINE__); \
   } while (0)
 
-// How long a statement waits for another connection's lock before failing with SQLITE_BUSY.
+// How long a statement waits for another connection's lock before failing with SQLITE_BUSY
+// (StoreBusyError).
 constexpr int kBusyTimeoutMs = 10000;
+
+// How the store's writer waits for a lock another connection holds (Database::wait_for_locks):
+// until give_up, which the thread holding the writer sets before each write, noting since when
+// writes have found the database locked.
+struct LockWait {
+  std::chrono::steady_clock::time_point give_up;  // the writer's holder only
+  std::atomic<int64_t> blocked_since{0};          // steady-clock ns; 0 once a write went through
+};
 
 class Database;
 
@@ -96,6 +108,9 @@ class Database {
   Database& operator=(const Database&) = delete;
 
   sqlite3* handle() const { return db_; }
+  // Waits for other connections' locks as `wait` says instead of the busy timeout. `wait` must
+  // outlive the connection.
+  void wait_for_locks(LockWait& wait);
   const std::filesystem::path& path() const { return path_; }
 
   void exec(std::string_view sql);  // one or more statements, results ignored

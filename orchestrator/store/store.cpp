@@ -2,6 +2,8 @@
 // store_metrics.cpp.
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <exception>
 #include <utility>
 
 #include "orchestrator/store/migrations.h"
@@ -10,6 +12,9 @@
 namespace precon::orch {
 
 namespace {
+
+// A worker's report waits this long for the database before it is answered 503 (WriteWait::kBrief).
+constexpr auto kBriefWait = std::chrono::seconds(1);
 
 constexpr std::array kTrialStates{"pending", "running", "completed", "failed", "cancelled", "pruned"};
 constexpr std::array kExperimentStates{"running", "completed", "cancelled"};
@@ -159,9 +164,37 @@ bool is_terminal(TrialState s) { return s != TrialState::pending && s != TrialSt
 StoreState::StoreState(const std::filesystem::path& p) : path(p) {
   writer = std::make_unique<sql::Database>(path, false);
   version = store_schema::open_and_migrate(*writer);
+  writer->wait_for_locks(lock_wait);
   auto s = writer->cached("SELECT id, name FROM metric_names");
   while (s->step()) writer_names.emplace(s->text(1), s->i64(0));
   names = writer_names;
+}
+
+WriteGuard::WriteGuard(StoreState& state, const char* op, WriteWait wait)
+    : state_(state), op_(op), exceptions_(std::uncaught_exceptions()) {
+  using Clock = std::chrono::steady_clock;
+  if (wait == WriteWait::kPatient) {
+    state.turn.take();
+    state.lock_wait.give_up = Clock::now() + std::chrono::milliseconds(sql::kBusyTimeoutMs);
+  } else {
+    // Its turn among the controller's writes, unless the one holding it finds the database locked;
+    // while writes are known to be blocked a brief one only looks: still locked, or it goes through.
+    const bool blocked = state.lock_wait.blocked_since.load() != 0;
+    if (!(blocked ? state.turn.try_take() : state.turn.take_unless(state.lock_wait.blocked_since))) {
+      throw StoreBusyError(state.path.string() +
+                           ": another connection has locked the database (another process holds a write "
+                           "transaction on it); retry shortly");
+    }
+    state.lock_wait.give_up = blocked ? Clock::now() : Clock::now() + kBriefWait;
+  }
+  start_ = Clock::now();
+}
+
+WriteGuard::~WriteGuard() {
+  if (state_.write_observer)
+    state_.write_observer(op_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  if (std::uncaught_exceptions() == exceptions_) state_.lock_wait.blocked_since = 0;
+  state_.turn.give_back();
 }
 
 StoreState::Reader::~Reader() {
@@ -186,6 +219,23 @@ Store::~Store() = default;
 
 int Store::schema_version() const { return impl_->version; }
 const std::filesystem::path& Store::path() const { return impl_->path; }
+
+std::optional<std::chrono::steady_clock::time_point> Store::write_blocked_since() const {
+  using Clock = std::chrono::steady_clock;
+  StoreState& state = *impl_;
+  if (state.lock_wait.blocked_since.load() != 0 && state.turn.try_take()) {
+    state.lock_wait.give_up = Clock::now();  // a look, no wait
+    try {
+      sql::Transaction look(*state.writer);  // rolled back
+      state.lock_wait.blocked_since = 0;
+    } catch (const StoreError&) {  // still locked
+    }
+    state.turn.give_back();
+  }
+  const int64_t since = state.lock_wait.blocked_since.load();
+  if (since == 0) return std::nullopt;
+  return Clock::time_point(Clock::duration(since));
+}
 
 int64_t Store::create_experiment(ExperimentRow e, std::vector<TrialRow> trials) {
   WriteGuard g(*impl_, "create_experiment");

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
@@ -19,6 +20,21 @@ namespace precon::orch {
 
 class StoreError : public std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// A write that could not have the database for as long as it might wait: another connection held
+// its lock (another process in a write transaction, `sqlite3 precon.db "BEGIN EXCLUSIVE"`). Nothing
+// of it was written.
+class StoreBusyError : public StoreError {
+  using StoreError::StoreError;
+};
+
+// How long a write may wait for the database while another connection holds its lock.
+enum class WriteWait {
+  kPatient,  // up to 10 s (the scheduler's writes, which it retries)
+  kBrief,    // up to 1 s, not at all while writes are known to be blocked (a worker's report: the
+             // caller answers 503 at once and the worker sends it again); its turn among the
+             // controller's own writes it waits for as long as it takes
 };
 
 // Trial lifecycle. A trial ends exactly once, in one of the terminal states.
@@ -144,6 +160,11 @@ class Store {
   int schema_version() const;
   const std::filesystem::path& path() const;
 
+  // Since when writes have found the database locked by another connection with none going
+  // through (steady clock); nullopt while they go through. When no write is under way it tries
+  // the lock itself, without waiting, so the answer stays current when nothing else writes.
+  std::optional<std::chrono::steady_clock::time_point> write_blocked_since() const;
+
   // Experiments and their trials are created in one transaction. A trial given no run_dir gets
   // <run_root>/trial-<id>.
   int64_t create_experiment(ExperimentRow experiment, std::vector<TrialRow> trials);
@@ -184,8 +205,10 @@ class Store {
   std::vector<AttemptRow> open_attempts() const;  // ended_at == 0, any trial
 
   // Idempotent on (trial, name, step): a resent point replaces the stored one. One transaction.
-  // Returns the number of points written. Also raises the trial's last_step.
-  size_t insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& points);
+  // Returns the number of points written. Also raises the trial's last_step. StoreBusyError when
+  // the database stays locked past `wait`.
+  size_t insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& points,
+                        WriteWait wait = WriteWait::kPatient);
   std::vector<std::string> metric_names(int64_t trial_id) const;
   // The series in step order. With max_points > 0 and more points stored, it is downsampled
   // into buckets of consecutive steps keeping each bucket's first, last, min and max points

@@ -22,7 +22,7 @@ std::optional<int64_t> StoreState::metric_name_id(const std::string& name) {
   return s->i64(0);
 }
 
-size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& points) {
+size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& points, WriteWait wait) {
   if (points.empty()) return 0;
   int64_t max_step = points.front().step;
   for (const MetricPoint& p : points) {
@@ -34,7 +34,7 @@ size_t Store::insert_metrics(int64_t trial_id, const std::vector<MetricPoint>& p
   std::vector<std::pair<std::string, int64_t>> new_names;
   std::vector<int64_t> fresh;  // name ids of series that had no rows before this write
   {
-    WriteGuard g(*impl_, "insert_metrics");
+    WriteGuard g(*impl_, "insert_metrics", wait);
     auto& db = *impl_->writer;
     try {
       sql::Transaction tx(db);

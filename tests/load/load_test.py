@@ -26,6 +26,18 @@ the controller starts), while a probe asks /healthz and /metrics every 50 ms. Wi
 exits 1 unless every probe is answered within 100 ms, every heavy read is answered 200 or
 503 busy, and the RSS a few seconds after the burst is within 20% of the RSS after one warm-up
 round of those reads.
+
+    tests/load/load_test.py --precon build/orchestrator/precon --slowloris 256 --workers 16 --duration 20 [--check]
+
+is the slow-loris case (slowloris.py): 256 connections from each of 4 loopback addresses send a
+request's header a byte every 2 s while 16 workers report and a probe asks /healthz every 50 ms.
+With --check it exits 1 unless every probe is answered 200 with a p99 under 100 ms and every
+point sent is stored.
+
+    tests/load/load_test.py --precon build/orchestrator/precon --store-lock 25 --workers 8 [--check]
+
+is the locked-database case (store_lock.py): the sqlite3 program holds the database in BEGIN
+EXCLUSIVE for 25 s while 8 workers report and /healthz is probed every 50 ms.
 """
 import argparse
 import http.client
@@ -412,7 +424,33 @@ def main():
     ap.add_argument("--burst-trials", type=int, default=0,
                     help="run the heavy-reads burst against one experiment of this many trials instead")
     ap.add_argument("--burst-clients", type=int, default=8, help="clients of the heavy-reads burst")
+    ap.add_argument("--slowloris", type=int, default=0,
+                    help="run the slow-loris case instead, with this many slow connections per address")
+    ap.add_argument("--slowloris-addresses", type=int, default=4, help="loopback addresses of the slow clients")
+    ap.add_argument("--slowloris-interval", type=float, default=2.0, help="seconds between a slow client's bytes")
+    ap.add_argument("--store-lock", type=float, default=0,
+                    help="run the locked-database case instead: sqlite3 holds BEGIN EXCLUSIVE this many seconds")
     args = ap.parse_args()
+    if args.store_lock:
+        import store_lock
+        work = tempfile.mkdtemp(prefix="precon-store-lock-")
+        try:
+            bindir = os.path.join(work, "bin")
+            os.makedirs(bindir)
+            shutil.copy2(os.path.abspath(args.precon), os.path.join(bindir, "precon"))
+            return store_lock.run(args, work, bindir)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.slowloris:
+        import slowloris
+        work = tempfile.mkdtemp(prefix="precon-slowloris-")
+        try:
+            bindir = os.path.join(work, "bin")
+            os.makedirs(bindir)
+            shutil.copy2(os.path.abspath(args.precon), os.path.join(bindir, "precon"))
+            return slowloris.run(args, work, bindir)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     if args.burst_trials:
         work = tempfile.mkdtemp(prefix="precon-burst-")
         try:

@@ -1,13 +1,7 @@
 // The HTTP server against hostile clients, over sockets on loopback: connection caps (in all and
-// per client address), slow clients that hold every connection they may, oversized headers,
+// per client address), slow bodies that hold every connection they may, oversized headers,
 // deeply nested JSON, and static paths that try to leave their directory (encoded, double
 // encoded, with NUL bytes and backslashes).
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +15,7 @@
 #include "orchestrator/http/client.h"
 #include "orchestrator/http/router.h"
 #include "orchestrator/http/server.h"
+#include "tests/orchestrator/client_from.h"
 #include "tests/orchestrator/http_test_util.h"
 #include "tests/orchestrator/raw_connection.h"
 
@@ -29,55 +24,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-// A connection from a chosen loopback source address (127.0.0.0/8 is all loopback on Linux), so
-// that one test can be several clients. Blocking, with 5 s timeouts.
-class ClientFrom {
- public:
-  ClientFrom(const char* source, uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    timeval tv{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    ::inet_pton(AF_INET, source, &from.sin_addr);
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_port = htons(port);
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) == 0 &&
-                 ::connect(fd_, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
-  }
-  ~ClientFrom() { ::close(fd_); }
-  bool connected() const { return connected_; }
-  bool send(const std::string& data) {
-    return ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(data.size());
-  }
-  // Everything until the server closes the connection or 5 s pass.
-  std::string read_all() {
-    std::string all;
-    char chunk[4096];
-    for (ssize_t n; (n = ::recv(fd_, chunk, sizeof chunk, 0)) > 0;) all.append(chunk, static_cast<size_t>(n));
-    return all;
-  }
-  // One GET on this connection (kept alive); the status, 0 when nothing came back.
-  int get(const std::string& target) {
-    if (!send("GET " + target + " HTTP/1.1\r\nHost: x\r\n\r\n")) return 0;
-    std::string got;
-    char chunk[4096];
-    while (got.find("\r\n\r\n") == std::string::npos) {
-      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
-      if (n <= 0) return 0;
-      got.append(chunk, static_cast<size_t>(n));
-    }
-    return status_of(got);
-  }
-
- private:
-  int fd_ = -1;
-  bool connected_ = false;
-};
 
 struct Server {
   explicit Server(ServerOptions options = {}) : router({"admin-token", [](const std::string&) {}}) {
@@ -113,13 +59,13 @@ void expect_too_many(const std::string& response) {
 }
 
 // Over a cap, a new connection takes the place of an idle one; when every connection under the
-// cap is busy with a request, it is answered 503 and closed.
+// cap is busy with a request (its header read, its body coming), it is answered 503 and closed.
 TEST(HttpSecurity, ConnectionsOverTheCapsAreAnswered503WhenEveryOneIsBusy) {
   ServerOptions options;
   options.max_connections = 4;
   options.max_connections_per_address = 3;
   Server s(options);
-  const std::string partial = "GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: a";
+  const std::string partial = "POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n[";
   std::vector<std::unique_ptr<ClientFrom>> busy;
   for (int i = 0; i < 3; ++i) {
     busy.push_back(std::make_unique<ClientFrom>("127.0.0.1", s.port()));
@@ -199,9 +145,9 @@ TEST(HttpSecurity, SilentConnectionsAreClosedSoonerThanIdleOnes) {
   EXPECT_EQ(answered.get("/echo"), 200);
 }
 
-// Slowloris: one address opens every connection it may and sends its requests a byte at a
-// time. Clients elsewhere are served meanwhile, and the read timeout frees the slots.
-TEST(HttpSecurity, SlowClientsHoldingEveryConnectionTheyMayCannotStarveOthers) {
+// One address opens every connection it may and sends its request bodies a byte at a time.
+// Clients elsewhere are served meanwhile, and the read timeout frees the slots.
+TEST(HttpSecurity, SlowBodiesHoldingEveryConnectionTheyMayCannotStarveOthers) {
   ServerOptions options;
   options.max_connections_per_address = 4;
   options.read_timeout = std::chrono::seconds(1);
@@ -211,7 +157,7 @@ TEST(HttpSecurity, SlowClientsHoldingEveryConnectionTheyMayCannotStarveOthers) {
   for (int i = 0; i < 4; ++i) {
     slow.push_back(std::make_unique<ClientFrom>("127.0.0.1", s.port()));
     ASSERT_TRUE(slow.back()->connected());
-    ASSERT_TRUE(slow.back()->send("GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: a"));
+    ASSERT_TRUE(slow.back()->send("POST /json HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n["));
   }
   ASSERT_TRUE(eventually([&] {
     ClientFrom probe("127.0.0.1", s.port());
@@ -222,6 +168,7 @@ TEST(HttpSecurity, SlowClientsHoldingEveryConnectionTheyMayCannotStarveOthers) {
   for (auto& c : slow) {
     const std::string answer = c->read_all();  // the read timeout answers 408 and closes
     expect_error(status_of(answer), body_of(answer), 408, "request_timeout");
+    EXPECT_NE(answer.find("the request was not complete within 1000 ms"), std::string::npos) << answer;
   }
   EXPECT_TRUE(eventually([&] { return ClientFrom("127.0.0.1", s.port()).get("/echo") == 200; }));
 }
