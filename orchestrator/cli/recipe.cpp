@@ -11,7 +11,13 @@ void add_recipe(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("recipe", "recipe keys and checks");
   cmd->require_subcommand(1);
   CLI::App* keys = cmd->add_subcommand("keys", "print every recipe key: type, default, unit, description");
-  keys->callback([] { std::cout << orch::recipe_key_table(); });
+  auto format = std::make_shared<std::string>("text");
+  keys->add_option("--format", *format, "text (aligned columns) or markdown (docs/keys.md)")
+      ->check(CLI::IsMember({"text", "markdown"}));
+  keys->callback([format] {
+    std::cout << orch::recipe_key_table(*format == "markdown" ? worker::KeyTableFormat::markdown
+                                                              : worker::KeyTableFormat::text);
+  });
 
   auto file = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();

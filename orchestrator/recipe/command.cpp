@@ -206,11 +206,11 @@ StoredTrial parse_stored_trial(const std::string& config_toml, const std::string
   return out;
 }
 
-std::string trial_command_key_row() {
-  return worker::format_key_row(kKey, "string list", "[]", "",
+worker::KeyRow trial_command_key_row() {
+  return {kKey, "string list", "[]", "",
                                 "the program each trial runs instead of precon-train, in its run directory: "
                                 "[\"prog\", \"arg\", ...]; {key} is a swept key's value, {recipe_dir} the recipe's "
-                                "directory, {{ and }} braces (docs/recipes.md)");
+                                "directory, {{ and }} braces (docs/recipes.md)"};
 }
 
 }  // namespace precon::orch

@@ -62,6 +62,6 @@ struct StoredTrial {
 StoredTrial parse_stored_trial(const std::string& config_toml, const std::string& who);
 
 // The row `precon recipe keys` prints for trial.command.
-std::string trial_command_key_row();
+worker::KeyRow trial_command_key_row();
 
 }  // namespace precon::orch

@@ -460,18 +460,16 @@ worker::TrialConfig stored_trial_config(const std::string& config_toml, const st
   return parse_stored_trial(config_toml, who).config;
 }
 
-std::string recipe_key_table() {
-  const std::vector<std::string> rows = {
-      worker::format_key_row("sweep.parameters.<key>", "values | dist", "", "",
-                             "[v, ...] (grid: each value; random: a choice) or, random only, { uniform | log_uniform | "
-                             "int_uniform = [lo, hi] } or { choice = [v, ...] }"),
-      worker::format_key_row("sweep.grid.<key>", "values", "", "",
-                             "[[sweep.grid]] tables: each a sub-grid of lists [v, ...]; the sweep is their union (× "
-                             "[sweep.parameters])")};
-  std::vector<std::string> all = rows;
-  for (std::string& row : study_key_rows()) all.push_back(std::move(row));
-  all.push_back(trial_command_key_row());
-  return worker::format_key_table(true, all);
+std::string recipe_key_table(worker::KeyTableFormat format) {
+  std::vector<worker::KeyRow> rows = {
+      {"sweep.parameters.<key>", "values | dist", "", "",
+       "[v, ...] (grid: each value; random: a choice) or, random only, { uniform | log_uniform | int_uniform = [lo, "
+       "hi] } or { choice = [v, ...] }"},
+      {"sweep.grid.<key>", "values", "", "",
+       "[[sweep.grid]] tables: each a sub-grid of lists [v, ...]; the sweep is their union (× [sweep.parameters])"}};
+  for (worker::KeyRow& row : study_key_rows()) rows.push_back(std::move(row));
+  rows.push_back(trial_command_key_row());
+  return worker::format_key_table(true, rows, format);
 }
 
 }  // namespace precon::orch

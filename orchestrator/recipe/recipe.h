@@ -81,7 +81,8 @@ const std::vector<std::string>& sweep_key_names();
 // in errors.
 worker::TrialConfig stored_trial_config(const std::string& config_toml, const std::string& who);
 
-// The worker's key table plus the [sweep] and [study] rows, in the same layout (`precon recipe keys`).
-std::string recipe_key_table();
+// The worker's key table plus the [sweep], [study] and [trial] rows, in the same layout
+// (`precon recipe keys`), or as docs/keys.md (`--format markdown`).
+std::string recipe_key_table(worker::KeyTableFormat format = worker::KeyTableFormat::text);
 
 }  // namespace precon::orch

@@ -198,28 +198,27 @@ const std::vector<std::string>& study_key_names() {
   return names;
 }
 
-std::vector<std::string> study_key_rows() {
-  using worker::format_key_row;
+std::vector<worker::KeyRow> study_key_rows() {
   return {
-      format_key_row("study.baseline", "string", "", "", "the arm the others are measured against (an arm's name)"),
-      format_key_row("study.tokens_per_parameter", "number", "20", "tokens",
+      {"study.baseline", "string", "", "", "the arm the others are measured against (an arm's name)"},
+      {"study.tokens_per_parameter", "number", "20", "tokens",
                      "train tokens per model parameter: train.steps = ceil(tpp·N / (batch_size·seq_len)), N the "
-                     "worker's parameter count of each size"),
-      format_key_row("study.tokens", "number list", "[]", "tokens",
-                     "instead of tokens_per_parameter: the token budget of each size, in order"),
-      format_key_row("study.lr_grid", "number list", "[1.0]", "",
+                     "worker's parameter count of each size"},
+      {"study.tokens", "number list", "[]", "tokens",
+                     "instead of tokens_per_parameter: the token budget of each size, in order"},
+      {"study.lr_grid", "number list", "[1.0]", "",
                      "factors around each arm's centre lr (optimizer.lr and optimizer.adamw.lr); every factor runs "
-                     "with every seed and the best mean final val_loss wins its (arm, size)"),
-      format_key_row("study.lr_scale", "string", "\"none\"", "",
+                     "with every seed and the best mean final val_loss wins its (arm, size)"},
+      {"study.lr_scale", "string", "\"none\"", "",
                      "how the centre lr follows the width (none | width: × d_model of size 0 / d_model, μP-style "
-                     "lr ∝ 1/d_model)"),
-      format_key_row("study.seeds", "integer", "2", "", "replicates per point: train.seed = [train] seed + k"),
-      format_key_row("study.sizes", "tables", "", "",
+                     "lr ∝ 1/d_model)"},
+      {"study.seeds", "integer", "2", "", "replicates per point: train.seed = [train] seed + k"},
+      {"study.sizes", "tables", "", "",
                      "[[study.sizes]]: 3 or more, smallest first; each sets model.* keys (and any trial key that "
-                     "changes with size, e.g. train.batch_size)"),
-      format_key_row("study.arms", "tables", "", "",
+                     "changes with size, e.g. train.batch_size)"},
+      {"study.arms", "tables", "", "",
                      "[[study.arms]]: 2 or more; each sets recipe keys (e.g. optimizer = {name = \"muon\", lr = "
-                     "0.02}) and an optional name (default: its optimizer.name)")};
+                     "0.02}) and an optional name (default: its optimizer.name)"}};
 }
 
 void read_study(const toml::node& node, const std::string& source, StudyConfig& out, worker::ConfigIssues& issues) {

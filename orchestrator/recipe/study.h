@@ -85,6 +85,6 @@ int64_t study_size(const StudyConfig& study);
 
 // The [study] keys (study.baseline, ...), for hints; and their rows for `precon recipe keys`.
 const std::vector<std::string>& study_key_names();
-std::vector<std::string> study_key_rows();
+std::vector<worker::KeyRow> study_key_rows();
 
 }  // namespace precon::orch

@@ -38,8 +38,12 @@ namespace {
 int wait_for_lock(void* arg, int tries) {
   auto& wait = *static_cast<LockWait*>(arg);
   const auto now = std::chrono::steady_clock::now();
-  int64_t none = 0;
-  wait.blocked_since.compare_exchange_strong(none, std::max<int64_t>(1, now.time_since_epoch().count()));
+  if (tries == 0) wait.busy_from = now;
+  if (now - wait.busy_from >= LockWait::kBlockedAfter || now >= wait.give_up) {
+    int64_t none = 0;
+    wait.blocked_since.compare_exchange_strong(none,
+                                               std::max<int64_t>(1, wait.busy_from.time_since_epoch().count()));
+  }
   if (now >= wait.give_up) return 0;
   const auto pause = std::chrono::milliseconds(std::min(1 << std::min(tries, 5), 25));
   std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(pause, wait.give_up - now));

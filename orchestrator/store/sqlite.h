@@ -42,7 +42,12 @@ constexpr int kBusyTimeoutMs = 10000;
 // writes have found the database locked.
 struct LockWait {
   std::chrono::steady_clock::time_point give_up;  // the writer's holder only
-  std::atomic<int64_t> blocked_since{0};          // steady-clock ns; 0 once a write went through
+  std::chrono::steady_clock::time_point busy_from;  // the holder only: when the lock now waited on was met
+  // Steady-clock ns since which the database has been found locked, set once one wait has lasted
+  // kBlockedAfter (a lock of a few milliseconds, such as SQLite taking the WAL index for a moment,
+  // is not "blocked"); 0 once a write went through.
+  std::atomic<int64_t> blocked_since{0};
+  static constexpr std::chrono::milliseconds kBlockedAfter{250};
 };
 
 class Database;

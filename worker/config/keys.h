@@ -64,12 +64,24 @@ const KeySpec* find_key(std::string_view name);
 // reasonably close. `extra` adds names that belong to the caller (e.g. "sweep.parameters").
 std::string closest_key(std::string_view name, const std::vector<std::string>& extra = {});
 
-// The table as aligned text: key, type, default, unit, description. `with_recipe_keys` adds the
-// [sweep] rows, then `extra_rows` (already formatted) are appended.
-std::string format_key_table(bool with_recipe_keys = false, const std::vector<std::string>& extra_rows = {});
-// One row in the table's layout.
-std::string format_key_row(const std::string& name, const std::string& type, const std::string& def,
-                           const std::string& unit, const std::string& description);
+// A row of the key table as printed: for the rows that are not KeySpecs (sweep.parameters.<key>,
+// [study], [trial] command), which their owners describe.
+struct KeyRow {
+  std::string name;
+  std::string type;
+  std::string def;  // the default, as TOML; "" when there is none
+  std::string unit;
+  std::string description;
+};
+
+// text: aligned columns (`precon recipe keys`); markdown: docs/keys.md, one table per top-level
+// table of the recipe (`precon recipe keys --format markdown`).
+enum class KeyTableFormat { text, markdown };
+
+// The table: key, type, default, unit, description. `with_recipe_keys` adds the [sweep] rows, then
+// `extra_rows`.
+std::string format_key_table(bool with_recipe_keys = false, const std::vector<KeyRow>& extra_rows = {},
+                             KeyTableFormat format = KeyTableFormat::text);
 
 // A bound or a value in a message: an integral number in full (1048576, not 1.04858e+06), any
 // other in the shortest text that reads back the same (3e-05).
