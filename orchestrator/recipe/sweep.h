@@ -28,7 +28,7 @@ struct TrialSpec {
 
 // Sweeps larger than this are refused, whatever the method (grids, [[sweep.grid]] unions, random
 // samples), before any trial is made. The key table's range for sweep.samples is the same number
-// (tests/orchestrator/test_sweep.cpp holds them together).
+// (tests/orchestrator/recipe/test_sweep.cpp holds them together).
 constexpr int64_t kMaxSweepTrials = 100000;
 
 // Trials of the recipe:

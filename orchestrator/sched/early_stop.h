@@ -5,7 +5,7 @@
 // an EarlyStopper is immutable after construction; report() may be called from any thread.
 //
 // Both rules reproduce Optuna's pruners decision for decision (checked against Debian's
-// python3-optuna by tests/orchestrator/test_early_stop.cpp):
+// python3-optuna by tests/orchestrator/sched/test_early_stop.cpp):
 //
 // asha   = SuccessiveHalvingPruner(min_resource = min_step, reduction_factor,
 //          min_early_stopping_rate, bootstrap_count = 0). Rung k sits at step

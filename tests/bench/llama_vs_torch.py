@@ -2,7 +2,7 @@
 """Training throughput, side by side: precon-train's Llama (model.arch = "llama") against PyTorch
 running the same model (Debian's python3-torch), same thread count, AdamW on both, random tokens.
 
-The PyTorch side is tests/worker/llama_reference.py's forward (HF LlamaForCausalLM: RMSNorm, RoPE
+The PyTorch side is tests/worker/model/llama_reference.py's forward (HF LlamaForCausalLM: RMSNorm, RoPE
 rotate_half, grouped-query attention through repeat_kv, SwiGLU, untied head) on fp32 parameters:
 that forward computes in its parameters' dtype, so the bench's fp32 init keeps it in fp32 (the
 golden tensors are fp64 only because its main() casts). PyTorch runs in its best environment
@@ -40,7 +40,7 @@ CONFIGS = {"tiny": dict(LLAMA, n_layer=4, n_head=4, n_kv_head=2, d_model=128, ff
 WARMUP = 2  # the first steps warm caches and page in buffers
 TARGET = 1.2
 
-# argv: worker tests dir, config JSON, steps, threads, variant (eager | compile). Prints the
+# argv: the model references' dir (tests/worker/model), config JSON, steps, threads, variant (eager | compile). Prints the
 # step times, or {"skipped": why} when the variant cannot run on this torch.
 TORCH_SCRIPT = r"""
 import json, sys, time, torch
@@ -137,7 +137,7 @@ def run_precon(build_dir, tmp, name, c, steps, threads, env, tag):
 
 def run_torch(c, steps, threads, variant):
     env = dict(os.environ, **TORCH_ENV)
-    cmd = [sys.executable, "-c", TORCH_SCRIPT, os.path.join(HERE, "..", "worker"), json.dumps(c), str(steps),
+    cmd = [sys.executable, "-c", TORCH_SCRIPT, os.path.join(HERE, "..", "worker", "model"), json.dumps(c), str(steps),
            str(threads), variant]
     out, peak = peak_mb_of(cmd, env)
     res = json.loads(out.strip().splitlines()[-1])

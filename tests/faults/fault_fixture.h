@@ -19,8 +19,8 @@
 #include <string>
 
 #include "orchestrator/exec/slurm_command.h"
-#include "tests/orchestrator/controller_fixture.h"
-#include "tests/orchestrator/serve_process.h"
+#include "tests/orchestrator/support/controller_fixture.h"
+#include "tests/orchestrator/support/serve_process.h"
 
 namespace precon::orch::testing {
 

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "tests/faults/fault_fixture.h"
-#include "tests/orchestrator/slurm_cluster_fixture.h"
+#include "tests/orchestrator/support/slurm_cluster_fixture.h"
 
 namespace precon::orch::testing {
 namespace {

@@ -19,7 +19,7 @@ torch): one table row per check appended to --results (check, value, tolerance, 
 
 Where transformers or tiktoken are missing (this project's Debian machines), the rows say so and
 stand-ins run instead, so the plumbing is exercised: the repo's torch reference forward
-(tests/worker/gpt_reference.py) reads the safetensors file, and js-tiktoken (node, with the npm
+(tests/worker/model/gpt_reference.py) reads the safetensors file, and js-tiktoken (node, with the npm
 packages of tests/interop) encodes; such rows are marked "stand-in".
 
 Usage: interop_checks.py --precon-train BIN --run-dir RUN --corpus DIR --gpt2-dir DIR --work DIR
@@ -36,7 +36,8 @@ import tomllib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "interop"))
-sys.path.insert(0, os.path.join(HERE, "..", "worker"))
+sys.path.insert(0, os.path.join(HERE, "..", "worker", "model"))
+sys.path.insert(0, os.path.join(HERE, "..", "worker", "optim"))
 from bpe_vs_tiktoken import END_OF_TEXT, read_shard, write_sweep  # noqa: E402
 
 LOSS_TOLERANCE = 1e-4
@@ -114,7 +115,7 @@ def hf_check(args):
              "vocab_size": cfg["vocab_size"]}
         with torch.no_grad():
             logits, _ = forward(p, c, windows[:, :-1].to(device), windows[:, 1:].to(device))
-        label = "stand-in: no transformers here, tests/worker/gpt_reference.py"
+        label = "stand-in: no transformers here, tests/worker/model/gpt_reference.py"
     ce = F.cross_entropy(logits.reshape(-1, logits.size(-1)), windows[:, 1:].reshape(-1).to(device))
     rel = abs(ce.item() - vals[-1]["val_loss"]) / vals[-1]["val_loss"]
     return row(args.results, "hf GPT2LMHeadModel loads the checkpoint: loss vs precon val_loss", "%.2e" % rel,

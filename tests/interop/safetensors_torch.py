@@ -144,7 +144,7 @@ def f32(values):
 def write_all(out):
     os.makedirs(out, exist_ok=True)
     j = lambda name: os.path.join(out, name)  # noqa: E731
-    # FILES (the values are the ones tests/worker/test_safetensors.cpp expects):
+    # FILES (the values are the ones tests/worker/ckpt/test_safetensors.cpp expects):
     write(j("no_metadata.safetensors"),
           [("w", "F32", [2, 3], f32([-1.0, -0.5, 0.0, 0.5, 1.0, 1.5])),
            ("i", "I64", [3], tensor_bytes(torch.tensor([-2 ** 40, 0, 7], dtype=torch.int64)))])
