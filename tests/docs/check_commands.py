@@ -107,7 +107,7 @@ class Checker:
             if words[0] in names:
                 sub.append(words.pop(0))
                 continue
-            if names and not sub:
+            if names:
                 self.fail(where, f"{os.path.basename(path)} has no subcommand {words[0]}")
                 return
             break

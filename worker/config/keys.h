@@ -74,8 +74,8 @@ struct KeyRow {
   std::string description;
 };
 
-// text: aligned columns (`precon recipe keys`); markdown: docs/keys.md, one table per top-level
-// table of the recipe (`precon recipe keys --format markdown`).
+// text: aligned columns (`precon recipe keys`); markdown: one table per top-level table of the
+// recipe (`precon recipe keys --format markdown`, the page docs/keys.md).
 enum class KeyTableFormat { text, markdown };
 
 // The table: key, type, default, unit, description. `with_recipe_keys` adds the [sweep] rows, then
