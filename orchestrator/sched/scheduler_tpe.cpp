@@ -15,6 +15,11 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
   auto it = tpe_recipes_.find(exp.id);
   if (it != tpe_recipes_.end()) return it->second.get();
   std::shared_ptr<Recipe> recipe;
+  // Most experiments are not TPE's: no parse for them (a 100,000-trial grid's recipe included).
+  if (exp.recipe_text.find("tpe") == std::string::npos && exp.overrides_json.find("tpe") == std::string::npos) {
+    tpe_recipes_[exp.id] = nullptr;
+    return nullptr;
+  }
   try {
     const std::vector<std::string> overrides = nlohmann::json::parse(exp.overrides_json).get<std::vector<std::string>>();
     Recipe r = parse_recipe_text(exp.recipe_text, exp.recipe_path.empty() ? "recipe" : exp.recipe_path, overrides);
