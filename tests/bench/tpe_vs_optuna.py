@@ -116,12 +116,19 @@ def run_precon(precon, name, seed, trials, workdir):
 
 
 def run_optuna(name, seed, trials, sampler_name):
+    import numpy as np
     import optuna
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     import warnings
     warnings.simplefilter("ignore")
     fn, space = FUNCTIONS[name]
-    if sampler_name == "optuna":
+    from optuna.samplers._tpe import _truncnorm
+    plain_logpdf = _truncnorm.logpdf
+    if sampler_name == "optuna_fixed":
+        # Optuna 3.1's truncated-normal logpdf leaves out the kernel's 1/sigma (later Optuna has
+        # it, as precon does): the same sampler with the density itself.
+        _truncnorm.logpdf = lambda x, a, b, loc=0, scale=1: plain_logpdf(x, a, b, loc=loc, scale=scale) - np.log(scale)
+    if sampler_name in ("optuna", "optuna_fixed"):
         sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=10, n_ei_candidates=24, multivariate=True,
                                              constant_liar=True, prior_weight=1.0)
     else:
@@ -137,7 +144,10 @@ def run_optuna(name, seed, trials, sampler_name):
                 p[key] = trial.suggest_float(key, spec[1], spec[2], log=spec[0] == "log_uniform")
         return fn(p)
 
-    study.optimize(objective, n_trials=trials)
+    try:
+        study.optimize(objective, n_trials=trials)
+    finally:
+        _truncnorm.logpdf = plain_logpdf
     return [t.value for t in study.trials]
 
 
@@ -195,37 +205,50 @@ def main():
     ap.add_argument("--jobs", type=int, default=3, help="precon runs at once")
     ap.add_argument("--functions", default=",".join(FUNCTIONS))
     ap.add_argument("--out", help="write every run's values here (JSON)")
+    ap.add_argument("--precon-results", help="take precon's values from this --out file instead of running it")
     args = ap.parse_args()
     if args.objective:
         trial_program(args.objective)
         return
     precon = os.path.abspath(args.precon)
     names = args.functions.split(",")
-    results = {n: {"precon": {}, "optuna": {}, "random": {}} for n in names}
+    methods = ("precon", "optuna", "optuna_fixed", "random")
+    results = {n: {m: {} for m in methods} for n in names}
+    earlier = None
+    if args.precon_results:
+        with open(args.precon_results) as f:
+            earlier = json.load(f)
     with tempfile.TemporaryDirectory(prefix="tpe_bench_") as work:
         with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-            futures = {pool.submit(run_precon, precon, n, s, args.trials, work): (n, s)
-                       for n in names for s in range(args.seeds)}
+            futures = {} if earlier else {pool.submit(run_precon, precon, n, s, args.trials, work): (n, s)
+                                          for n in names for s in range(args.seeds)}
             for n in names:
                 for s in range(args.seeds):
-                    results[n]["optuna"][s] = run_optuna(n, s, args.trials, "optuna")
-                    results[n]["random"][s] = run_optuna(n, s, args.trials, "random")
+                    for m in methods[1:]:
+                        results[n][m][s] = run_optuna(n, s, args.trials, m)
             for f, (n, s) in futures.items():
                 results[n]["precon"][s] = f.result()
+    if earlier:
+        for n in names:
+            for s in range(args.seeds):
+                results[n]["precon"][s] = earlier[n]["precon"][str(s)]
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f)
     print(f"{args.trials} trials x {args.seeds} seeds; median over seeds; p: two-sided Mann-Whitney U\n")
-    print("| function | metric | precon TPE | Optuna TPE | random | p (precon vs Optuna) | p (precon vs random) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| function | metric | precon TPE | Optuna TPE | Optuna TPE, density fixed | random | "
+          "p (precon vs Optuna) | p (precon vs fixed) | p (precon vs random) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     verdicts = []
     for n in names:
         for metric, idx in (("best", 0), ("area", 1)):
-            col = {m: [summarise(results[n][m][s])[idx] for s in range(args.seeds)] for m in ("precon", "optuna", "random")}
+            col = {m: [summarise(results[n][m][s])[idx] for s in range(args.seeds)] for m in methods}
             _, p_opt = mann_whitney(col["precon"], col["optuna"])
+            _, p_fix = mann_whitney(col["precon"], col["optuna_fixed"])
             _, p_rand = mann_whitney(col["precon"], col["random"])
             print(f"| {n} | {metric} | {median(col['precon']):.4g} | {median(col['optuna']):.4g} | "
-                  f"{median(col['random']):.4g} | {p_opt:.3f} | {p_rand:.2g} |")
+                  f"{median(col['optuna_fixed']):.4g} | {median(col['random']):.4g} | {p_opt:.3f} | {p_fix:.3f} | "
+                  f"{p_rand:.2g} |")
             worse = p_opt < 0.05 and median(col["precon"]) > median(col["optuna"])
             better_than_random = p_rand < 0.05 and median(col["precon"]) < median(col["random"])
             verdicts.append((n, metric, worse, better_than_random))
