@@ -126,5 +126,21 @@ TEST_F(TpeSweep, ARestartLosesNoTrialAndRunsNoneTwice) {
   c->stop();
 }
 
+// Cancelled mid-sweep: the running trials stop, and no trial is proposed after.
+TEST_F(TpeSweep, CancelEndsTheSweepWithNoNewTrials) {
+  auto c = start();
+  const int64_t id = submit(c->url(), tpe_text(20, 2, 0.5));
+  ASSERT_TRUE(wait_for([&] { return c->store().trial_ids(id, TrialState::completed).size() >= 2; },
+                       std::chrono::seconds(60)));
+  ASSERT_TRUE(c->scheduler().cancel_experiment(id));
+  ASSERT_TRUE(done(c->url(), id, std::chrono::seconds(60)));
+  const size_t made = c->store().trials(id).size();
+  EXPECT_LT(made, 20u);
+  EXPECT_EQ(get(c->url(), "/api/v1/experiments/" + std::to_string(id))["state"], "cancelled");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several scheduler passes
+  EXPECT_EQ(c->store().trials(id).size(), made);
+  c->stop();
+}
+
 }  // namespace
 }  // namespace precon::orch::testing
