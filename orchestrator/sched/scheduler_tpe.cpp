@@ -31,6 +31,16 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
     // keeps the trials it has.
     log("experiment " + std::to_string(exp.id) + ": its recipe no longer parses (" + e.what() + ")");
   }
+  if (recipe) {
+    // A cancel that a previous controller began and did not finish closes the sweep here too.
+    for (int64_t cursor = 0;;) {
+      const std::vector<EventRow> events = store_.events_since(cursor, 10000, exp.id);
+      for (const EventRow& e : events)
+        if (e.kind == "experiment_cancel") tpe_closed_.insert(exp.id);
+      if (events.size() < 10000) break;
+      cursor = events.back().id;
+    }
+  }
   tpe_recipes_[exp.id] = recipe;
   return recipe.get();
 }
