@@ -283,8 +283,11 @@ std::vector<double> tpe_random_point(const std::vector<TpeParam>& space, Rng& rn
       x.push_back(static_cast<double>(rng.below(static_cast<uint64_t>(p.choices))));
     } else if (p.kind == TpeParam::integer || p.step > 0) {
       const double q = p.kind == TpeParam::integer ? std::max(p.step, 1.0) : p.step;
-      const auto cells = static_cast<uint64_t>(std::llround((p.hi - p.lo) / q)) + 1;
-      x.push_back(std::min(p.lo + static_cast<double>(rng.below(cells)) * q, p.hi));
+      // Cells lo + k·q; a span past 2^62 (an int64 range of a command's own key) drawn in doubles.
+      const double span = std::round((p.hi - p.lo) / q);
+      const double k = span < 0x1p62 ? static_cast<double>(rng.below(static_cast<uint64_t>(span) + 1))
+                                     : std::floor(rng.uniform01() * (span + 1));
+      x.push_back(std::min(p.lo + k * q, p.hi));
     } else if (p.log) {
       const double a = std::log(p.lo), b = std::log(p.hi);
       x.push_back(std::clamp(std::exp(a + rng.uniform01() * (b - a)), p.lo, p.hi));

@@ -64,7 +64,10 @@ SweepPick pick_of(const SweepParam& p, double x) {
   SweepPick pick;
   pick.param = &p;
   if (p.kind == SweepKind::values || p.kind == SweepKind::choice) pick.node = p.values.get(static_cast<size_t>(x));
-  else if (p.kind == SweepKind::int_uniform) pick.integer = std::llround(x);
+  else if (p.kind == SweepKind::int_uniform)
+    // int64's ends are not all doubles: 2^63 (hi = INT64_MAX as a double) stays in range.
+    pick.integer = x >= 0x1p63 ? std::numeric_limits<int64_t>::max()
+                               : x <= -0x1p63 ? std::numeric_limits<int64_t>::min() : std::llround(x);
   else pick.real = x;
   return pick;
 }

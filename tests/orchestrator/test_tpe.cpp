@@ -265,6 +265,21 @@ TEST(Tpe, BadKeysRefusedWithFileLineAndKey) {
             "");
 }
 
+// A command's own key over int64's whole range: every proposal an integer in it (the span is no
+// double's exact integer, nor int64's).
+TEST(Tpe, WholeInt64RangeStaysInRange) {
+  const Recipe r = parse_recipe_text(
+      "[trial]\ncommand = [\"true\"]\n[sweep]\nmethod = \"tpe\"\nsamples = 8\n[sweep.tpe]\nn_startup_trials = 2\n"
+      "[sweep.parameters]\nn = { int_uniform = [-9223372036854775808, 9223372036854775807] }\n",
+      "r.toml");
+  std::vector<TpeHistoryTrial> history;
+  for (int64_t i = 0; i < 8; ++i) {
+    const TrialSpec t = propose_tpe_trial(r, i, history);
+    ASSERT_TRUE(t.params["n"].is_number_integer()) << t.params.dump();
+    history.push_back({t.params, TpeObservation::complete, std::abs(t.params["n"].get<double>()), -1});
+  }
+}
+
 TEST(Tpe, ExpandsToItsFirstTrialAndCountsSamples) {
   const Recipe r = tpe_test_recipe();
   const std::vector<TrialSpec> trials = expand_sweep(r);
