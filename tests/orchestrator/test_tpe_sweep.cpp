@@ -1,11 +1,12 @@
 // sweep.method = "tpe" run by a live controller: trials made one at a time as slots free up, each
 // the proposal the sampler makes from the trials before it (replayed here offline); max_concurrent
 // > 1 without duplicate proposals; a controller restart mid-sweep loses no trial and runs none twice.
+#include <cmath>
 #include <map>
 #include <set>
 
 #include "orchestrator/recipe/tpe_sweep.h"
-#include "tests/orchestrator/controller_fixture.h"
+#include "tests/orchestrator/cli_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
@@ -140,6 +141,43 @@ TEST_F(TpeSweep, CancelEndsTheSweepWithNoNewTrials) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // several scheduler passes
   EXPECT_EQ(c->store().trials(id).size(), made);
   c->stop();
+}
+
+// `precon recipe suggest`: the proposal after the given trials is the sampler's, with its densities.
+class TpeSuggest : public CliFixture {};
+
+TEST_F(TpeSuggest, PrintsTheSamplersProposalAfterTheGivenTrials) {
+  const std::string text =
+      "[trial]\ncommand = [\"true\"]\n[sweep]\nmethod = \"tpe\"\nseed = 5\n[sweep.tpe]\nn_startup_trials = 3\n"
+      "[sweep.parameters]\nx = { uniform = [-5.0, 10.0] }\nact = [\"relu\", \"gelu\"]\n";
+  std::ofstream(dir_ / "r.toml") << text;
+  const Recipe recipe = parse_recipe_text(text, "r.toml");
+  json list = json::array();
+  std::vector<TpeHistoryTrial> history;
+  for (int i = 0; i < 6; ++i) {
+    const json params = propose_tpe_trial(recipe, i, history).params;
+    const double value = std::pow(params["x"].get<double>() - 2, 2) + (params["act"] == "gelu" ? 0 : 1);
+    const bool running = i == 5;
+    history.push_back({params, running ? TpeObservation::running : TpeObservation::complete, value, -1});
+    list.push_back({{"params", params}, {"state", running ? "running" : "complete"}, {"value", value}});
+  }
+  std::ofstream(dir_ / "trials.json") << list.dump();
+  TpeSuggestion detail;
+  const TrialSpec want = propose_tpe_trial(recipe, 6, history, &detail);
+  const test::CommandResult r = precon("recipe suggest r.toml --trials trials.json");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json got = json::parse(r.output);
+  EXPECT_EQ(got["params"], want.params);
+  EXPECT_EQ(got["index"], 6);
+  EXPECT_FALSE(got["random"].get<bool>());
+  EXPECT_DOUBLE_EQ(got["log_l"].get<double>(), detail.common.log_l);
+  EXPECT_DOUBLE_EQ(got["log_g"].get<double>(), detail.common.log_g);
+  const test::CommandResult bad = precon("recipe suggest trials.json");
+  EXPECT_NE(bad.status, 0);
+  std::ofstream(dir_ / "grid.toml") << "[sweep.parameters]\n\"train.seed\" = [1, 2]\n";
+  const test::CommandResult grid = precon("recipe suggest grid.toml");
+  EXPECT_NE(grid.status, 0);
+  EXPECT_NE(grid.output.find("recipe suggest needs a sweep with method = \"tpe\""), std::string::npos) << grid.output;
 }
 
 }  // namespace
