@@ -1,11 +1,69 @@
 // precon recipe keys | check FILE: the documented key table, and a dry run of a recipe.
+#include <fstream>
 #include <iostream>
+#include <limits>
 
 #include "orchestrator/cli/common.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
+#include "orchestrator/recipe/tpe_sweep.h"
 
 namespace precon::cli {
+
+namespace {
+
+// precon recipe suggest: the trial a TPE recipe proposes next after the given trials, and the
+// densities it was chosen by (what the scheduler would make; for checking a search by hand).
+void add_recipe_suggest(CLI::App& cmd) {
+  auto file = std::make_shared<std::string>();
+  auto trials = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  CLI::App* suggest = cmd.add_subcommand("suggest", "the next trial of a sweep.method = \"tpe\" recipe after given trials");
+  suggest->add_option("recipe", *file, "recipe TOML file")->required();
+  suggest->add_option("--trials", *trials,
+                      "JSON file: a list of {\"params\": {...}, \"state\": \"complete\"|\"pruned\"|\"running\", "
+                      "\"value\": v, \"step\": n} in trial order (default: none)");
+  suggest->add_option("--set", *overrides, "override a recipe key: key=value (repeatable)");
+  suggest->callback([file, trials, overrides] {
+    guarded([&] {
+      const orch::Recipe recipe = orch::parse_recipe_file(*file, *overrides);
+      if (recipe.study.present || orch::sweep_method(recipe.sweep) != orch::SweepMethod::tpe ||
+          (recipe.sweep.parameters.empty() && recipe.sweep.grids.empty()))
+        throw std::invalid_argument(*file + ": recipe suggest needs a sweep with method = \"tpe\"");
+      std::vector<orch::TpeHistoryTrial> history;
+      if (!trials->empty()) {
+        std::ifstream in(*trials);
+        if (!in) throw std::invalid_argument("cannot read " + *trials);
+        const nlohmann::json list = nlohmann::json::parse(in);
+        if (!list.is_array()) throw std::invalid_argument(*trials + ": expected a JSON list of trials");
+        for (const nlohmann::json& t : list) {
+          orch::TpeHistoryTrial h;
+          h.params = t.at("params");
+          const std::string state = t.value("state", "complete");
+          if (state == "complete") h.state = orch::TpeObservation::complete;
+          else if (state == "pruned") h.state = orch::TpeObservation::pruned;
+          else if (state == "running") h.state = orch::TpeObservation::running;
+          else throw std::invalid_argument(*trials + ": state \"" + state + "\" is none of complete, pruned, running");
+          h.value = t.value("value", std::numeric_limits<double>::quiet_NaN());
+          h.step = t.value("step", int64_t{-1});
+          history.push_back(std::move(h));
+        }
+      }
+      orch::TpeSuggestion detail;
+      const orch::TrialSpec next =
+          orch::propose_tpe_trial(recipe, static_cast<int64_t>(history.size()), history, &detail);
+      nlohmann::json out{{"index", next.index},
+                         {"params", next.params},
+                         {"random", detail.common.random},
+                         {"log_l", detail.common.log_l + detail.branch.log_l},
+                         {"log_g", detail.common.log_g + detail.branch.log_g}};
+      if (detail.table >= 0) out["table"] = detail.table;
+      std::cout << out.dump(2) << "\n";
+    });
+  });
+}
+
+}  // namespace
 
 void add_recipe(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("recipe", "recipe keys and checks");
@@ -18,6 +76,8 @@ void add_recipe(CLI::App& app) {
     std::cout << orch::recipe_key_table(*format == "markdown" ? worker::KeyTableFormat::markdown
                                                               : worker::KeyTableFormat::text);
   });
+
+  add_recipe_suggest(*cmd);
 
   auto file = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
@@ -47,7 +107,13 @@ void add_recipe(CLI::App& app) {
                          .dump(2)
                   << "\n";
       } else {
-        std::cout << *file << ": " << trials.size() << " trial(s)\n";
+        const bool tpe = !recipe.study.present && !trials.empty() && !trials.front().label.empty() &&
+                         orch::sweep_method(recipe.sweep) == orch::SweepMethod::tpe;
+        if (tpe)
+          std::cout << *file << ": " << recipe.sweep.samples
+                    << " trial(s), each proposed by TPE from the ones before it as it runs; the first:\n";
+        else
+          std::cout << *file << ": " << trials.size() << " trial(s)\n";
         for (const auto& t : trials) {
           std::cout << "  " << t.index << "  " << (t.label.empty() ? "(base config)" : t.label) << "\n";
           if (t.command.empty()) continue;

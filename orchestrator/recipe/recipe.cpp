@@ -115,13 +115,37 @@ SweepParam values_param(const std::string& key, const toml::array& values, const
   return p;
 }
 
+// `step = s` of a uniform or int_uniform range (TPE proposes lo + k·s only, as Optuna's step).
+void read_step(SweepParam& p, const std::string& name, const toml::node& node, const std::string& source, int line) {
+  const std::string key = p.key + ".step";
+  if (p.kind == SweepKind::log_uniform)
+    throw ConfigError(source, line, key, "log_uniform takes no step (a log range has no even grid); use int_uniform or uniform");
+  double step = 0;
+  if (auto v = node.value_exact<int64_t>()) step = static_cast<double>(*v);
+  else if (auto d = node.value_exact<double>(); d && p.kind == SweepKind::uniform) step = *d;
+  else
+    throw ConfigError(source, line, key, name + "'s step must be " +
+                                             (p.kind == SweepKind::int_uniform ? "an integer" : "a number") + ", got " +
+                                             toml_type_name(node));
+  if (!(step > 0) || !std::isfinite(step)) throw ConfigError(source, line, key, "step must be > 0");
+  const double k = (p.hi - p.lo) / step;
+  if (std::abs(k - std::round(k)) > 1e-9 * std::max(1.0, k))
+    throw ConfigError(source, line, key,
+                      "hi - lo (" + value_identity(toml::value<double>(p.hi - p.lo)) + ") is not a multiple of step (" +
+                          value_identity(node) + "): make hi = lo + k·step");
+  p.step = step;
+  p.step_line = line;
+}
+
 SweepParam distribution_param(const std::string& key, const toml::table& table, const std::string& source, int line,
                               bool any_key) {
   const worker::KeySpec* spec = swept_key(key, source, line, any_key);
   const std::string expected = "a distribution table has one entry: { uniform | log_uniform | int_uniform = "
-                               "[lo, hi] } or { choice = [v, ...] }";
-  if (table.size() != 1) throw ConfigError(source, line, key, expected);
-  const auto entry = table.begin();
+                               "[lo, hi] } or { choice = [v, ...] } (tpe: uniform and int_uniform also take step = s)";
+  const toml::node* step_node = table.get("step");
+  if (table.size() != (step_node ? 2u : 1u)) throw ConfigError(source, line, key, expected);
+  auto entry = table.begin();
+  if (entry->first.str() == "step") ++entry;
   const std::string name(entry->first.str());
   const toml::node& dnode = entry->second;
   auto it = std::find(kDistributions.begin(), kDistributions.end(), name);
@@ -159,6 +183,7 @@ SweepParam distribution_param(const std::string& key, const toml::table& table, 
   if (integer ? p.lo > p.hi : p.lo >= p.hi)
     throw ConfigError(source, line, key, name + " expects [lo, hi] with lo " + (integer ? "<=" : "<") + " hi");
   if (p.kind == SweepKind::log_uniform && p.lo <= 0) throw ConfigError(source, line, key, "log_uniform needs 0 < lo");
+  if (step_node) read_step(p, name, *step_node, source, line ? std::max(line, line_of(*step_node)) : 0);
   if (!spec) return p;  // a command's own parameter: a real or an integer, as drawn
   const worker::KeyType type = spec->type();
   if (!integer && type != worker::KeyType::number) {
@@ -205,9 +230,11 @@ void collect(const toml::table& table, const std::string& prefix, const std::str
   for (auto&& [name, node] : table) {
     const std::string key = prefix.empty() ? std::string(name.str()) : prefix + "." + std::string(name.str());
     if (const toml::table* sub = node.as_table()) {
-      const bool one_distribution =
-          sub->size() == 1 &&
-          std::find(kDistributions.begin(), kDistributions.end(), sub->begin()->first.str()) != kDistributions.end();
+      bool one_distribution = false;
+      for (auto&& [dname, dnode] : *sub)
+        one_distribution = one_distribution || std::find(kDistributions.begin(), kDistributions.end(), dname.str()) !=
+                                                   kDistributions.end();
+      one_distribution = one_distribution && sub->size() <= 2;
       if (!worker::find_key(key) && !one_distribution) {
         collect(*sub, key, source, allow_distributions, any_key, out, issues);
         continue;
@@ -252,10 +279,16 @@ void parse_sweep(const toml::table& sweep, const std::string& source, bool any_k
       }
       for (const toml::node& g : *arr) {
         const size_t before = issues.size();
-        std::vector<SweepParam> grid = collect_params(*g.as_table(), source, false, any_key, issues);
+        std::vector<SweepParam> grid = collect_params(*g.as_table(), source, true, any_key, issues);
         if (grid.empty() && issues.size() == before)
           issues.add({source, line_of(g), "sweep.grid", "this [[sweep.grid]] table is empty: give each one keys"});
         if (!grid.empty()) out.grids.push_back(std::move(grid));
+      }
+    } else if (n == "tpe" && node.is_table()) {
+      for (auto&& [tname, tnode] : *node.as_table()) {
+        const std::string key = "sweep.tpe." + std::string(tname.str());
+        if (issues.attempt([&, &tnode = tnode] { worker::set_sweep_key(out, key, tnode, source, line_of(tnode)); }))
+          out.tpe_keys.emplace_back(key, line_of(tnode));
       }
     } else if (n == "early_stop" && node.is_table()) {
       for (auto&& [ename, enode] : *node.as_table()) {
@@ -285,6 +318,7 @@ void apply_sweep_override(SweepConfig& sweep, const std::string& key, const toml
   if (key.rfind("sweep.grid", 0) == 0)
     throw ConfigError("--set", 0, key, "[[sweep.grid]] tables cannot be set with --set; edit the recipe");
   worker::set_sweep_key(sweep, key, value, "--set", 0);
+  if (key.rfind("sweep.tpe.", 0) == 0) sweep.tpe_keys.emplace_back(key, 0);
 }
 
 std::string where(const std::string& source, int line) {
@@ -311,14 +345,33 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worke
           report(g, "swept both in a [[sweep.grid]] table and in [sweep.parameters] (" + where(source, p.line) +
                         "); a key belongs to one of them");
   }
-  if (sweep_method(sweep) == SweepMethod::grid) {
+  const SweepMethod method = sweep_method(sweep);
+  if (method == SweepMethod::grid) {
     for (const SweepParam& p : sweep.parameters)
       if (p.kind != SweepKind::values)
         report(p, std::string("a distribution (") + sweep_kind_name(p.kind) +
-                      ") needs sweep.method = \"random\"; a grid takes a list of values [v, ...]");
-  } else if (!sweep.grids.empty()) {
+                      ") needs sweep.method = \"random\" or \"tpe\"; a grid takes a list of values [v, ...]");
+    for (const auto& grid : sweep.grids)
+      for (const SweepParam& p : grid)
+        if (p.kind != SweepKind::values)
+          report(p, "a [[sweep.grid]] table takes lists of values [v, ...] in a grid (distributions there need "
+                    "sweep.method = \"tpe\")");
+  } else if (method == SweepMethod::random && !sweep.grids.empty()) {
     report(sweep.grids.front().front(),
-           "[[sweep.grid]] tables need sweep.method = \"grid\"; random search draws from [sweep.parameters]");
+           "[[sweep.grid]] tables need sweep.method = \"grid\" or \"tpe\"; random search draws from [sweep.parameters]");
+  }
+  if (method != SweepMethod::tpe) {
+    for (const auto& [key, line] : sweep.tpe_keys)
+      issues.add({line ? source : "--set", line, key,
+                  "a [sweep.tpe] key needs sweep.method = \"tpe\" (the method is \"" + sweep.method + "\")"});
+    auto check_step = [&](const std::vector<SweepParam>& params) {
+      for (const SweepParam& p : params)
+        if (p.step > 0)
+          issues.add({p.step_line ? source : "--set", p.step_line, p.key + ".step",
+                      "step needs sweep.method = \"tpe\" (the method is \"" + sweep.method + "\")"});
+    };
+    check_step(sweep.parameters);
+    for (const auto& grid : sweep.grids) check_step(grid);
   }
 }
 
@@ -349,7 +402,8 @@ void check_command(const Recipe& r, worker::ConfigIssues& issues) {
 }  // namespace
 
 SweepMethod sweep_method(const SweepConfig& sweep) {
-  constexpr worker::Choice<SweepMethod> kMethods[] = {{"grid", SweepMethod::grid}, {"random", SweepMethod::random}};
+  constexpr worker::Choice<SweepMethod> kMethods[] = {
+      {"grid", SweepMethod::grid}, {"random", SweepMethod::random}, {"tpe", SweepMethod::tpe}};
   return worker::parse_choice<ConfigError>("sweep.method", sweep.method, kMethods);
 }
 
@@ -463,10 +517,13 @@ worker::TrialConfig stored_trial_config(const std::string& config_toml, const st
 std::string recipe_key_table(worker::KeyTableFormat format) {
   std::vector<worker::KeyRow> rows = {
       {"sweep.parameters.<key>", "values | dist", "", "",
-       "[v, ...] (grid: each value; random: a choice) or, random only, { uniform | log_uniform | int_uniform = [lo, "
-       "hi] } or { choice = [v, ...] }"},
-      {"sweep.grid.<key>", "values", "", "",
-       "[[sweep.grid]] tables: each a sub-grid of lists [v, ...]; the sweep is their union (× [sweep.parameters])"}};
+       "[v, ...] (grid: each value; random, tpe: a choice) or, random and tpe, { uniform | log_uniform | int_uniform "
+       "= [lo, hi] } or { choice = [v, ...] }"},
+      {"sweep.parameters.<key>.step", "number", "", "",
+       "tpe: { uniform | int_uniform = [lo, hi], step = s } proposes lo + k·s only (hi - lo a multiple of s)"},
+      {"sweep.grid.<key>", "values | dist", "", "",
+       "[[sweep.grid]] tables: each a sub-grid of lists [v, ...] (tpe: also distributions); the sweep is their union "
+       "(× [sweep.parameters]); tpe samples a table's keys only in its trials"}};
   for (worker::KeyRow& row : study_key_rows()) rows.push_back(std::move(row));
   rows.push_back(trial_command_key_row());
   return worker::format_key_table(true, rows, format);

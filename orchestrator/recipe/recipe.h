@@ -18,11 +18,11 @@ namespace precon::orch {
 
 // How one swept key takes its values.
 enum class SweepKind {
-  values,       // [v, ...]: every value in a grid; a uniform random choice in random search
-  uniform,      // { uniform = [lo, hi] }: real, uniform in [lo, hi] (random search only)
-  log_uniform,  // { log_uniform = [lo, hi] }: real, uniform in log space, 0 < lo (random only)
-  int_uniform,  // { int_uniform = [lo, hi] }: integer in [lo, hi], both inclusive (random only)
-  choice,       // { choice = [v, ...] }: a uniform random choice (random only)
+  values,       // [v, ...]: every value in a grid; a uniform random choice in random search, a category in tpe
+  uniform,      // { uniform = [lo, hi] }: real, uniform in [lo, hi] (random and tpe only)
+  log_uniform,  // { log_uniform = [lo, hi] }: real, uniform in log space, 0 < lo (random and tpe only)
+  int_uniform,  // { int_uniform = [lo, hi] }: integer in [lo, hi], both inclusive (random and tpe only)
+  choice,       // { choice = [v, ...] }: a uniform random choice (random and tpe only)
 };
 
 const char* sweep_kind_name(SweepKind kind);
@@ -34,6 +34,8 @@ struct SweepParam {
   toml::array values;                // values / choice: each already type- and range-checked
   double lo = 0.0;                   // uniform / log_uniform / int_uniform bounds, inclusive
   double hi = 0.0;
+  double step = 0.0;                 // tpe, uniform / int_uniform: values lo + k·step only; 0: none
+  int step_line = 0;                 // the line of `step` (0: none or --set)
 };
 
 using EarlyStopConfig = worker::EarlyStopSettings;
@@ -43,10 +45,12 @@ using EarlyStopConfig = worker::EarlyStopSettings;
 struct SweepConfig : worker::SweepSettings {
   std::vector<SweepParam> parameters;           // [sweep.parameters], in order of appearance
   std::vector<std::vector<SweepParam>> grids;   // [[sweep.grid]]: sub-grids; the sweep is their union
+  std::vector<std::pair<std::string, int>> tpe_keys;  // the [sweep.tpe] keys given, with their lines (0: --set)
 };
 
-// sweep.method: every combination of the values, or `samples` random draws.
-enum class SweepMethod { grid, random };
+// sweep.method: every combination of the values, `samples` random draws, or `samples` trials each
+// proposed by TPE from the trials before it (tpe.h; the trials are made one at a time as they run).
+enum class SweepMethod { grid, random, tpe };
 // ConfigError for a method outside the key table's choices.
 SweepMethod sweep_method(const SweepConfig& sweep);
 

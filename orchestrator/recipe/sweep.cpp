@@ -9,6 +9,8 @@
 #include <map>
 #include <tuple>
 
+#include "orchestrator/recipe/rng.h"
+#include "orchestrator/recipe/tpe_sweep.h"
 #include "worker/config/choice.h"
 #include "worker/config/keys.h"
 #include "worker/config/parse.h"
@@ -52,55 +54,7 @@ std::string trials_text(const std::vector<TrialSpec>& trials, const std::vector<
   return text;
 }
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-// xoshiro256** seeded through splitmix64: fully specified, so a seed means the same draws on
-// every compiler and standard library.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) {
-    for (uint64_t& s : s_) s = splitmix64(seed);
-  }
-  uint64_t next() {
-    const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  // [0, 1) with 53 random bits.
-  double uniform01() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-  // [0, n) without modulo bias; n = 0 means the full 64-bit range.
-  uint64_t below(uint64_t n) {
-    if (n == 0) return next();
-    const uint64_t threshold = (0 - n) % n;
-    for (;;) {
-      const uint64_t r = next();
-      if (r >= threshold) return r % n;
-    }
-  }
-
- private:
-  static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  uint64_t s_[4];
-};
-
-// One swept key's value in one trial: a listed value, or a drawn number.
-struct Pick {
-  const SweepParam* param;
-  const toml::node* node;  // nullptr for a drawn number
-  double real;
-  int64_t integer;
-};
+using Pick = SweepPick;
 
 std::string number_text(double v) {
   char buf[64];
@@ -170,7 +124,9 @@ void describe_own(const Pick& pick, nlohmann::json& value, std::string& text) {
   text = placeholder_text(value);
 }
 
-TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick>& picks) {
+}  // namespace
+
+TrialSpec make_sweep_trial(const Recipe& recipe, int64_t index, const std::vector<Pick>& picks) {
   worker::ParsedConfig parsed = recipe.base;
   TrialSpec trial;
   trial.index = index;
@@ -218,6 +174,8 @@ TrialSpec make_trial(const Recipe& recipe, int64_t index, const std::vector<Pick
   }
   return trial;
 }
+
+namespace {
 
 // The sub-grids of a grid sweep, each a list of dimensions (slowest first).
 std::vector<std::vector<const SweepParam*>> sub_grids(const SweepConfig& sweep) {
@@ -277,7 +235,7 @@ int64_t sweep_size(const Recipe& recipe) {
   if (recipe.study.present) return study_size(recipe.study);
   const SweepConfig& sweep = recipe.sweep;
   if (sweep.parameters.empty() && sweep.grids.empty()) return 1;
-  if (sweep_method(sweep) == SweepMethod::random) return sweep.samples;
+  if (sweep_method(sweep) != SweepMethod::grid) return sweep.samples;
   int64_t total = 0;
   for (const auto& dims : sub_grids(sweep)) {
     const int64_t n = grid_size(dims);
@@ -295,7 +253,7 @@ void check_sweep_size(const Recipe& recipe) {
   const int64_t total = sweep_size(recipe);
   if (total <= kMaxSweepTrials) return;
   const std::string count = total == std::numeric_limits<int64_t>::max() ? std::string("too many") : std::to_string(total);
-  if (sweep_method(sweep) == SweepMethod::random) {
+  if (sweep_method(sweep) != SweepMethod::grid) {
     // Only reachable when the key table's range for sweep.samples is wider than the cap.
     throw ConfigError(recipe.source, 0, "sweep.samples",
                       "asks for " + count + " trials, more than " + std::to_string(kMaxSweepTrials) +
@@ -316,7 +274,7 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
   worker::ConfigIssues issues;
   // Every trial is made; the ones that break a rule are reported together at the end.
   auto add_trial = [&](int64_t index, const std::vector<Pick>& picks) {
-    issues.attempt([&] { trials.push_back(make_trial(recipe, index, picks)); });
+    issues.attempt([&] { trials.push_back(make_sweep_trial(recipe, index, picks)); });
   };
   if (sweep.parameters.empty() && sweep.grids.empty()) {
     add_trial(0, {});
@@ -324,6 +282,7 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
     return trials;
   }
   check_sweep_size(recipe);
+  if (sweep_method(sweep) == SweepMethod::tpe) return {propose_tpe_trial(recipe, 0, {})};
   if (sweep_method(sweep) == SweepMethod::random) {
     Rng rng(static_cast<uint64_t>(sweep.seed));
     trials.reserve(static_cast<size_t>(sweep.samples));

@@ -31,6 +31,18 @@ struct TrialSpec {
 // (tests/orchestrator/recipe/test_sweep.cpp holds them together).
 constexpr int64_t kMaxSweepTrials = 100000;
 
+// One swept key's value in one trial: a listed value, or a drawn number.
+struct SweepPick {
+  const SweepParam* param = nullptr;
+  const toml::node* node = nullptr;  // the listed value; nullptr for a drawn number
+  double real = 0;                   // uniform, log_uniform
+  int64_t integer = 0;               // int_uniform
+};
+
+// The trial of these values: the base config with them set, validated (ConfigError naming the
+// trial's values), with its params, label, TOML and command.
+TrialSpec make_sweep_trial(const Recipe& recipe, int64_t index, const std::vector<SweepPick>& picks);
+
 // Trials of the recipe:
 // - a [study]: its trials (expand_study in study.h);
 // - no sweep: one trial, the base config;
@@ -40,7 +52,8 @@ constexpr int64_t kMaxSweepTrials = 100000;
 //   sub-grids is kept twice: the sub-grids are the user's explicit list;
 // - random: `samples` draws, each key in order of appearance; lists and `choice` uniformly,
 //   `uniform` in [lo, hi], `log_uniform` uniformly in log space, `int_uniform` an integer in
-//   [lo, hi] both inclusive.
+//   [lo, hi] both inclusive;
+// - tpe: the first trial only (tpe_sweep.h proposes each later one from the trials before it).
 // Throws worker::ConfigError for a sweep over kMaxSweepTrials (naming the key, its line and both
 // numbers; nothing is allocated first) or a trial that fails the worker's cross-key checks (the
 // message names the trial's values).

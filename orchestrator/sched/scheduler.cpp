@@ -198,9 +198,13 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
       std::lock_guard lock(shared_mu_);
       objective_metric_[id] = exp.objective_metric;
     }
-    event(id, 0, "experiment_submitted",
-          "experiment " + exp.name + " with " + std::to_string(specs.size()) + " trial(s)");
-    log("experiment " + std::to_string(id) + " (" + exp.name + "): " + std::to_string(specs.size()) + " trial(s)");
+    // TPE stores its first trial now and proposes the others as slots free up (scheduler_tpe.cpp).
+    const bool tpe = !recipe.study.present && (!recipe.sweep.parameters.empty() || !recipe.sweep.grids.empty()) &&
+                     sweep_method(recipe.sweep) == SweepMethod::tpe;
+    const std::string count = tpe ? std::to_string(recipe.sweep.samples) + " trial(s), proposed by tpe as they run"
+                                  : std::to_string(specs.size()) + " trial(s)";
+    event(id, 0, "experiment_submitted", "experiment " + exp.name + " with " + count);
+    log("experiment " + std::to_string(id) + " (" + exp.name + "): " + count);
     return id;
   });
 }

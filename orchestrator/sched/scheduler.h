@@ -32,6 +32,7 @@
 #include "orchestrator/exec/executor.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
+#include "orchestrator/recipe/tpe_sweep.h"
 #include "orchestrator/sched/early_stop.h"
 #include "orchestrator/sched/metrics_follower.h"
 #include "orchestrator/store/store.h"
@@ -169,6 +170,12 @@ class Scheduler {
   void record_checkpoints(const TrialRow& trial);
   void end_trial(TrialRow& trial, TrialState state, const std::string& reason);
   void maybe_finish_experiment(int64_t experiment_id);
+  // sweep.method = "tpe" (scheduler_tpe.cpp): the experiment's recipe when it searches by TPE,
+  // else nullptr (parsed once per experiment); its trials as the sampler's history; and new
+  // trials while fewer than max_concurrent are pending or running and fewer than `samples` exist.
+  const Recipe* tpe_recipe(const ExperimentRow& exp);
+  std::vector<TpeHistoryTrial> tpe_history(const ExperimentRow& exp, const std::vector<TrialRow>& trials);
+  void top_up_tpe(const ExperimentRow& exp, const Recipe& recipe);
   void request_stop(int64_t trial_id, TrialState final_state, const std::string& reason);
   void early_stop_check(int64_t trial_id, int64_t step, double value);
   void event(int64_t experiment_id, int64_t trial_id, const std::string& kind, const std::string& message,
@@ -202,6 +209,8 @@ class Scheduler {
     // the file from its start): stored again, but not judged again by early stopping.
     int64_t judged_through = -1;
   };
+  std::map<int64_t, std::shared_ptr<Recipe>> tpe_recipes_;  // exp -> its TPE recipe (nullptr: not TPE)
+  std::set<int64_t> tpe_closed_;                            // TPE experiments cancelled: no more trials
   std::map<int64_t, Followed> followers_;  // trial -> its program's metrics.jsonl, until the trial ends
 
   // Shared with report handlers (any thread).

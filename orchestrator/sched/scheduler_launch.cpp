@@ -78,6 +78,7 @@ int write_text_file(const fs::path& path, const std::string& text) {
 void Scheduler::launch_ready() {
   int64_t queued = 0;
   for (const ExperimentRow& exp : store_.experiments_in_state(ExperimentState::running)) {
+    if (const Recipe* tpe = tpe_recipe(exp)) top_up_tpe(exp, *tpe);
     const std::map<TrialState, int64_t> counts = store_.trial_state_counts(exp.id);
     const int64_t pending = count_of(counts, TrialState::pending);
     int64_t running = count_of(counts, TrialState::running);

@@ -255,6 +255,12 @@ void Scheduler::maybe_finish_experiment(int64_t experiment_id) {
   // From the index on (experiment, state): ending each of N trials costs O(log N), not O(N).
   const std::map<TrialState, int64_t> counts = store_.trial_state_counts(experiment_id);
   if (counts.count(TrialState::pending) || counts.count(TrialState::running)) return;
+  if (const Recipe* tpe = tpe_recipe(*exp); tpe && !tpe_closed_.count(experiment_id)) {
+    // TPE makes its trials as slots free up: the experiment ends once `samples` exist.
+    int64_t made = 0;
+    for (const auto& [state, n] : counts) made += n;
+    if (made < tpe->sweep.samples) return;
+  }
   const ExperimentState state = counts.count(TrialState::cancelled) ? ExperimentState::cancelled : ExperimentState::completed;
   store_.set_experiment_state(experiment_id, state, epoch_seconds());
   event(experiment_id, 0, std::string("experiment_") + experiment_state_name(state),

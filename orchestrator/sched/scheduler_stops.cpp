@@ -100,6 +100,7 @@ bool Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reas
     const auto exp = store_.experiment(experiment_id);
     if (!exp) throw std::out_of_range("no experiment " + std::to_string(experiment_id));
     if (exp->state != ExperimentState::running) return false;
+    tpe_closed_.insert(experiment_id);  // TPE makes no more trials for it
     // Pending trials end in one transaction (an event each), however many there are; only the
     // running ones need a stop request each.
     const std::vector<int64_t> cancelled = store_.cancel_pending_trials(experiment_id, reason, epoch_seconds());

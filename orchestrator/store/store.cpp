@@ -273,6 +273,25 @@ int64_t Store::create_experiment(ExperimentRow e, std::vector<TrialRow> trials) 
   return id;
 }
 
+int64_t Store::add_trial(const ExperimentRow& e, TrialRow t) {
+  WriteGuard g(*impl_, "add_trial");
+  auto& db = *impl_->writer;
+  sql::Transaction tx(db);
+  db.cached("INSERT INTO trials (experiment_id, idx, params_json, config_toml, state, reason, run_dir, "
+            "token_hash, attempts, last_step, created_at, started_at, ended_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+      ->bind_all(e.id, t.index, t.params_json, t.config_toml, trial_state_name(t.state), t.reason, t.run_dir,
+                 t.token_hash, t.attempts, t.last_step, t.created_at, t.started_at, t.ended_at)
+      .run();
+  const int64_t id = db.last_insert_rowid();
+  if (t.run_dir.empty() && !e.run_root.empty())
+    db.cached("UPDATE trials SET run_dir = ? WHERE id = ?")
+        ->bind_all((std::filesystem::path(e.run_root) / trial_dir_name(id)).string(), id)
+        .run();
+  tx.commit();
+  return id;
+}
+
 std::optional<ExperimentRow> Store::experiment(int64_t id) const {
   return query_one(*impl_, select(kExperimentCols, "FROM experiments WHERE id = ?"), read_experiment, id);
 }

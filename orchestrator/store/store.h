@@ -168,6 +168,9 @@ class Store {
   // Experiments and their trials are created in one transaction. A trial given no run_dir gets
   // <run_root>/trial-<id>.
   int64_t create_experiment(ExperimentRow experiment, std::vector<TrialRow> trials);
+  // One more trial of a running experiment (sweeps that make their trials as they go: TPE), its
+  // run_dir <run_root>/trial-<id> unless given. Returns its id.
+  int64_t add_trial(const ExperimentRow& experiment, TrialRow trial);
   std::optional<ExperimentRow> experiment(int64_t id) const;
   std::optional<ExperimentRow> experiment_by_name(const std::string& name) const;  // newest with that name
   std::vector<ExperimentRow> experiments() const;  // newest first

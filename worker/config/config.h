@@ -210,15 +210,26 @@ struct EarlyStopSettings {
   int64_t interval = 0;                 // median: steps between checks; 0 = every reported step
 };
 
+// [sweep.tpe]: the tree-structured Parzen estimator (sweep.method = "tpe"), as Optuna's TPESampler.
+struct TpeSettings {
+  int64_t n_startup_trials = 10;   // trials drawn at random before the estimator proposes
+  int64_t n_ei_candidates = 24;    // candidates drawn from l(x); the one with the best l/g runs
+  bool multivariate = true;        // one joint estimator over the keys (else one per key)
+  bool constant_liar = true;       // running trials count as the worst, so parallel proposals differ
+  double prior_weight = 1.0;       // weight of the prior kernel (the whole range) in l and g
+  bool consider_endpoints = false; // univariate bandwidths also count the range's ends as neighbours
+};
+
 // The scalar keys of [sweep]; the swept values themselves ([sweep.parameters], [[sweep.grid]])
 // are parsed by the controller's recipe layer against this same key table.
 struct SweepSettings {
-  std::string method = "grid";  // "grid" | "random"
-  int64_t samples = 10;         // random: trials drawn
-  int64_t seed = 0;             // random: seed of the draws
+  std::string method = "grid";  // "grid" | "random" | "tpe"
+  int64_t samples = 10;         // random, tpe: trials run
+  int64_t seed = 0;             // random, tpe: seed of the draws
   int64_t max_concurrent = 2;   // trials running at once
   int64_t max_attempts = 3;     // launches per trial (first + retries)
   EarlyStopSettings early_stop; // [sweep.early_stop]
+  TpeSettings tpe;              // [sweep.tpe]
 };
 
 struct TrialConfig {

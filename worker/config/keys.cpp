@@ -36,9 +36,10 @@ std::vector<KeySpec> build_table() {
                   .pattern(R"([A-Za-z_][A-Za-z0-9_./-]{0,99})", "a metric name: letters, digits and _./-"));
   k.push_back(trial("objective.mode", "", "better is min or max", T(objective.mode)).choices({"min", "max"}));
   // [sweep]: read by the controller; the swept values are [sweep.parameters] and [[sweep.grid]].
-  k.push_back(sweep("sweep.method", "", "grid: every combination; random: `samples` draws", S(method)).choices({"grid", "random"}));
-  k.push_back(sweep("sweep.samples", "trials", "random search: trials drawn", S(samples)).range(1, 100000));
-  k.push_back(sweep("sweep.seed", "", "random search: seed of the draws (same seed, same trials)", S(seed)).range(0, 9.2e18));
+  k.push_back(sweep("sweep.method", "", "grid: every combination; random: `samples` draws; tpe: `samples` trials, each "
+                    "proposed from the ones before", S(method)).choices({"grid", "random", "tpe"}));
+  k.push_back(sweep("sweep.samples", "trials", "random, tpe: trials run", S(samples)).range(1, 100000));
+  k.push_back(sweep("sweep.seed", "", "random, tpe: seed of the draws (same seed, same trials)", S(seed)).range(0, 9.2e18));
   k.push_back(sweep("sweep.max_concurrent", "trials", "trials running at once", S(max_concurrent)).range(1, 1e6));
   k.push_back(sweep("sweep.max_attempts", "launches", "launches per trial; a retry resumes from the last checkpoint",
                     S(max_attempts)).range(1, 1000));
@@ -57,6 +58,18 @@ std::vector<KeySpec> build_table() {
                     S(early_stop.n_startup_trials)).range(0, 1e6));
   k.push_back(sweep("sweep.early_stop.interval", "steps", "median: steps between checks; 0 = every reported step",
                     S(early_stop.interval)).range(0, 1e12));
+  k.push_back(sweep("sweep.tpe.n_startup_trials", "trials", "tpe: trials drawn at random before the estimator proposes",
+                    S(tpe.n_startup_trials)).range(0, 100000));
+  k.push_back(sweep("sweep.tpe.n_ei_candidates", "", "tpe: candidates drawn from l(x); the best l(x)/g(x) runs",
+                    S(tpe.n_ei_candidates)).range(1, 10000));
+  k.push_back(sweep("sweep.tpe.multivariate", "", "tpe: one joint estimator over the keys (false: one per key)",
+                    S(tpe.multivariate)));
+  k.push_back(sweep("sweep.tpe.constant_liar", "", "tpe: running trials count as the worst, so parallel proposals differ",
+                    S(tpe.constant_liar)));
+  k.push_back(sweep("sweep.tpe.prior_weight", "", "tpe: weight of the prior kernel (the whole range)", S(tpe.prior_weight))
+                  .range(1e-6, 1e6));
+  k.push_back(sweep("sweep.tpe.consider_endpoints", "", "tpe, univariate: the range's ends count as neighbours for bandwidths",
+                    S(tpe.consider_endpoints)));
   std::vector<KeySpec> out;
   for (Row& r : k) out.push_back(std::move(r.k));
   return out;

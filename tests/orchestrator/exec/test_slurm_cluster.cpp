@@ -75,6 +75,34 @@ TEST_F(SlurmCluster, FourTrialSweepRunsAsOneThrottledJobArray) {
   c->stop();
 }
 
+// sweep.method = "tpe" on Slurm: trials made as slots free up, each launched as its own job (or
+// a small array), two at a time, every proposal a different point.
+TEST_F(SlurmCluster, TpeSweepRunsItsSamplesTwoAtATime) {
+  auto c = start();
+  const std::string url = c->url();
+  const fs::path prog = dir_ / "objective.py";
+  std::ofstream(prog) << "import json, os\np = json.loads(os.environ['PRECON_PARAMS'])\n"
+                         "with open('metrics.jsonl', 'a') as f:\n"
+                         "    f.write(json.dumps({'step': 1, 'val_loss': (p['x'] - 1) ** 2 + p['k']}) + '\\n')\n";
+  const int64_t id = submit(url, "[trial]\ncommand = [\"" + std::string(PRECON_PYTHON) + "\", \"" + prog.string() +
+                                     "\"]\n[resources]\nexecutor = \"slurm\"\n[sweep]\nmethod = \"tpe\"\nsamples = 6\n"
+                                     "max_concurrent = 2\n[sweep.tpe]\nn_startup_trials = 3\n[sweep.parameters]\n"
+                                     "x = { uniform = [-3.0, 3.0] }\nk = { int_uniform = [0, 4] }\n");
+  ASSERT_TRUE(done(url, id, seconds(180)));
+  const json ts = trials(url, id);
+  ASSERT_EQ(ts.size(), 6u);
+  std::set<std::string> points;
+  for (const json& x : ts) {
+    const json t = trial(url, x["id"]);
+    EXPECT_EQ(t["state"], "completed") << t.dump();
+    ASSERT_EQ(t["attempts"].size(), 1u) << t.dump();
+    EXPECT_EQ(t["attempts"][0]["executor"], "slurm");
+    points.insert(t["params"].dump());
+  }
+  EXPECT_EQ(points.size(), 6u);
+  c->stop();
+}
+
 TEST_F(SlurmCluster, CancelEndsARunningTrialAndItsJob) {
   auto c = start();
   const std::string url = c->url();
