@@ -1,4 +1,4 @@
-"""Optuna's TPE pieces on fixed cases, for tests/orchestrator/test_tpe.cpp: the log-densities of
+"""Optuna's TPE pieces on fixed cases, for tests/orchestrator/recipe/test_tpe.cpp: the log-densities of
 its _ParzenEstimator (l and g) at given points, default_weights, default_gamma and the ranking of
 _split_observation_pairs, each written to a JSON file the C++ test compares with its own.
 

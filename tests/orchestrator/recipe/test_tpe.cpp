@@ -1,5 +1,5 @@
 // TPE (sweep.method = "tpe"): the Parzen estimators' log-densities, weights, gamma and ranking
-// against Optuna's (Debian's python3-optuna, tests/orchestrator/tpe_reference.py); proposals
+// against Optuna's (Debian's python3-optuna, tests/orchestrator/recipe/tpe_reference.py); proposals
 // deterministic in the seed; sub-grid tables; the [sweep.tpe] keys refused where they do not apply.
 #include "orchestrator/recipe/tpe.h"
 #include "orchestrator/recipe/tpe_sweep.h"
@@ -33,7 +33,7 @@ class TpeOptuna : public ::testing::Test {
       return;
     }
     const std::string out = ::testing::TempDir() + "tpe_reference.json";
-    const std::string cmd = py + " " + PRECON_SOURCE_DIR + "/tests/orchestrator/tpe_reference.py --out " + out;
+    const std::string cmd = py + " " + PRECON_SOURCE_DIR + "/tests/orchestrator/recipe/tpe_reference.py --out " + out;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream f(out);
     ref_ = json::parse(f);

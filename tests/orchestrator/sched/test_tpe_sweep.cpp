@@ -6,7 +6,7 @@
 #include <set>
 
 #include "orchestrator/recipe/tpe_sweep.h"
-#include "tests/orchestrator/cli_fixture.h"
+#include "tests/orchestrator/support/cli_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
