@@ -29,6 +29,13 @@ void require_device(Device device) {
                  "no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)");
 }
 
+double device_free_bytes(Device device) {
+  if (device != Device::cuda) return -1;
+  size_t free_bytes = 0, total_bytes = 0;
+  cuda_backend().memory_info(&free_bytes, &total_bytes);
+  return static_cast<double>(free_bytes);
+}
+
 void set_cpu_threads(int threads) {
   PRECON_REQUIRE(threads >= 1, UnsupportedError, "set_cpu_threads",
                  "thread count must be >= 1, got " + std::to_string(threads));

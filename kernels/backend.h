@@ -16,6 +16,10 @@ void require_device(Device device);  // throws UnsupportedError (PluginError: no
 // CPU threads for OpenBLAS and OpenMP loops (one pool when OpenBLAS is the OpenMP build).
 void set_cpu_threads(int threads);
 
+// The device's free memory in bytes (CUDA: the current GPU's, cudaMemGetInfo); -1 for the CPU,
+// whose memory the operating system reports (/proc/meminfo, the cgroup's limit).
+double device_free_bytes(Device device);
+
 void* device_malloc(Device device, size_t bytes);
 void device_free(Device device, void* ptr);
 void synchronize(Device device);

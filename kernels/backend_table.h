@@ -29,7 +29,7 @@ namespace precon::kernels {
 
 // Raised whenever the table's layout or the types it passes (Tensor, the op parameters) change:
 // a plugin from another build is refused rather than called with the wrong layout.
-constexpr int kBackendAbiVersion = 1;
+constexpr int kBackendAbiVersion = 2;
 
 // The plugin's one entry point: extern "C" const BackendTable* precon_cuda_backend().
 constexpr const char* kBackendEntryPoint = "precon_cuda_backend";
@@ -42,6 +42,7 @@ struct BackendTable {
 #undef PRECON_BACKEND_SLOT
   int (*device_count)();                 // 0 when no driver or no GPU; never throws
   void (*select_device)(int local_rank);  // GPU (local_rank mod visible GPUs) becomes current
+  void (*memory_info)(size_t* free_bytes, size_t* total_bytes);  // the current GPU's (cudaMemGetInfo)
 };
 
 }  // namespace precon::kernels

@@ -15,4 +15,5 @@ namespace precon::kernels::cuda {
 
 int device_count();  // 0 when no driver or no GPU; never throws
 void select_device(int local_rank);  // GPU (local_rank mod visible GPUs) becomes current; none: no-op
+void memory_info(size_t* free_bytes, size_t* total_bytes);  // the current GPU's free and total memory
 }  // namespace precon::kernels::cuda

@@ -22,6 +22,10 @@ void select_device(int local_rank) {
   if (count > 0) PRECON_CUDA_CHECK(cudaSetDevice(local_rank % count));
 }
 
+void memory_info(size_t* free_bytes, size_t* total_bytes) {
+  PRECON_CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
 void* device_malloc(size_t bytes) {
   void* ptr = nullptr;
   cudaError_t status = cudaMalloc(&ptr, bytes);

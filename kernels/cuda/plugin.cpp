@@ -13,6 +13,7 @@ const precon::kernels::BackendTable kTable{
     PRECON_BACKEND_OPS(PRECON_BACKEND_ENTRY)
     &precon::kernels::cuda::device_count,
     &precon::kernels::cuda::select_device,
+    &precon::kernels::cuda::memory_info,
 };
 #undef PRECON_BACKEND_ENTRY
 

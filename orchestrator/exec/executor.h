@@ -59,6 +59,7 @@ enum class ExitKind {
   usage,      // exit 2, bad command line or config: retrying will not help
   requeue,    // exit 75, checkpoint written after SIGUSR1/SIGTERM: relaunch, not a failure
   killed,     // ended by a signal
+  out_of_memory,  // killed by the out-of-memory killer (or Slurm OUT_OF_MEMORY): not retried
   lost,       // gone, and how it ended cannot be known
 };
 

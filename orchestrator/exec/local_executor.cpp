@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "orchestrator/exec/oom.h"
 #include "orchestrator/exec/wrapped_process.h"
 #include "worker/common/file_io.h"
 
@@ -85,7 +86,7 @@ LocalExecutor::LocalExecutor(LocalExecutorOptions options)
     : cpu_slots_(options.cpu_slots > 0 ? options.cpu_slots : available_cpus()),
       gpu_ids_(std::move(options.gpu_ids)),
       gpu_used_(gpu_ids_.size(), false),
-      hostname_(local_hostname()) {}
+      hostname_(local_hostname()), cgroup_(own_memory_cgroup()) {}
 
 LocalExecutor::~LocalExecutor() = default;
 
@@ -256,6 +257,9 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   } catch (const std::exception& e) {
     throw ExecError(std::string("cannot write ") + e.what());
   }
+  // The trial runs in this process's memory cgroup: its count of out-of-memory kills now, to
+  // compare with the count when the attempt ends.
+  const long long oom_kills_at_launch = cgroup_oom_kills(cgroup_);
   pid_t pid = spawn_wrapped(cmd);
 
   auto info = read_proc_stat(pid);  // the unreaped child cannot vanish from /proc
@@ -266,6 +270,7 @@ Handle LocalExecutor::launch(const LaunchSpec& spec) {
   }
   Attempt a;
   a.pid = pid;
+  a.oom_kills_before = oom_kills_at_launch;
   a.start_ticks = info->start_ticks;
   a.child = true;
   a.handle.executor = name();
@@ -292,7 +297,8 @@ std::optional<ExitStatus> LocalExecutor::check_ended(Attempt& a) {
       int st = 0;
       while (::waitpid(a.pid, &st, 0) < 0 && errno == EINTR) {
       }
-      if (auto s = read_exit_status_file(status_path)) return s;
+      ExitRecord record;
+      if (auto s = read_exit_status_file(status_path, &record)) return judged(a, *s, record);
       return classify_exit(st);
     }
     if (errno != ECHILD) return std::nullopt;
@@ -300,9 +306,29 @@ std::optional<ExitStatus> LocalExecutor::check_ended(Attempt& a) {
   }
   auto info = read_proc_stat(a.pid);
   if (info && info->start_ticks == a.start_ticks && info->state != 'Z' && info->state != 'X') return std::nullopt;
-  if (auto s = read_exit_status_file(status_path)) return s;
+  ExitRecord record;
+  if (auto s = read_exit_status_file(status_path, &record)) return judged(a, *s, record);
   if (a.killed) return classify_exit(SIGKILL);
   return lost("process ended without writing " + status_path.string());
+}
+
+ExitStatus LocalExecutor::judged(const Attempt& a, const ExitStatus& s, const ExitRecord& record) const {
+  OomEvidence e;
+  e.status = s;
+  if (s.kind != ExitKind::killed && s.kind != ExitKind::failed) return s;
+  e.oom_kills_before = a.oom_kills_before;
+  e.oom_kills_after = cgroup_oom_kills(cgroup_);
+  if (record.pid > 0) e.kernel_record = kernel_oom_record(record.pid);
+  e.peak_rss = record.peak_rss;
+  const double machine = memory_total_bytes();
+  if (cgroup_.limit > 0 && (machine < 0 || cgroup_.limit < machine)) {
+    e.limit = cgroup_.limit;
+    e.limit_source = "cgroup " + std::string(cgroup_.v2 ? "memory.max" : "memory.limit_in_bytes");
+  } else {
+    e.limit = machine;
+    e.limit_source = "the machine's memory";
+  }
+  return judge_oom(e);
 }
 
 std::vector<std::pair<Handle, ExitStatus>> LocalExecutor::poll() {

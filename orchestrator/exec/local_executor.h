@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "orchestrator/exec/executor.h"
+#include "orchestrator/exec/oom.h"
+#include "orchestrator/exec/wrapped_process.h"
 
 namespace precon::orch {
 
@@ -81,12 +83,15 @@ class LocalExecutor : public Executor {
     unsigned long long start_ticks = 0;
     bool child = false;           // ours to wait for (launched, or adopted by the same process)
     bool killed = false;          // kill() was sent: a missing status file means SIGKILL
+    long long oom_kills_before = -1;  // the memory cgroup's oom_kill count at launch (-1: unknown, adopted)
     int cpus = 0;
     std::vector<int> gpus;
   };
 
   // Non-blocking: the attempt's final status if it has ended (and is then reaped), or nullopt.
   std::optional<ExitStatus> check_ended(Attempt& a);
+  // The status read back, or an out-of-memory kill when the evidence says so (oom.h).
+  ExitStatus judged(const Attempt& a, const ExitStatus& s, const ExitRecord& record) const;
   // adopt() with mu_ held.
   std::optional<ExitStatus> adopt_locked(const Handle& h);
   // The handle of a wrapper an earlier controller started for this attempt, from the launch
@@ -102,6 +107,7 @@ class LocalExecutor : public Executor {
   std::vector<bool> gpu_used_;  // parallel to gpu_ids_
   int cpus_used_ = 0;
   std::string hostname_;
+  MemoryCgroupView cgroup_;  // this process's memory cgroup, which its attempts run in
   std::vector<Attempt> attempts_;
   std::vector<std::pair<Handle, ExitStatus>> ended_unpolled_;  // taken over by launch() already ended
 };

@@ -326,6 +326,14 @@ SlurmExecutor::Decision SlurmExecutor::judge(Job& j, const SqueueRow* row) {
       }
       return {};  // the script is still requeueing the job: decide on a later poll
     }
+    if (state == "OUT_OF_MEMORY" && (s.kind == ExitKind::killed || s.kind == ExitKind::failed)) {
+      // The script saw its trainer die (SIGKILL, or srun's exit for it); Slurm says why.
+      ExitStatus oom = slurm_exit_status(state, "0:9", "");
+      oom.code = s.code;
+      oom.signal = s.signal;
+      oom.detail += " [" + s.detail + "]";
+      return {true, oom};
+    }
     if (!state.empty() && state != "COMPLETED" && state != "FAILED" && !active) s.detail += " (Slurm " + state + ")";
     // The job was requeued and ran again while nobody watched (a controller restart).
     Handle next = j.handle;

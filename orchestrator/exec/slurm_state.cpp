@@ -195,8 +195,10 @@ ExitStatus slurm_exit_status(const std::string& state_in, const std::string& exi
     s.kind = ExitKind::lost;
     s.detail = "Slurm " + state + ": a node of the job failed" + why;
   } else if (state == "OUT_OF_MEMORY") {
-    s.kind = ExitKind::failed;
-    s.detail = "Slurm OUT_OF_MEMORY: the job ran out of memory; raise resources.mem";
+    s.kind = ExitKind::out_of_memory;
+    s.detail = "killed by the out-of-memory killer (Slurm OUT_OF_MEMORY: a step went past the job's memory limit, "
+               "resources.mem); not retried: the same run needs the same memory: raise resources.mem or shrink "
+               "the model, train.micro_batch_size or model.seq_len";
   } else if (state == "PREEMPTED") {
     s.kind = ExitKind::requeue;
     s.detail = "Slurm PREEMPTED: resumes from its last checkpoint";

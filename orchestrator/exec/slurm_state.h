@@ -52,7 +52,7 @@ std::optional<int64_t> slurm_time_seconds(const std::string& text);
 
 // How an attempt ended when Slurm reports the job in a final state with ExitCode "rc:signal":
 // COMPLETED/FAILED by exit code (75 = requeue), CANCELLED = killed, TIMEOUT = failed (no
-// checkpoint was written on the way out), NODE_FAIL/BOOT_FAIL = lost, OUT_OF_MEMORY = failed,
+// checkpoint was written on the way out), NODE_FAIL/BOOT_FAIL = lost, OUT_OF_MEMORY = out_of_memory (not retried),
 // PREEMPTED = requeue (resumes, not a failure), DEADLINE = failed, anything else = lost.
 ExitStatus slurm_exit_status(const std::string& state, const std::string& exit_code, const std::string& reason);
 

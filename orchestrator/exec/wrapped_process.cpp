@@ -100,15 +100,24 @@ void write_all(int fd, const char* p, size_t n) {
   }
 }
 
-void write_status_file(const ForkPlan& p, int status) {
-  char buf[32];
+// "exit N" or "signal N", then the program's pid and its peak resident memory (wait4's ru_maxrss,
+// KiB), which tell an out-of-memory kill from another SIGKILL (oom.h).
+void write_status_file(const ForkPlan& p, int status, pid_t pid, long maxrss_kib) {
+  char buf[96];
   size_t n = 0;
-  const char* word = WIFSIGNALED(status) ? "signal " : "exit ";
-  size_t word_len = std::strlen(word);
-  std::memcpy(buf, word, word_len);
-  n = word_len;
-  n += format_uint(buf + n, WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-  buf[n++] = '\n';
+  auto put = [&](const char* word, unsigned long value) {
+    const size_t len = std::strlen(word);
+    std::memcpy(buf + n, word, len);
+    n += len;
+    n += format_uint(buf + n, value);
+    buf[n++] = '\n';
+  };
+  put(WIFSIGNALED(status) ? "signal " : "exit ",
+      static_cast<unsigned long>(WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status)));
+  if (pid > 0) {
+    put("pid ", static_cast<unsigned long>(pid));
+    put("maxrss_kib ", static_cast<unsigned long>(std::max(0L, maxrss_kib)));
+  }
   int fd = ::open(p.status_tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return;
   write_all(fd, buf, n);
@@ -193,6 +202,7 @@ extern "C" void ignore_signal(int) {}
 
   write_identity(p);
   int status = 0;
+  struct rusage usage {};
   pid_t pid = ::fork();
   if (pid == 0) {
     sa.sa_handler = SIG_DFL;
@@ -218,14 +228,14 @@ extern "C" void ignore_signal(int) {}
       for (int sig : kForwardedStops)
         if (sigismember(&pending, sig)) ::kill(pid, sig);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);  // the wrapper's own pending copies run its empty handler
-    while (::waitpid(pid, &status, 0) < 0) {
+    while (::wait4(pid, &status, 0, &usage) < 0) {
       if (errno != EINTR) {
         status = 127 << 8;
         break;
       }
     }
   }
-  write_status_file(p, status);
+  write_status_file(p, status, pid, usage.ru_maxrss);
   ::_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
@@ -295,14 +305,21 @@ std::optional<ProcStat> read_proc_stat(pid_t pid) {
   return info;
 }
 
-std::optional<ExitStatus> read_exit_status_file(const fs::path& path) {
+std::optional<ExitStatus> read_exit_status_file(const fs::path& path, ExitRecord* record) {
   std::ifstream in(path);
   std::string word;
   long value = 0;
   if (!(in >> word >> value)) return std::nullopt;
-  if (word == "exit") return classify_exit(static_cast<int>((value & 0xff) << 8));
-  if (word == "signal" && value > 0 && value < 0x7f) return classify_exit(static_cast<int>(value));
-  return std::nullopt;
+  std::optional<ExitStatus> s;
+  if (word == "exit") s = classify_exit(static_cast<int>((value & 0xff) << 8));
+  if (word == "signal" && value > 0 && value < 0x7f) s = classify_exit(static_cast<int>(value));
+  if (s && record) {
+    for (std::string key; in >> key >> value;) {
+      if (key == "pid") record->pid = static_cast<pid_t>(value);
+      if (key == "maxrss_kib") record->peak_rss = static_cast<double>(value) * 1024;
+    }
+  }
+  return s;
 }
 
 // execve does not search PATH; resolve a bare name the way a shell would, with the PATH the

@@ -21,7 +21,8 @@ struct WrappedCommand {
   std::vector<std::string> env;                 // the whole environment, "KEY=value"
   std::filesystem::path stdout_path;            // appended, created if absent
   std::filesystem::path stderr_path;            // appended, created if absent
-  std::filesystem::path status_path;            // "exit N\n" or "signal N\n" when the program ends
+  std::filesystem::path status_path;            // "exit N\n" or "signal N\n" when the program ends, then
+                                                // "pid P\nmaxrss_kib K\n" (its peak resident memory)
   std::filesystem::path workdir;                // the program's working directory; "" = the caller's
   // When set, the wrapper appends "wrapper=<pid>:<start ticks>\n" here before it starts the
   // program, so whoever finds the program running can tell which process runs it even when
@@ -42,8 +43,13 @@ struct ProcStat {
 };
 std::optional<ProcStat> read_proc_stat(pid_t pid);
 
-// The status a wrapper wrote, classified; nullopt when the file is absent or unreadable.
-std::optional<ExitStatus> read_exit_status_file(const std::filesystem::path& path);
+// The status a wrapper wrote, classified; nullopt when the file is absent or unreadable. With
+// `record`, also the program's pid and peak resident memory, where the wrapper wrote them.
+struct ExitRecord {
+  pid_t pid = 0;
+  double peak_rss = -1;  // bytes
+};
+std::optional<ExitStatus> read_exit_status_file(const std::filesystem::path& path, ExitRecord* record = nullptr);
 
 // A program name resolved as a shell would with `path_var`; a name with a '/' is checked as is.
 std::optional<std::string> resolve_program(const std::string& name, const std::string& path_var);

@@ -394,6 +394,14 @@ double machine_memory_bytes() {
   return 0;
 }
 
+namespace {
+std::string pipeline_layers_text(const worker::ParallelConfig& p) {
+  std::string text;
+  for (int64_t n : p.pipeline_layers) text += std::to_string(n) + ",";
+  return text;
+}
+}  // namespace
+
 std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trials, double machine_bytes) {
   // Trials that differ only in what the estimate does not read share one computation.
   std::map<std::string, std::string> verdicts;
@@ -412,7 +420,11 @@ std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trial
                             std::to_string(c.optimizer.shampoo.max_preconditioner_dim) + " " + c.train.precision + " " +
                             std::to_string(c.parallel.tensor) + " " + std::to_string(c.parallel.data) + " " +
                             std::to_string(c.parallel.pipeline) + " " + c.resources.executor + " " +
-                            std::to_string(c.resources.ntasks_per_node) + " " + c.resources.mem;
+                            std::to_string(c.resources.ntasks_per_node) + " " + c.resources.mem + " " +
+                            std::to_string(m.moe.top_k) + " " + std::to_string(c.train.batch_size) + " " +
+                            std::to_string(c.train.micro_batch_size) + " " + std::to_string(c.parallel.virtual_stages) +
+                            " " + std::to_string(c.parallel.expert) + " " + std::to_string(c.optimizer.qk_clip_threshold > 0) +
+                            " " + std::to_string(c.parallel.pipeline_layers.size()) + ":" + pipeline_layers_text(c.parallel);
     auto found = verdicts.find(key);
     if (found == verdicts.end()) {
       std::string verdict;
@@ -423,11 +435,12 @@ std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trial
       if (have > 0) {
         const worker::MemoryEstimate e = worker::estimate_memory(c);
         if (e.bytes_per_node > have)
-          verdict = "the model's parameters, gradients and " + c.optimizer.name + " state need at least " +
+          verdict = "the model's parameters, gradients, " + c.optimizer.name + " state and activations need " +
                     worker::bytes_text(e.bytes_per_node) + " per node (" + std::to_string(e.parameters) +
-                    " parameters, activations not counted), more than " +
+                    " parameters; per rank " + worker::estimate_text(e) + "), more than " +
                     (limit > 0 ? "resources.mem = " + c.resources.mem : "this machine's " + worker::bytes_text(have)) +
-                    ": shrink the model or spread it with parallel.tensor / parallel.pipeline";
+                    ": shrink the model, train.micro_batch_size or model.seq_len, or spread it with parallel.tensor / "
+                    "parallel.pipeline";
       }
       found = verdicts.emplace(key, verdict).first;
     }

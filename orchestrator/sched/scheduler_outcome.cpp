@@ -123,7 +123,8 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
       switch (status.kind) {
         case ExitKind::succeeded: a.state = live->stop_requested ? AttemptState::stopped : AttemptState::succeeded; break;
         case ExitKind::requeue: a.state = AttemptState::requeue; break;
-        case ExitKind::killed: a.state = AttemptState::killed; break;
+        case ExitKind::killed:
+        case ExitKind::out_of_memory: a.state = AttemptState::killed; break;
         case ExitKind::lost: a.state = AttemptState::lost; break;
         default: a.state = AttemptState::failed;
       }
@@ -182,6 +183,10 @@ void Scheduler::finish_attempt(int64_t trial_id, const ExitStatus& ended) {
       case ExitKind::usage:
         // A bad configuration fails the same way every time: the trial fails at once.
         end_trial(trial, TrialState::failed, failure_reason(trainer_error, status, "not retried", trial.run_dir) + note);
+        return;
+      case ExitKind::out_of_memory:
+        // The same run needs the same memory: killed again on every attempt. The reason leads with it.
+        end_trial(trial, TrialState::failed, status.detail + note);
         return;
       default: {
         // Requeued attempts (preemption, time limits) are not failures; count only the others.

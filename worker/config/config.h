@@ -84,6 +84,9 @@ struct TrainConfig {
   std::string device = "cpu";     // "cpu" | "cuda"
   std::string precision = "fp32"; // "fp32" | "bf16" (bf16 compute on CUDA, fp32 masters)
   int64_t threads = 0;            // CPU threads; 0 = all cores
+  // Before allocating, compare the memory estimate with what this process may have (MemAvailable,
+  // its cgroup's limit, the GPU's free memory) and refuse to start (exit 2) when it does not fit.
+  bool memory_check = true;
 };
 
 struct AdamWConfig {

@@ -71,6 +71,11 @@ void add_data_and_train_rows(std::vector<Row>& k) {
                                : std::string();
                   }));
   k.push_back(trial("train.threads", "threads", "CPU threads; 0 = all cores", T(train.threads)).range(0, 4096));
+  k.push_back(trial("train.memory_check", "",
+                    "before allocating, compare the memory estimate (parameters, gradients, optimizer state, "
+                    "activations) with the memory this process may have (MemAvailable, its cgroup's memory.max, "
+                    "the GPU's free memory) and exit 2 naming both when it does not fit; false: start anyway",
+                    T(train.memory_check)));
 }
 
 void add_parallel_rows(std::vector<Row>& k) {

@@ -4,6 +4,7 @@
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
+#include "worker/model/activations.h"
 
 namespace precon::worker {
 
@@ -52,38 +53,16 @@ Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const 
 std::unique_ptr<Gpt::Acts> Gpt::allocate_acts() const {
   auto acts = std::make_unique<Acts>();
   Acts& a = *acts;
-  const int64_t BT = B_ * T_, Ll = L1_ - L0_;
-  ActPlan plan;
-  plan.add(&a.tokens, {B_, T_}, DType::i32);
-  plan.add(&a.targets, {B_, T_}, DType::i32);
-  plan.add(&a.encoded, {B_, T_, C_}, act_);
-  plan.per_layer(a.ln1, Ll, {B_, T_, C_}, act_);
-  plan.per_layer(a.ln1_mean, Ll, {BT}, DType::f32);
-  plan.per_layer(a.ln1_rstd, Ll, {BT}, DType::f32);
-  plan.per_layer(a.qkv, Ll, {B_, T_, 3 * Cl_}, act_);
-  plan.per_layer(a.atty, Ll, {B_, T_, Cl_}, act_);
-  plan.per_layer(a.att, Ll, {B_, NHl_, T_, T_}, act_);
-  plan.per_layer(a.residual2, Ll, {B_, T_, C_}, act_);
-  plan.per_layer(a.ln2, Ll, {B_, T_, C_}, act_);
-  plan.per_layer(a.ln2_mean, Ll, {BT}, DType::f32);
-  plan.per_layer(a.ln2_rstd, Ll, {BT}, DType::f32);
-  plan.per_layer(a.fch, Ll, {B_, T_, 4 * Cl_}, act_);
-  plan.per_layer(a.fch_gelu, Ll, {B_, T_, 4 * Cl_}, act_);
-  plan.per_layer(a.output, Ll, {B_, T_, C_}, act_);
-  plan.add(&a.lnf, {B_, T_, C_}, act_);
-  plan.add(&a.lnf_mean, {BT}, DType::f32);
-  plan.add(&a.lnf_rstd, {BT}, DType::f32);
-  plan.add(&a.logits, {B_, T_, Vpl_}, act_);
-  plan.add(&a.losses, {BT}, DType::f32);
-  plan.add(&a.branch_out, {B_, T_, C_}, act_);
-  plan.add(&a.dresidual, {B_, T_, C_}, act_);
-  plan.add(&a.dln, {B_, T_, C_}, act_);
-  plan.add(&a.datty, {B_, T_, Cl_}, act_);
-  plan.add(&a.dfch_gelu, {B_, T_, 4 * Cl_}, act_);
-  plan.add(&a.dfch, {B_, T_, 4 * Cl_}, act_);
-  plan.add(&a.dqkv, {B_, T_, 3 * Cl_}, act_);
-  plan.add(&a.datt, {B_, NHl_, T_, T_}, act_);
-  plan.allocate(a, device_);
+  ActTargets t;
+  t.one("tokens", a.tokens).one("targets", a.targets).one("encoded", a.encoded);
+  t.layers("ln1", a.ln1).layers("ln1_mean", a.ln1_mean).layers("ln1_rstd", a.ln1_rstd).layers("qkv", a.qkv);
+  t.layers("atty", a.atty).layers("att", a.att).layers("residual2", a.residual2).layers("ln2", a.ln2);
+  t.layers("ln2_mean", a.ln2_mean).layers("ln2_rstd", a.ln2_rstd).layers("fch", a.fch);
+  t.layers("fch_gelu", a.fch_gelu).layers("output", a.output);
+  t.one("lnf", a.lnf).one("lnf_mean", a.lnf_mean).one("lnf_rstd", a.lnf_rstd).one("logits", a.logits);
+  t.one("losses", a.losses).one("branch_out", a.branch_out).one("dresidual", a.dresidual).one("dln", a.dln);
+  t.one("datty", a.datty).one("dfch_gelu", a.dfch_gelu).one("dfch", a.dfch).one("dqkv", a.dqkv).one("datt", a.datt);
+  a.buf = t.allocate(gpt_slot_plan(config_, act_shape()), device_);
   return acts;
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
+#include "worker/model/activations.h"
 
 namespace precon::worker {
 
@@ -20,6 +21,11 @@ struct Llama::Acts : Model::Acts {
   Tensor branch_out;  // (B, T, C) a residual branch's output before it joins the stream
   // Backward scratch, each zeroed before the kernel that accumulates into it.
   Tensor dln, datty, dh, dgate, dup, dqkv, dq, dk, dv, datt;
+  int64_t other_bytes() const override {
+    int64_t bytes = 0;
+    for (const MoeMlp::Acts& m : moe) bytes += static_cast<int64_t>(m.buf.bytes() + m.ex.buf.bytes());
+    return bytes;
+  }
 };
 
 Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
@@ -73,6 +79,10 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
   allocate_slots([this] { return allocate_acts(); });
 }
 
+int64_t Llama::family_activation_bytes() const {
+  return static_cast<int64_t>(moe_scratch_.buf.bytes() + moe_scratch_.expert_buf.bytes());
+}
+
 double Llama::moe_alltoall_seconds() const {
   double t = 0;
   for (const Block& b : blocks_)
@@ -94,53 +104,21 @@ MoeMlp::Shape Llama::moe_shape() const {
 std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
   auto acts = std::make_unique<Acts>();
   Acts& a = *acts;
-  const int64_t BT = B_ * T_, Ll = L1_ - L0_;
-  ActPlan plan;
-  plan.add(&a.tokens, {B_, T_}, DType::i32);
-  plan.add(&a.targets, {B_, T_}, DType::i32);
-  plan.add(&a.encoded, {B_, T_, C_}, act_);
-  plan.per_layer(a.ln1, Ll, {B_, T_, C_}, act_);
-  plan.per_layer(a.rstd1, Ll, {BT}, DType::f32);
-  plan.per_layer(a.qkv, Ll, {B_, T_, 3 * Ql_}, act_);
-  plan.per_layer(a.atty, Ll, {B_, T_, Ql_}, act_);
-  plan.per_layer(a.att, Ll, {B_, NHl_, T_, T_}, act_);
-  plan.per_layer(a.residual2, Ll, {B_, T_, C_}, act_);
-  plan.per_layer(a.ln2, Ll, {B_, T_, C_}, act_);
-  plan.per_layer(a.rstd2, Ll, {BT}, DType::f32);
-  // The dense MLP's activations for the dense layers; a mixture of experts keeps its own.
-  a.gate.resize(static_cast<size_t>(Ll));
-  a.up.resize(static_cast<size_t>(Ll));
-  a.h.resize(static_cast<size_t>(Ll));
-  a.moe.resize(static_cast<size_t>(Ll));
-  for (int64_t l = L0_; l < L1_; ++l) {
-    const size_t i = static_cast<size_t>(l - L0_);
-    const int64_t width = blocks_[static_cast<size_t>(l)].moe ? 0 : Fl_;
-    plan.add(&a.gate[i], {B_, T_, width}, act_);
-    plan.add(&a.up[i], {B_, T_, width}, act_);
-    plan.add(&a.h[i], {B_, T_, width}, act_);
-    if (blocks_[static_cast<size_t>(l)].moe) a.moe[i] = blocks_[static_cast<size_t>(l)].moe->make_acts(moe_shape());
-  }
-  plan.per_layer(a.output, Ll, {B_, T_, C_}, act_);
-  plan.add(&a.lnf, {B_, T_, C_}, act_);
-  plan.add(&a.rstdf, {BT}, DType::f32);
-  plan.add(&a.logits, {B_, T_, Vpl_}, act_);
-  plan.add(&a.losses, {BT}, DType::f32);
-  plan.add(&a.q, {B_, T_, Ql_}, act_);
-  plan.add(&a.kk, {B_, T_, KVl_}, act_);
-  plan.add(&a.v, {B_, T_, KVl_}, act_);
-  plan.add(&a.branch_out, {B_, T_, C_}, act_);
-  plan.add(&a.dresidual, {B_, T_, C_}, act_);
-  plan.add(&a.dln, {B_, T_, C_}, act_);
-  plan.add(&a.datty, {B_, T_, Ql_}, act_);
-  plan.add(&a.dh, {B_, T_, Fl_}, act_);
-  plan.add(&a.dgate, {B_, T_, Fl_}, act_);
-  plan.add(&a.dup, {B_, T_, Fl_}, act_);
-  plan.add(&a.dqkv, {B_, T_, 3 * Ql_}, act_);
-  plan.add(&a.dq, {B_, T_, Ql_}, act_);
-  plan.add(&a.dk, {B_, T_, KVl_}, act_);
-  plan.add(&a.dv, {B_, T_, KVl_}, act_);
-  plan.add(&a.datt, {B_, NHl_, T_, T_}, act_);
-  plan.allocate(a, device_);
+  ActTargets t;
+  t.one("tokens", a.tokens).one("targets", a.targets).one("encoded", a.encoded);
+  t.layers("ln1", a.ln1).layers("rstd1", a.rstd1).layers("qkv", a.qkv).layers("atty", a.atty).layers("att", a.att);
+  t.layers("residual2", a.residual2).layers("ln2", a.ln2).layers("rstd2", a.rstd2);
+  t.layers("gate", a.gate).layers("up", a.up).layers("h", a.h).layers("output", a.output);
+  t.one("lnf", a.lnf).one("rstdf", a.rstdf).one("logits", a.logits).one("losses", a.losses);
+  t.one("q", a.q).one("kk", a.kk).one("v", a.v).one("branch_out", a.branch_out).one("dresidual", a.dresidual);
+  t.one("dln", a.dln).one("datty", a.datty).one("dh", a.dh).one("dgate", a.dgate).one("dup", a.dup);
+  t.one("dqkv", a.dqkv).one("dq", a.dq).one("dk", a.dk).one("dv", a.dv).one("datt", a.datt);
+  a.buf = t.allocate(llama_slot_plan(config_, act_shape()), device_);
+  // A mixture of experts keeps its own per layer.
+  a.moe.resize(static_cast<size_t>(L1_ - L0_));
+  for (int64_t l = L0_; l < L1_; ++l)
+    if (blocks_[static_cast<size_t>(l)].moe)
+      a.moe[static_cast<size_t>(l - L0_)] = blocks_[static_cast<size_t>(l)].moe->make_acts(moe_shape());
   return acts;
 }
 

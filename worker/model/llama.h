@@ -46,6 +46,7 @@ class Llama final : public Model {
     std::pair<size_t, size_t> rows;  // [first, end) of its table rows
   };
   std::unique_ptr<Acts> allocate_acts() const;
+  int64_t family_activation_bytes() const override;
 
   MoeMlp::Shape moe_shape() const;
 

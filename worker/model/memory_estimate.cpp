@@ -7,7 +7,9 @@
 
 #include "worker/common/error.h"
 #include "worker/config/choice.h"
+#include "worker/model/activations.h"
 #include "worker/model/params.h"
+#include "worker/parallel/pipeline_schedule.h"
 
 namespace precon::worker {
 
@@ -61,8 +63,12 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
   const double tensor = static_cast<double>(c.parallel.tensor), data = static_cast<double>(c.parallel.data);
   const int t = static_cast<int>(c.parallel.tensor);
   // The largest pipeline rank's rows (expert-parallel ranks hold equal shares of the experts).
-  for (int p = 0; p < c.parallel.pipeline; ++p) {
-    double bytes = 0;
+  const int pipeline = static_cast<int>(c.parallel.pipeline), chunks = static_cast<int>(c.parallel.virtual_stages);
+  const int64_t slice = c.train.batch_size / std::max<int64_t>(c.parallel.data, 1);
+  const int64_t micro = c.train.micro_batch_size > 0 ? c.train.micro_batch_size : slice;
+  const std::vector<int64_t> layers = stage_layer_counts(c.parallel, c.model.n_layer);
+  for (int p = 0; p < pipeline; ++p) {
+    double params = 0, grads = 0, optimizer_state = 0;
     for (size_t i : pipeline_rank_table_rows(table, c.parallel, c.model.n_layer, p, 0)) {
       const ParamSpec& spec = table[i];
       const double n = static_cast<double>(spec.numel()), storage = static_cast<double>(spec.storage_numel());
@@ -73,7 +79,6 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
       // Each rank holds its tensor-parallel part of a split row (params.h tp_part_spec) and its
       // gradient, and a replicated row whole.
       const double part = static_cast<double>(tp_part_spec(spec, t).storage_numel());
-      const double held = 8 * part;
       // Matrix state lives with one owner per matrix or block (spread evenly over the group, on
       // average); element-wise state (AdamW's moments) belongs to each rank's part and is split
       // over its replicas by the distributed optimizer, else replicated on each of them.
@@ -81,9 +86,31 @@ MemoryEstimate estimate_memory(const TrialConfig& c) {
       const bool elementwise = optimizer == OptimizerName::adamw || spec.kind != ParamKind::matrix;
       const double state = elementwise ? whole_state * part / storage : whole_state;
       const double divided = elementwise ? (c.parallel.distributed_optimizer ? replicas : 1.0) : group;
-      bytes += held + state / divided + (bf16 ? 2 * n * part / storage : 0);
+      params += 4 * part + (bf16 ? 2 * n * part / storage : 0);
+      grads += 4 * part;
+      optimizer_state += state / divided;
     }
-    e.bytes_per_rank = std::max(e.bytes_per_rank, bytes);
+    // Each of its chunks' activation slots (the pipeline schedule's micro-batches in flight).
+    double acts = 0;
+    const std::vector<int> slots = pipeline_slots(p, pipeline, chunks, std::max<int64_t>(slice / std::max<int64_t>(micro, 1), 1));
+    for (int v = 0; v < chunks; ++v) {
+      const ModelStage stage = pipeline_stage(layers, static_cast<size_t>(v * pipeline + p));
+      ActShape shape;
+      shape.batch = micro;
+      shape.tensor = c.parallel.tensor;
+      shape.first_layer = stage.first_layer;
+      shape.end_layer = stage.end_layer;
+      shape.dtype = bf16 ? kernels::DType::bf16 : kernels::DType::f32;
+      acts += static_cast<double>(chunk_activation_bytes(c.model, shape, slots[static_cast<size_t>(v)],
+                                                         c.parallel.expert > 1, c.optimizer.qk_clip_threshold > 0));
+    }
+    if (params + grads + optimizer_state + acts > e.bytes_per_rank) {
+      e.parameter_bytes = params;
+      e.gradient_bytes = grads;
+      e.optimizer_bytes = optimizer_state;
+      e.activation_bytes = acts;
+      e.bytes_per_rank = params + grads + optimizer_state + acts;
+    }
   }
   const int64_t ranks = c.parallel.tensor * c.parallel.data * c.parallel.pipeline;
   const int64_t per_node = slurm ? std::min(ranks, c.resources.ntasks_per_node) : ranks;
@@ -101,6 +128,11 @@ double memory_limit_bytes(const std::string& mem) {
     case 'T': return v * 1024 * 1024 * 1024 * 1024;
     default: return v * 1024 * 1024;  // sbatch --mem: megabytes without a suffix
   }
+}
+
+std::string estimate_text(const MemoryEstimate& e) {
+  return "parameters " + bytes_text(e.parameter_bytes) + ", gradients " + bytes_text(e.gradient_bytes) +
+         ", optimizer state " + bytes_text(e.optimizer_bytes) + ", activations " + bytes_text(e.activation_bytes);
 }
 
 std::string bytes_text(double bytes) {

@@ -24,38 +24,6 @@ constexpr Choice<DType> kActivationTypes[] = {{"fp32", DType::f32}, {"bf16", DTy
 
 }  // namespace
 
-void Model::ActPlan::add(Tensor* t, std::vector<int64_t> shape, DType dtype) {
-  plan_.emplace_back(t, std::move(shape));
-  dtypes_.push_back(dtype);
-}
-
-void Model::ActPlan::per_layer(std::vector<Tensor>& v, int64_t layers, const std::vector<int64_t>& shape, DType dtype) {
-  v.resize(static_cast<size_t>(layers));
-  for (Tensor& t : v) add(&t, shape, dtype);
-}
-
-void Model::ActPlan::allocate(Acts& a, k::Device device) {
-  std::vector<int64_t> offsets;
-  int64_t total = 0;
-  for (size_t i = 0; i < plan_.size(); ++i) {
-    int64_t n = 1;
-    for (int64_t s : plan_[i].second) n *= s;
-    offsets.push_back(total);
-    total += (n * static_cast<int64_t>(k::dtype_size(dtypes_[i])) + 63) / 64 * 64;
-  }
-  a.buf = k::Buffer(device, total);
-  for (size_t i = 0; i < plan_.size(); ++i) {
-    const auto& s = plan_[i].second;
-    char* base = static_cast<char*>(a.buf.data()) + offsets[i];
-    Tensor t;
-    if (s.size() == 1) t = Tensor::view(base, {s[0]}, dtypes_[i], device);
-    else if (s.size() == 2) t = Tensor::view(base, {s[0], s[1]}, dtypes_[i], device);
-    else if (s.size() == 3) t = Tensor::view(base, {s[0], s[1], s[2]}, dtypes_[i], device);
-    else t = Tensor::view(base, {s[0], s[1], s[2], s[3]}, dtypes_[i], device);
-    *plan_[i].first = t;
-  }
-}
-
 Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t batch_size, k::Device device,
              const std::string& precision, Communicator* tp, const ModelStage& stage, ParamStore* shared)
     : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
@@ -124,9 +92,20 @@ Model::Bytes Model::bytes() const {
   const int64_t f32 = sizeof(float);
   if (own_params_) b.params = b.grads = own_params_->total_numel() * f32;
   b.params += static_cast<int64_t>(shadow_buf_.bytes());
-  for (const auto& slot : slots_) b.activations += static_cast<int64_t>(slot->buf.bytes());
+  for (const auto& slot : slots_) b.activations += static_cast<int64_t>(slot->buf.bytes()) + slot->other_bytes();
+  b.activations += family_activation_bytes();
   b.activations += static_cast<int64_t>(row_max_buf_.bytes());
   return b;
+}
+
+ActShape Model::act_shape() const {
+  ActShape s;
+  s.batch = B_;
+  s.tensor = tp_.size();
+  s.first_layer = L0_;
+  s.end_layer = L1_;
+  s.dtype = act_;
+  return s;
 }
 
 void Model::select_slot(int slot) { acts_ = slots_.at(static_cast<size_t>(slot)).get(); }

@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "kernels/tensor.h"
 #include "worker/config/config.h"
+#include "worker/model/activations.h"
 #include "worker/model/params.h"
 #include "worker/parallel/communicator.h"
 #include "worker/parallel/layers.h"
@@ -116,19 +117,14 @@ class Model : public LayerWeights {
     kernels::Tensor dresidual;            // (B, T, C) d loss / d residual stream, carried down
     std::vector<int32_t> tokens_host, targets_host;
     bool grads_ready = false;
+    // Bytes of the slot's other buffers (a mixture of experts' per-layer ones).
+    virtual int64_t other_bytes() const { return 0; }
   };
-  // Lays out one slot's activations: tensors are planned, then carved from one allocation.
-  class ActPlan {
-   public:
-    void add(kernels::Tensor* t, std::vector<int64_t> shape, kernels::DType dtype);
-    void per_layer(std::vector<kernels::Tensor>& v, int64_t layers, const std::vector<int64_t>& shape,
-                   kernels::DType dtype);
-    void allocate(Acts& acts, kernels::Device device);
-
-   private:
-    std::vector<std::pair<kernels::Tensor*, std::vector<int64_t>>> plan_;
-    std::vector<kernels::DType> dtypes_;
-  };
+  // This chunk's shape in the activation plans (activations.h), which the families carve their
+  // slots from.
+  ActShape act_shape() const;
+  // Activation bytes a family holds beside its slots' buffers (a mixture of experts' scratch).
+  virtual int64_t family_activation_bytes() const { return 0; }
 
   // table: the family's (model_param_table); precision "fp32", or "bf16" (CUDA: bf16 activations
   // and weight copies, fp32 masters and gradients). tp: the tensor-parallel group (null or size 1:

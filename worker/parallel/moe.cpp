@@ -8,6 +8,7 @@
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
 #include "worker/common/fault_hook.h"
+#include "worker/model/activations.h"
 #include "worker/parallel/tensor_parallel.h"
 
 namespace precon::worker {
@@ -18,35 +19,22 @@ using k::Tensor;
 
 namespace {
 
-// Tensors planned first, then carved from one allocation (64-byte aligned each).
-class Carve {
- public:
-  void add(Tensor* t, std::initializer_list<int64_t> shape, DType dtype) {
-    int64_t n = 1;
-    for (int64_t s : shape) n *= s;
-    items_.push_back({t, std::vector<int64_t>(shape), dtype, bytes_});
-    bytes_ += (n * static_cast<int64_t>(k::dtype_size(dtype)) + 63) / 64 * 64;
-  }
-  k::Buffer allocate(k::Device device) {
-    k::Buffer buf(device, static_cast<size_t>(std::max<int64_t>(bytes_, 64)));
-    for (const Item& i : items_) {
-      char* base = static_cast<char*>(buf.data()) + i.offset;
-      *i.t = i.shape.size() == 1 ? Tensor::view(base, {i.shape[0]}, i.dtype, device)
-                                 : Tensor::view(base, {i.shape[0], i.shape[1]}, i.dtype, device);
-    }
-    return buf;
-  }
+// The plans' dimensions (activations.h) of a layer of this shape.
+MoeDims dims_of(const MoeMlp::Shape& s, int64_t experts, int64_t top_k, bool shared, bool parallel) {
+  MoeDims d;
+  d.tokens = s.tokens;
+  d.channels = s.channels;
+  d.experts = experts;
+  d.top_k = top_k;
+  d.expert_width = s.expert_width;
+  d.shared_width = shared ? s.shared_width : 0;
+  d.dtype = s.dtype;
+  d.expert_parallel = parallel;
+  return d;
+}
 
- private:
-  struct Item {
-    Tensor* t;
-    std::vector<int64_t> shape;
-    DType dtype;
-    int64_t offset;
-  };
-  std::vector<Item> items_;
-  int64_t bytes_ = 0;
-};
+// Every buffer carved takes at least 64 bytes (an empty plan still has a base address).
+constexpr int64_t kLeastBytes = 64;
 
 Tensor rows_of(const Tensor& t, int64_t first, int64_t count) { return t.narrow(0, first, count); }
 
@@ -65,41 +53,22 @@ void to_device(const Tensor& dst, std::vector<int32_t>& src) {
 
 // The expert side's buffers for `rows` rows (grown, never shrunk). Without expert parallelism x and y
 // are the sender's own xs and ys and only the activations between the GEMMs live here.
-void grow_rows(MoeMlp::ExpertRows& ex, int64_t rows, const MoeMlp::Shape& s, bool parallel) {
+void grow_rows(MoeMlp::ExpertRows& ex, int64_t rows, const MoeDims& d, kernels::Device device) {
   if (rows <= ex.capacity && ex.capacity > 0) return;
-  const int64_t R = std::max<int64_t>(rows, 1), C = s.channels, F = s.expert_width;
-  Carve c;
-  if (parallel) {
-    c.add(&ex.xr, {R, C}, s.dtype);
-    c.add(&ex.yr, {R, C}, s.dtype);
-    c.add(&ex.order, {R}, DType::i32);
-    c.add(&ex.inv, {R}, DType::i32);
-    c.add(&ex.x, {R, C}, s.dtype);
-    c.add(&ex.y, {R, C}, s.dtype);
-  }
-  c.add(&ex.gate, {R, F}, s.dtype);
-  c.add(&ex.up, {R, F}, s.dtype);
-  c.add(&ex.h, {R, F}, s.dtype);
-  ex.buf = c.allocate(s.device);
-  ex.capacity = R;
+  ActTargets t;
+  t.one("xr", ex.xr).one("yr", ex.yr).one("order", ex.order).one("inv", ex.inv).one("x", ex.x).one("y", ex.y);
+  t.one("gate", ex.gate).one("up", ex.up).one("h", ex.h);
+  ex.buf = t.allocate(moe_rows_plan(d, rows), device, kLeastBytes);
+  ex.capacity = std::max<int64_t>(rows, 1);
 }
 
-void grow_rows(MoeMlp::Scratch& r, int64_t rows, bool parallel) {
+void grow_rows(MoeMlp::Scratch& r, int64_t rows, const MoeDims& d) {
   if (rows <= r.capacity && r.capacity > 0) return;
-  const MoeMlp::Shape& s = r.shape;
-  const int64_t R = std::max<int64_t>(rows, 1), C = s.channels, F = s.expert_width;
-  Carve c;
-  if (parallel) {
-    c.add(&r.dyr, {R, C}, s.dtype);
-    c.add(&r.dxr, {R, C}, s.dtype);
-    c.add(&r.dy, {R, C}, s.dtype);
-    c.add(&r.dx_rows, {R, C}, s.dtype);
-  }
-  c.add(&r.dh, {R, F}, s.dtype);
-  c.add(&r.dgate, {R, F}, s.dtype);
-  c.add(&r.dup, {R, F}, s.dtype);
-  r.expert_buf = c.allocate(s.device);
-  r.capacity = R;
+  ActTargets t;
+  t.one("dyr", r.dyr).one("dxr", r.dxr).one("dy", r.dy).one("dx_rows", r.dx_rows);
+  t.one("dh", r.dh).one("dgate", r.dgate).one("dup", r.dup);
+  r.expert_buf = t.allocate(moe_scratch_rows_plan(d, rows), r.shape.device, kLeastBytes);
+  r.capacity = std::max<int64_t>(rows, 1);
 }
 
 }  // namespace
@@ -120,30 +89,17 @@ MoeMlp::MoeMlp(TpGroup tp, TpGroup ep, Rows rows, int64_t top_k, double aux_loss
 MoeMlp::Acts MoeMlp::make_acts(const Shape& s) const {
   Acts a;
   a.shape = s;
-  const int64_t N = s.tokens, C = s.channels, E = experts(), K = top_k_, M = N * K;
-  Carve c;
-  if (s.dtype != DType::f32) c.add(&a.x32, {N, C}, DType::f32);
-  c.add(&a.logits, {N, E}, DType::f32);
-  c.add(&a.probs, {N, E}, DType::f32);
-  c.add(&a.idx, {N, K}, DType::i32);
-  c.add(&a.weights, {N, K}, DType::f32);
-  c.add(&a.pos, {N, K}, DType::i32);
-  c.add(&a.rows, {M}, DType::i32);
-  c.add(&a.aux_dprobs, {E}, DType::f32);
-  c.add(&a.xs, {M, C}, s.dtype);
-  c.add(&a.ys, {M, C}, s.dtype);
-  if (shared()) {
-    const int64_t Fs = s.shared_width;
-    c.add(&a.shared_gate, {N, Fs}, s.dtype);
-    c.add(&a.shared_up, {N, Fs}, s.dtype);
-    c.add(&a.shared_h, {N, Fs}, s.dtype);
-    c.add(&a.shared_out, {N, C}, s.dtype);
-  }
-  a.buf = c.allocate(s.device);
-  a.counts.assign(static_cast<size_t>(E), 0);
+  const MoeDims d = dims_of(s, experts(), top_k_, shared(), ep_.parallel());
+  ActTargets t;
+  t.one("x32", a.x32).one("logits", a.logits).one("probs", a.probs).one("idx", a.idx).one("weights", a.weights);
+  t.one("pos", a.pos).one("rows", a.rows).one("aux_dprobs", a.aux_dprobs).one("xs", a.xs).one("ys", a.ys);
+  t.one("shared_gate", a.shared_gate).one("shared_up", a.shared_up).one("shared_h", a.shared_h);
+  t.one("shared_out", a.shared_out);
+  a.buf = t.allocate(moe_acts_plan(d), s.device, kLeastBytes);
+  a.counts.assign(static_cast<size_t>(experts()), 0);
   // Without expert parallelism the experts compute on the sender's rows, all N·k of them.
   if (!ep_.parallel()) {
-    grow_rows(a.ex, M, s, false);
+    grow_rows(a.ex, s.tokens * top_k_, d, s.device);
     a.ex.x = a.xs;
     a.ex.y = a.ys;
   }
@@ -153,23 +109,13 @@ MoeMlp::Acts MoeMlp::make_acts(const Shape& s) const {
 MoeMlp::Scratch MoeMlp::make_scratch(const Shape& s) const {
   Scratch r;
   r.shape = s;
-  const int64_t N = s.tokens, C = s.channels, E = experts(), K = top_k_, M = N * K;
-  Carve c;
-  c.add(&r.dys, {M, C}, s.dtype);
-  c.add(&r.dxs, {M, C}, s.dtype);
-  c.add(&r.dw, {N, K}, DType::f32);
-  c.add(&r.dlogits, {N, E}, DType::f32);
-  c.add(&r.dx32, {N, C}, DType::f32);
-  if (s.dtype != DType::f32) c.add(&r.dx, {N, C}, s.dtype);
-  if (shared()) {
-    const int64_t Fs = s.shared_width;
-    c.add(&r.shared_dh, {N, Fs}, s.dtype);
-    c.add(&r.shared_dgate, {N, Fs}, s.dtype);
-    c.add(&r.shared_dup, {N, Fs}, s.dtype);
-  }
-  r.buf = c.allocate(s.device);
+  const MoeDims d = dims_of(s, experts(), top_k_, shared(), ep_.parallel());
+  ActTargets t;
+  t.one("dys", r.dys).one("dxs", r.dxs).one("dw", r.dw).one("dlogits", r.dlogits).one("dx32", r.dx32).one("dx", r.dx);
+  t.one("shared_dh", r.shared_dh).one("shared_dgate", r.shared_dgate).one("shared_dup", r.shared_dup);
+  r.buf = t.allocate(moe_scratch_plan(d), s.device, kLeastBytes);
   if (!ep_.parallel()) {
-    grow_rows(r, M, false);
+    grow_rows(r, s.tokens * top_k_, d);
     r.dy = r.dys;
     r.dx_rows = r.dxs;
   }
@@ -208,7 +154,7 @@ void MoeMlp::dispatch(Acts& a) const {
     }
   int64_t R = 0;
   for (int64_t n : a.recv_rows) R += n;
-  grow_rows(a.ex, R, a.shape, true);
+  grow_rows(a.ex, R, dims_of(a.shape, experts(), top_k_, shared(), true), a.shape.device);
   // Received rows come source by source, each source's expert by expert: regroup expert by expert.
   std::vector<int32_t> order(static_cast<size_t>(R)), inv(static_cast<size_t>(R));
   std::vector<int64_t> source_first(static_cast<size_t>(P), 0);
@@ -241,7 +187,7 @@ void MoeMlp::gather_outputs(Acts& a) const {
 void MoeMlp::dispatch_grads(const Acts& a, Scratch& s) const {
   int64_t R = 0;
   for (int64_t n : a.recv_rows) R += n;
-  grow_rows(s, R, true);
+  grow_rows(s, R, dims_of(s.shape, experts(), top_k_, shared(), true));
   exchange(s.dys, a.send_rows, rows_of(s.dyr, 0, R), a.recv_rows);
   if (R > 0) k::gather_rows(rows_of(s.dy, 0, R), rows_of(s.dyr, 0, R), rows_of(a.ex.order, 0, R));
 }

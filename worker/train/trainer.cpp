@@ -28,6 +28,7 @@
 #include "worker/model/model_io.h"
 #include "worker/model/qk_clip.h"
 #include "worker/optim/flops.h"
+#include "worker/train/memory_check.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -401,11 +402,23 @@ void as_config_error(const std::string& key, Step step) {
   }
 }
 
+// Before anything large is allocated: a run that cannot fit is refused at once (exit 2), by every
+// rank when any one of them cannot (the others would wait for it in a collective).
+void refuse_what_cannot_fit(Run& run) {
+  const std::string problem = memory_problem(run.cfg(), run.device);
+  int64_t refused = problem.empty() ? 0 : 1;
+  run.par.world->all_reduce_max(&refused, 1);
+  if (refused)
+    throw ConfigError(run.options->config_path.string(), 0, "train.memory_check",
+                      problem.empty() ? "another rank's memory cannot hold its share of the run" : problem);
+}
+
 TrainOutcome train(const TrainOptions& options) {
   Run run;
   run.options = &options;
   run.log = options.log ? options.log : default_log;
   configure_run(run);
+  refuse_what_cannot_fit(run);
   as_config_error("train.init_from", [&] { build_model(run); });
   as_config_error("data", [&] { build_data(run); });
   build_optimizer(run);

@@ -1,9 +1,13 @@
 // The local executor against real processes: exit-code mapping (sh and the real precon-train),
 // logs, environment, slots, SIGTERM/SIGKILL to the process group, survival of the controller,
-// and adoption of attempts after a restart (same process and another process).
+// adoption of attempts after a restart (same process and another process), and an out-of-memory
+// kill told from any other SIGKILL (oom.h), with a real one in a small memory cgroup.
 #include "orchestrator/exec/local_executor.h"
+#include "orchestrator/exec/oom.h"
+#include "tests/common/memory_cgroup.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -200,9 +204,12 @@ TEST_F(LocalExecutorTest, ExitCodesOfRealProcessesAreClassified) {
     EXPECT_EQ(s.kind, cases[i].kind) << cases[i].script << ": " << s.detail;
     EXPECT_EQ(s.code, cases[i].code) << cases[i].script;
     EXPECT_EQ(s.signal, cases[i].signal) << cases[i].script;
-    EXPECT_EQ(read_text(LocalExecutor::exit_status_path(handles[i].run_dir, 1)),
-              cases[i].signal ? "signal " + std::to_string(cases[i].signal) + "\n"
-                              : "exit " + std::to_string(cases[i].code) + "\n");
+    // The status, then the program's pid and peak resident memory.
+    EXPECT_EQ(read_text(LocalExecutor::exit_status_path(handles[i].run_dir, 1)).rfind(
+                  cases[i].signal ? "signal " + std::to_string(cases[i].signal) + "\npid "
+                                  : "exit " + std::to_string(cases[i].code) + "\npid ",
+                  0),
+              0u);
   }
   EXPECT_EQ(ex.running(), 0u);
   EXPECT_TRUE(ex.poll().empty());
@@ -210,6 +217,57 @@ TEST_F(LocalExecutorTest, ExitCodesOfRealProcessesAreClassified) {
     ExitStatus s = wait_exit(ex, launch(ex, spec(fs::path(prog).filename(), {prog})));
     EXPECT_EQ(s.kind, std::string(prog) == "/bin/true" ? ExitKind::succeeded : ExitKind::failed) << prog;
   }
+}
+
+TEST(OutOfMemory, OnlyASigkillWithEvidenceIsAnOutOfMemoryKill) {
+  OomEvidence e;
+  e.status = classify_exit(SIGKILL);
+  e.peak_rss = 900.0 * (1 << 20);
+  e.limit = 1024.0 * (1 << 20);
+  e.limit_source = "cgroup memory.max";
+  // Peak within 10 % of the limit: an out-of-memory kill, with both numbers in the reason.
+  e.peak_rss = 950.0 * (1 << 20);
+  ExitStatus s = judge_oom(e);
+  EXPECT_EQ(s.kind, ExitKind::out_of_memory);
+  EXPECT_EQ(s.detail.rfind("killed by the out-of-memory killer (peak resident memory 950.0 MiB, limit 1.0 GiB", 0), 0u)
+      << s.detail;
+  // Far below it, with no record: a SIGKILL like any other (someone's kill -9), retried as before.
+  e.peak_rss = 100.0 * (1 << 20);
+  EXPECT_EQ(judge_oom(e).kind, ExitKind::killed);
+  // The cgroup's count rose, or the kernel named the pid: out of memory whatever the peak.
+  e.oom_kills_before = 3;
+  e.oom_kills_after = 4;
+  EXPECT_EQ(judge_oom(e).kind, ExitKind::out_of_memory);
+  e.oom_kills_after = 3;
+  e.kernel_record = "Out of memory: Killed process 4242 (precon-train)";
+  EXPECT_NE(judge_oom(e).detail.find("Killed process 4242"), std::string::npos);
+  // mpirun's exit for a rank that died of SIGKILL counts; an exit 1 or a SIGTERM never does.
+  e.status = classify_exit(137 << 8);
+  EXPECT_EQ(judge_oom(e).kind, ExitKind::out_of_memory);
+  e.status = classify_exit(1 << 8);
+  EXPECT_EQ(judge_oom(e).kind, ExitKind::failed);
+  e.status = classify_exit(SIGTERM);
+  EXPECT_EQ(judge_oom(e).kind, ExitKind::killed);
+}
+
+TEST_F(LocalExecutorTest, ARealOutOfMemoryKillIsReportedAsSuch) {
+  // A program in a 32 MiB cgroup that writes 256 MiB: the cgroup's out-of-memory killer ends it, and
+  // the kernel's log names its pid (the executor's own cgroup has no limit here).
+  test::MemoryCgroup cgroup("precon-oom", 32LL << 20);
+  if (!cgroup.ok()) GTEST_SKIP() << cgroup.reason();
+  const int kmsg = ::open("/dev/kmsg", O_RDONLY | O_NONBLOCK);
+  if (kmsg < 0) GTEST_SKIP() << "/dev/kmsg cannot be read here: the kernel's record of the kill is not visible";
+  ::close(kmsg);
+  LocalExecutor ex(slots(2));
+  const ExitStatus s = run_sh(ex, "oom", "echo $$ > " + cgroup.dir() + "/cgroup.procs && exec " PRECON_PYTHON
+                                         " -c \"s = 'x' * (256 << 20)\"");
+  EXPECT_EQ(s.kind, ExitKind::out_of_memory) << s.detail;
+  EXPECT_EQ(s.signal, SIGKILL);
+  EXPECT_EQ(s.detail.rfind("killed by the out-of-memory killer (peak resident memory ", 0), 0u) << s.detail;
+  EXPECT_NE(s.detail.find("Killed process"), std::string::npos) << s.detail;
+  EXPECT_GE(cgroup.oom_kills(), 1);
+  // The same program under no limit runs to the end.
+  EXPECT_EQ(run_sh(ex, "fits", "exec " PRECON_PYTHON " -c \"s = 'x' * (1 << 20)\"").kind, ExitKind::succeeded);
 }
 
 TEST_F(LocalExecutorTest, RealTrainerWithMissingConfigIsUsage) {
@@ -455,7 +513,7 @@ TEST_F(LocalExecutorTest, AttemptSurvivesTheExecutorBeingDestroyed) {
   touch(s.run_dir / "go");
   EXPECT_TRUE(wait_until([&] { return fs::exists(LocalExecutor::exit_status_path(s.run_dir, 1)); }));
   EXPECT_EQ(read_text(s.run_dir / "marker"), "done\n");
-  EXPECT_EQ(read_text(LocalExecutor::exit_status_path(s.run_dir, 1)), "exit 0\n");
+  EXPECT_EQ(read_text(LocalExecutor::exit_status_path(s.run_dir, 1)).rfind("exit 0\npid ", 0), 0u);
 }
 
 TEST_F(LocalExecutorTest, AdoptRunningAttemptInTheSameProcess) {

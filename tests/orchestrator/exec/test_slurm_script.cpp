@@ -356,7 +356,7 @@ TEST(SlurmState, EveryStateMaps) {
       {"FAILED", "0:9", ExitKind::killed, -1},      {"FAILED", "0:0", ExitKind::failed, -1},
       {"CANCELLED", "0:15", ExitKind::killed, -1},  {"TIMEOUT", "0:15", ExitKind::failed, -1},
       {"NODE_FAIL", "0:0", ExitKind::lost, -1},     {"BOOT_FAIL", "0:0", ExitKind::lost, -1},
-      {"OUT_OF_MEMORY", "0:125", ExitKind::failed, -1}, {"PREEMPTED", "0:15", ExitKind::requeue, -1},
+      {"OUT_OF_MEMORY", "0:125", ExitKind::out_of_memory, -1}, {"PREEMPTED", "0:15", ExitKind::requeue, -1},
       {"DEADLINE", "0:0", ExitKind::failed, -1},    {"REVOKED", "0:0", ExitKind::lost, -1},
   };
   for (const Case& c : cases) {

@@ -333,16 +333,20 @@ TEST(Sweep, CheckRecipeDataRefusesTokenFilesTheTrialsCannotRead) {
 
 TEST(Sweep, CheckRecipeMemoryRefusesModelsThatCannotFit) {
   // GPT-2, 2 layers of d_model C = 256: 12·C² weights and 13·C biases and norms a layer, the embedding
-  // (1000 × C), the positions (64 × C) and the final norm; AdamW keeps 16 bytes a weight with its gradient.
-  const std::string base = "[model]\nn_layer = 2\nd_model = 256\nn_head = 4\nseq_len = 64\nvocab_size = 1000\n";
+  // (1000 × C), the positions (8 × C) and the final norm; AdamW keeps 16 bytes a weight with its gradient.
+  // One sequence of 8 tokens a step: its activations (437 KB) are 1.5 % of that.
+  const std::string base = "[model]\nn_layer = 2\nd_model = 256\nn_head = 4\nseq_len = 8\nvocab_size = 1000\n"
+                           "[train]\nbatch_size = 1\n";
   auto check = [&](const std::string& extra, double machine) {
     return check_recipe_memory(expand_sweep(parse_recipe_text(base + extra, "m.toml")), machine);
   };
-  const int64_t params = 2 * (12 * 256 * 256 + 13 * 256) + 1000 * 256 + 64 * 256 + 2 * 256;
+  const int64_t params = 2 * (12 * 256 * 256 + 13 * 256) + 1000 * 256 + 8 * 256 + 2 * 256;
   EXPECT_TRUE(check("", 1e9).empty());
   auto p = check("", 1e6);  // a machine of 1 MB
   ASSERT_EQ(p.size(), 1u);
-  EXPECT_NE(p[0].find("need at least"), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find("state and activations need"), std::string::npos) << p[0];
+  for (const char* part : {"per rank parameters ", "gradients ", "optimizer state ", "activations "})
+    EXPECT_NE(p[0].find(part), std::string::npos) << part << ": " << p[0];
   EXPECT_NE(p[0].find("more than this machine's 976.6 KiB"), std::string::npos) << p[0];
   EXPECT_NE(p[0].find(std::to_string(params) + " parameters"), std::string::npos) << p[0] << " want " << params;
   // resources.mem rules when given; an unknown machine and no resources.mem check nothing.
@@ -376,5 +380,25 @@ TEST(Sweep, CheckRecipeMemoryRefusesModelsThatCannotFit) {
       << p[0];
 }
 
+}  // namespace
+}  // namespace precon::orch
+
+namespace precon::orch {
+namespace {
+TEST(Sweep, CheckRecipeMemoryCountsTheActivations) {
+  // A small GPT-2 (4 layers of d_model 256, 4 heads, 8.9M parameters: 142 MB with AdamW) at 512
+  // sequences of 1024 tokens: the attention probabilities alone are 512·4·1024² floats a block
+  // (8.6 GB), and the logits 512·1024·50304 (105 GB). Refused on a 16 GiB machine, naming the
+  // activations; at 8 sequences of 256 it fits.
+  const std::string model = "[model]\nn_layer = 4\nd_model = 256\nn_head = 4\nvocab_size = 50257\n";
+  auto check = [&](const std::string& train) {
+    return check_recipe_memory(expand_sweep(parse_recipe_text(model + train, "m.toml")), 16.0 * (1 << 30));
+  };
+  const auto p = check("seq_len = 1024\n[train]\nbatch_size = 512\n");
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_NE(p[0].find("activations "), std::string::npos) << p[0];
+  EXPECT_NE(p[0].find("train.micro_batch_size"), std::string::npos) << p[0];
+  EXPECT_TRUE(check("seq_len = 256\n[train]\nbatch_size = 8\n").empty());
+}
 }  // namespace
 }  // namespace precon::orch

@@ -146,7 +146,8 @@ TEST(MoeConfig, TheMemoryEstimateCountsAnExpertParallelRanksOwnExpertsOnly) {
   const MemoryEstimate two =
       estimate_memory(parse_config_text(text + "data = 2\nexpert = 2\n", "r.toml").config);
   EXPECT_EQ(one.parameters, two.parameters);
-  EXPECT_DOUBLE_EQ(one.bytes_per_rank - two.bytes_per_rank, 18432.0 * 16 / 2);
+  EXPECT_DOUBLE_EQ(one.bytes_per_rank - one.activation_bytes - (two.bytes_per_rank - two.activation_bytes),
+                   18432.0 * 16 / 2);
 }
 
 }  // namespace

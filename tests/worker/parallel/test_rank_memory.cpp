@@ -1,6 +1,8 @@
 // What a rank holds, as the trainer reports it (memory_param_bytes, memory_grad_bytes,
 // memory_optimizer_bytes: the largest over the ranks), against the arithmetic of each layout for
-// the fixture's GPT-2 with AdamW, and the recipe's memory estimate within 5 % of it.
+// the fixture's GPT-2 with AdamW, the recipe's memory estimate within 5 % of it and its activations
+// equal to the trainer's, byte for byte, in every layout; and the peak resident memory's growth
+// with the micro-batch against the estimate's.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -47,11 +49,13 @@ class RankMemory : public mpitest::MpiRunFixture {
     const TrialConfig c = parse_config_file(cfg.string(), split_sets(sets)).config;
     const Bytes b{last("memory_param_bytes"), last("memory_grad_bytes"), last("memory_optimizer_bytes"),
                   last("memory_activation_bytes")};
-    const double held = b.params + b.grads + b.optimizer, estimate = estimate_memory(c).bytes_per_rank;
-    std::printf("%s: held %.0f bytes, estimate %.0f (%.2f%%)\n", layout.c_str(), held, estimate,
-                100 * (estimate - held) / held);
+    const MemoryEstimate e = estimate_memory(c);
+    const double held = b.params + b.grads + b.optimizer, estimate = e.bytes_per_rank - e.activation_bytes;
+    std::printf("%s: held %.0f bytes, estimate %.0f (%.2f%%); activations %.0f, estimate %.0f\n", layout.c_str(),
+                held, estimate, 100 * (estimate - held) / held, b.activations, e.activation_bytes);
     EXPECT_LT(std::fabs(estimate - held), 0.05 * held) << layout;
     EXPECT_GT(b.activations, 0) << layout;
+    EXPECT_EQ(b.activations, e.activation_bytes) << layout;
     return b;
   }
   // "--set a=1 --set b=2" as the overrides parse_config_file takes.
@@ -71,6 +75,10 @@ TEST_F(RankMemory, EachLayoutHoldsWhatItsArithmeticSays) {
   // One process: every parameter and gradient, two moments per visible value.
   Bytes b = reported("one", 1, "");
   EXPECT_EQ(b.params, 4.0 * kStorage);
+  // One slot of B 8, T 16, C 32, 2 heads, 2 blocks, 64 vocabulary rows (test_activations.cpp has
+  // the buffers): per block 16·BTC + 4·BT + B·NH·T², once 22·BT + 17·BTC + BT·64 + B·NH·T² floats.
+  const double BT = 8 * 16, BTC = BT * 32, att = 8 * 2 * 16 * 16;
+  EXPECT_EQ(b.activations, 4 * (2 * (16 * BTC + 4 * BT + att) + 5 * BT + 17 * BTC + BT * 64 + att));
   EXPECT_EQ(b.grads, 4.0 * kStorage);
   EXPECT_EQ(b.optimizer, 8.0 * kVisible);
   // DP2: the same weights and gradients, the moments of half the values (the distributed optimizer).
@@ -172,6 +180,28 @@ class RankPeak : public RankMemory {
             series(layout, "memory_optimizer_bytes").rbegin()->second};
   }
 };
+
+TEST_F(RankPeak, ThePeakGrowsWithTheMicroBatchAsTheEstimateSays) {
+  // From 8 to 72 sequences of 64 tokens, the activations grow by 64 sequences' worth (3.9 MB each
+  // for this model, mostly the logits over 8192 rows and the attention probabilities): the peak
+  // resident memory of one step grows by that, within 15 % (the data batch and the allocator's
+  // rounding grow with it too).
+  const std::string model = " --set model.n_layer=2 --set model.d_model=128 --set model.n_head=4 --set model.seq_len=64"
+                            " --set model.vocab_size=8192 --set train.steps=1 --set train.eval_batches=1 ";
+  auto peak_at = [&](int batch) {
+    const std::string sets = model + "--set train.batch_size=" + std::to_string(batch);
+    const double measured = peak("b" + std::to_string(batch), 1, sets).first;
+    const fs::path cfg = config(mpitest::kOptimizers[0], 2);
+    return std::make_pair(measured, estimate_memory(parse_config_file(cfg.string(), split_sets(sets)).config).activation_bytes);
+  };
+  const auto [small, small_estimate] = peak_at(8);
+  const auto [large, large_estimate] = peak_at(72);
+  const double measured = large - small, estimated = large_estimate - small_estimate;
+  std::printf("peak growth from batch 8 to 72: measured %.1f MB, estimated %.1f MB (activations)\n", measured / 1e6,
+              estimated / 1e6);
+  EXPECT_GT(estimated, 200e6);
+  EXPECT_NEAR(measured, estimated, 0.15 * estimated);
+}
 
 TEST_F(RankPeak, TheDistributedOptimizerLowersEachRanksPeak) {
   // At DP2 each rank keeps half of the 134 MB of moments, 67 MB less than the replicated run's

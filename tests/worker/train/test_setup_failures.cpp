@@ -1,9 +1,12 @@
 // Failures that the config names and that no retry changes end precon-train with exit 2 (bad
 // configuration: the controller does not launch the trial again) and a message naming the file or
 // key: token shards that are not what they must be, a train.init_from of another shape or holding
-// NaN, and a model too large to allocate. A run that fails while training still exits 1.
+// NaN, a model too large for the memory this process may have (train.memory_check, before anything is
+// allocated: against MemAvailable, and a cgroup's limit), and a model too large to allocate. A run
+// that fails while training still exits 1.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -11,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/common/memory_cgroup.h"
 #include "tests/worker/support/mpi_run_fixture.h"
 #include "worker/ckpt/safetensors.h"
 
@@ -96,9 +100,58 @@ TEST_F(SetupFailures, AModelTooLargeToAllocateIsAConfigurationError) {
   // Under AddressSanitizer an allocation that large is an error report unless it may return null.
   const Result r = run("ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 " +
                        trainer(cfg, "huge", "--set train.steps=2 --set model.n_layer=256 --set model.d_model=65536 "
-                                            "--set model.n_head=256") +
+                                            "--set model.n_head=256 --set train.memory_check=false") +
                        " 2>&1");
   expect_config_error(r, "does not fit in memory");
+}
+
+// MemAvailable of /proc/meminfo in bytes.
+double mem_available() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string name, unit; in >> name;) {
+    double kib = 0;
+    in >> kib >> unit;
+    if (name == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+TEST_F(SetupFailures, AModelThatCannotFitIsRefusedBeforeItAllocates) {
+  // Twice this machine's available memory in AdamW's 16 bytes a parameter (weight, gradient, two
+  // moments): d_model 4096 blocks of 12·C² weights each, as many as that takes.
+  const double available = mem_available();
+  ASSERT_GT(available, 0);
+  const double per_block = 16.0 * 12 * 4096 * 4096;
+  const int layers = static_cast<int>(2 * available / per_block) + 1;
+  const fs::path cfg = config(mpitest::kOptimizers[0]);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Result r = train(cfg, "big", "--set model.d_model=4096 --set model.n_head=32 --set model.n_layer=" +
+                                         std::to_string(layers));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%d blocks of d_model 4096 (%.1f GB of weights and AdamW state) refused in %.3f s\n", layers,
+              per_block * layers / 1e9, seconds);
+  expect_config_error(r, "train.memory_check: the run needs about");
+  for (const char* part : {"parameters ", "gradients ", "optimizer state ", "activations ", "is available ("})
+    EXPECT_NE(r.output.find(part), std::string::npos) << part << "\n" << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "big" / "metrics.jsonl"));  // refused before training started
+}
+
+TEST_F(SetupFailures, AModelLargerThanItsCgroupsLimitIsRefused) {
+  // 64 MiB for a model whose weights, gradients and moments take 269 MB: refused, naming the cgroup's
+  // limit; the same run with train.memory_check = false starts and the cgroup's out-of-memory killer
+  // ends it (SIGKILL).
+  test::MemoryCgroup cgroup("precon-memcheck", 64LL << 20);
+  if (!cgroup.ok()) GTEST_SKIP() << cgroup.reason();
+  const fs::path cfg = config(mpitest::kOptimizers[0]);
+  const std::string model = "--set model.n_layer=4 --set model.d_model=512 --set model.n_head=8 --set model.vocab_size=8192";
+  Result r = run(cgroup.enter() + trainer(cfg, "cgroup", "--set train.steps=2 " + model) + " 2>&1");
+  expect_config_error(r, "train.memory_check: the run needs about");
+  EXPECT_NE(r.output.find(cgroup.v2() ? "memory.max 64.0 MiB" : "memory.limit_in_bytes 64.0 MiB"), std::string::npos)
+      << r.output;
+  r = run(cgroup.enter() + trainer(cfg, "unchecked", "--set train.steps=2 --set train.memory_check=false " + model) +
+          " 2>&1");
+  EXPECT_TRUE(r.status == 128 + 9 || r.status == -1) << r.status << "\n" << r.output;  // SIGKILL, through a shell or not
+  EXPECT_GE(cgroup.oom_kills(), 1);
 }
 
 TEST_F(SetupFailures, AFailureWhileTrainingStillExitsOne) {
