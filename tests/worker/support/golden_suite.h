@@ -30,7 +30,7 @@ class GoldenSuite : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
                                      (std::string(Tag::kName) + "_" + std::to_string(::getpid())));
-    const std::string cmd = std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR + "/tests/worker/" + Tag::kScript +
+    const std::string cmd = std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR + "/tests/worker/model/" + Tag::kScript +
                             " --out " + dir_->string() + " > /dev/null";
     status_ = std::system(cmd.c_str());
     if (status_ == 0) {
