@@ -31,7 +31,7 @@ TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
   auto trials = expand_sweep(r);
   ASSERT_EQ(trials.size(), 5u);  // AdamW; Muon × 2 ns_steps; Shampoo × 2 frequencies
   EXPECT_EQ(labels(trials), (std::vector<std::string>{
-                                "optimizer.name=adamw optimizer.lr=0.001",
+                                "optimizer.name=adamw optimizer.lr=0.008",
                                 "optimizer.name=muon optimizer.lr=0.02 optimizer.adamw.lr=0.003 optimizer.muon.ns_steps=3",
                                 "optimizer.name=muon optimizer.lr=0.02 optimizer.adamw.lr=0.003 optimizer.muon.ns_steps=5",
                                 "optimizer.name=shampoo optimizer.lr=0.003 optimizer.shampoo.precondition_frequency=1",
@@ -64,9 +64,9 @@ TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
   }
   const worker::TrialConfig defaults;
   EXPECT_EQ(trials[0].config.optimizer.name, "adamw");
-  EXPECT_DOUBLE_EQ(trials[0].config.optimizer.lr, 1e-3);
+  EXPECT_DOUBLE_EQ(trials[0].config.optimizer.lr, 8e-3);
   EXPECT_EQ(trials[0].config.optimizer.adamw.lr, defaults.optimizer.adamw.lr);  // no Muon setting leaks in
-  EXPECT_EQ(trials[0].params, (nlohmann::json{{"optimizer.name", "adamw"}, {"optimizer.lr", 1e-3}}));
+  EXPECT_EQ(trials[0].params, (nlohmann::json{{"optimizer.name", "adamw"}, {"optimizer.lr", 8e-3}}));
   for (int i : {1, 2}) {
     EXPECT_EQ(trials[i].config.optimizer.name, "muon");
     EXPECT_DOUBLE_EQ(trials[i].config.optimizer.lr, 0.02);
