@@ -7,7 +7,9 @@
 #      (82 s under ASan) and the mixture of experts' nine-layouts-by-three-optimizers comparison
 #      (39 s; its layouts' code runs under ASan in MoeParallel's reshard and killed-rank tests) and
 #      QK-clip's, SOAP's and NorMuon's layouts (Release runs them; under ASan the clip runs in
-#      LlamaReference.QkClipTrajectory, SOAP and NorMuon in OptimReference);
+#      LlamaReference.QkClipTrajectory, SOAP and NorMuon in OptimReference), and the Llama, TP+DP
+#      and pipeline every-optimizer layout comparisons (47, 28 and 25 s under ASan; their layouts run
+#      under ASan in the reshard and data-parallel tests) and the kill -9 restart (50 s; TSan runs it);
 #   3. ThreadSanitizer build of the controller's tests (precon_orch_tests and the programs they
 #      start), those tests but the 100 000-trial scale test (steps 1 and 2 run it);
 #   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 30 s from its
@@ -40,7 +42,7 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
-    -E '^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows)'
+    -E '^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows|LlamaParallel\.EveryLayout|Parallel\.TensorParallelAndBoth|Pipeline\.TwoStagesFollow|Restart\.KillNine)'
 fi
 
 if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
