@@ -5,6 +5,7 @@
 // stored TOML reads back to the same TOML (what a trial stores is what it runs).
 #include <sstream>
 
+#include "orchestrator/recipe/command.h"
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -49,8 +50,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                  std::to_string(trials.size()) + " trials");
     }
     for (const orch::TrialSpec& t : trials) {
-      const worker::TrialConfig stored = orch::stored_trial_config(t.config_toml, "trial");
-      if (worker::config_to_toml(stored) != t.config_toml) fuzz::fail("a trial's stored config does not read back:\n" + t.config_toml);
+      // A command trial's TOML ends with its [trial] table: the resolved command and the params.
+      const orch::StoredTrial stored = orch::parse_stored_trial(t.config_toml, "trial");
+      std::string again = worker::config_to_toml(stored.config);
+      if (!t.command.empty()) again += orch::trial_table_toml(stored.command, t.params);
+      if (again != t.config_toml) fuzz::fail("a trial's stored config does not read back:\n" + t.config_toml);
+      if (stored.command != t.command) fuzz::fail("a trial's stored command is not the command it runs:\n" + t.config_toml);
     }
   } catch (const worker::ConfigError&) {
   }
