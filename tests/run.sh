@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# Builds precon and runs every test:
-#   1. Release build (CUDA backend compiled when nvcc is present), all tests;
-#   2. AddressSanitizer + UndefinedBehaviorSanitizer build of the tests (CPU), all tests but the
-#      system suites that start whole clusters and browsers (Slurm, load, browser, interop: they
-#      run in step 1, and under ASan they doubled this step's time), the 100 000-trial scale test
-#      (82 s under ASan) and the mixture of experts' nine-layouts-by-three-optimizers comparison
-#      (39 s; its layouts' code runs under ASan in MoeParallel's reshard and killed-rank tests) and
-#      QK-clip's, SOAP's and NorMuon's layouts (Release runs them; under ASan the clip runs in
-#      LlamaReference.QkClipTrajectory, SOAP and NorMuon in OptimReference), and the Llama, TP+DP
-#      and pipeline every-optimizer layout comparisons (47, 28 and 25 s under ASan; their layouts run
-#      under ASan in the reshard and data-parallel tests) and the kill -9 restart (50 s; TSan runs it);
+# Builds precon and runs every test, each test once under a sanitizer where it fits:
+#   1. AddressSanitizer + UndefinedBehaviorSanitizer build of the tests (CPU), all tests but the
+#      system suites that start whole clusters and browsers (Slurm, load, browser, interop: under
+#      ASan they doubled this step's time), the 100 000-trial scale test (82 s under ASan), the
+#      mixture of experts' nine-layouts-by-three-optimizers comparison (39 s; its layouts' code runs
+#      under ASan in MoeParallel's reshard and killed-rank tests), QK-clip's, SOAP's and NorMuon's
+#      layouts (under ASan the clip runs in LlamaReference.QkClipTrajectory, SOAP and NorMuon in
+#      OptimReference), the Llama, TP+DP and pipeline every-optimizer layout comparisons (47, 28 and
+#      25 s under ASan; their layouts run under ASan in the reshard and data-parallel tests);
+#   2. Release build (CUDA backend compiled when nvcc is present), the tests step 1 did not run
+#      (the ones it leaves out, and what only Release builds); all of them with PRECON_SKIP_ASAN=1;
 #   3. ThreadSanitizer build of the controller's tests (precon_orch_tests and the programs they
-#      start), those tests but the 100 000-trial scale test (steps 1 and 2 run it);
-#   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 30 s from its
+#      start), those tests but the 100 000-trial scale test (step 2 runs it) and the kill -9 restart
+#      (178 s under TSan, where the trainers it starts are instrumented too; step 1 runs it);
+#   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 20 s from its
 #      seed corpus, two at a time.
 # Usage: tests/run.sh            (after deploy/install-deps.sh)
 # Environment: PRECON_JOBS (parallel build/test jobs, default nproc), PRECON_SKIP_ASAN=1,
@@ -27,11 +28,21 @@ unity=-DCMAKE_UNITY_BUILD=ON
 # OpenMP threads wait passively so parallel test processes do not spin against each other.
 export OMP_WAIT_POLICY=PASSIVE
 
-echo "== Release build =="
-cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release $unity
-cmake --build "$root/build" -j "$jobs"
-echo "== Release tests =="
-ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
+# The names of a build's tests (ctest -N), filtered by the ctest options given after the directory.
+test_names() {
+  local dir=$1
+  shift
+  ctest --test-dir "$dir" -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p'
+}
+# Test names from stdin as one regex alternation, each name's metacharacters escaped.
+regex_alternatives() {
+  sed 's/[][\\.^$*+?(){}|]/\\&/g' | paste -sd'|'
+}
+
+# The tests the ASan step leaves out (it runs every other test): the system suites that start whole
+# clusters and browsers, the scale test and the heaviest layout comparisons (see the header).
+asan_skip='^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows|LlamaParallel\.EveryLayout|Parallel\.TensorParallelAndBoth|Pipeline\.TwoStagesFollow)'
+asan_ran=""
 
 if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build =="
@@ -41,8 +52,26 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   cmake --build "$root/build-asan" -j "$jobs"
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
-    -E '^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows|LlamaParallel\.EveryLayout|Parallel\.TensorParallelAndBoth|Pipeline\.TwoStagesFollow|Restart\.KillNine)'
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E "$asan_skip"
+  asan_ran="$root/build-asan/tests-run.txt"
+  test_names "$root/build-asan" -E "$asan_skip" > "$asan_ran"
+fi
+
+echo "== Release build =="
+cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release $unity
+cmake --build "$root/build" -j "$jobs"
+if [ -n "$asan_ran" ]; then
+  # Every test the ASan step ran passed there; Release runs the rest (the suites above and what
+  # only Release builds: the CUDA backend's tests, the benchmarks' smoke tests).
+  test_names "$root/build" | LC_ALL=C sort > "$root/build/tests-all.txt"
+  LC_ALL=C sort "$asan_ran" | LC_ALL=C comm -23 "$root/build/tests-all.txt" - > "$root/build/tests-rest.txt"
+  echo "== Release tests: the $(wc -l < "$root/build/tests-rest.txt") the ASan step did not run =="
+  if [ -s "$root/build/tests-rest.txt" ]; then
+    ctest --test-dir "$root/build" --output-on-failure -j "$jobs" -R "^($(regex_alternatives < "$root/build/tests-rest.txt"))\$"
+  fi
+else
+  echo "== Release tests =="
+  ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
 fi
 
 if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
@@ -62,14 +91,14 @@ if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
   # builds run it).
   OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" -L controller \
-    -E '^(ParallelTrial|PrometheusServer|Scale)\.'
+    -E '^(ParallelTrial|PrometheusServer|Scale|Restart)\.'
 fi
 
 if [ "${PRECON_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== Fuzz build (clang, libFuzzer + ASan + UBSan) =="
   cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_FUZZ=ON \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPRECON_FUZZ_SECONDS=20
   cmake --build "$root/build-fuzz" -j "$jobs"
-  echo "== Fuzz targets, 30 s each, two at a time =="
+  echo "== Fuzz targets, 20 s each, two at a time =="
   ctest --test-dir "$root/build-fuzz" --output-on-failure -j 2
 fi

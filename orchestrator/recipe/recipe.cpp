@@ -375,6 +375,40 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worke
   }
 }
 
+// sweep.method = "bohb" is TPE's proposals with Hyperband's brackets: its early stopping is
+// Hyperband's (set here when the recipe names none). Hyperband's brackets need min_step <= the
+// longest run.
+void check_early_stop(Recipe& r, const toml::table& doc, worker::ConfigIssues& issues) {
+  EarlyStopConfig& es = r.sweep.early_stop;
+  auto at = [&](const std::string& key) -> std::pair<std::string, int> {
+    const auto v = doc.at_path(key);
+    if (v && v.node()) return {r.source, line_of(*v.node())};
+    return {"--set", 0};
+  };
+  if (r.sweep.method == "bohb") {
+    if (es.method == "none") {
+      es.method = "hyperband";
+    } else if (es.method != "hyperband") {
+      const auto [src, line] = at("sweep.early_stop.method");
+      issues.add({src, line, "sweep.early_stop.method",
+                  "sweep.method = \"bohb\" stops trials by Hyperband's brackets, not \"" + es.method +
+                      "\": set \"hyperband\" or leave the key out (TPE with " + es.method +
+                      " is sweep.method = \"tpe\")"});
+    }
+  }
+  if (es.method != "hyperband") return;
+  const bool given = es.max_step > 0;
+  const int64_t longest = given ? es.max_step : r.base.config.train.steps;
+  if (es.min_step > longest) {
+    const auto [src, line] = at("sweep.early_stop.min_step");
+    issues.add({src, line, "sweep.early_stop.min_step",
+                "Hyperband's brackets run from min_step to " +
+                    std::string(given ? "sweep.early_stop.max_step" : "train.steps") + " (" + std::to_string(longest) +
+                    "): min_step " + std::to_string(es.min_step) + " is past it; lower min_step" +
+                    (given ? " or raise max_step" : "")});
+  }
+}
+
 // A command's placeholders name swept keys (or {recipe_dir}); a [study]'s trials are precon-train's.
 void check_command(const Recipe& r, worker::ConfigIssues& issues) {
   const std::string& src = r.command.line > 0 ? r.source : std::string("--set");
@@ -403,7 +437,7 @@ void check_command(const Recipe& r, worker::ConfigIssues& issues) {
 
 SweepMethod sweep_method(const SweepConfig& sweep) {
   constexpr worker::Choice<SweepMethod> kMethods[] = {
-      {"grid", SweepMethod::grid}, {"random", SweepMethod::random}, {"tpe", SweepMethod::tpe}};
+      {"grid", SweepMethod::grid}, {"random", SweepMethod::random}, {"tpe", SweepMethod::tpe}, {"bohb", SweepMethod::tpe}};
   return worker::parse_choice<ConfigError>("sweep.method", sweep.method, kMethods);
 }
 
@@ -478,6 +512,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   SweepConfig& s = r.sweep;
   if (s.early_stop.metric.empty()) s.early_stop.metric = r.base.config.objective.metric;
   if (s.early_stop.mode.empty()) s.early_stop.mode = r.base.config.objective.mode;
+  check_early_stop(r, doc, issues);
   const bool swept = !s.parameters.empty() || !s.grids.empty();
   if (sweep_node && sweep_node->is_table() && !swept && !r.study.present && issues.empty())
     issues.add({source, line_of(*sweep_node), "sweep",

@@ -6,6 +6,8 @@
 #include <limits>
 #include <utility>
 
+#include <zlib.h>
+
 #include "worker/config/choice.h"
 
 namespace precon::orch {
@@ -59,22 +61,60 @@ double numpy_nanmedian(std::vector<double> values) {
   return a + diff * gamma;
 }
 
+EarlyStopSettings early_stop_settings_from_json(const nlohmann::json& stored, const std::string& metric,
+                                                const std::string& mode, const std::string& study_name) {
+  EarlyStopSettings s;
+  s.method = stored.value("method", "none");
+  s.mode = stored.value("mode", mode);
+  s.metric = metric;
+  s.min_step = stored.value("min_step", int64_t{100});
+  s.reduction_factor = stored.value("reduction_factor", int64_t{3});
+  s.min_early_stopping_rate = stored.value("min_early_stopping_rate", int64_t{0});
+  s.n_startup_trials = stored.value("n_startup_trials", int64_t{5});
+  s.n_warmup_steps = s.method == "median" ? s.min_step : 0;
+  s.interval = std::max<int64_t>(1, stored.value("interval", int64_t{1}));
+  s.max_step = stored.value("max_step", int64_t{0});
+  s.study_name = study_name;
+  return s;
+}
+
 EarlyStopper::EarlyStopper(EarlyStopSettings settings) : s_(std::move(settings)) {
   auto bad = [](const std::string& key, const std::string& what) {
     throw EarlyStopError("[sweep.early_stop] " + key + ": " + what);
   };
   constexpr worker::Choice<Method> kMethods[] = {
-      {"asha", Method::asha}, {"median", Method::median}, {"none", Method::none}};
+      {"asha", Method::asha}, {"hyperband", Method::hyperband}, {"median", Method::median}, {"none", Method::none}};
   constexpr worker::Choice<bool> kMaximize[] = {{"min", false}, {"max", true}};
   method_ = worker::parse_choice<EarlyStopError>("sweep.early_stop.method", s_.method, kMethods);
   maximize_ = worker::parse_choice<EarlyStopError>("sweep.early_stop.mode", s_.mode, kMaximize);
-  if (method_ == Method::asha) {
+  if (method_ == Method::asha || method_ == Method::hyperband) {
     if (s_.min_step < 1) bad("min_step", "must be >= 1, got " + std::to_string(s_.min_step));
     if (s_.reduction_factor < 2)
       bad("reduction_factor", "must be >= 2, got " + std::to_string(s_.reduction_factor));
     if (s_.min_early_stopping_rate < 0)
       bad("min_early_stopping_rate",
           "must be >= 0, got " + std::to_string(s_.min_early_stopping_rate));
+  }
+  if (method_ == Method::hyperband) {
+    if (s_.max_step < s_.min_step)
+      bad("min_step", "hyperband needs min_step <= the longest run (train.steps " + std::to_string(s_.max_step) +
+                          "), got " + std::to_string(s_.min_step));
+    // Optuna's count: Python's math.log(max / min, rf) is log(max / min) / log(rf) in doubles.
+    const auto n = static_cast<int64_t>(
+        std::floor(std::log(static_cast<double>(s_.max_step) / static_cast<double>(s_.min_step)) /
+                   std::log(static_cast<double>(s_.reduction_factor)))) + 1;
+    for (int64_t b = 0; b < n; ++b) {
+      EarlyStopSettings one = s_;
+      one.method = "asha";
+      one.min_early_stopping_rate = b;
+      brackets_.emplace_back(std::move(one));
+      // ceil(n * rf^s / (s + 1)) in Python's floats; rf^s is exact for the ranges the keys allow.
+      const int64_t sb = n - 1 - b;
+      const double budget = std::ceil(static_cast<double>(n) * std::pow(static_cast<double>(s_.reduction_factor), sb) /
+                                      static_cast<double>(sb + 1));
+      bracket_budgets_.push_back(static_cast<int64_t>(budget));
+      total_budget_ += bracket_budgets_.back();
+    }
   }
   if (method_ == Method::median) {
     if (s_.n_startup_trials < 0)
@@ -95,8 +135,21 @@ int64_t EarlyStopper::rung_step(int64_t rung) const {
   return r;
 }
 
+int64_t EarlyStopper::bracket_of(int64_t number) const {
+  if (brackets_.empty()) return 0;
+  const std::string key = s_.study_name + "_" + std::to_string(number);
+  const uLong crc = crc32(0L, reinterpret_cast<const Bytef*>(key.data()), static_cast<uInt>(key.size()));
+  int64_t n = static_cast<int64_t>(crc % static_cast<uLong>(total_budget_));
+  for (size_t b = 0; b < bracket_budgets_.size(); ++b) {
+    n -= bracket_budgets_[b];
+    if (n < 0) return static_cast<int64_t>(b);
+  }
+  return static_cast<int64_t>(bracket_budgets_.size()) - 1;  // unreachable: n < total
+}
+
 std::vector<int64_t> EarlyStopper::rungs(int64_t max_step) const {
   std::vector<int64_t> out;
+  if (method_ == Method::hyperband) return brackets_.front().rungs(max_step);
   if (method_ != Method::asha) return out;
   for (int64_t k = 0;; ++k) {
     const int64_t r = rung_step(k);
@@ -126,12 +179,35 @@ std::vector<double> EarlyStopper::recorded_rungs(const std::map<int64_t, double>
 StopDecision EarlyStopper::report(int64_t trial, int64_t step, double value,
                                   const ObjectiveHistory& history,
                                   const std::set<int64_t>& completed,
-                                  const std::map<int64_t, int64_t>& stopped_rung) const {
+                                  const std::map<int64_t, int64_t>& stopped_rung,
+                                  const TrialNumbers& numbers) const {
   if (method_ == Method::none) return {};
+  if (method_ == Method::hyperband) return hyperband(trial, step, value, history, stopped_rung, numbers);
   const auto own = own_points(trial, step, value, history);
   if (step < own.rbegin()->first) return {};
   if (method_ == Method::asha) return asha(trial, own, history, stopped_rung);
   return median(trial, own, history, completed);
+}
+
+StopDecision EarlyStopper::hyperband(int64_t trial, int64_t step, double value, const ObjectiveHistory& history,
+                                     const std::map<int64_t, int64_t>& stopped_rung,
+                                     const TrialNumbers& numbers) const {
+  auto number = [&](int64_t t) {
+    const auto it = numbers.find(t);
+    return it == numbers.end() ? t : it->second;
+  };
+  const int64_t b = bracket_of(number(trial));
+  // The bracket's successive halving sees only the trials of its bracket.
+  ObjectiveHistory same;
+  for (const auto& [t, points] : history)
+    if (t == trial || bracket_of(number(t)) == b) same.emplace(t, points);
+  StopDecision d = brackets_[static_cast<size_t>(b)].report(trial, step, value, same, {}, stopped_rung);
+  if (d.rule.empty()) return d;
+  d.rule = "hyperband";
+  d.data["bracket"] = b;
+  d.data["brackets"] = brackets();
+  if (d.stop) d.reason = "Hyperband bracket " + std::to_string(b) + " of " + std::to_string(brackets()) + ", " + d.reason;
+  return d;
 }
 
 StopDecision EarlyStopper::asha(int64_t trial, const std::map<int64_t, double>& own,

@@ -1,4 +1,4 @@
-// Early stopping of sweep trials ([sweep.early_stop]): ASHA and the median rule.
+// Early stopping of sweep trials ([sweep.early_stop]): ASHA, Hyperband and the median rule.
 //
 // Pure logic, no I/O, no state: every decision is a function of the experiment's reported
 // objective points so far, so a restarted controller rebuilds exactly what it had. Thread-safety:
@@ -17,6 +17,12 @@
 //          goes on iff its value is at least as good as the (max(n / reduction_factor, 1))-th best:
 //          ties promote. A NaN value at a rung stops the trial and records nothing; a NaN between
 //          rungs is ignored.
+// hyperband = HyperbandPruner(min_resource = min_step, max_resource = max_step (train.steps),
+//          reduction_factor, bootstrap_count = 0): floor(log(max_step / min_step) / log(rf)) + 1
+//          brackets, bracket b an asha with min_early_stopping_rate = b over the trials of its
+//          bracket only. A trial's bracket is Optuna's: crc32("<study_name>_<number>") modulo the
+//          sum of the brackets' budgets ceil(n_brackets * rf^s / (s + 1)), s = n_brackets - 1 - b,
+//          walked in bracket order; `number` is the trial's 0-based place in the experiment.
 // median = MedianPruner(n_startup_trials, n_warmup_steps, interval_steps = interval). Only once at
 //          least max(n_startup_trials, 1) trials have completed, at steps >= n_warmup_steps, and
 //          only on the first report at or after each warmup + k * interval boundary: the trial
@@ -52,12 +58,14 @@ class EarlyStopError : public std::runtime_error {
 };
 
 struct EarlyStopSettings {
-  std::string method;                 // "asha" | "median" | "none"
+  std::string method;                 // "asha" | "hyperband" | "median" | "none"
   std::string mode = "min";           // "min" | "max": which direction of the objective is better
   std::string metric = "val_loss";    // objective name, only used in the reasons' text
   int64_t min_step = 100;             // asha: first rung's resource in steps (Optuna's min_resource)
   int64_t reduction_factor = 3;       // asha: rung spacing and the 1/rf fraction promoted; >= 2
   int64_t min_early_stopping_rate = 0;  // asha: skips the first rungs; >= 0
+  int64_t max_step = 0;               // hyperband: the longest run in steps (train.steps)
+  std::string study_name;             // hyperband: hashed with each trial's number into its bracket
   int64_t n_startup_trials = 5;       // median: completed trials needed before any stop
   int64_t n_warmup_steps = 0;         // median: no stop below this step
   int64_t interval = 1;               // median: steps between checks; >= 1
@@ -77,6 +85,14 @@ struct StopDecision {
 
 // trial -> (step -> objective value).
 using ObjectiveHistory = std::map<int64_t, std::map<int64_t, double>>;
+// trial -> its 0-based number in the experiment (hyperband's brackets); a trial not listed is its
+// own number.
+using TrialNumbers = std::map<int64_t, int64_t>;
+
+// The settings an experiment stored ([sweep.early_stop] as the scheduler writes it; missing keys
+// take their defaults; median's warm-up is min_step).
+EarlyStopSettings early_stop_settings_from_json(const nlohmann::json& stored, const std::string& metric,
+                                                const std::string& mode, const std::string& study_name);
 
 class EarlyStopper {
  public:
@@ -91,12 +107,19 @@ class EarlyStopper {
   // a trial counts at every rung its last report passed.
   // As in Optuna, the decision is made for the trial's highest reported step: a report below a
   // step already decided gets no decision.
+  // hyperband: `numbers` gives each trial's bracket (see above).
   StopDecision report(int64_t trial, int64_t step, double value, const ObjectiveHistory& history,
                       const std::set<int64_t>& completed,
-                      const std::map<int64_t, int64_t>& stopped_rung = {}) const;
+                      const std::map<int64_t, int64_t>& stopped_rung = {},
+                      const TrialNumbers& numbers = {}) const;
 
-  // asha: the rung steps <= max_step in order; other methods: none.
+  // asha: the rung steps <= max_step in order; hyperband: those of its first bracket (every
+  // bracket's rungs are a suffix of them); other methods: none.
   std::vector<int64_t> rungs(int64_t max_step) const;
+
+  // hyperband: the number of brackets and the bracket of the trial with this number.
+  int64_t brackets() const { return static_cast<int64_t>(brackets_.size()); }
+  int64_t bracket_of(int64_t number) const;
 
   const EarlyStopSettings& settings() const { return s_; }
 
@@ -110,11 +133,17 @@ class EarlyStopper {
   StopDecision median(int64_t trial, const std::map<int64_t, double>& own,
                       const ObjectiveHistory& history, const std::set<int64_t>& completed) const;
 
-  enum class Method { asha, median, none };
+  StopDecision hyperband(int64_t trial, int64_t step, double value, const ObjectiveHistory& history,
+                         const std::map<int64_t, int64_t>& stopped_rung, const TrialNumbers& numbers) const;
+
+  enum class Method { asha, hyperband, median, none };
 
   EarlyStopSettings s_;
   Method method_ = Method::none;  // s_.method
   bool maximize_ = false;         // s_.mode = "max"
+  std::vector<EarlyStopper> brackets_;   // hyperband: bracket b's asha (rate b)
+  std::vector<int64_t> bracket_budgets_;  // hyperband: each bracket's share of the trials
+  int64_t total_budget_ = 0;              // hyperband: their sum
 };
 
 // numpy.nanpercentile(values, 50) bit for bit: NaNs dropped, linear interpolation with numpy's

@@ -169,6 +169,12 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     exp.max_concurrent = recipe.sweep.max_concurrent;
     exp.max_attempts = recipe.sweep.max_attempts;
     const EarlyStopConfig& es = recipe.sweep.early_stop;
+    // Hyperband's longest run: the key, else the longest train.steps of the trials made now.
+    int64_t max_step = es.max_step;
+    if (max_step <= 0) {
+      max_step = base.train.steps;
+      for (const TrialSpec& s : specs) max_step = std::max(max_step, s.config.train.steps);
+    }
     exp.early_stop_json = json{{"method", es.method},
                                {"metric", es.metric.empty() ? base.objective.metric : es.metric},
                                {"mode", es.mode.empty() ? base.objective.mode : es.mode},
@@ -176,7 +182,8 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
                                {"reduction_factor", es.reduction_factor},
                                {"min_early_stopping_rate", es.min_early_stopping_rate},
                                {"n_startup_trials", es.n_startup_trials},
-                               {"interval", es.interval}}
+                               {"interval", es.interval},
+                               {"max_step", max_step}}
                               .dump();
     exp.created_at = epoch_seconds();
     // Unique, readable run root per experiment: <root>/<name>-<timestamp>; the store names each

@@ -203,6 +203,7 @@ class Scheduler {
   std::map<int64_t, std::map<int64_t, std::map<int64_t, double>>> curves_;  // exp -> trial -> step -> objective
   std::map<int64_t, std::unique_ptr<EarlyStopper>> stoppers_;               // exp -> rule
   std::map<int64_t, std::set<int64_t>> stopper_seen_;                       // trial -> steps judged
+  std::map<int64_t, TrialNumbers> trial_numbers_;                           // exp -> trial -> index (hyperband)
   struct Followed {
     MetricsFollower file;
     // Steps up to this one were stored before the follower began (a restarted controller reads

@@ -65,17 +65,18 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   if (!stopper) {
     auto exp = store_.experiment(exp_id);
     if (!exp) return;
-    json es = json::parse(exp->early_stop_json.empty() ? "{}" : exp->early_stop_json);
-    EarlyStopSettings s;
-    s.method = es.value("method", "none");
-    s.mode = es.value("mode", exp->objective_mode);
-    s.metric = exp->objective_metric;
-    s.min_step = es.value("min_step", int64_t{100});
-    s.reduction_factor = es.value("reduction_factor", int64_t{3});
-    s.min_early_stopping_rate = es.value("min_early_stopping_rate", int64_t{0});
-    s.n_startup_trials = es.value("n_startup_trials", int64_t{5});
-    s.interval = std::max<int64_t>(1, es.value("interval", int64_t{1}));
-    stopper = std::make_unique<EarlyStopper>(s);
+    const json es = json::parse(exp->early_stop_json.empty() ? "{}" : exp->early_stop_json);
+    const EarlyStopSettings s =
+        early_stop_settings_from_json(es, exp->objective_metric, exp->objective_mode, exp->name);
+    try {
+      stopper = std::make_unique<EarlyStopper>(s);
+    } catch (const EarlyStopError& e) {
+      // Recipes are checked when submitted; a stored rule that no longer holds stops nothing.
+      log("experiment " + std::to_string(exp_id) + ": no early stopping: " + e.what());
+      EarlyStopSettings none;
+      none.method = "none";
+      stopper = std::make_unique<EarlyStopper>(none);
+    }
     // History from the store (a restarted controller has no curves in memory).
     for (int64_t id : store_.trials_with_metrics(exp_id))
       for (const MetricPoint& p : store_.metrics(id, exp->objective_metric))
@@ -88,7 +89,16 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   stopper_seen_[trial_id].insert(step);
   const std::vector<int64_t> done = store_.trial_ids(exp_id, TrialState::completed);
   const std::set<int64_t> completed(done.begin(), done.end());
-  StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed);
+  // Hyperband's brackets follow each trial's number in the experiment (its place in the sweep).
+  TrialNumbers& numbers = trial_numbers_[exp_id];
+  if (stopper->brackets() > 0) {
+    for (const auto& [id, points] : curves_[exp_id]) {
+      if (numbers.contains(id)) continue;
+      if (id == trial_id) numbers[id] = trial->index;
+      else if (const auto row = store_.trial(id)) numbers[id] = row->index;
+    }
+  }
+  StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed, {}, numbers);
   if (options_.metrics) options_.metrics->early_stop_decision(d.stop);
   if (!d.stop) return;
   event(exp_id, trial_id, "early_stop", d.reason, d.data);

@@ -16,7 +16,10 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
   if (it != tpe_recipes_.end()) return it->second.get();
   std::shared_ptr<Recipe> recipe;
   // Most experiments are not TPE's: no parse for them (a 100,000-trial grid's recipe included).
-  if (exp.recipe_text.find("tpe") == std::string::npos && exp.overrides_json.find("tpe") == std::string::npos) {
+  auto names_tpe = [](const std::string& text) {
+    return text.find("tpe") != std::string::npos || text.find("bohb") != std::string::npos;
+  };
+  if (!names_tpe(exp.recipe_text) && !names_tpe(exp.overrides_json)) {
     tpe_recipes_[exp.id] = nullptr;
     return nullptr;
   }

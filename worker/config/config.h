@@ -203,12 +203,13 @@ struct ObjectiveConfig {
 };
 
 struct EarlyStopSettings {
-  std::string method = "none";          // "asha" | "median" | "none"
+  std::string method = "none";          // "asha" | "hyperband" | "median" | "none"
   std::string metric;                   // metric to judge; "" in the recipe = objective.metric
   std::string mode;                     // "min" | "max"; "" in the recipe = objective.mode
   int64_t min_step = 100;               // steps: first rung (ASHA) / no stopping before (median)
   int64_t reduction_factor = 3;         // ASHA: rung k at min_step·factor^(k+rate), keeps 1/factor
   int64_t min_early_stopping_rate = 0;  // ASHA: rung offset s (as Optuna's pruner)
+  int64_t max_step = 0;                 // Hyperband: the longest run in steps; 0 = the trials' train.steps
   int64_t n_startup_trials = 5;         // median: trials that must report before anyone stops
   int64_t interval = 0;                 // median: steps between checks; 0 = every reported step
 };
@@ -226,7 +227,7 @@ struct TpeSettings {
 // The scalar keys of [sweep]; the swept values themselves ([sweep.parameters], [[sweep.grid]])
 // are parsed by the controller's recipe layer against this same key table.
 struct SweepSettings {
-  std::string method = "grid";  // "grid" | "random" | "tpe"
+  std::string method = "grid";  // "grid" | "random" | "tpe" | "bohb" (tpe with Hyperband)
   int64_t samples = 10;         // random, tpe: trials run
   int64_t seed = 0;             // random, tpe: seed of the draws
   int64_t max_concurrent = 2;   // trials running at once

@@ -37,23 +37,26 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("objective.mode", "", "better is min or max", T(objective.mode)).choices({"min", "max"}));
   // [sweep]: read by the controller; the swept values are [sweep.parameters] and [[sweep.grid]].
   k.push_back(sweep("sweep.method", "", "grid: every combination; random: `samples` draws; tpe: `samples` trials, each "
-                    "proposed from the ones before", S(method)).choices({"grid", "random", "tpe"}));
+                    "proposed from the ones before; bohb: tpe with Hyperband early stopping", S(method))
+                  .choices({"grid", "random", "tpe", "bohb"}));
   k.push_back(sweep("sweep.samples", "trials", "random, tpe: trials run", S(samples)).range(1, 100000));
   k.push_back(sweep("sweep.seed", "", "random, tpe: seed of the draws (same seed, same trials)", S(seed)).range(0, 9.2e18));
   k.push_back(sweep("sweep.max_concurrent", "trials", "trials running at once", S(max_concurrent)).range(1, 1e6));
   k.push_back(sweep("sweep.max_attempts", "launches", "launches per trial; a retry resumes from the last checkpoint",
                     S(max_attempts)).range(1, 1000));
   k.push_back(sweep("sweep.early_stop.method", "", "early stopping of trials behind the others", S(early_stop.method))
-                  .choices({"asha", "median", "none"}));
+                  .choices({"asha", "hyperband", "median", "none"}));
   k.push_back(sweep("sweep.early_stop.metric", "", "metric judged; \"\" = objective.metric", S(early_stop.metric)));
   k.push_back(sweep("sweep.early_stop.mode", "", "better is min or max; \"\" = objective.mode", S(early_stop.mode))
                   .choices({"min", "max"}));
-  k.push_back(sweep("sweep.early_stop.min_step", "steps", "asha: first rung; median: no stopping before this step",
+  k.push_back(sweep("sweep.early_stop.min_step", "steps", "asha, hyperband: first rung; median: no stopping before this step",
                     S(early_stop.min_step)).range(1, 1e12));
-  k.push_back(sweep("sweep.early_stop.reduction_factor", "", "asha: rungs at min_step·factor^k, 1/factor promoted",
+  k.push_back(sweep("sweep.early_stop.reduction_factor", "", "asha, hyperband: rungs at min_step·factor^k, 1/factor promoted",
                     S(early_stop.reduction_factor)).range(2, 1000));
   k.push_back(sweep("sweep.early_stop.min_early_stopping_rate", "", "asha: rung offset s (first rung at min_step·factor^s)",
                     S(early_stop.min_early_stopping_rate)).range(0, 100));
+  k.push_back(sweep("sweep.early_stop.max_step", "steps", "hyperband: the longest run, brackets over min_step..max_step; "
+                    "0 = the trials' train.steps", S(early_stop.max_step)).range(0, 1e12));
   k.push_back(sweep("sweep.early_stop.n_startup_trials", "trials", "median: trials that report before any is stopped",
                     S(early_stop.n_startup_trials)).range(0, 1e6));
   k.push_back(sweep("sweep.early_stop.interval", "steps", "median: steps between checks; 0 = every reported step",

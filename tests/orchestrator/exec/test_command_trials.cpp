@@ -141,6 +141,65 @@ TEST_F(CommandTrials, AshaPrunesAProgramBySigterm) {
   c->stop();
 }
 
+TEST_F(CommandTrials, BohbPrunesAsOptunasHyperbandDoesOnTheSameCurves) {
+  // sweep.method = "bohb": TPE proposes x, Hyperband's brackets prune. The program's loss is
+  // (x - 0.3)² + 1/step. One trial at a time, so Optuna's HyperbandPruner, fed the curves the
+  // store holds in trial order, must prune the same trials at the same steps in the same brackets.
+  // 27 steps from min_step 1 at factor 3: log(27)/log(3) is 3.0000000000000004 in doubles, 4 brackets.
+  auto c = start();
+  const std::string prog = program("curve.sh",
+                                   "#!/bin/sh\ni=0\nwhile [ $i -lt 27 ]; do\n  i=$((i + 1))\n"
+                                   "  v=$(awk -v x=\"$1\" -v s=$i 'BEGIN { printf \"%.6f\", (x - 0.3) * (x - 0.3) + 1.0 / s }')\n"
+                                   "  echo \"{\\\"step\\\": $i, \\\"val_loss\\\": $v}\" >> metrics.jsonl\n  sleep 0.01\ndone\n");
+  const std::string text = "[experiment]\nname = \"hb\"\n[trial]\ncommand = [\"" + prog + "\", \"{x}\"]\n"
+                           "[train]\nsteps = 27\nthreads = 1\n[sweep]\nmethod = \"bohb\"\nsamples = 12\nseed = 3\n"
+                           "max_concurrent = 1\n[sweep.tpe]\nn_startup_trials = 5\n"
+                           "[sweep.parameters]\nx = { uniform = [0.0, 1.0] }\n"
+                           "[sweep.early_stop]\nmin_step = 1\nreduction_factor = 3\n";
+  const int64_t id = submit(c->url(), text);
+  ASSERT_TRUE(done(c->url(), id, std::chrono::seconds(180)));
+  std::vector<TrialRow> trials = c->store().trials(id);
+  ASSERT_EQ(trials.size(), 12u);
+  std::sort(trials.begin(), trials.end(), [](const TrialRow& a, const TrialRow& b) { return a.index < b.index; });
+  std::map<int64_t, json> decisions;  // trial id -> its early_stop event's data
+  for (const EventRow& e : c->store().events_since(0, 10000, id))
+    if (e.kind == "early_stop") decisions[e.trial_id] = json::parse(e.data_json);
+  // The curves the store holds, each up to its stop decision (what the pruner saw).
+  json spec = {{"study_name", "hb"}, {"min_step", 1}, {"max_step", 27}, {"reduction_factor", 3}, {"mode", "min"},
+               {"trials", json::array()}};
+  for (const TrialRow& t : trials) {
+    json points = json::array();
+    for (const MetricPoint& p : c->store().metrics(t.id, "val_loss")) points.push_back({p.step, p.value});
+    spec["trials"].push_back(points);
+  }
+  std::ofstream(dir_ / "curves.json") << spec.dump();
+  const test::CommandResult r = test::run_command(std::string(PRECON_PYTHON) + " " + PRECON_SOURCE_DIR +
+                                                  "/tests/orchestrator/sched/hyperband_replay.py " + (dir_ / "curves.json").string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json optuna = json::parse(r.output);
+  int pruned = 0;
+  for (size_t i = 0; i < trials.size(); ++i) {
+    const TrialRow& t = trials[i];
+    SCOPED_TRACE("trial " + std::to_string(i) + " " + t.params_json + ": " + t.reason);
+    const json& at = optuna["pruned_at"][i];
+    if (at.is_null()) {
+      EXPECT_EQ(t.state, TrialState::completed);
+      EXPECT_FALSE(decisions.contains(t.id));
+      continue;
+    }
+    ++pruned;
+    EXPECT_EQ(t.state, TrialState::pruned);
+    ASSERT_TRUE(decisions.contains(t.id));
+    EXPECT_EQ(decisions[t.id]["step"], at);
+    EXPECT_EQ(decisions[t.id]["bracket"], optuna["brackets"][i]);
+    EXPECT_EQ(decisions[t.id]["brackets"], 4);
+    EXPECT_TRUE(contains(t.reason, "Hyperband bracket")) << t.reason;
+  }
+  EXPECT_GE(pruned, 3) << "a sweep that prunes little proves little";
+  EXPECT_LT(pruned, 12);
+  c->stop();
+}
+
 TEST_F(CommandTrials, AProgramThatIgnoresSigtermIsKilledAfterTheGraceAndPruned) {
   // The second trial reports a worse value and ignores SIGTERM: SIGKILL follows the 1-s grace.
   auto c = start([](ControllerOptions& o) { o.stop_grace = std::chrono::milliseconds(1000); });

@@ -381,5 +381,39 @@ TEST(RecipeErrors, MissingFileIsAnError) {
   }
 }
 
+TEST(RecipeEarlyStop, BohbIsTpeWithHyperbandsBrackets) {
+  const std::string text = "[train]\nsteps = 900\n[sweep]\nmethod = \"bohb\"\nsamples = 8\n"
+                           "[sweep.parameters]\n\"optimizer.lr\" = { log_uniform = [1e-4, 1e-1] }\n";
+  const Recipe r = parse_recipe_text(text, "bohb.toml");
+  EXPECT_EQ(sweep_method(r.sweep), SweepMethod::tpe);
+  EXPECT_EQ(r.sweep.early_stop.method, "hyperband") << "bohb's early stopping when the recipe names none";
+  EXPECT_EQ(expand_sweep(r).size(), 1u) << "TPE makes its trials one at a time";
+  // Another rule is refused at its line; so is a first rung past the longest run.
+  const Failure asha = testing::recipe_failure(text + "[sweep.early_stop]\nmethod = \"asha\"\n", "bohb.toml");
+  EXPECT_EQ(asha.key, "sweep.early_stop.method");
+  EXPECT_EQ(asha.line, 9);
+  EXPECT_TRUE(contains(asha.message, "Hyperband")) << asha.message;
+  const Failure past = testing::recipe_failure(text + "[sweep.early_stop]\nmin_step = 1000\n", "bohb.toml");
+  EXPECT_EQ(past.key, "sweep.early_stop.min_step");
+  EXPECT_EQ(past.line, 9);
+  EXPECT_TRUE(contains(past.message, "train.steps (900)")) << past.message;
+  const Failure set = testing::recipe_failure(text, "bohb.toml", {"sweep.early_stop.max_step=50"});
+  EXPECT_EQ(set.source, "--set");
+  EXPECT_TRUE(contains(set.message, "sweep.early_stop.max_step (50)")) << set.message;
+  EXPECT_TRUE(testing::recipe_failure(text, "bohb.toml", {"sweep.early_stop.max_step=5000"}).message.empty());
+}
+
+TEST(RecipeEarlyStop, HyperbandOnAGridAndATpeKeyOnBohb) {
+  const std::string grid = "[train]\nsteps = 300\n[sweep.parameters]\n\"optimizer.lr\" = [0.01, 0.02]\n"
+                           "[sweep.early_stop]\nmethod = \"hyperband\"\nmin_step = 10\n";
+  const Recipe r = parse_recipe_text(grid, "grid.toml");
+  EXPECT_EQ(r.sweep.early_stop.method, "hyperband");
+  EXPECT_EQ(expand_sweep(r).size(), 2u);
+  // [sweep.tpe] keys work under bohb (its proposals are TPE's).
+  EXPECT_TRUE(testing::recipe_failure("[sweep]\nmethod = \"bohb\"\n[sweep.tpe]\nn_startup_trials = 4\n"
+                                      "[sweep.parameters]\nx = { uniform = [0, 1] }\n[trial]\ncommand = [\"true\", \"{x}\"]\n",
+                                      "b.toml").message.empty());
+}
+
 }  // namespace
 }  // namespace precon::orch

@@ -6,10 +6,13 @@
 #include "tests/common/skip.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <string>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -32,14 +35,17 @@ class TpeOptuna : public ::testing::Test {
       skip_ = "optuna cannot be imported by " + py + " (install python3-optuna: deploy/install-deps.sh)";
       return;
     }
-    const std::string out = ::testing::TempDir() + "tpe_reference.json";
+    const std::string out = ::testing::TempDir() + "tpe_reference-" + std::to_string(::getpid()) + ".json";
     const std::string cmd = py + " " + PRECON_SOURCE_DIR + "/tests/orchestrator/recipe/tpe_reference.py --out " + out;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream f(out);
     ref_ = json::parse(f);
+    std::remove(out.c_str());
   }
   void SetUp() override {
     if (!skip_.empty()) PRECON_SKIP_UNLESS_CI(skip_);
+    // (ctest would count a failed SetUpTestSuite as skipped: each test fails on its own.)
+    if (ref_.is_null()) FAIL() << "the Optuna reference file was not produced (see SetUpTestSuite's error)";
   }
   static inline json ref_;
   static inline std::string skip_;

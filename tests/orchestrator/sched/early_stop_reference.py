@@ -183,6 +183,13 @@ def main():
         dict(min_step=50, reduction_factor=4, min_early_stopping_rate=1, mode="max"),
         dict(min_step=60, reduction_factor=2, min_early_stopping_rate=0, mode="min"),
     ]
+    # Hyperband's brackets are picked from crc32("<study_name>_<number>"): the names vary the split.
+    hyperband = [
+        dict(min_step=100, max_step=2000, reduction_factor=3, mode="min", study_name="hyperband-a"),
+        dict(min_step=50, max_step=2000, reduction_factor=2, mode="min", study_name="sweep"),
+        dict(min_step=100, max_step=1000, reduction_factor=2, mode="max", study_name="lr-search"),
+        dict(min_step=60, max_step=1800, reduction_factor=3, mode="min", study_name="x"),
+    ]
     median = [
         dict(n_startup_trials=5, n_warmup_steps=0, interval=1, mode="min"),
         dict(n_startup_trials=3, n_warmup_steps=200, interval=150, mode="min"),
@@ -202,6 +209,18 @@ def main():
             events = runner(study, curves, sign)
             cases.append({"method": "asha", "order": order, "settings": a, "events": events,
                           "rungs": rung_values(study)})
+        for h in hyperband:
+            pruner = optuna.pruners.HyperbandPruner(
+                min_resource=h["min_step"], max_resource=h["max_step"],
+                reduction_factor=h["reduction_factor"], bootstrap_count=0)
+            study = optuna.create_study(
+                storage=optuna.storages.InMemoryStorage(), pruner=pruner, study_name=h["study_name"],
+                direction="minimize" if h["mode"] == "min" else "maximize")
+            sign = 1.0 if h["mode"] == "min" else -1.0
+            events = runner(study, curves, sign)
+            brackets = {str(t.number): pruner._get_bracket_id(study, t) for t in study.trials}
+            cases.append({"method": "hyperband", "order": order, "settings": h, "events": events,
+                          "rungs": rung_values(study), "brackets": brackets})
         for m in median:
             pruner = optuna.pruners.MedianPruner(
                 n_startup_trials=m["n_startup_trials"], n_warmup_steps=m["n_warmup_steps"],

@@ -4,11 +4,14 @@
 #include "tests/common/skip.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
 #include <string>
+
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -43,16 +46,19 @@ class EarlyStopOptuna : public ::testing::Test {
       skip_ = "optuna cannot be imported by " + py + " (install python3-optuna: deploy/install-deps.sh)";
       return;
     }
-    const std::string out = ::testing::TempDir() + "early_stop_reference.json";
+    const std::string out = ::testing::TempDir() + "early_stop_reference-" + std::to_string(::getpid()) + ".json";
     const std::string cmd = py + " " + PRECON_SOURCE_DIR +
                             "/tests/orchestrator/sched/early_stop_reference.py --out " + out;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::ifstream f(out);
     ref_ = json::parse(f);
+    std::remove(out.c_str());
   }
 
   void SetUp() override {
     if (!skip_.empty()) PRECON_SKIP_UNLESS_CI(skip_);
+    // (ctest would count a failed SetUpTestSuite as skipped: each test fails on its own.)
+    if (ref_.is_null()) FAIL() << "the Optuna reference file was not produced (see SetUpTestSuite's error)";
   }
 
   static EarlyStopSettings settings_of(const json& c) {
@@ -64,6 +70,11 @@ class EarlyStopOptuna : public ::testing::Test {
       s.min_step = js["min_step"];
       s.reduction_factor = js["reduction_factor"];
       s.min_early_stopping_rate = js["min_early_stopping_rate"];
+    } else if (s.method == "hyperband") {
+      s.min_step = js["min_step"];
+      s.max_step = js["max_step"];
+      s.reduction_factor = js["reduction_factor"];
+      s.study_name = js["study_name"];
     } else {
       s.n_startup_trials = js["n_startup_trials"];
       s.n_warmup_steps = js["n_warmup_steps"];
@@ -82,6 +93,12 @@ class EarlyStopOptuna : public ::testing::Test {
       ++cases;
       SCOPED_TRACE(c["settings"].dump());
       const EarlyStopper stopper(settings_of(c));
+      const bool rungs = method == "asha" || method == "hyperband";
+      if (method == "hyperband") {
+        // Every trial in Optuna's bracket (the trial's number is its id here).
+        for (const auto& [t, b] : c["brackets"].items())
+          ASSERT_EQ(stopper.bracket_of(std::stoll(t)), b.get<int64_t>()) << "trial " << t;
+      }
       ObjectiveHistory history;
       std::set<int64_t> completed;
       std::map<int64_t, int64_t> stopped;
@@ -106,9 +123,9 @@ class EarlyStopOptuna : public ::testing::Test {
           ++stops;
           EXPECT_EQ(d.rule, method);
           EXPECT_FALSE(d.reason.empty());
-          if (method == "asha") stopped[trial] = d.data["rung"];
+          if (rungs) stopped[trial] = d.data["rung"];
         }
-        if (method == "asha" && d.data.contains("rungs")) {
+        if (rungs && d.data.contains("rungs")) {
           for (const auto& r : d.data["rungs"]) {
             rung_values[trial][r["rung"].get<int64_t>()] = value;
             promotions += r["promoted"].get<bool>() ? 1 : 0;
@@ -116,7 +133,7 @@ class EarlyStopOptuna : public ::testing::Test {
         }
       }
       EXPECT_GT(stops, 0) << "a case that stops nothing proves little";
-      if (method != "asha") continue;
+      if (!rungs) continue;
       EXPECT_GT(promotions, 0);
       std::map<int64_t, std::map<int64_t, double>> optuna_rungs;
       for (const auto& [t, rs] : c["rungs"].items())
@@ -140,6 +157,8 @@ class EarlyStopOptuna : public ::testing::Test {
 
 TEST_F(EarlyStopOptuna, AshaSequential) { replay("asha", "sequential"); }
 TEST_F(EarlyStopOptuna, AshaInterleaved) { replay("asha", "interleaved"); }
+TEST_F(EarlyStopOptuna, HyperbandSequential) { replay("hyperband", "sequential"); }
+TEST_F(EarlyStopOptuna, HyperbandInterleaved) { replay("hyperband", "interleaved"); }
 TEST_F(EarlyStopOptuna, MedianSequential) { replay("median", "sequential"); }
 TEST_F(EarlyStopOptuna, MedianInterleaved) { replay("median", "interleaved"); }
 
@@ -178,7 +197,7 @@ TEST(EarlyStop, RejectsBadSettings) {
   throws_naming(asha(100, 3, -1), "min_early_stopping_rate");
   throws_naming(asha(100, 3, 0, "lowest"), "mode");
   EarlyStopSettings s;
-  s.method = "hyperband";
+  s.method = "pbt";
   throws_naming(s, "method");
   s.method = "median";
   s.interval = 0;
@@ -282,6 +301,90 @@ TEST(EarlyStop, NumpyMedian) {
   EXPECT_TRUE(std::isnan(numpy_nanmedian({1.0, 2.0, kInf})));
   EXPECT_TRUE(std::isnan(numpy_nanmedian({kInf})));
   EXPECT_TRUE(std::isnan(numpy_nanmedian({1.0, kInf})));
+}
+
+
+EarlyStopSettings hyperband(int64_t min_step, int64_t max_step, int64_t rf, std::string name) {
+  EarlyStopSettings s;
+  s.method = "hyperband";
+  s.min_step = min_step;
+  s.max_step = max_step;
+  s.reduction_factor = rf;
+  s.study_name = std::move(name);
+  return s;
+}
+
+TEST(EarlyStop, HyperbandBracketsAndTheirRungs) {
+  // floor(log(2000 / 100) / log 3) + 1 = 3 brackets; budgets ceil(3·3^s / (s + 1)) = 9, 5, 3.
+  const EarlyStopper h(hyperband(100, 2000, 3, "b"));
+  EXPECT_EQ(h.brackets(), 3);
+  EXPECT_EQ(h.rungs(2000), (std::vector<int64_t>{100, 300, 900}));
+  std::map<int64_t, int> per_bracket;
+  for (int64_t n = 0; n < 17000; ++n) ++per_bracket[h.bracket_of(n)];
+  ASSERT_EQ(per_bracket.size(), 3u);
+  // crc32 spreads the numbers in proportion to the budgets (9:5:3 of 17) within a few percent.
+  EXPECT_NEAR(per_bracket[0] / 17000.0, 9.0 / 17, 0.02);
+  EXPECT_NEAR(per_bracket[1] / 17000.0, 5.0 / 17, 0.02);
+  EXPECT_NEAR(per_bracket[2] / 17000.0, 3.0 / 17, 0.02);
+  // A range shorter than one reduction is one bracket, plain ASHA at rate 0.
+  EXPECT_EQ(EarlyStopper(hyperband(100, 250, 3, "b")).brackets(), 1);
+  EXPECT_EQ(EarlyStopper(hyperband(100, 300, 3, "b")).brackets(), 2);
+}
+
+TEST(EarlyStop, HyperbandComparesATrialWithItsBracketOnly) {
+  const EarlyStopper h(hyperband(100, 900, 3, "b"));
+  ASSERT_EQ(h.brackets(), 3);
+  // Three trials of bracket 0 and one of another bracket with a far better value at step 100.
+  std::vector<int64_t> zero;
+  int64_t other = -1;
+  for (int64_t n = 0; zero.size() < 3 || other < 0; ++n) {
+    if (h.bracket_of(n) == 0) {
+      if (zero.size() < 3) zero.push_back(n);
+    } else if (other < 0 && h.bracket_of(n) == 1) {
+      other = n;
+    }
+  }
+  ObjectiveHistory hist;
+  hist[other] = {{100, 0.1}, {300, 0.1}};
+  hist[zero[0]] = {{100, 2.0}};
+  EXPECT_FALSE(h.report(zero[0], 100, 2.0, hist, {}).stop) << "alone in its bracket at rung 0";
+  hist[zero[1]] = {{100, 1.0}};
+  const StopDecision d = h.report(zero[1], 100, 1.0, hist, {});
+  EXPECT_FALSE(d.stop) << "the best of its bracket (the other bracket's 0.1 does not count): " << d.reason;
+  hist[zero[2]] = {{100, 3.0}};
+  const StopDecision e = h.report(zero[2], 100, 3.0, hist, {});
+  ASSERT_TRUE(e.stop) << e.data.dump();
+  EXPECT_EQ(e.rule, "hyperband");
+  EXPECT_EQ(e.data["bracket"], 0);
+  EXPECT_EQ(e.data["competitors"], 3) << "the other bracket's trial does not compete";
+  EXPECT_NE(e.reason.find("Hyperband bracket 0 of 3"), std::string::npos) << e.reason;
+  // The trial numbers can differ from the ids (the scheduler's store ids).
+  const TrialNumbers numbers{{1000, zero[2]}, {1001, zero[0]}, {1002, other}};
+  ObjectiveHistory by_id{{1001, {{100, 1.0}}}, {1002, {{100, 0.1}}}, {1000, {{100, 3.0}}}};
+  EXPECT_TRUE(h.report(1000, 100, 3.0, by_id, {}, {}, numbers).stop) << "1.0 and 3.0 in bracket 0: 3.0 loses";
+}
+
+TEST(EarlyStop, SettingsReadBackFromTheStoredJson) {
+  const auto s = early_stop_settings_from_json(
+      json{{"method", "median"}, {"min_step", 250}, {"interval", 0}, {"n_startup_trials", 2}}, "val_loss", "min", "e");
+  EXPECT_EQ(s.n_warmup_steps, 250) << "median: no stop before min_step, as its key says";
+  EXPECT_EQ(s.interval, 1);
+  const auto h = early_stop_settings_from_json(
+      json{{"method", "hyperband"}, {"min_step", 10}, {"max_step", 400}, {"reduction_factor", 2}}, "loss", "max", "exp");
+  EXPECT_EQ(h.n_warmup_steps, 0);
+  EXPECT_EQ(h.max_step, 400);
+  EXPECT_EQ(h.study_name, "exp");
+  EXPECT_EQ(h.mode, "max");
+  EXPECT_EQ(EarlyStopper(h).brackets(), 6);  // floor(log2 40) + 1
+}
+
+TEST(EarlyStop, HyperbandRefusesARangeBelowItsFirstRung) {
+  try {
+    EarlyStopper(hyperband(500, 200, 3, "b"));
+    FAIL() << "accepted min_step 500 > max_step 200";
+  } catch (const EarlyStopError& e) {
+    EXPECT_NE(std::string(e.what()).find("min_step"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -420,10 +420,11 @@ TEST_F(Controller, PreconRunShowsTrialIdsAndTheFailureReason) {
 }
 
 TEST_F(Controller, RequeuedWorkerResumesAndCompletes) {
-  // 600 steps of at least 15 ms: the run is still going when the signal comes at step 30 however
-  // fast or loaded the machine (and a sanitizer build need not train thousands of steps).
+  // 300 steps of at least 15 ms: the run is still going when the signal comes at step 30 however
+  // fast or loaded the machine (4 s at the least after it; a sanitizer build need not train
+  // thousands of steps: under ThreadSanitizer 600 steps took 86 s).
   const PacedSteps paced(15);
-  const int steps = 600;
+  const int steps = 300;
   auto c = start();
   const std::string url = c->url();
   const int64_t id =
