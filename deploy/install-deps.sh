@@ -35,6 +35,8 @@ test_packages=(
   clang libclang-rt-dev libomp-dev
   # reference tests against PyTorch
   python3 python3-numpy python3-torch python3-optuna
+  # parameter importance against Optuna's fANOVA (its random forest is scikit-learn's)
+  python3-sklearn
   # dashboard browser tests: headless Chromium driven by Selenium
   chromium chromium-driver python3-selenium
   # /metrics and deploy/prometheus tests: a real Prometheus server and promtool

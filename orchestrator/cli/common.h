@@ -75,5 +75,6 @@ void add_logs(CLI::App& app);
 void add_recipe(CLI::App& app);
 void add_data(CLI::App& app);
 void add_study(CLI::App& app);
+void add_importance(CLI::App& app);
 
 }  // namespace precon::cli

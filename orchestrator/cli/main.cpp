@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   precon::cli::add_recipe(app);
   precon::cli::add_data(app);
   precon::cli::add_study(app);
+  precon::cli::add_importance(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,9 +13,11 @@
 //    linearly interpolated between the elapsed points around it (step 0 is at 0 s); a point
 //    after the last elapsed point has no time. E = the smallest time of the reference trials'
 //    last timed points; ranked by the last value at or before E.
-//  - at equal compute: the same with the model FLOPs spent up to each step (the trainer's `flops`
-//    metric, interpolated as the seconds are), so trials of different shapes, families or batch
-//    sizes compare on what they cost; F = the smallest FLOPs of the reference trials' last points.
+//  - at equal compute: the same with the FLOPs spent up to each step (the trainer's
+//    `compute_flops`, the model's and the optimizer's: Muon's Newton-Schulz, Shampoo's roots,
+//    SOAP's rotations; its `flops`, the model's alone, from a trial without them; interpolated as
+//    the seconds are), so trials of different shapes, families, batch sizes or optimizers compare
+//    on what they cost; F = the smallest FLOPs of the reference trials' last points.
 //  - Pareto front over the reference trials: final value (the last objective point) against
 //    mean seconds per step (the mean of the step_seconds series, or else the slope of elapsed
 //    over steps between its first and last points, or elapsed / step with one point). Trials
@@ -52,7 +54,7 @@ struct BestTrial {
   std::map<int64_t, double> objective;     // step -> objective value
   std::map<int64_t, double> elapsed;       // step -> wall-clock seconds since the trial started
   std::map<int64_t, double> step_seconds;  // step -> seconds per step as measured; may be empty
-  std::map<int64_t, double> flops;         // step -> model FLOPs spent up to it; may be empty
+  std::map<int64_t, double> flops;         // step -> FLOPs spent up to it (compute_flops, else flops); may be empty
 };
 
 struct BestSettings {
@@ -68,7 +70,7 @@ struct RankEntry {
   double value = std::numeric_limits<double>::quiet_NaN();  // the objective used (NaN: none)
   int64_t step = -1;     // the step of that value (-1 when none)
   double seconds = -1;   // its wall-clock seconds (-1 when unknown)
-  double flops = -1;     // the model FLOPs spent up to it (-1 when unknown)
+  double flops = -1;     // the FLOPs spent up to it, the optimizer's included (-1 when unknown)
   bool reached = false;  // reached the common step (or time)
   std::string note;      // why it is ranked as it is, "" for a completed trial that reached it
 };

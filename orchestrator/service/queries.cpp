@@ -62,8 +62,13 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
       ++recorded;
       b.elapsed[p.step] = cumulative * static_cast<double>(p.step) / static_cast<double>(recorded);
     }
-    for (const MetricPoint& p : store.metrics(t.id, "flops"))
-      if (std::isfinite(p.value)) b.flops[p.step] = p.value;
+    // Compute: the model's and the optimizer's FLOPs (compute_flops: Newton-Schulz, Shampoo's
+    // roots, SOAP's rotations), or the model's alone from a worker that does not report them.
+    for (const char* name : {"compute_flops", "flops"}) {
+      for (const MetricPoint& p : store.metrics(t.id, name))
+        if (std::isfinite(p.value)) b.flops[p.step] = p.value;
+      if (!b.flops.empty()) break;
+    }
     trials.push_back(std::move(b));
   }
   BestSettings s;

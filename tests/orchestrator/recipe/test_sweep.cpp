@@ -9,6 +9,7 @@
 
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
+#include "orchestrator/sched/early_stop.h"
 #include "worker/data/shard.h"
 
 namespace precon::orch {
@@ -47,10 +48,10 @@ TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
     EXPECT_EQ(c.model.seq_len, 128);
     EXPECT_EQ(c.model.vocab_size, 256);
     EXPECT_EQ(c.train.batch_size, 16);
-    EXPECT_EQ(c.train.steps, 500);
+    EXPECT_EQ(c.train.steps, 300);
     EXPECT_EQ(c.train.eval_every, 50);
     EXPECT_EQ(c.train.eval_batches, 8);
-    EXPECT_EQ(c.train.checkpoint_every, 250);
+    EXPECT_EQ(c.train.checkpoint_every, 150);
     EXPECT_EQ(c.train.threads, 1);
     EXPECT_EQ(c.optimizer.schedule, "constant");
     EXPECT_EQ(c.optimizer.warmup_steps, 50);
@@ -85,6 +86,21 @@ TEST(Sweep, QuickstartIsAUnionOfSubGrids) {
   EXPECT_EQ(trials[3].config.optimizer.shampoo.precondition_frequency, 1);
   EXPECT_EQ(trials[4].config.optimizer.shampoo.precondition_frequency, 10);
   EXPECT_NE(trials[4].config_toml.find("precondition_frequency = 10\n"), std::string::npos);
+}
+
+TEST(Sweep, ShippedBohbRecipeIsTpeWithFourHyperbandBrackets) {
+  const Recipe r = parse_recipe_file(recipe_path("bohb-muon.toml"));
+  EXPECT_EQ(sweep_method(r.sweep), SweepMethod::tpe);
+  EXPECT_EQ(sweep_size(r), 24);
+  EXPECT_EQ(r.sweep.tpe.n_startup_trials, 8);
+  EarlyStopSettings s;
+  s.method = r.sweep.early_stop.method;
+  s.min_step = r.sweep.early_stop.min_step;
+  s.reduction_factor = r.sweep.early_stop.reduction_factor;
+  s.max_step = r.base.config.train.steps;
+  const EarlyStopper hyperband(s);
+  EXPECT_EQ(hyperband.brackets(), 4);  // as the recipe's comment says: rungs 30, 90, 270 before 810
+  EXPECT_EQ(hyperband.rungs(r.base.config.train.steps), (std::vector<int64_t>{30, 90, 270, 810}));
 }
 
 TEST(Sweep, ShippedRecipesExpand) {
