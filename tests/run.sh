@@ -7,12 +7,16 @@
 #      under ASan in MoeParallel's reshard and killed-rank tests), QK-clip's, SOAP's and NorMuon's
 #      layouts (under ASan the clip runs in LlamaReference.QkClipTrajectory, SOAP and NorMuon in
 #      OptimReference), the Llama, TP+DP and pipeline every-optimizer layout comparisons (47, 28 and
-#      25 s under ASan; their layouts run under ASan in the reshard and data-parallel tests);
+#      25 s under ASan; their layouts run under ASan in the reshard and data-parallel tests), the
+#      kill -9 restart and ASHA through the report answer (53 and 31 s under ASan, 23 and 2 s in
+#      Release; the controller's restart runs under ASan in faults.ControllerKill, ASHA's decisions
+#      in EarlyStop and CommandTrials);
 #   2. Release build (CUDA backend compiled when nvcc is present), the tests step 1 did not run
 #      (the ones it leaves out, and what only Release builds); all of them with PRECON_SKIP_ASAN=1;
 #   3. ThreadSanitizer build of the controller's tests (precon_orch_tests and the programs they
-#      start), those tests but the 100 000-trial scale test (step 2 runs it) and the kill -9 restart
-#      (178 s under TSan, where the trainers it starts are instrumented too; step 1 runs it);
+#      start), those tests but the 100 000-trial scale test and three that train long under the
+#      instrumented trainer: the kill -9 restart, ASHA through the report answer and the requeued
+#      worker (178, 120 and 84 s under TSan; steps 1 and 2 run them);
 #   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 20 s from its
 #      seed corpus, two at a time.
 # Usage: tests/run.sh            (after deploy/install-deps.sh)
@@ -41,7 +45,7 @@ regex_alternatives() {
 
 # The tests the ASan step leaves out (it runs every other test): the system suites that start whole
 # clusters and browsers, the scale test and the heaviest layout comparisons (see the header).
-asan_skip='^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows|LlamaParallel\.EveryLayout|Parallel\.TensorParallelAndBoth|Pipeline\.TwoStagesFollow)'
+asan_skip='^(SlurmCluster\.|faults\.SlurmFaults\.|slurm_cluster_|load_|browser_|dashboard_installed|interop_|Scale\.|MoeParallel\.EveryLayout|LlamaParallel\.QkClip|NextOptimizersParallel\.(Soap|NorMuon)Follows|LlamaParallel\.EveryLayout|Parallel\.TensorParallelAndBoth|Pipeline\.TwoStagesFollow|Restart\.KillNine|Controller\.AshaStops)'
 asan_ran=""
 
 if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
@@ -91,7 +95,7 @@ if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
   # builds run it).
   OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" -L controller \
-    -E '^(ParallelTrial|PrometheusServer|Scale|Restart)\.'
+    -E '^(ParallelTrial|PrometheusServer|Scale|Restart)\.|^Controller\.(AshaStops|RequeuedWorker)'
 fi
 
 if [ "${PRECON_SKIP_FUZZ:-0}" != "1" ]; then

@@ -84,7 +84,10 @@ export async function render(root, id, ctx) {
   const header = h('div', { class: 'exp-header' });
   const events = h('tbody');
   const curves = curvePanel({ experimentId: id, objective: exp.objective, onError });
-  const sweep = sweepPanel({ experimentId: id, objective: exp.objective, onError });
+  // The trials inside the parallel coordinates' brushes (null: no brush).
+  let brushIds = null;
+  const sweep = sweepPanel({ experimentId: id, objective: exp.objective, onError,
+                             onFilter: ids => { brushIds = ids; drawTable(); } });
 
   root.replaceChildren(header,
     h('section', { class: 'card' }, h('h2', {}, 'Trials'),
@@ -118,6 +121,7 @@ export async function render(root, id, ctx) {
     const col = cols.find(c => c.key === sort.key) || cols[0];
     const rows = exp.trial_rows
       .filter(r => !stateSel.value || r.state === stateSel.value)
+      .filter(r => !brushIds || brushIds.has(r.id))
       .filter(match)
       .sort((a, b) => sort.dir * compare(col.get(a), col.get(b)) || a.id - b.id);
     body.replaceChildren(...rows.map(r => {

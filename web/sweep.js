@@ -1,8 +1,11 @@
-// The experiment page's sweep panel: the best objective against each swept parameter (scatter;
+// The experiment page's sweep panel: each swept parameter's importance (fANOVA, from
+// /api/v1/experiments/ID/importance), the trials in parallel coordinates (parcoords.js; brushing
+// an axis filters the trials table through onFilter), the best objective against each swept parameter (scatter;
 // categorical parameters by name), a heatmap of two parameters, and the Pareto front of the
 // objective against seconds per step (from /api/v1/experiments/ID/best).
-import { apiAll, h, num, paramText } from './util.js';
+import { api, apiAll, h, num, paramText } from './util.js';
 import { paretoChart, scatterChart } from './charts.js';
+import { parallelCoordinates } from './parcoords.js';
 
 function distinct(values) {
   const numeric = values.every(v => typeof v === 'number');
@@ -91,12 +94,31 @@ export function defaultPair(swept, rows) {
   return best && best[2] > 0 ? best[0].split('\u0000') : [swept[0], swept[1]];
 }
 
-export function sweepPanel({ experimentId, objective, onError }) {
+// One bar per key, its share of the objective's variance; with nothing to rank yet, why.
+async function loadImportance(box, experimentId, objective) {
+  const r = await api(`/api/v1/experiments/${experimentId}/importance`);
+  if (!r.ok) {
+    box.replaceChildren(h('p', { class: 'muted', id: 'importance-none' }, `importance: ${r.reason}`));
+    document.body.dataset.importance = 'none';
+    return;
+  }
+  box.replaceChildren(h('h3', {}, `Importance for ${objective.metric} (fANOVA over ${r.trials} completed trials)`),
+    h('table', { class: 'importance', id: 'importance' }, h('tbody', {}, r.importance.map(p =>
+      h('tr', { dataset: { key: p.name, importance: p.importance } }, h('th', {}, p.name),
+        h('td', { class: 'bar' }, h('span', { style: `width:${(100 * p.importance).toFixed(1)}%` })),
+        h('td', { class: 'num' }, `${(100 * p.importance).toFixed(1)} %`))))),
+    r.notes.length ? h('p', { class: 'muted' }, r.notes.join('; ')) : '');
+  document.body.dataset.importance = 'ready';
+}
+
+export function sweepPanel({ experimentId, objective, onError, onFilter }) {
+  const importance = h('div', { id: 'importance-box' });
+  const parallel = parallelCoordinates({ onFilter });
   const scatters = h('div', { class: 'scatters' });
   const heat = h('div', { id: 'heatmap-box' });
   const pareto = h('div', { class: 'chart', id: 'pareto-chart' });
   const front = h('p', { class: 'muted', id: 'pareto-front' });
-  const el = h('section', { class: 'card', id: 'sweep' }, h('h2', {}, 'Sweep'), scatters, heat,
+  const el = h('section', { class: 'card', id: 'sweep' }, h('h2', {}, 'Sweep'), importance, parallel.el, scatters, heat,
     h('h3', {}, `Pareto front: ${objective.metric} vs seconds per step`), pareto, front);
   let pair = null;
 
@@ -137,7 +159,9 @@ export function sweepPanel({ experimentId, objective, onError }) {
       cards.forEach(c => c.draw());
       if (!swept.length) scatters.replaceChildren(h('p', { class: 'muted' }, 'nothing is swept in this experiment'));
       drawHeat(swept, rows);
+      parallel.draw(swept, rows, objective);
       loadPareto().catch(onError);
+      if (swept.length) loadImportance(importance, experimentId, objective).catch(onError);
     },
   };
 }

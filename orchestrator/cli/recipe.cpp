@@ -7,10 +7,45 @@
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
 #include "orchestrator/recipe/tpe_sweep.h"
+#include "orchestrator/sched/early_stop.h"
 
 namespace precon::cli {
 
 namespace {
+
+std::string steps_list(const std::vector<int64_t>& steps) {
+  std::string out;
+  for (int64_t s : steps) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return out.empty() ? "none" : out;
+}
+
+// What stops the recipe's trials early, in one line ("" without early stopping): the rule, its
+// metric and the steps where it decides.
+std::string early_stop_line(const orch::Recipe& r) {
+  const orch::EarlyStopConfig& es = r.sweep.early_stop;
+  if (es.method == "none") return "";
+  orch::EarlyStopSettings s;
+  s.method = es.method;
+  s.mode = es.mode;
+  s.metric = es.metric;
+  s.min_step = es.min_step;
+  s.reduction_factor = es.reduction_factor;
+  s.min_early_stopping_rate = es.min_early_stopping_rate;
+  s.max_step = orch::longest_run(r.sweep, r.base.config.train.steps);
+  const int64_t longest = s.max_step;
+  const std::string on = es.metric + " (" + es.mode + ")";
+  const std::string keep = "1/" + std::to_string(es.reduction_factor);
+  if (es.method == "median")
+    return "early stopping: the median rule on " + on + " once " + std::to_string(es.n_startup_trials) +
+           " trial(s) completed, from step " + std::to_string(es.min_step);
+  const orch::EarlyStopper stopper(s);
+  const std::string rungs = steps_list(stopper.rungs(longest));
+  if (es.method == "asha")
+    return "early stopping: ASHA on " + on + ", rungs at steps " + rungs + " (the best " + keep + " of each goes on)";
+  return "early stopping: Hyperband on " + on + ", " + std::to_string(stopper.brackets()) + " bracket(s) of ASHA over steps " +
+         std::to_string(es.min_step) + ".." + std::to_string(longest) + ", rungs at steps " + rungs +
+         " (bracket b from the rung b on; the best " + keep + " of each goes on)";
+}
 
 // precon recipe suggest: the trial a TPE recipe proposes next after the given trials, and the
 // densities it was chosen by (what the scheduler would make; for checking a search by hand).
@@ -121,6 +156,7 @@ void add_recipe(CLI::App& app) {
           for (const std::string& a : t.command) std::cout << " " << shell_word(a);
           std::cout << "\n";
         }
+        if (const std::string line = early_stop_line(recipe); !line.empty()) std::cout << line << "\n";
         for (const std::string& m : missing) std::cout << "data: " << m << "\n";
         for (const std::string& m : memory) std::cout << "memory: " << m << "\n";
       }

@@ -398,12 +398,12 @@ void check_early_stop(Recipe& r, const toml::table& doc, worker::ConfigIssues& i
   }
   if (es.method != "hyperband") return;
   const bool given = es.max_step > 0;
-  const int64_t longest = given ? es.max_step : r.base.config.train.steps;
+  const int64_t longest = longest_run(r.sweep, r.base.config.train.steps);
   if (es.min_step > longest) {
     const auto [src, line] = at("sweep.early_stop.min_step");
     issues.add({src, line, "sweep.early_stop.min_step",
                 "Hyperband's brackets run from min_step to " +
-                    std::string(given ? "sweep.early_stop.max_step" : "train.steps") + " (" + std::to_string(longest) +
+                    std::string(given ? "sweep.early_stop.max_step" : "the longest train.steps") + " (" + std::to_string(longest) +
                     "): min_step " + std::to_string(es.min_step) + " is past it; lower min_step" +
                     (given ? " or raise max_step" : "")});
   }
@@ -439,6 +439,24 @@ SweepMethod sweep_method(const SweepConfig& sweep) {
   constexpr worker::Choice<SweepMethod> kMethods[] = {
       {"grid", SweepMethod::grid}, {"random", SweepMethod::random}, {"tpe", SweepMethod::tpe}, {"bohb", SweepMethod::tpe}};
   return worker::parse_choice<ConfigError>("sweep.method", sweep.method, kMethods);
+}
+
+int64_t longest_run(const SweepConfig& sweep, int64_t base_steps) {
+  if (sweep.early_stop.max_step > 0) return sweep.early_stop.max_step;
+  int64_t longest = base_steps;
+  auto look = [&](const std::vector<SweepParam>& params) {
+    for (const SweepParam& p : params) {
+      if (p.key != "train.steps") continue;
+      if (p.kind == SweepKind::values || p.kind == SweepKind::choice) {
+        for (const toml::node& v : p.values) longest = std::max(longest, v.value<int64_t>().value_or(0));
+      } else {
+        longest = std::max(longest, static_cast<int64_t>(p.hi));
+      }
+    }
+  };
+  look(sweep.parameters);
+  for (const auto& grid : sweep.grids) look(grid);
+  return longest;
 }
 
 const char* sweep_kind_name(SweepKind kind) {

@@ -54,6 +54,11 @@ enum class SweepMethod { grid, random, tpe };
 // ConfigError for a method outside the key table's choices.
 SweepMethod sweep_method(const SweepConfig& sweep);
 
+// The most steps any trial of the recipe can train: sweep.early_stop.max_step when given, else the
+// largest train.steps of the base config and of the sweep's values (a list's largest, a
+// distribution's upper bound). Hyperband's brackets span min_step to it.
+int64_t longest_run(const SweepConfig& sweep, int64_t base_steps);
+
 struct Recipe {
   std::string source;                  // file name (for messages)
   std::string text;                    // the recipe as given

@@ -169,12 +169,8 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     exp.max_concurrent = recipe.sweep.max_concurrent;
     exp.max_attempts = recipe.sweep.max_attempts;
     const EarlyStopConfig& es = recipe.sweep.early_stop;
-    // Hyperband's longest run: the key, else the longest train.steps of the trials made now.
-    int64_t max_step = es.max_step;
-    if (max_step <= 0) {
-      max_step = base.train.steps;
-      for (const TrialSpec& s : specs) max_step = std::max(max_step, s.config.train.steps);
-    }
+    // Hyperband's longest run: the key, else the longest train.steps a trial can have.
+    const int64_t max_step = longest_run(recipe.sweep, base.train.steps);
     exp.early_stop_json = json{{"method", es.method},
                                {"metric", es.metric.empty() ? base.objective.metric : es.metric},
                                {"mode", es.mode.empty() ? base.objective.mode : es.mode},

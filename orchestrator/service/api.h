@@ -37,6 +37,7 @@ Response experiment_cancel(const Api& api, Request& req);
 Response experiment_trials(const Api& api, Request& req);
 Response experiment_best(const Api& api, Request& req);
 Response experiment_study(const Api& api, Request& req);
+Response experiment_importance(const Api& api, Request& req);
 Response trial_show(const Api& api, Request& req);
 Response trial_metrics(const Api& api, Request& req);
 Response trial_logs(const Api& api, Request& req);

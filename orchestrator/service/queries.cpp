@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "orchestrator/service/views.h"
+#include "orchestrator/study/importance_report.h"
 #include "orchestrator/study/report.h"
 
 namespace precon::orch {
@@ -134,6 +135,22 @@ std::shared_ptr<const json> BestCache::study(const Store& store, const Experimen
     json r = study::study_report(store, experiment.id);
     ++studies_computed_;
     return r;
+  });
+}
+
+std::shared_ptr<const json> BestCache::importance(const Store& store, const ExperimentRow& experiment) {
+  return kept(importances_, experiment.id, [&] {
+    try {
+      json j = study::importance_to_json(study::importance_report(store, experiment.id));
+      j["ok"] = true;
+      j["reason"] = "";
+      return j;
+    } catch (const study::ImportanceError& e) {
+      // Nothing to rank yet: an answer, not an error (the dashboard asks while trials still run).
+      return json{{"experiment", experiment.id}, {"metric", experiment.objective_metric}, {"method", "fanova"},
+                  {"ok", false}, {"reason", e.what()}, {"trials", 0}, {"params", json::array()},
+                  {"importance", json::array()}, {"notes", json::array()}};
+    }
   });
 }
 

@@ -24,8 +24,9 @@ ExperimentRow find_experiment(const Store& store, const std::string& id_or_name)
 BestReport best_report(const Store& store, const ExperimentRow& experiment);
 
 // An experiment's best, kept for as long as nothing it read changed: `precon best`'s report, the
-// best objective point over all its trials (the dashboard's experiments list), and a study's report
-// (study/report.h: the fit's bootstrap takes up to a second). A write to the store other than
+// best objective point over all its trials (the dashboard's experiments list), a study's report
+// (study/report.h: the fit's bootstrap takes up to a second) and the keys' importance
+// (study/importance_report.h: a random forest). A write to the store other than
 // metric points (trial states, attempts, events, experiments: store_written) ends every kept value,
 // metric points stored for a trial (metrics_stored) end its experiment's. Requests for one
 // experiment's report (or study) while it is computed wait for that one computation. At most kKept
@@ -44,6 +45,9 @@ class BestCache {
   // and nothing is kept.
   std::shared_ptr<const nlohmann::json> study(const Store& store, const ExperimentRow& experiment);
   size_t studies_computed() const { return studies_computed_.load(); }  // study reports computed so far (tests)
+  // study::importance_report of the experiment as JSON with "ok": true, or, when there is nothing
+  // to rank yet (study::ImportanceError), "ok": false and the "reason".
+  std::shared_ptr<const nlohmann::json> importance(const Store& store, const ExperimentRow& experiment);
   // Store::best_metric of the experiment's objective (metric and mode): one query of the store,
   // none again while the experiment's data stays as it was.
   std::optional<TrialMetricPoint> objective_best(const Store& store, const ExperimentRow& experiment);
@@ -76,6 +80,7 @@ class BestCache {
   std::map<int64_t, uint64_t> local_;  // experiment -> version of its metric points
   Shelf<BestReport> reports_;
   Shelf<nlohmann::json> studies_;
+  Shelf<nlohmann::json> importances_;
   std::map<int64_t, KeptPoint> objective_bests_;
   uint64_t clock_ = 0;
 };

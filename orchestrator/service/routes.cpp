@@ -50,6 +50,7 @@ constexpr ApiRoute kApiRoutes[] = {
   {"GET",  "/api/v1/experiments/{id}/trials",              experiment_trials,     Access::kRead,   Cost::kSlow,  false, "experiment_trials"},
   {"GET",  "/api/v1/experiments/{id}/best",                experiment_best,       Access::kRead,   Cost::kSlow,  false, "experiment_best"},
   {"GET",  "/api/v1/experiments/{id}/study",               experiment_study,      Access::kRead,   Cost::kSlow,  false, "experiment_study"},
+  {"GET",  "/api/v1/experiments/{id}/importance",          experiment_importance, Access::kRead,   Cost::kSlow,  false, "experiment_importance"},
   {"GET",  "/api/v1/trials/{id}",                          trial_show,            Access::kRead,   Cost::kCheap, false, "trial_show"},
   {"GET",  "/api/v1/trials/{id}/metrics",                  trial_metrics,         Access::kRead,   Cost::kSlow,  false, "trial_metrics"},
   {"GET",  "/api/v1/trials/{id}/logs",                     trial_logs,            Access::kRead,   Cost::kCheap, false, "trial_logs"},
@@ -174,6 +175,14 @@ Response experiment_study(const Api& api, Request& req) {
     throw HttpError(409, "not_a_study", err.what());
   }
   return json_response(*study);
+}
+
+// Which swept keys mattered (study/importance_report.h), computed once per version of the
+// experiment's data. One with nothing to rank yet (no swept key, fewer than 2 completed trials, an
+// objective that does not vary) answers "ok": false with the reason.
+Response experiment_importance(const Api& api, Request& req) {
+  const ExperimentRow e = experiment_or_404(api.store, req);
+  return json_response(*api.best.importance(api.store, e));
 }
 
 Response trial_show(const Api& api, Request& req) {

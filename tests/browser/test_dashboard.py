@@ -18,6 +18,7 @@ import time
 import unittest
 
 from selenium.common.exceptions import TimeoutException
+from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
@@ -163,6 +164,37 @@ class Dashboard(unittest.TestCase):
         self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, '#heatmap tbody td')), 4)
         harness.wait_for(self.driver, lambda d: d.execute_script('return document.body.dataset.pareto'), 20, 'the Pareto chart')
         self.assertTrue(self.driver.find_elements(By.CSS_SELECTOR, '#pareto-chart canvas'))
+        # Each swept key's importance (fANOVA) as the API computes it: one bar per key, largest first.
+        harness.wait_for(self.driver, lambda d: d.execute_script('return document.body.dataset.importance'), 20,
+                         'the importance panel')
+        self.assertEqual(self.driver.execute_script('return document.body.dataset.importance'), 'ready')
+        imp = self.ctl.get(f'/api/v1/experiments/{self.done_id}/importance')['importance']
+        bars = self.driver.find_elements(By.CSS_SELECTOR, '#importance tbody tr')
+        self.assertEqual([b.get_attribute('data-key') for b in bars], [p['name'] for p in imp])
+        self.assertAlmostEqual(sum(float(b.get_attribute('data-importance')) for b in bars), 1.0, places=9)
+        # Parallel coordinates: an axis per swept key and one for the objective, a line per trial.
+        # Brushing the upper half of the objective's axis (the worse losses) leaves in the table
+        # exactly the trials whose lines stay coloured; clearing the brushes brings back all four.
+        axes = [a.get_attribute('data-key') for a in self.driver.find_elements(By.CSS_SELECTOR, '#parcoords g.axis')]
+        self.assertEqual(axes, ['optimizer.lr', 'train.seed', 'objective'])
+        paths = self.driver.find_elements(By.CSS_SELECTOR, '#parcoords path.trial')
+        self.assertEqual(len(paths), 4)
+        hit = self.driver.find_element(By.CSS_SELECTOR, '#parcoords g.axis[data-key="objective"] rect.axis-hit')
+        half = int(hit.size['height']) // 2
+        ActionChains(self.driver).move_to_element_with_offset(hit, 0, -half + 2).click_and_hold() \
+            .move_by_offset(0, half - 2).release().perform()
+        self.assertTrue(self.driver.find_element(By.CSS_SELECTOR, '#parcoords g.axis[data-key="objective"]')
+                        .get_attribute('data-brushed'))
+        active = {int(p.get_attribute('data-id')) for p in paths if p.get_attribute('data-active') == '1'}
+        shown = {int(r.get_attribute('data-id')) for r in self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')}
+        self.assertEqual(shown, active)
+        self.assertTrue(0 < len(active) < 4, active)
+        best_of = {t['id']: min(v for v in self.ctl.get(f'/api/v1/trials/{t["id"]}/metrics?name=val_loss')['metrics']
+                                ['val_loss']['values'] if v is not None)
+                   for t in self.ctl.get(f'/api/v1/experiments/{self.done_id}/trials')['trials']}
+        self.assertGreater(min(best_of[i] for i in active), max(best_of[i] for i in set(best_of) - active))
+        self.driver.find_element(By.ID, 'clear-brushes').click()
+        self.assertEqual(len(self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')), 4)
         # Sorting by the best objective orders the rows by it; selecting two rows draws two curves.
         self.driver.find_element(By.CSS_SELECTOR, '#trials th[data-key="objective_best"]').click()
         best = [float(self.cells(r, 'objective_best')) for r in self.driver.find_elements(By.CSS_SELECTOR, '#trials tbody tr')]

@@ -68,6 +68,18 @@ TEST_F(RecipeCli, CheckAcceptsAGoodRecipe) {
   EXPECT_NE(r.output.find("optimizer.lr=0.2"), std::string::npos) << r.output;
 }
 
+TEST_F(RecipeCli, CheckSaysWhereEarlyStoppingDecides) {
+  const std::string base = "[train]\nsteps = 810\n[sweep.parameters]\n\"optimizer.lr\" = [0.1, 0.2]\n[sweep.early_stop]\n";
+  Result r = run_precon("recipe check " + write("hb.toml", base + "method = \"hyperband\"\nmin_step = 30\n"));
+  EXPECT_NE(r.output.find("early stopping: Hyperband on val_loss (min), 4 bracket(s) of ASHA over steps 30..810, rungs at "
+                          "steps 30, 90, 270, 810"), std::string::npos) << r.output;
+  r = run_precon("recipe check " + write("asha.toml", base + "method = \"asha\"\nmin_step = 100\nreduction_factor = 2\n"));
+  EXPECT_NE(r.output.find("early stopping: ASHA on val_loss (min), rungs at steps 100, 200, 400, 800 (the best 1/2"),
+            std::string::npos) << r.output;
+  r = run_precon("recipe check " + write("none.toml", "[train]\nsteps = 10\n"));
+  EXPECT_EQ(r.output.find("early stopping"), std::string::npos) << r.output;
+}
+
 TEST_F(RecipeCli, CheckRefusesWhatIsNotARecipe) {
   Result r = run_precon("recipe check " + dir_.string());
   EXPECT_EQ(r.status, 2) << r.output;

@@ -396,7 +396,10 @@ TEST(RecipeEarlyStop, BohbIsTpeWithHyperbandsBrackets) {
   const Failure past = testing::recipe_failure(text + "[sweep.early_stop]\nmin_step = 1000\n", "bohb.toml");
   EXPECT_EQ(past.key, "sweep.early_stop.min_step");
   EXPECT_EQ(past.line, 9);
-  EXPECT_TRUE(contains(past.message, "train.steps (900)")) << past.message;
+  EXPECT_TRUE(contains(past.message, "the longest train.steps (900)")) << past.message;
+  // A swept train.steps: its largest value is the longest run.
+  EXPECT_TRUE(testing::recipe_failure(text + "\"train.steps\" = { int_uniform = [100, 2000] }\n[sweep.early_stop]\nmin_step = 1000\n",
+                                      "bohb.toml").message.empty());
   const Failure set = testing::recipe_failure(text, "bohb.toml", {"sweep.early_stop.max_step=50"});
   EXPECT_EQ(set.source, "--set");
   EXPECT_TRUE(contains(set.message, "sweep.early_stop.max_step (50)")) << set.message;

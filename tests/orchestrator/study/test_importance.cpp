@@ -15,11 +15,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "orchestrator/recipe/recipe.h"
-#include "orchestrator/recipe/sweep.h"
 #include "tests/common/skip.h"
 #include "tests/common/temp_dir.h"
 #include "tests/common/test_util.h"
+#include "tests/orchestrator/support/importance_store_seed.h"
 
 namespace precon::study {
 namespace {
@@ -176,39 +175,11 @@ TEST_F(ImportanceOptuna, SameRankingWithAnInteractionAndACategoricalKey) {
 
 TEST(ImportanceReportTest, ReadsAStoredSweepAndItsCommandLine) {
   test::TempDir dir;
-  const std::string recipe_text =
-      "[experiment]\nname = \"imp\"\n[trial]\ncommand = [\"prog\", \"{lr}\", \"{opt}\", \"{unused}\"]\n"
-      "[sweep]\nmethod = \"random\"\nsamples = 60\nseed = 9\n[sweep.parameters]\n"
-      "lr = { log_uniform = [1e-3, 1e-1] }\nopt = [\"adamw\", \"muon\", \"soap\"]\nunused = { uniform = [0, 1] }\n";
   const std::string db = (dir.path / "precon.db").string();
   int64_t experiment = 0;
   {
     orch::Store store(db);
-    const orch::Recipe recipe = orch::parse_recipe_text(recipe_text, "imp.toml");
-    const std::vector<orch::TrialSpec> specs = orch::expand_sweep(recipe);
-    orch::ExperimentRow e;
-    e.name = "imp";
-    e.recipe_path = "imp.toml";
-    e.recipe_text = recipe_text;
-    e.overrides_json = "[]";
-    e.run_root = dir.path.string();
-    std::vector<orch::TrialRow> rows;
-    for (const orch::TrialSpec& s : specs) {
-      orch::TrialRow t;
-      t.index = s.index;
-      t.params_json = s.params.dump();
-      t.config_toml = s.config_toml;
-      rows.push_back(t);
-    }
-    experiment = store.create_experiment(e, rows);
-    for (orch::TrialRow t : store.trials(experiment)) {
-      const json p = json::parse(t.params_json);
-      const double lr = p["lr"], loss = 2.0 + 100 * (lr - 0.03) * (lr - 0.03) + (p["opt"] == "adamw" ? 0.05 : 0.0);
-      if (t.index == 59) continue;  // one still pending
-      store.insert_metrics(t.id, {{"val_loss", 100, t.index == 58 ? std::nan("") : loss, 0}});
-      t.state = orch::TrialState::completed;
-      store.update_trial(t);
-    }
+    experiment = orch::testing::seed_importance_sweep(store, dir.path.string());
   }
   orch::Store store(db);
   const ImportanceReport r = importance_report(store, experiment);
