@@ -27,7 +27,7 @@ struct Gpt::Acts : Model::Acts {
 };
 
 Gpt::Gpt(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
-         Communicator* tp, const ModelStage& stage, ParamStore* shared)
+         TpGroup tp, const ModelStage& stage, ParamStore* shared)
     : Model(config, gpt2_param_table(config), batch_size, device, precision, tp, stage, shared),
       Cl_(C_ / tp_.size()), wte_(params().index("wte.weight")), wpe_(params().index("wpe.weight")),
       ln_f_w_(params().index("ln_f.weight")), ln_f_b_(params().index("ln_f.bias")),

@@ -17,7 +17,7 @@ class Gpt final : public Model {
  public:
   // See Model's constructor.
   Gpt(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
-      Communicator* tp = nullptr, const ModelStage& stage = {}, ParamStore* shared = nullptr);
+      TpGroup tp = {}, const ModelStage& stage = {}, ParamStore* shared = nullptr);
 
   // GPT-2 initialisation: N(0, 0.02) weights, residual projections scaled by 1/√(2L), zero
   // biases, unit layernorm weights. Deterministic in the seed.

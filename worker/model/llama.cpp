@@ -29,7 +29,7 @@ struct Llama::Acts : Model::Acts {
 };
 
 Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, const std::string& precision,
-             Communicator* tp, const ModelStage& stage, ParamStore* shared, Communicator* ep)
+             TpGroup tp, const ModelStage& stage, ParamStore* shared, TpGroup ep)
     : Model(config, llama_param_table(config), batch_size, device, precision, tp, stage, shared),
       hd_(C_ / NH_), Ql_(NHl_ * hd_), KVl_(config.kv_heads() / tp_.size() * hd_), NKVl_(config.kv_heads() / tp_.size()),
       Fl_(config.ffn() / tp_.size()), embed_(params().index("model.embed_tokens.weight")),
@@ -70,10 +70,10 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
       r.shared_up = row("mlp.shared_expert.up_proj.weight");
       r.shared_down = end = row("mlp.shared_expert.down_proj.weight");
     }
-    b.moe.emplace(tp_, TpGroup{ep}, std::move(r), config.moe.top_k, config.moe.aux_loss_coeff);
+    b.moe.emplace(tp_, ep, std::move(r), config.moe.top_k, config.moe.aux_loss_coeff);
     b.rows = row_range({b.input_norm, end});
   }
-  if (ep && ep->size() > 1 && (device != k::Device::cpu || act_ != DType::f32))
+  if (ep.parallel() && (device != k::Device::cpu || act_ != DType::f32))
     throw std::invalid_argument("expert parallelism runs on the CPU in fp32 in this precon-train");
   if (config.moe.experts > 0) moe_scratch_ = blocks_.back().moe->make_scratch(moe_shape());
   allocate_slots([this] { return allocate_acts(); });

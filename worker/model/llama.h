@@ -24,8 +24,8 @@ class Llama final : public Model {
   // See Model's constructor; ep: the expert-parallel group of the mixture-of-experts layers (none:
   // every expert on this rank).
   Llama(const ModelConfig& config, int64_t batch_size, kernels::Device device, const std::string& precision = "fp32",
-        Communicator* tp = nullptr, const ModelStage& stage = {}, ParamStore* shared = nullptr,
-        Communicator* ep = nullptr);
+        TpGroup tp = {}, const ModelStage& stage = {}, ParamStore* shared = nullptr,
+        TpGroup ep = {});
   double moe_alltoall_seconds() const override;
 
   // N(0, 0.02) matrices and embeddings, o_proj and down_proj scaled by 1/√(2L) (GPT-2's and

@@ -25,7 +25,7 @@ constexpr Choice<DType> kActivationTypes[] = {{"fp32", DType::f32}, {"bf16", DTy
 }  // namespace
 
 Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t batch_size, k::Device device,
-             const std::string& precision, Communicator* tp, const ModelStage& stage, ParamStore* shared)
+             const std::string& precision, TpGroup tp, const ModelStage& stage, ParamStore* shared)
     : config_(config), B_(batch_size), T_(config.seq_len), C_(config.d_model), NH_(config.n_head),
       L_(config.n_layer), V_(config.vocab_size), Vp_(padded_vocab(config.vocab_size)), stage_(stage),
       L0_(stage.first_layer), L1_(stage.end_layer < 0 ? config.n_layer : stage.end_layer), tp_{tp},
@@ -245,14 +245,14 @@ double Model::flops_per_token() const {
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,
-                                  const std::string& precision, Communicator* tp, const ModelStage& stage,
-                                  ParamStore* shared, Communicator* ep) {
+                                  const std::string& precision, TpGroup tp, const ModelStage& stage,
+                                  ParamStore* shared, TpGroup ep) {
   if (config.llama()) {
     // Expert parallelism: this rank holds its own experts only.
     ModelStage own = stage;
-    if (ep && ep->size() > 1) {
-      own.expert_rank = ep->rank();
-      own.expert_ranks = ep->size();
+    if (ep.parallel()) {
+      own.expert_rank = ep.rank();
+      own.expert_ranks = ep.size();
     }
     return std::make_unique<Llama>(config, batch_size, device, precision, tp, own, shared, ep);
   }

@@ -20,7 +20,6 @@
 #include "worker/config/config.h"
 #include "worker/model/activations.h"
 #include "worker/model/params.h"
-#include "worker/parallel/communicator.h"
 #include "worker/parallel/layers.h"
 
 namespace precon::worker {
@@ -127,7 +126,7 @@ class Model : public LayerWeights {
   virtual int64_t family_activation_bytes() const { return 0; }
 
   // table: the family's (model_param_table); precision "fp32", or "bf16" (CUDA: bf16 activations
-  // and weight copies, fp32 masters and gradients). tp: the tensor-parallel group (null or size 1:
+  // and weight copies, fp32 masters and gradients). tp: the tensor-parallel group (none or size 1:
   // the whole model here); with several ranks each tensor with a tp_split_dim is cut Megatron's way
   // (params.h tp_part_spec) and params() holds this rank's part only, from initialisation to
   // checkpoint. stage: the whole model by default; a pipeline stage computes only its blocks, and its
@@ -135,7 +134,7 @@ class Model : public LayerWeights {
   // rank compute with (interleaved pipeline stages), holding this stage's rows and outliving this
   // model; null: the model allocates its own.
   Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t batch_size, kernels::Device device,
-        const std::string& precision, Communicator* tp, const ModelStage& stage, ParamStore* shared);
+        const std::string& precision, TpGroup tp, const ModelStage& stage, ParamStore* shared);
   // Called by the family's constructor once its Acts type is known: `stage.slots` of them.
   void allocate_slots(const std::function<std::unique_ptr<Acts>()>& make);
   template <class A>
@@ -193,8 +192,7 @@ class Model : public LayerWeights {
 // expert-parallel group of a mixture of experts; with several ranks the model holds (and computes)
 // only this rank's routed experts (ModelStage::expert_rank), the others' rows take no memory.
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, kernels::Device device,
-                                  const std::string& precision = "fp32", Communicator* tp = nullptr,
-                                  const ModelStage& stage = {}, ParamStore* shared = nullptr,
-                                  Communicator* ep = nullptr);
+                                  const std::string& precision = "fp32", TpGroup tp = {},
+                                  const ModelStage& stage = {}, ParamStore* shared = nullptr, TpGroup ep = {});
 
 }  // namespace precon::worker

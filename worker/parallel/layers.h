@@ -40,8 +40,12 @@ class LayerWeights {
 
 constexpr size_t kNoRow = static_cast<size_t>(-1);  // a linear layer without a bias
 
-// The group's size and this rank's place (one process: size 1, rank 0).
+// A group of ranks as the layers (and the model that builds them) see it: its size and this rank's
+// place (one process, or no group: size 1, rank 0). The tensor-parallel group, or the expert-parallel
+// one of a mixture of experts; only the layers' regions communicate over it.
 struct TpGroup {
+  TpGroup() = default;
+  TpGroup(Communicator* c) : comm(c) {}  // NOLINT(google-explicit-constructor): a group is its communicator
   Communicator* comm = nullptr;
   int size() const { return comm ? comm->size() : 1; }
   int rank() const { return comm ? comm->rank() : 0; }
