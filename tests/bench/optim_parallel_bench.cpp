@@ -19,6 +19,7 @@
 #include "worker/model/params.h"
 #include "worker/optim/optimizer.h"
 #include "worker/parallel/mpi_communicator.h"
+#include "worker/parallel/optimizer_groups.h"
 
 namespace pw = precon::worker;
 namespace k = precon::kernels;
@@ -96,7 +97,7 @@ int main(int argc, char** argv) {
       const double one = time_steps(rank == 0 ? alone.get() : nullptr, *world, repeats);
       const double duplicated = time_steps(alone.get(), *world, repeats);
       pw::OptimizerHooks hooks;
-      hooks.group = world.get();
+      hooks.group = pw::share_group(world.get());
       auto owned = pw::make_optimizer(cfg, params, k::Device::cpu, hooks);
       const double owners = time_steps(owned.get(), *world, repeats);
       if (rank == 0)

@@ -4,7 +4,6 @@
 
 #include "kernels/nn.h"
 #include "worker/optim/optim_internal.h"
-#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -32,15 +31,15 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run) {
 }
 
 AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device,
-                       Communicator* shard)
-    : hyper_(hyper), device_(device), shard_(shard && shard->size() > 1 ? shard : nullptr) {
+                       std::shared_ptr<ShareGroup> shard)
+    : hyper_(hyper), device_(device), shard_(shard && shard->count() > 1 ? std::move(shard) : nullptr) {
   for (const OptimParam& p : params) {
     const ParamSpec held = held_spec(p);
     index_[p.spec->name] = params_.size();
     params_.push_back({p.spec->name, visible(p.param, held), visible(p.grad, held), total_, p.spec, p.tp});
     total_ += params_.back().param.numel();
   }
-  const int64_t ranks = shard_ ? shard_->size() : 1, rank = shard_ ? shard_->rank() : 0;
+  const int64_t ranks = shard_ ? shard_->count() : 1, rank = shard_ ? shard_->index() : 0;
   per_rank_ = (total_ + ranks - 1) / ranks;
   lo_ = std::min(total_, rank * per_rank_);
   hi_ = std::min(total_, lo_ + per_rank_);
@@ -114,7 +113,7 @@ void AdamWGroup::step(const StepContext& ctx) {
     kernels::adamw_update(flat(e.param), flat(e.grad), make_view(exp_avg_.get(p.state).f32(), {p.n}, device_),
                           make_view(exp_avg_sq_.get(p.state).f32(), {p.n}, device_), hp);
   }
-  if (shard_) all_gather_values();
+  if (shard_) share_values();
 }
 
 void AdamWGroup::copy_values(int64_t from, int64_t to, float* buf, bool into_buf) const {
@@ -137,8 +136,8 @@ void AdamWGroup::copy_values(int64_t from, int64_t to, float* buf, bool into_buf
   }
 }
 
-void AdamWGroup::all_gather_values() {
-  const int64_t ranks = shard_->size();
+void AdamWGroup::share_values() {
+  const int64_t ranks = shard_->count();
   const int64_t chunk = static_cast<int64_t>(send_.bytes() / sizeof(float));
   float* send = static_cast<float*>(send_.data());
   float* recv = static_cast<float*>(recv_.data());
@@ -146,10 +145,9 @@ void AdamWGroup::all_gather_values() {
     const int64_t n = std::min(chunk, per_rank_ - c);
     // This rank's values [lo_ + c, lo_ + c + n); past the end of the whole (the last range) unused.
     copy_values(lo_ + c, std::min(hi_, lo_ + c + n), send, true);
-    shard_->all_gather(send, recv, n);
-    comm_bytes_ += sent_by_all_gather(n * 4, static_cast<int>(ranks));
+    comm_bytes_ += shard_->share(send, recv, n, kernels::DType::f32, device_);
     for (int64_t q = 0; q < ranks; ++q) {
-      if (q == shard_->rank()) continue;
+      if (q == shard_->index()) continue;
       const int64_t from = q * per_rank_ + c;
       copy_values(std::min(total_, from), std::min(total_, from + n), recv + q * n, false);
     }
@@ -207,7 +205,7 @@ class AdamW final : public Optimizer {
   // the state, or with hooks.distribute_elementwise each rank updates and writes its own range.
   AdamW(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
         const OptimizerHooks& hooks)
-      : device_(device), primary_(!hooks.replica_group() || hooks.replica_group()->rank() == 0),
+      : device_(device), primary_(!hooks.replica_group() || hooks.replica_group()->index() == 0),
         group_(params, adamw_hyper(config, true), device, hooks.distribute_elementwise ? hooks.replica_group() : nullptr),
         roots_(merge_roots(params, {}, group_)) {}
 

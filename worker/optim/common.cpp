@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "kernels/linalg.h"
 #include "worker/config/choice.h"
+#include "worker/optim/exchange.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/parts.h"
 
@@ -142,3 +144,28 @@ std::string route_text(const std::string& optimizer, size_t tensors, int64_t num
 }
 
 }  // namespace precon::worker::optim
+
+namespace precon::worker {
+
+namespace {
+
+class SoloGroup final : public ShareGroup {
+ public:
+  int index() const override { return 0; }
+  int count() const override { return 1; }
+  int64_t share(const float* own, float* all, int64_t n, kernels::DType, kernels::Device device) override {
+    if (own != all) {
+      kernels::copy(optim::make_view(all, {n}, device), optim::make_view(const_cast<float*>(own), {n}, device));
+    }
+    return 0;
+  }
+  void sum(float*, int64_t) override {}
+  void sum(double*, int64_t) override {}
+  void max(int64_t*, int64_t) override {}
+};
+
+}  // namespace
+
+std::shared_ptr<ShareGroup> solo_group() { return std::make_shared<SoloGroup>(); }
+
+}  // namespace precon::worker

@@ -22,7 +22,6 @@
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
 #include "worker/optim/parts.h"
-#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -118,14 +117,10 @@ class Muon final : public Optimizer {
     comm_dtype_ = comm_dtype("optimizer.muon.comm_dtype", config_.comm_dtype);
     normuon_ = parse_choice<OptimizerError>("optimizer.muon.variant", config_.variant, kNormuon);
     scale_ = parse_choice<OptimizerError>("optimizer.muon.scale", config_.scale, kScales);
-    if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
-    else {
-      local_ = make_local_communicator();
-      group_ = local_.get();
-    }
+    group_ = hooks.group && hooks.group->count() > 1 ? hooks.group : solo_group();
     tensor_ = std::max(1, hooks.tensor);
-    if (group_->size() % tensor_ != 0 || (tensor_ > 1 && (!hooks.tp || hooks.tp->size() != tensor_ ||
-                                                          hooks.tp->rank() != group_->rank() % tensor_))) {
+    if (group_->count() % tensor_ != 0 || (tensor_ > 1 && (!hooks.tp || hooks.tp->count() != tensor_ ||
+                                                          hooks.tp->index() != group_->index() % tensor_))) {
       throw OptimizerError("muon: the tensor-parallel group does not match group rank = data index · " +
                            std::to_string(tensor_) + " + tensor rank");
     }
@@ -136,7 +131,7 @@ class Muon final : public Optimizer {
       if (params[i].spec->kind == ParamKind::matrix) add_matrix(params[i], i);
     }
     assign_and_allocate();
-    if (group_->size() > 1) merged_roots_ = merge_roots(params, roots_, adamw_);
+    if (group_->count() > 1) merged_roots_ = merge_roots(params, roots_, adamw_);
     std::vector<OptimParam> whole;
     for (const Matrix& m : matrices_)
       if (!on_parts(m)) whole.push_back(m.src);
@@ -150,7 +145,7 @@ class Muon final : public Optimizer {
     }
     // This rank's pieces, in matrix order, into its segment of the all-gather. A split matrix
     // orthogonalised whole is gathered first by its owner's tensor-parallel group.
-    const int replica = group_->rank() / tensor_;
+    const int replica = group_->index() / tensor_;
     for (Matrix& m : matrices_) {
       Tensor grad = m.grad;
       if (m.src.split() && !on_parts(m) && m.owner / tensor_ == replica) {
@@ -179,19 +174,12 @@ class Muon final : public Optimizer {
   // Every rank's segment values [c, c + n), rank q's at q·n (this rank's own segment with one rank).
   const float* gather_chunk(int64_t c, int64_t n) {
     PhaseTimer timer(phases_.communication, device_);
-    const int64_t ranks = group_->size();
+    const int64_t ranks = group_->count();
     float* own = static_cast<float*>(segment_buf_.data()) + c;
     if (ranks == 1) return own;
-    comm_bytes_ += sent_by_all_gather(n * (bf16_ ? 2 : 4), group_->size());
-    if (!bf16_) {
-      group_->all_gather(own, static_cast<float*>(gathered_.data()), n);
-      return static_cast<float*>(gathered_.data());
-    }
-    kernels::cast(Tensor::view(send_.data(), {n}, kernels::DType::bf16, device_), make_view(own, {n}, device_));
-    group_->all_gather_bytes(send_.data(), gathered_.data(), n * 2);
-    kernels::cast(make_view(static_cast<float*>(unpacked_.data()), {ranks * n}, device_),
-                  Tensor::view(gathered_.data(), {ranks * n}, kernels::DType::bf16, device_));
-    return static_cast<float*>(unpacked_.data());
+    float* all = static_cast<float*>(gathered_.data());
+    comm_bytes_ += group_->share(own, all, n, bf16_ ? kernels::DType::bf16 : kernels::DType::f32, device_);
+    return all;
   }
 
   // Applies the parts of the updates that lie in segment values [c, c + n): a whole matrix's as a
@@ -207,7 +195,7 @@ class Muon final : public Optimizer {
       if (cautious_) kernels::cautious_axpby(param, o, alpha, decay);
       else kernels::axpby(param, o, alpha, decay);
     };
-    const int tp_rank = group_->rank() % tensor_;
+    const int tp_rank = group_->index() % tensor_;
     for (Matrix& m : matrices_) {
       for (const Piece& p : m.pieces) {
         const int64_t size = p.shape[0] * p.shape[1];
@@ -237,7 +225,7 @@ class Muon final : public Optimizer {
     std::vector<NamedState> second;
     second_moment_.append_tensors(second);
     for (NamedState& s : second) append_second_moment(matrices_[matrix_index_.at(s.param)], s, out);
-    adamw_.append_state(out, group_->rank() / tensor_ == 0);
+    adamw_.append_state(out, group_->index() / tensor_ == 0);
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
@@ -258,7 +246,7 @@ class Muon final : public Optimizer {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.rows * m.cols;
     return route_text("muon", matrices_.size(), n) + "; " + route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_->size() > 1 ? "; " + ownership_summary() : "");
+           (group_->count() > 1 ? "; " + ownership_summary() : "");
   }
 
  private:
@@ -357,7 +345,7 @@ class Muon final : public Optimizer {
   bool on_parts(const Matrix& m) const { return mode_ != TpMode::duplicated && m.split_dim >= 0; }
 
   void assign_and_allocate() {
-    const int ranks = group_->size(), me = group_->rank();
+    const int ranks = group_->count(), me = group_->index();
     const int replicas = ranks / tensor_;
     std::vector<double> costs;
     for (const Matrix& m : matrices_) costs.push_back(cost(m));
@@ -423,10 +411,6 @@ class Muon final : public Optimizer {
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
     segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
     if (ranks > 1) gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * chunk_) * sizeof(float));
-    if (bf16_) {
-      send_ = kernels::Buffer(device_, static_cast<size_t>(chunk_) * 2);
-      unpacked_ = kernels::Buffer(device_, static_cast<size_t>(ranks * chunk_) * sizeof(float));
-    }
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
       if (m.holds_state) m.momentum = momentum_.get(momentum_handle_[i]);
@@ -438,7 +422,7 @@ class Muon final : public Optimizer {
   // A distributed matrix's momentum (this rank's part, chunk k of every Q/K/V block packed at
   // k·chunk along the split dim) as its parts of the whole momentum: one per chunk.
   void append_parts(const Matrix& m, const NamedState& own, std::vector<NamedState>& out) const {
-    const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+    const Piece& p = m.pieces[static_cast<size_t>(group_->index() % tensor_)];
     const int64_t chunk = p.spans[0].length;
     for (size_t k = 0; k < p.spans.size(); ++k) {
       NamedState part = own;
@@ -458,7 +442,7 @@ class Muon final : public Optimizer {
       mine += m.holds_state;
       if (m.holds_state) held += m.momentum.numel(), whole += m.rows * m.cols;
     }
-    return "muon: rank " + std::to_string(group_->rank()) + " orthogonalises " + std::to_string(mine) + " of " +
+    return "muon: rank " + std::to_string(group_->index()) + " orthogonalises " + std::to_string(mine) + " of " +
            std::to_string(matrices_.size()) + " matrices (tp_mode " + std::string(choice_name(mode_, kTpModes)) +
            ") and keeps " + std::to_string(held) + " momentum values of their " + std::to_string(whole);
   }
@@ -486,7 +470,7 @@ class Muon final : public Optimizer {
       // Each Q/K/V block (or the whole matrix) is one problem; this rank's part of block k is
       // chunk k of its piece, and u is that piece. distributed: the group's parts together;
       // blockwise: this rank's part alone.
-      const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+      const Piece& p = m.pieces[static_cast<size_t>(group_->index() % tensor_)];
       Tensor packed = make_view(seg + p.offset, p.shape, device_);
       const int per = m.qkv / m.blocks;
       const int64_t chunk = p.spans[0].length;
@@ -548,7 +532,7 @@ class Muon final : public Optimizer {
   void normalise(Matrix& m) {
     const int nd = m.qkv_dim;
     const bool parts = on_parts(m);
-    const Piece& p = m.pieces[parts ? static_cast<size_t>(group_->rank() % tensor_) : 0];
+    const Piece& p = m.pieces[parts ? static_cast<size_t>(group_->index() % tensor_) : 0];
     Tensor o = make_view(static_cast<float*>(segment_buf_.data()) + p.offset, p.shape, device_);
     const int64_t n = o.shape[nd];
     const int64_t across = nd == 0 ? m.cols : m.rows;  // the neuron's length in the whole matrix
@@ -557,7 +541,7 @@ class Muon final : public Optimizer {
     std::vector<float> sums(static_cast<size_t>(n)), v(sums.size());
     kernels::copy(Tensor::view(sums.data(), {n}), dev);
     const bool cut = parts && m.split_dim == nd;
-    if (parts && !cut) tp_->all_reduce_sum(sums.data(), n);
+    if (parts && !cut) tp_->sum(sums.data(), n);
     kernels::copy(Tensor::view(v.data(), {n}), m.second_moment);
     // The global neuron of local index i, and its block (the NS problem it belongs to).
     const int64_t extent = nd == 0 ? m.rows : m.cols, per_block = extent / m.blocks;
@@ -578,7 +562,7 @@ class Muon final : public Optimizer {
       before[static_cast<size_t>(m.blocks) + b] += double(sums[k]) * factor[k] * factor[k];
     }
     kernels::copy(m.second_moment, Tensor::view(v.data(), {n}));
-    if (cut) tp_->all_reduce_sum(before.data(), static_cast<int64_t>(before.size()));
+    if (cut) tp_->sum(before.data(), static_cast<int64_t>(before.size()));
     for (int64_t i = 0; i < n; ++i) {
       const size_t b = static_cast<size_t>(global(i) / per_block);
       const double normalised = std::sqrt(before[static_cast<size_t>(m.blocks) + b]);
@@ -600,11 +584,11 @@ class Muon final : public Optimizer {
     const int64_t extent = m.qkv_dim == 0 ? m.rows : m.cols;
     if (m.split_dim != m.qkv_dim) {
       NamedState whole = own;
-      whole.primary = group_->rank() % tensor_ == 0;
+      whole.primary = group_->index() % tensor_ == 0;
       out.push_back(std::move(whole));
       return;
     }
-    const Piece& p = m.pieces[static_cast<size_t>(group_->rank() % tensor_)];
+    const Piece& p = m.pieces[static_cast<size_t>(group_->index() % tensor_)];
     const int64_t chunk = p.spans[0].length;
     for (size_t k = 0; k < p.spans.size(); ++k) {
       NamedState part = own;
@@ -622,9 +606,8 @@ class Muon final : public Optimizer {
   kernels::Device device_;
   kernels::NsOptions ns_;
   AdamWGroup adamw_;
-  std::unique_ptr<Communicator> local_;  // the group of one when no group is given
-  Communicator* group_ = nullptr;
-  Communicator* tp_ = nullptr;
+  std::shared_ptr<ShareGroup> group_;  // solo_group() when no group is given
+  std::shared_ptr<ShareGroup> tp_;
   int tensor_ = 1;
   MomentumForm momentum_form_ = MomentumForm::ema;
   Scale scale_ = Scale::shape;
@@ -643,7 +626,7 @@ class Muon final : public Optimizer {
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
   int64_t chunk_ = 0;    // of them per all-gather call
-  kernels::Buffer work_, segment_buf_, send_, gathered_, unpacked_;
+  kernels::Buffer work_, segment_buf_, gathered_;
   std::unique_ptr<WholeGradient> whole_;  // whole gradients of split matrices orthogonalised whole
   int64_t comm_bytes_ = 0;
   PhaseSeconds phases_;

@@ -110,16 +110,16 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run);
 //
 // shard: the ranks that hold these same parameters and the same summed gradients (null or one
 // rank: none). With several ranks the group is Megatron's distributed optimizer: the parameters'
-// values back to back in order are cut into `shard->size()` contiguous ranges of ceil(n / ranks)
+// values back to back in order are cut into `shard->count()` contiguous ranges of ceil(n / ranks)
 // values, each rank keeps the moments of its own range only and updates only those values, and
-// the updated values are all-gathered so that every rank holds every parameter again. The
+// the updated values are shared (all-gathered) so that every rank holds every parameter again. The
 // numbers are the unsharded group's bit for bit (the update is element-wise). A range cuts a
 // parameter at any value: its state is listed as up to three boxes of the parameter's shape (a
 // partial first row, whole rows, a partial last row), so a checkpoint reshards to any layout.
 class AdamWGroup {
  public:
   AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device,
-             Communicator* shard = nullptr);
+             std::shared_ptr<ShareGroup> shard = nullptr);
   void step(const StepContext& ctx);
   // primary: whether this rank writes the (replicated) AdamW state to checkpoints; a sharded
   // group's ranks each write their own range.
@@ -153,14 +153,14 @@ class AdamWGroup {
   void add_pieces(size_t entry, int64_t first, int64_t end);
   // Copies the concatenation's values [from, to) between the parameters and contiguous memory.
   void copy_values(int64_t from, int64_t to, float* buf, bool into_buf) const;
-  void all_gather_values();
+  void share_values();
 
   std::vector<Entry> params_;
   std::map<std::string, size_t> index_;  // params_ by name
   std::vector<Piece> pieces_;
   AdamWHyper hyper_;
   kernels::Device device_;
-  Communicator* shard_ = nullptr;  // null: every rank updates every value
+  std::shared_ptr<ShareGroup> shard_;  // null: every rank updates every value
   int64_t total_ = 0, lo_ = 0, hi_ = 0, per_rank_ = 0;  // this rank's range [lo_, hi_) of ceil(total_/ranks)
   StateBuffer exp_avg_{"exp_avg"}, exp_avg_sq_{"exp_avg_sq"};
   kernels::Buffer send_, recv_;

@@ -12,10 +12,10 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/tensor.h"
-#include "worker/parallel/communicator.h"
 #include "worker/common/error.h"
 #include "worker/config/config.h"
 #include "worker/model/params.h"
+#include "worker/optim/exchange.h"
 
 namespace precon::worker {
 
@@ -113,23 +113,25 @@ class OptimizerError : public WorkerError {
 
 struct OptimizerHooks {
   std::function<void(const std::string&)> warn;  // logged warnings (failed roots); may be empty
+  // The groups are worker/parallel's (optimizer_groups.h): what crosses ranks goes through them
+  // (exchange.h), the optimizers compute the math of one step.
   // The ranks that hold the same parameters (data- and tensor-parallel ranks: each its part of a
   // split tensor); null or one rank: none. Muon's Newton–Schulz and Shampoo's blocks then run
-  // once each, on their owner, and one all-gather hands the results to all (optim/ownership.h).
-  Communicator* group = nullptr;
-  // Tensor parallelism inside `group`: group rank = data index · tensor + tensor rank, and `tp` is
+  // once each, on their owner, and one share hands the results to all (optim/ownership.h).
+  std::shared_ptr<ShareGroup> group = nullptr;
+  // Tensor parallelism inside `group`: group index = data index · tensor + tensor rank, and `tp` is
   // this rank's tensor-parallel group (optimizer.muon.tp_mode). tensor = 1: none.
-  Communicator* tp = nullptr;
+  std::shared_ptr<ShareGroup> tp = nullptr;
   int tensor = 1;
   // The ranks of `group` that hold the same parts (its data-parallel ranks: one per data index,
-  // group rank / tensor); null: `group` itself (no tensor parallelism). Gradient roots
-  // (Optimizer::gradient_roots) are ranks of this group, and the element-wise state is divided over it.
-  Communicator* replicas = nullptr;
+  // group index / tensor); null: `group` itself (no tensor parallelism). Gradient roots
+  // (Optimizer::gradient_roots) are indices in this group, and the element-wise state is divided over it.
+  std::shared_ptr<ShareGroup> replicas = nullptr;
   // parallel.distributed_optimizer: the element-wise state (AdamW's moments, of AdamW runs and of
   // the AdamW-routed parameters of every other optimizer) is split in contiguous ranges over
   // `replicas` instead of replicated on each of its ranks (AdamWGroup in optim_internal.h).
   bool distribute_elementwise = false;
-  Communicator* replica_group() const { return replicas ? replicas : group; }
+  const std::shared_ptr<ShareGroup>& replica_group() const { return replicas ? replicas : group; }
 };
 
 using OptimizerFactory = std::function<std::unique_ptr<Optimizer>(

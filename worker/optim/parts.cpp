@@ -6,7 +6,6 @@
 #include "kernels/error.h"
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
-#include "worker/parallel/comm_cost.h"
 #include "worker/optim/optimizer.h"
 
 namespace precon::worker::optim {
@@ -68,11 +67,11 @@ void scatter_spans(Tensor dst, const Tensor& src, int dim, const std::vector<Spa
   move_spans(dst, src, dim, spans, false);
 }
 
-void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& options, Communicator& group, float* scratch) {
+void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& options, ShareGroup& group, float* scratch) {
   const int64_t n = dim == 1 ? x.shape[0] : x.shape[1];  // the unsplit dim: the Gram matrix is n × n
   const kernels::Device device = x.device;
   double norm_sq = kernels::sum_squares(x);
-  group.all_reduce_sum(&norm_sq, 1);
+  group.sum(&norm_sq, 1);
   if (!std::isfinite(norm_sq))
     throw kernels::NonFiniteError("newton_schulz_distributed", "input contains NaN or Inf", __FILE__, __LINE__);
   const double denom = std::sqrt(norm_sq) + options.eps;
@@ -86,7 +85,7 @@ void newton_schulz_distributed(Tensor x, int dim, const kernels::NsOptions& opti
   Tensor y = Tensor::view(scratch + 2 * n * n, {x.shape[0], x.shape[1]}, kernels::DType::f32, device);
   // Each rank forms its part of the Gram matrix; the sum over the group is the whole matrix's.
   const Tensor cur = kernels::newton_schulz_steps(x, y, a, b, options.schedule, dim == 1,
-                                                  [&](Tensor& gram) { group.all_reduce_sum(gram.f32(), gram.numel()); });
+                                                  [&](Tensor& gram) { group.sum(gram.f32(), gram.numel()); });
   if (cur.data != x.data) kernels::copy(x, cur);
 }
 
@@ -117,15 +116,16 @@ void axpby_rows(const Tensor& w, const Tensor& u, float alpha, float decay, bool
 
 }  // namespace
 
-WholeGradient::WholeGradient(const std::vector<OptimParam>& params, Communicator* tp, kernels::Device device)
-    : tp_(tp), device_(device) {
+WholeGradient::WholeGradient(const std::vector<OptimParam>& params, std::shared_ptr<ShareGroup> tp,
+                             kernels::Device device)
+    : tp_(std::move(tp)), device_(device) {
   int64_t most = 0;
   for (const OptimParam& p : params)
     if (p.split()) most = std::max(most, p.spec->storage_numel());
   if (most == 0) return;
   for (const OptimParam& p : params)
     if (p.split() && p.spec->shape.size() != 2) throw OptimizerError("optimizer: " + p.spec->name + " is not 2-D");
-  if (!tp_ || tp_->size() != params.front().tp.size)
+  if (!tp_ || tp_->count() != params.front().tp.size)
     throw OptimizerError("optimizer: split matrices need their tensor-parallel group");
   received_ = kernels::Buffer(device, static_cast<size_t>(most) * sizeof(float));
   whole_ = kernels::Buffer(device, static_cast<size_t>(most) * sizeof(float));
@@ -134,12 +134,11 @@ WholeGradient::WholeGradient(const std::vector<OptimParam>& params, Communicator
 Tensor WholeGradient::gather(const OptimParam& p) {
   if (!p.split()) return p.spec->storage_rows > 0 ? p.grad.narrow(0, 0, p.spec->shape[0]) : p.grad;
   const ParamSpec& full = *p.spec;
-  const int ranks = tp_->size();
   const int64_t n = p.grad.numel();  // every rank's part has the same storage
   if (!p.grad.contiguous()) throw OptimizerError("optimizer: " + full.name + "'s gradient part is not contiguous");
+  const int ranks = tp_->count();
   float* received = static_cast<float*>(received_.data());
-  tp_->all_gather(p.grad.f32(), received, n);
-  comm_bytes_ += sent_by_all_gather(n * static_cast<int64_t>(sizeof(float)), ranks);
+  comm_bytes_ += tp_->share(p.grad.f32(), received, n, kernels::DType::f32, device_);
   const int64_t rows = full.storage_rows > 0 ? full.storage_rows : full.shape[0], cols = full.shape[1];
   const Tensor whole = Tensor::view(static_cast<float*>(whole_.data()), {rows, cols}, kernels::DType::f32, device_);
   const int d = full.tp_split_dim;

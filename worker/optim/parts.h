@@ -4,13 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/newton_schulz.h"
 #include "kernels/tensor.h"
-#include "worker/parallel/communicator.h"
 #include "worker/model/params.h"
+#include "worker/optim/exchange.h"
 #include "worker/optim/optimizer.h"
 
 namespace precon::worker::optim {
@@ -37,10 +38,10 @@ void scatter_spans(kernels::Tensor dst, const kernels::Tensor& src, int dim, con
 // Newton–Schulz of X = the matrix whose pieces along `dim` lie on the ranks of `group`, this
 // rank's piece in `x` (contiguous, updated in place). Contracting over the split dim keeps every
 // product local but the Gram matrix: A = Σ_r X_r X_rᵀ (dim = 1) or Σ_r X_rᵀ X_r (dim = 0), one
-// all-reduce per step, and ‖X‖_F² one scalar all-reduce; X_r ← aX_r + B X_r (or X_r B). This is
+// sum over the group per step, and ‖X‖_F² one scalar sum; X_r ← aX_r + B X_r (or X_r B). This is
 // NS(X) up to rounding (p(XXᵀ)X = X p(XᵀX)). `scratch`: 2·n² + x.numel() floats, n the unsplit dim.
 // CPU fp32 (the trainer's tensor parallelism runs on the CPU).
-void newton_schulz_distributed(kernels::Tensor x, int dim, const kernels::NsOptions& options, Communicator& group,
+void newton_schulz_distributed(kernels::Tensor x, int dim, const kernels::NsOptions& options, ShareGroup& group,
                            float* scratch);
 
 // Whole gradients of tensor-parallel matrices, one at a time: an owner of matrix work (Shampoo's and
@@ -49,15 +50,15 @@ void newton_schulz_distributed(kernels::Tensor x, int dim, const kernels::NsOpti
 class WholeGradient {
  public:
   // params: the matrices that may be asked for (the largest split one sizes the scratch).
-  WholeGradient(const std::vector<OptimParam>& params, Communicator* tp, kernels::Device device);
-  // p's whole visible gradient: p.grad itself when p is not split, else every rank's part
-  // all-gathered over the tensor-parallel group into scratch memory, valid until the next call
-  // (a collective: every rank of the group asks for the same matrices in the same order).
+  WholeGradient(const std::vector<OptimParam>& params, std::shared_ptr<ShareGroup> tp, kernels::Device device);
+  // p's whole visible gradient: p.grad itself when p is not split, else every rank's part shared
+  // over the tensor-parallel group into scratch memory, valid until the next call (every rank of
+  // the group asks for the same matrices in the same order).
   kernels::Tensor gather(const OptimParam& p);
   int64_t comm_bytes() const { return comm_bytes_; }
 
  private:
-  Communicator* tp_ = nullptr;
+  std::shared_ptr<ShareGroup> tp_;
   kernels::Device device_;
   kernels::Buffer received_, whole_;
   int64_t comm_bytes_ = 0;

@@ -32,7 +32,6 @@
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
 #include "worker/optim/parts.h"
-#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -103,11 +102,7 @@ class Shampoo final : public Optimizer {
                            "use adam, rmsprop, sgd or none on CUDA");
     }
     const kernels::DType comm = comm_dtype("optimizer.shampoo.comm_dtype", config_.comm_dtype);
-    if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
-    else {
-      local_ = make_local_communicator();
-      group_ = local_.get();
-    }
+    group_ = hooks.group && hooks.group->count() > 1 ? hooks.group : solo_group();
     root_.root = 1.0 / (config_.exponent > 0 ? config_.exponent : 0.25);
     root_.epsilon = static_cast<float>(config_.epsilon);
     root_.method = parse_choice<OptimizerError>("optimizer.shampoo.root_method", config_.root_method, kRootMethods);
@@ -133,8 +128,8 @@ class Shampoo final : public Optimizer {
     std::vector<double> cost;
     for (const Block& b : blocks_)
       cost.push_back(std::pow(static_cast<double>(b.rn), 3) + std::pow(static_cast<double>(b.cn), 3));
-    const std::vector<int> owner = assign_owners(cost, group_->size());
-    std::vector<int64_t> filled(static_cast<size_t>(group_->size()), 0);
+    const std::vector<int> owner = assign_owners(cost, group_->count());
+    std::vector<int64_t> filled(static_cast<size_t>(group_->count()), 0);
     int64_t max_block = 1, max_side = 1;
     std::vector<size_t> handle(blocks_.size(), SIZE_MAX);
     for (size_t i = 0; i < blocks_.size(); ++i) {
@@ -173,20 +168,16 @@ class Shampoo final : public Optimizer {
     scratch_ = {base, base + max_block, base + 2 * max_block, base + 3 * max_block, base + 4 * max_block};
     eye_ = Tensor::view(base + 4 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
     set_identity(eye_);
-    const int64_t ranks = group_->size();
+    const int64_t ranks = group_->count();
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     bf16_ = comm == kernels::DType::bf16 && ranks > 1;
     segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
     if (ranks > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
-    if (bf16_) {
-      send_ = kernels::Buffer(device, static_cast<size_t>(segment_) * 2);
-      unpacked_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
-    }
     roots_ = merge_roots(params, {}, adamw_);
     std::vector<OptimParam> routed_params;
     for (const Matrix& m : matrices_) routed_params.push_back(m.src);
     whole_ = std::make_unique<WholeGradient>(routed_params, hooks.tp, device);
-    adamw_primary_ = group_->rank() / std::max(1, hooks.tensor) == 0;
+    adamw_primary_ = group_->index() / std::max(1, hooks.tensor) == 0;
   }
 
   // Owners update their blocks' statistics, roots and grafting state and put each block's search
@@ -227,22 +218,15 @@ class Shampoo final : public Optimizer {
     if (refresh_now) account_refresh(t);
     {
       PhaseTimer timer(phases_.communication, device_);
-      const int64_t ranks = group_->size();
-      Tensor seg = Tensor::view(static_cast<float*>(segment_buf_.data()), {segment_}, kernels::DType::f32, device_);
-      if (bf16_) {
-        kernels::cast(Tensor::view(send_.data(), {segment_}, kernels::DType::bf16, device_), seg);
-        group_->all_gather_bytes(send_.data(), gathered_.data(), segment_ * 2);
-        kernels::cast(Tensor::view(static_cast<float*>(unpacked_.data()), {ranks * segment_}, kernels::DType::f32, device_),
-                      Tensor::view(gathered_.data(), {ranks * segment_}, kernels::DType::bf16, device_));
-      } else if (ranks > 1) {
-        group_->all_gather(seg.f32(), static_cast<float*>(gathered_.data()), segment_);
+      if (group_->count() > 1) {
+        comm_bytes_ += group_->share(static_cast<float*>(segment_buf_.data()), static_cast<float*>(gathered_.data()),
+                                     segment_, bf16_ ? kernels::DType::bf16 : kernels::DType::f32, device_);
       }
-      comm_bytes_ += sent_by_all_gather(segment_ * (bf16_ ? 2 : 4), static_cast<int>(ranks));
     }
     PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
     // One rank: its own segment is everything (no copy; the buffers may be device memory).
-    float* all = static_cast<float*>(bf16_ ? unpacked_.data() : group_->size() > 1 ? gathered_.data() : segment_buf_.data());
+    float* all = static_cast<float*>(group_->count() > 1 ? gathered_.data() : segment_buf_.data());
     for (const Block& b : blocks_) apply(b, scratch(all + b.owner * segment_ + b.offset, b.rn, b.cn), lr);
   }
 
@@ -250,7 +234,7 @@ class Shampoo final : public Optimizer {
   std::string ownership_summary() const {
     int64_t n = 0;
     for (const Block& b : blocks_) n += mine(b);
-    return "shampoo: rank " + std::to_string(group_->rank()) + " computes the inverse roots of " + std::to_string(n) +
+    return "shampoo: rank " + std::to_string(group_->index()) + " computes the inverse roots of " + std::to_string(n) +
            " of " + std::to_string(blocks_.size()) + " blocks";
   }
 
@@ -293,7 +277,7 @@ class Shampoo final : public Optimizer {
     for (const Matrix& m : matrices_) n += m.src.spec->numel();
     return route_text("shampoo", matrices_.size(), n) + " in " + std::to_string(blocks_.size()) + " blocks; " +
            route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_->size() > 1 ? "; " + ownership_summary() : "");
+           (group_->count() > 1 ? "; " + ownership_summary() : "");
   }
 
  private:
@@ -315,7 +299,7 @@ class Shampoo final : public Optimizer {
     std::string why;       // on the owner: why the last refresh failed ("" = it did not)
   };
 
-  bool mine(const Block& b) const { return b.owner == group_->rank(); }
+  bool mine(const Block& b) const { return b.owner == group_->index(); }
 
   static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, bool all_matrices) {
     std::vector<OptimParam> out;
@@ -373,7 +357,7 @@ class Shampoo final : public Optimizer {
     for (size_t i = 0; i < blocks_.size(); ++i) failed[i] = mine(blocks_[i]) && !blocks_[i].why.empty();
     {
       PhaseTimer comm(phases_.communication, device_);
-      group_->all_reduce_max(failed.data(), static_cast<int64_t>(failed.size()));
+      group_->max(failed.data(), static_cast<int64_t>(failed.size()));
     }
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Block& b = blocks_[i];
@@ -537,11 +521,10 @@ class Shampoo final : public Optimizer {
   Tensor eye_;
   PhaseSeconds phases_;
   int64_t root_failures_ = 0;  // every failed refresh over the run, on every rank (checkpointed)
-  std::unique_ptr<Communicator> local_;  // the group of one when no group is given
-  Communicator* group_ = nullptr;
+  std::shared_ptr<ShareGroup> group_;  // solo_group() when no group is given
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's blocks)
   bool bf16_ = false;
-  kernels::Buffer segment_buf_, send_, gathered_, unpacked_;
+  kernels::Buffer segment_buf_, gathered_;
   int64_t comm_bytes_ = 0;
   std::vector<int> roots_;
   std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices

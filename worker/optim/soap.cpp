@@ -31,7 +31,6 @@
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/ownership.h"
 #include "worker/optim/parts.h"
-#include "worker/parallel/comm_cost.h"
 
 namespace precon::worker::optim {
 
@@ -51,11 +50,7 @@ class Soap final : public Optimizer {
         device_(device),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
                hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
-    if (hooks.group && hooks.group->size() > 1) group_ = hooks.group;
-    else {
-      local_ = make_local_communicator();
-      group_ = local_.get();
-    }
+    group_ = hooks.group && hooks.group->count() > 1 ? hooks.group : solo_group();
     for (const OptimParam& p : matrix_params(params, true)) {
       const ParamSpec& s = *p.spec;
       if (s.shape.size() != 2) throw OptimizerError("soap: " + s.name + " is routed as a matrix but is not 2-D");
@@ -73,8 +68,8 @@ class Soap final : public Optimizer {
     for (const Matrix& m : matrices_)
       cost.push_back((m.left ? std::pow(double(m.rows), 3) : 0.0) + (m.right ? std::pow(double(m.cols), 3) : 0.0) +
                      double(m.rows) * double(m.cols));
-    const std::vector<int> owner = assign_owners(cost, group_->size());
-    std::vector<int64_t> filled(static_cast<size_t>(group_->size()), 0);
+    const std::vector<int> owner = assign_owners(cost, group_->count());
+    std::vector<int64_t> filled(static_cast<size_t>(group_->count()), 0);
     int64_t max_numel = 1, max_side = 1;
     std::vector<Handles> handles(matrices_.size());
     for (size_t i = 0; i < matrices_.size(); ++i) {
@@ -109,12 +104,12 @@ class Soap final : public Optimizer {
     segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
     segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
     chunk_ = std::min(segment_, kGatherChunk);
-    if (group_->size() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->size() * chunk_) * sizeof(float));
+    if (group_->count() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->count() * chunk_) * sizeof(float));
     roots_ = merge_roots(params, {}, adamw_);
     std::vector<OptimParam> routed;
     for (const Matrix& m : matrices_) routed.push_back(m.src);
     whole_ = std::make_unique<WholeGradient>(routed, hooks.tp, device);
-    adamw_primary_ = group_->rank() / std::max(1, hooks.tensor) == 0;
+    adamw_primary_ = group_->index() / std::max(1, hooks.tensor) == 0;
   }
 
   void step(const StepContext& ctx) override {
@@ -150,15 +145,14 @@ class Soap final : public Optimizer {
     const double decay = 1.0 - lr * config_.weight_decay;
     // The segments travel in chunks of chunk_ values a rank, each applied as it arrives (the update
     // is element-wise), so that the receive buffer holds ranks · chunk_ values, not every update.
-    const int64_t ranks = group_->size();
+    const int64_t ranks = group_->count();
     for (int64_t at = 0; at < segment_; at += chunk_) {
       const int64_t n = std::min(chunk_, segment_ - at);
       float* own = static_cast<float*>(segment_buf_.data()) + at;
       const float* all = own;
       if (ranks > 1) {
         PhaseTimer timer(phases_.communication, device_);
-        group_->all_gather(own, static_cast<float*>(gathered_.data()), n);
-        comm_bytes_ += sent_by_all_gather(n * 4, static_cast<int>(ranks));
+        comm_bytes_ += group_->share(own, static_cast<float*>(gathered_.data()), n, kernels::DType::f32, device_);
         all = static_cast<float*>(gathered_.data());
       }
       PhaseTimer timer(phases_.other, device_);
@@ -205,7 +199,7 @@ class Soap final : public Optimizer {
     return route_text("soap", matrices_.size(), n) + " (" + std::to_string(rotated) + " of " +
            std::to_string(2 * matrices_.size()) + " sides rotated); " +
            route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_->size() > 1 ? "; soap: rank " + std::to_string(group_->rank()) + " keeps the eigenbases of " +
+           (group_->count() > 1 ? "; soap: rank " + std::to_string(group_->index()) + " keeps the eigenbases of " +
                                      std::to_string(held) + " of " + std::to_string(matrices_.size()) + " matrices"
                                : "");
   }
@@ -233,7 +227,7 @@ class Soap final : public Optimizer {
     float* values;  // a side's eigenvalues
   };
 
-  bool mine(const Matrix& m) const { return m.owner == group_->rank(); }
+  bool mine(const Matrix& m) const { return m.owner == group_->index(); }
 
   std::vector<StateBuffer*> state_buffers() { return {&exp_avg_, &exp_avg_sq_, &L_, &R_, &QL_, &QR_}; }
   std::vector<const StateBuffer*> state_buffers() const { return {&exp_avg_, &exp_avg_sq_, &L_, &R_, &QL_, &QR_}; }
@@ -380,8 +374,7 @@ class Soap final : public Optimizer {
   StateBuffer QL_{"eigenbasis_L"}, QR_{"eigenbasis_R"};
   kernels::Buffer work_, segment_buf_, gathered_;
   Scratch scratch_{};
-  std::unique_ptr<Communicator> local_;  // the group of one when no group is given
-  Communicator* group_ = nullptr;
+  std::shared_ptr<ShareGroup> group_;  // solo_group() when no group is given
   int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's matrices)
   int64_t chunk_ = 0;    // of them per all-gather call
   std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices

@@ -13,6 +13,7 @@
 #include "worker/model/memory_estimate.h"
 #include "worker/model/model_io.h"
 #include "worker/parallel/nccl_communicator.h"
+#include "worker/parallel/optimizer_groups.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -133,10 +134,10 @@ void build_optimizer(Run& run) {
   OptimizerHooks expert_hooks = hooks;
   auto share_over = [&](OptimizerHooks& h, Communicator* group, Communicator* replicas) {
     if (group->size() == 1) return;
-    h.group = group;  // group rank = data index · tensor + tensor rank
-    h.tp = run.par.tp.get();
+    h.group = share_group(group);  // group rank = data index · tensor + tensor rank
+    h.tp = share_group(run.par.tp.get());
     h.tensor = run.par.tensor;
-    h.replicas = replicas;
+    h.replicas = share_group(replicas);
     h.distribute_elementwise = run.cfg().parallel.distributed_optimizer;
   };
   share_over(hooks, run.par.stage.get(), run.par.dp.get());

@@ -16,6 +16,7 @@
 #include "worker/model/params.h"
 #include "worker/optim/optimizer.h"
 #include "worker/parallel/mpi_communicator.h"
+#include "worker/parallel/optimizer_groups.h"
 
 namespace pw = precon::worker;
 namespace ref = precon::kernels::reference;
@@ -81,7 +82,7 @@ std::vector<float> host_of(const precon::kernels::Tensor& t) {
 // steps its tensor-parallel parts and the parts are summed into whole matrices over `world`).
 std::vector<std::vector<float>> step_once(const std::string& mode, bool split_qkv, const pw::OptimizerHooks& hooks,
                                           pw::Communicator* world = nullptr) {
-  const pw::TpPlace place = hooks.tp ? pw::TpPlace{hooks.tp->rank(), hooks.tp->size()} : pw::TpPlace{};
+  const pw::TpPlace place = hooks.tp ? pw::TpPlace{hooks.tp->index(), hooks.tp->count()} : pw::TpPlace{};
   pw::ParamStore store(pw::gpt2_param_table(tiny_model()), precon::kernels::Device::cpu, {}, place);
   fill(store);
   auto opt = pw::make_optimizer(muon_config(mode, split_qkv), matrices(store), precon::kernels::Device::cpu, hooks);
@@ -147,11 +148,11 @@ int main(int argc, char** argv) {
     std::unique_ptr<pw::Communicator> tp = world->split(0, world->rank());
     const int rank = world->rank();
     pw::OptimizerHooks hooks;
-    hooks.group = world.get();
-    hooks.tp = tp.get();
+    hooks.group = pw::share_group(world.get());
+    hooks.tp = pw::share_group(tp.get());
     hooks.tensor = world->size();
     std::unique_ptr<pw::Communicator> replicas = world->split(world->rank(), 0);  // one data index
-    hooks.replicas = replicas.get();
+    hooks.replicas = pw::share_group(replicas.get());
     // fp32 against fp32 in another order (distributed sums Gram matrices over ranks) or against
     // double (blockwise): five Newton–Schulz steps on 16-wide matrices, measured at most 1.2e-5
     // on entries of size ~0.3; a wrong shard, block or scale moves entries by 1e-1 (blockwise
