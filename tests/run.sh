@@ -26,9 +26,10 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${PRECON_JOBS:-$(nproc)}
-# Unity builds (CMake batches of 8 sources compiled as one): the templates of the JSON, HTTP and
-# test libraries are compiled once a batch instead of once a file.
-unity=-DCMAKE_UNITY_BUILD=ON
+# Unity builds (CMake batches of 16 sources compiled as one): the templates of the JSON, HTTP and
+# test libraries are compiled once a batch instead of once a file. With the precompiled headers
+# (cmake/Pch.cmake) and Asio/Beast compiled once (worker/common/asio_beast.cpp).
+unity="-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16"
 # OpenMP threads wait passively so parallel test processes do not spin against each other.
 export OMP_WAIT_POLICY=PASSIVE
 

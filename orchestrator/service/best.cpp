@@ -90,15 +90,15 @@ RankEntry entry_of(const BestTrial& t) {
 // What a ranking's x is.
 enum class Axis { steps, seconds, flops };
 
-// One (x -> value) series per trial, x being the step, the seconds or the FLOPs.
-struct Series {
+// One (x -> value) curve per trial, x being the step, the seconds or the FLOPs.
+struct TrialCurve {
   const BestTrial* trial = nullptr;
   std::vector<std::pair<double, std::pair<int64_t, double>>> points;  // x -> (step, value)
 };
 
 // The shared ranking logic: `at` = smallest last x over the reference trials; reached trials
 // ranked by the last value at or before it, the others below by their last value.
-Ranking rank_at(const std::vector<Series>& series, const std::vector<const BestTrial*>& no_data,
+Ranking rank_at(const std::vector<TrialCurve>& series, const std::vector<const BestTrial*>& no_data,
                 const std::string& metric, const std::string& no_data_note,
                 const std::vector<bool>& reference, const Context& cx, Axis axis) {
   Ranking r;
@@ -286,13 +286,13 @@ BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings&
   std::vector<bool> reference;
   for (const auto& t : trials) reference.push_back(is_reference(t));
 
-  std::vector<Series> by_step, by_time, by_flops;
+  std::vector<TrialCurve> by_step, by_time, by_flops;
   std::vector<bool> ref_step, ref_time, ref_flops;
   std::vector<const BestTrial*> no_objective, no_time, no_flops;
   // The objective's points placed on a cumulative axis (seconds, FLOPs) of the trial.
-  auto place = [&](const BestTrial& t, const std::map<int64_t, double>& axis, std::vector<Series>& series,
+  auto place = [&](const BestTrial& t, const std::map<int64_t, double>& axis, std::vector<TrialCurve>& series,
                    std::vector<bool>& ref, std::vector<const BestTrial*>& missing) {
-    Series s{&t, {}};
+    TrialCurve s{&t, {}};
     for (const auto& [step, v] : t.objective)
       if (const auto x = time_at(axis, step)) s.points.push_back({*x, {step, v}});
     if (s.points.empty()) {
@@ -311,7 +311,7 @@ BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings&
       no_flops.push_back(&t);
       continue;
     }
-    Series s{&t, {}};
+    TrialCurve s{&t, {}};
     for (const auto& [step, v] : t.objective) s.points.push_back({static_cast<double>(step), {step, v}});
     by_step.push_back(std::move(s));
     ref_step.push_back(is_reference(t));
