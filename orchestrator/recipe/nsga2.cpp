@@ -19,7 +19,8 @@ std::vector<size_t> nsga2_elite(const std::vector<Loss>& losses, const std::vect
       continue;
     }
     crowding_sort(sub_values, front);
-    for (size_t k = 0; k < size - elite.size() && k < front.size(); ++k) elite.push_back(population[front[k]]);
+    const size_t room = size - elite.size();
+    for (size_t k = 0; k < room && k < front.size(); ++k) elite.push_back(population[front[k]]);
     break;
   }
   // (nondominated_fronts' order leaves the fitting whole fronts as NSGA-II's sort does.)
