@@ -234,7 +234,7 @@ struct NsgaSettings {
   int64_t population_size = 50;  // trials per generation; the first generation is drawn at random
   double mutation_prob = 0;      // chance a key is drawn anew instead of inherited; 0 = 1/(number of keys)
   double crossover_prob = 0.9;   // chance a child is a crossover of two parents (else a copy of one)
-  double swapping_prob = 0.5;    // uniform crossover: chance a key comes from the second parent
+  double swapping_prob = 0.5;    // uniform crossover: chance each key is swapped between the parents
 };
 
 // The scalar keys of [sweep]; the swept values themselves ([sweep.parameters], [[sweep.grid]])

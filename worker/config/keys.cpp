@@ -87,7 +87,7 @@ std::vector<KeySpec> build_table() {
                     S(nsga2.mutation_prob)).range(0, 1));
   k.push_back(sweep("sweep.nsga2.crossover_prob", "", "nsga2: chance a child crosses two parents (else copies one)",
                     S(nsga2.crossover_prob)).range(0, 1));
-  k.push_back(sweep("sweep.nsga2.swapping_prob", "", "nsga2: uniform crossover, chance a key comes from the second parent",
+  k.push_back(sweep("sweep.nsga2.swapping_prob", "", "nsga2: uniform crossover, chance each key is swapped between the parents",
                     S(nsga2.swapping_prob)).range(0, 1));
   std::vector<KeySpec> out;
   for (Row& r : k) out.push_back(std::move(r.k));
