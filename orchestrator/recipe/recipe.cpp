@@ -446,8 +446,8 @@ void check_objectives(Recipe& r, const toml::table& doc, const std::vector<std::
   const size_t before = issues.size();
   if (o.metrics.empty()) add("objective.modes", "objective.modes needs objective.metrics (one mode per metric)");
   else if (o.modes.size() != o.metrics.size())
-    add("objective.modes", "objective.modes has " + std::to_string(o.modes.size()) + " entries and objective.metrics " +
-                               std::to_string(o.metrics.size()) + ": give one mode (\"min\" or \"max\") per metric, in its order");
+    add("objective.modes", "objective.modes has " + std::to_string(o.modes.size()) + " mode(s) and objective.metrics " +
+                               std::to_string(o.metrics.size()) + " metric(s): give one mode (\"min\" or \"max\") per metric, in its order");
   for (size_t i = 0; i < o.metrics.size(); ++i)
     for (size_t j = 0; j < i; ++j)
       if (o.metrics[i] == o.metrics[j]) add("objective.metrics", "metric \"" + o.metrics[i] + "\" is listed twice");

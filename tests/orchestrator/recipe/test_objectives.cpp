@@ -55,7 +55,7 @@ TEST(RecipeObjectives, ListsReadAndFirstIsTheObjective) {
 TEST(RecipeObjectives, BadKeysRefusedWithFileLineAndKey) {
   std::string f = objectives_failure("[objective]\nmetrics = [\"val_loss\", \"compute_flops\"]\nmodes = [\"min\"]\n" +
                                      kObjectivesSweep);
-  EXPECT_TRUE(objectives_has(f, "r.toml:3: objective.modes: objective.modes has 1 entries and objective.metrics 2")) << f;
+  EXPECT_TRUE(objectives_has(f, "r.toml:3: objective.modes: objective.modes has 1 mode(s) and objective.metrics 2 metric(s)")) << f;
   f = objectives_failure("[objective]\nmetrics = [\"a\", \"b\"]\nmodes = [\"min\", \"least\"]\n" + kObjectivesSweep);
   EXPECT_TRUE(objectives_has(f, "r.toml:3: objective.modes")) << f;
   EXPECT_TRUE(objectives_has(f, "least")) << f;
@@ -69,7 +69,7 @@ TEST(RecipeObjectives, BadKeysRefusedWithFileLineAndKey) {
   f = objectives_failure("[objective]\nmetrics = [\"a\", \"b c\"]\nmodes = [\"min\", \"min\"]\n" + kObjectivesSweep);
   EXPECT_TRUE(objectives_has(f, "r.toml:2: objective.metrics")) << f;
   f = objectives_failure(kObjectivesSweep, {"objective.metrics=[\"a\", \"b\"]", "objective.modes=[\"min\"]"});
-  EXPECT_TRUE(objectives_has(f, "--set: objective.modes: objective.modes has 1 entries")) << f;
+  EXPECT_TRUE(objectives_has(f, "--set: objective.modes: objective.modes has 1 mode(s)")) << f;
   // Methods and early stopping that rank by one objective.
   const std::string two = "[objective]\nmetrics = [\"a\", \"b\"]\nmodes = [\"min\", \"min\"]\n";
   f = objectives_failure(two + "[sweep]\nmethod = \"bohb\"\n[sweep.parameters]\n\"optimizer.lr\" = { uniform = [0.1, 0.2] }\n");
