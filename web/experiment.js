@@ -103,7 +103,7 @@ export async function render(root, id, ctx) {
     header.replaceChildren(
       h('h1', {}, exp.name, ' ', stateBadge(exp.state)),
       exp.description ? h('p', {}, exp.description) : '',
-      h('p', { class: 'muted' }, `objective ${exp.objective.metric} (${exp.objective.mode}) · ${exp.trials} trials · `,
+      h('p', { class: 'muted' }, `objective ${exp.objective.metrics ? exp.objective.metrics.map((m, i) => `${m} (${exp.objective.modes[i]})`).join(', ') : `${exp.objective.metric} (${exp.objective.mode})`} · ${exp.trials} trials · `,
         Object.entries(exp.trial_states).filter(([, n]) => n > 0).map(([s, n]) => `${n} ${s}`).join(', ')),
       // A study's trials carry their cell (study.arm, study.size, ...) as params: the study page has data.
       exp.swept.includes('study.arm') ? h('p', {}, h('a', { href: `#/experiments/${id}/study`, id: 'study-link', class: 'tab' },

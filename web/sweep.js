@@ -2,7 +2,9 @@
 // /api/v1/experiments/ID/importance), the trials in parallel coordinates (parcoords.js; brushing
 // an axis filters the trials table through onFilter), the best objective against each swept parameter (scatter;
 // categorical parameters by name), a heatmap of two parameters, and the Pareto front of the
-// objective against seconds per step (from /api/v1/experiments/ID/best).
+// objective against seconds per step (from /api/v1/experiments/ID/best); with several objectives
+// (objective.metrics) first their Pareto front: the first two against each other, the front
+// highlighted, and the trials by non-domination rank.
 import { api, apiAll, h, num, paramText } from './util.js';
 import { paretoChart, scatterChart } from './charts.js';
 import { parallelCoordinates } from './parcoords.js';
@@ -118,8 +120,10 @@ export function sweepPanel({ experimentId, objective, onError, onFilter }) {
   const heat = h('div', { id: 'heatmap-box' });
   const pareto = h('div', { class: 'chart', id: 'pareto-chart' });
   const front = h('p', { class: 'muted', id: 'pareto-front' });
-  const el = h('section', { class: 'card', id: 'sweep' }, h('h2', {}, 'Sweep'), importance, parallel.el, scatters, heat,
-    h('h3', {}, `Pareto front: ${objective.metric} vs seconds per step`), pareto, front);
+  const several = Array.isArray(objective.metrics) && objective.metrics.length > 1;
+  const objectivesBox = h('div', { id: 'objectives-front' });
+  const el = h('section', { class: 'card', id: 'sweep' }, h('h2', {}, 'Sweep'), several ? objectivesBox : '', importance,
+    parallel.el, scatters, heat, h('h3', {}, `Pareto front: ${objective.metric} vs seconds per step`), pareto, front);
   let pair = null;
 
   function drawHeat(swept, rows) {
@@ -136,8 +140,30 @@ export function sweepPanel({ experimentId, objective, onError, onFilter }) {
         : h('div', { class: 'scroll' }, heatmap(pair[0], pair[1], rows, objective)));
   }
 
+  // Several objectives: the trials' final values, rank 1 (the front) highlighted, the others by rank.
+  function drawObjectives(o) {
+    const [m0, m1] = o.metrics;
+    const ranked = o.front.filter(e => e.rank !== null);
+    const chart = h('div', { class: 'chart', id: 'objectives-chart' });
+    const rows = o.front.map(e => h('tr', { class: e.on_front ? 'front' : '' },
+      h('td', { class: 'num' }, e.rank === null ? '—' : String(e.rank)),
+      h('td', { class: 'num' }, h('a', { href: `#/trials/${e.trial}` }, String(e.trial))),
+      e.values.map(v => h('td', { class: 'num' }, num(v))), h('td', {}, e.label), h('td', { class: 'muted' }, e.note)));
+    objectivesBox.replaceChildren(
+      h('h3', {}, `Pareto front of ${o.metrics.map((m, i) => `${m} (${o.modes[i]})`).join(', ')}`), chart,
+      h('div', { class: 'scroll' }, h('table', { class: 'front', id: 'objectives-table' },
+        h('thead', {}, h('tr', {}, h('th', {}, 'rank'), h('th', {}, 'trial'), o.metrics.map(m => h('th', {}, m)),
+          h('th', {}, 'params'), h('th', {}, 'note'))),
+        h('tbody', {}, rows))));
+    if (!ranked.length) chart.replaceChildren(h('p', { class: 'muted' }, 'no completed trials with every objective yet'));
+    else scatterChart(chart, { points: ranked.map(e => ({ x: e.values[0], y: e.values[1] })), xLabel: m0, yLabel: m1 });
+    document.body.dataset.objectivesFront = String(ranked.filter(e => e.on_front).length);
+  }
+
   async function loadPareto() {
-    const r = await apiAll(`/api/v1/experiments/${experimentId}/best`, 'pareto');
+    const r = await apiAll(`/api/v1/experiments/${experimentId}/best`, 'pareto',
+      (all, page) => { if (all.objectives && page.objectives) all.objectives.front.push(...page.objectives.front); });
+    if (several && r.objectives) drawObjectives(r.objectives);
     const pts = r.pareto.filter(p => p.compared && p.final_value !== null && p.seconds_per_step > 0)
       .map(p => ({ x: p.seconds_per_step, y: p.final_value, front: p.on_front, label: p.label, trial: p.trial }));
     if (!pts.length) {

@@ -35,6 +35,14 @@ std::string early_stop_line(const orch::Recipe& r) {
   const int64_t longest = s.max_step;
   const std::string on = es.metric + " (" + es.mode + ")";
   const std::string keep = "1/" + std::to_string(es.reduction_factor);
+  if (es.method == "pareto") {
+    std::string names;
+    for (const orch::Objective& o : orch::recipe_objectives(r.base.config.objective))
+      names += (names.empty() ? "" : ", ") + o.metric + " (" + (o.maximize ? "max" : "min") + ")";
+    return "early stopping: the Pareto rule on " + names + " from step " + std::to_string(es.min_step) +
+           ": a trial stops when " + std::to_string(es.min_dominating) +
+           " completed trial(s) dominate its values at the same step";
+  }
   if (es.method == "median")
     return "early stopping: the median rule on " + on + " once " + std::to_string(es.n_startup_trials) +
            " trial(s) completed, from step " + std::to_string(es.min_step);
@@ -75,6 +83,7 @@ void add_recipe_suggest(CLI::App& cmd) {
           orch::TpeHistoryTrial h;
           h.params = t.at("params");
           const std::string state = t.value("state", "complete");
+          if (t.contains("values")) h.values = t.at("values").get<std::vector<double>>();
           if (state == "complete") h.state = orch::TpeObservation::complete;
           else if (state == "pruned") h.state = orch::TpeObservation::pruned;
           else if (state == "running") h.state = orch::TpeObservation::running;
@@ -143,10 +152,11 @@ void add_recipe(CLI::App& app) {
                   << "\n";
       } else {
         const bool tpe = !recipe.study.present && !trials.empty() && !trials.front().label.empty() &&
-                         orch::sweep_method(recipe.sweep) == orch::SweepMethod::tpe;
+                         orch::proposes_trials(recipe.sweep);
         if (tpe)
-          std::cout << *file << ": " << recipe.sweep.samples
-                    << " trial(s), each proposed by TPE from the ones before it as it runs; the first:\n";
+          std::cout << *file << ": " << recipe.sweep.samples << " trial(s), each proposed by "
+                    << (orch::sweep_method(recipe.sweep) == orch::SweepMethod::nsga2 ? "NSGA-II" : "TPE")
+                    << " from the ones before it as it runs; the first:\n";
         else
           std::cout << *file << ": " << trials.size() << " trial(s)\n";
         for (const auto& t : trials) {

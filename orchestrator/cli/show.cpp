@@ -4,6 +4,7 @@
 #include "orchestrator/cli/common.h"
 #include "orchestrator/service/queries.h"
 #include "orchestrator/service/views.h"
+#include "orchestrator/store/objectives.h"
 #include "worker/model/memory_estimate.h"
 
 namespace precon::cli {
@@ -27,8 +28,12 @@ void add_show(CLI::App& app) {
         std::cout << j.dump(2) << "\n";
         return;
       }
+      std::string objectives;
+      for (const orch::StoredObjective& o : orch::experiment_objectives(e))
+        objectives += (objectives.empty() ? "" : ", ") + o.metric + " (" + o.mode + ")";
       std::cout << "experiment " << e.id << " " << e.name << " (" << orch::experiment_state_name(e.state) << ")\n"
-                << "objective " << e.objective_metric << " (" << e.objective_mode << "), runs in " << e.run_root << "\n\n";
+                << (objectives.find(',') == std::string::npos ? "objective " : "objectives ") << objectives
+                << ", runs in " << e.run_root << "\n\n";
       std::vector<std::vector<std::string>> rows{
           {"TRIAL", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "PEAK_MEM", "ATTEMPTS", "REASON"}};
       // The largest rank's peak resident memory, in binary units as resources.mem reads them.

@@ -290,6 +290,12 @@ void parse_sweep(const toml::table& sweep, const std::string& source, bool any_k
         if (issues.attempt([&, &tnode = tnode] { worker::set_sweep_key(out, key, tnode, source, line_of(tnode)); }))
           out.tpe_keys.emplace_back(key, line_of(tnode));
       }
+    } else if (n == "nsga2" && node.is_table()) {
+      for (auto&& [tname, tnode] : *node.as_table()) {
+        const std::string key = "sweep.nsga2." + std::string(tname.str());
+        if (issues.attempt([&, &tnode = tnode] { worker::set_sweep_key(out, key, tnode, source, line_of(tnode)); }))
+          out.nsga2_keys.emplace_back(key, line_of(tnode));
+      }
     } else if (n == "early_stop" && node.is_table()) {
       for (auto&& [ename, enode] : *node.as_table()) {
         const std::string key = "sweep.early_stop." + std::string(ename.str());
@@ -319,6 +325,7 @@ void apply_sweep_override(SweepConfig& sweep, const std::string& key, const toml
     throw ConfigError("--set", 0, key, "[[sweep.grid]] tables cannot be set with --set; edit the recipe");
   worker::set_sweep_key(sweep, key, value, "--set", 0);
   if (key.rfind("sweep.tpe.", 0) == 0) sweep.tpe_keys.emplace_back(key, 0);
+  if (key.rfind("sweep.nsga2.", 0) == 0) sweep.nsga2_keys.emplace_back(key, 0);
 }
 
 std::string where(const std::string& source, int line) {
@@ -356,19 +363,25 @@ void check_sweep_keys(const SweepConfig& sweep, const std::string& source, worke
         if (p.kind != SweepKind::values)
           report(p, "a [[sweep.grid]] table takes lists of values [v, ...] in a grid (distributions there need "
                     "sweep.method = \"tpe\")");
-  } else if (method == SweepMethod::random && !sweep.grids.empty()) {
+  } else if ((method == SweepMethod::random || method == SweepMethod::nsga2) && !sweep.grids.empty()) {
     report(sweep.grids.front().front(),
-           "[[sweep.grid]] tables need sweep.method = \"grid\" or \"tpe\"; random search draws from [sweep.parameters]");
+           "[[sweep.grid]] tables need sweep.method = \"grid\" or \"tpe\"; " + sweep.method +
+               " draws from [sweep.parameters]");
   }
-  if (method != SweepMethod::tpe) {
+  if (method != SweepMethod::nsga2)
+    for (const auto& [key, line] : sweep.nsga2_keys)
+      issues.add({line ? source : "--set", line, key,
+                  "a [sweep.nsga2] key needs sweep.method = \"nsga2\" (the method is \"" + sweep.method + "\")"});
+  if (method != SweepMethod::tpe)
     for (const auto& [key, line] : sweep.tpe_keys)
       issues.add({line ? source : "--set", line, key,
                   "a [sweep.tpe] key needs sweep.method = \"tpe\" (the method is \"" + sweep.method + "\")"});
+  if (method != SweepMethod::tpe && method != SweepMethod::nsga2) {
     auto check_step = [&](const std::vector<SweepParam>& params) {
       for (const SweepParam& p : params)
         if (p.step > 0)
           issues.add({p.step_line ? source : "--set", p.step_line, p.key + ".step",
-                      "step needs sweep.method = \"tpe\" (the method is \"" + sweep.method + "\")"});
+                      "step needs sweep.method = \"tpe\" or \"nsga2\" (the method is \"" + sweep.method + "\")"});
     };
     check_step(sweep.parameters);
     for (const auto& grid : sweep.grids) check_step(grid);
@@ -409,6 +422,59 @@ void check_early_stop(Recipe& r, const toml::table& doc, worker::ConfigIssues& i
   }
 }
 
+// objective.metrics and objective.modes: one mode per metric, no metric twice, not beside
+// objective.metric/mode; several objectives only where the method can rank by a Pareto front
+// (grid and random do not rank; tpe is MOTPE; nsga2) and early stopping by the pareto rule. The
+// first objective becomes objective.metric/mode (the trials keep their best checkpoints by it).
+void check_objectives(Recipe& r, const toml::table& doc, const std::vector<std::string>& trial_overrides,
+                      worker::ConfigIssues& issues) {
+  worker::ObjectiveConfig& o = r.base.config.objective;
+  auto at = [&](const std::string& key) -> std::pair<std::string, int> {
+    const auto v = doc.at_path(key);
+    if (v && v.node()) return {r.source, line_of(*v.node())};
+    return {"--set", 0};
+  };
+  auto given = [&](const std::string& key) {
+    return doc.at_path(key).node() != nullptr ||
+           std::find(trial_overrides.begin(), trial_overrides.end(), key) != trial_overrides.end();
+  };
+  auto add = [&](const std::string& key, const std::string& message) {
+    const auto [src, line] = at(key);
+    issues.add({src, line, key, message});
+  };
+  if (o.metrics.empty() && o.modes.empty()) return;
+  const size_t before = issues.size();
+  if (o.metrics.empty()) add("objective.modes", "objective.modes needs objective.metrics (one mode per metric)");
+  else if (o.modes.size() != o.metrics.size())
+    add("objective.modes", "objective.modes has " + std::to_string(o.modes.size()) + " mode(s) and objective.metrics " +
+                               std::to_string(o.metrics.size()) + " metric(s): give one mode (\"min\" or \"max\") per metric, in its order");
+  for (size_t i = 0; i < o.metrics.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (o.metrics[i] == o.metrics[j]) add("objective.metrics", "metric \"" + o.metrics[i] + "\" is listed twice");
+  for (const char* single : {"objective.metric", "objective.mode"})
+    if (given(single))
+      add(single, std::string(single) + " and objective.metrics/modes both given: one objective is " + single +
+                      ", several are objective.metrics and objective.modes");
+  if (issues.size() != before) return;
+  o.metric = o.metrics.front();
+  o.mode = o.modes.front();
+  if (o.metrics.size() < 2) return;
+  const EarlyStopConfig& es = r.sweep.early_stop;
+  if (r.sweep.method == "bohb")
+    add("sweep.method", "sweep.method = \"bohb\" ranks by one objective (Hyperband's brackets): with several "
+                        "objectives use \"tpe\" (MOTPE) or \"nsga2\", and sweep.early_stop.method = \"pareto\"");
+  else if (es.method == "asha" || es.method == "hyperband" || es.method == "median")
+    add("sweep.early_stop.method", es.method + " ranks trials by one objective: with several objectives use \"pareto\" "
+                                   "(a trial stops when sweep.early_stop.min_dominating completed trials dominate it) "
+                                   "or \"none\"");
+  // (Called before the early-stop metric/mode default to the objective's: set means given.)
+  for (const char* key : {"sweep.early_stop.metric", "sweep.early_stop.mode"})
+    if (!(std::string(key) == "sweep.early_stop.metric" ? es.metric : es.mode).empty())
+      add(key, std::string(key) + " names one objective: with objective.metrics the early stopping judges them all");
+  if (r.study.present)
+    add("objective.metrics", "a [study] ranks its trials by one objective: give objective.metric");
+}
+
 // A command's placeholders name swept keys (or {recipe_dir}); a [study]'s trials are precon-train's.
 void check_command(const Recipe& r, worker::ConfigIssues& issues) {
   const std::string& src = r.command.line > 0 ? r.source : std::string("--set");
@@ -437,8 +503,22 @@ void check_command(const Recipe& r, worker::ConfigIssues& issues) {
 
 SweepMethod sweep_method(const SweepConfig& sweep) {
   constexpr worker::Choice<SweepMethod> kMethods[] = {
-      {"grid", SweepMethod::grid}, {"random", SweepMethod::random}, {"tpe", SweepMethod::tpe}, {"bohb", SweepMethod::tpe}};
+      {"grid", SweepMethod::grid}, {"random", SweepMethod::random}, {"tpe", SweepMethod::tpe}, {"bohb", SweepMethod::tpe},
+      {"nsga2", SweepMethod::nsga2}};
   return worker::parse_choice<ConfigError>("sweep.method", sweep.method, kMethods);
+}
+
+bool proposes_trials(const SweepConfig& sweep) {
+  const SweepMethod m = sweep_method(sweep);
+  return m == SweepMethod::tpe || m == SweepMethod::nsga2;
+}
+
+std::vector<Objective> recipe_objectives(const worker::ObjectiveConfig& objective) {
+  std::vector<Objective> out;
+  if (objective.metrics.empty()) return {{objective.metric, objective.mode == "max"}};
+  for (size_t i = 0; i < objective.metrics.size(); ++i)
+    out.push_back({objective.metrics[i], i < objective.modes.size() && objective.modes[i] == "max"});
+  return out;
 }
 
 int64_t longest_run(const SweepConfig& sweep, int64_t base_steps) {
@@ -528,6 +608,7 @@ Recipe parse_recipe_text(const std::string& text, const std::string& source, con
   }
 
   SweepConfig& s = r.sweep;
+  check_objectives(r, doc, trial_overrides, issues);
   if (s.early_stop.metric.empty()) s.early_stop.metric = r.base.config.objective.metric;
   if (s.early_stop.mode.empty()) s.early_stop.mode = r.base.config.objective.mode;
   check_early_stop(r, doc, issues);

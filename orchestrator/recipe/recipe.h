@@ -46,13 +46,24 @@ struct SweepConfig : worker::SweepSettings {
   std::vector<SweepParam> parameters;           // [sweep.parameters], in order of appearance
   std::vector<std::vector<SweepParam>> grids;   // [[sweep.grid]]: sub-grids; the sweep is their union
   std::vector<std::pair<std::string, int>> tpe_keys;  // the [sweep.tpe] keys given, with their lines (0: --set)
+  std::vector<std::pair<std::string, int>> nsga2_keys;  // the [sweep.nsga2] keys given, likewise
 };
 
 // sweep.method: every combination of the values, `samples` random draws, or `samples` trials each
-// proposed by TPE from the trials before it (tpe.h; the trials are made one at a time as they run).
-enum class SweepMethod { grid, random, tpe };
+// proposed by TPE from the trials before it (tpe.h; the trials are made one at a time as they run),
+// or `samples` trials bred by NSGA-II from the generations before (nsga2.h; also one at a time).
+enum class SweepMethod { grid, random, tpe, nsga2 };
 // ConfigError for a method outside the key table's choices.
 SweepMethod sweep_method(const SweepConfig& sweep);
+// tpe (bohb) and nsga2: each trial is proposed from the store's trials as slots free up.
+bool proposes_trials(const SweepConfig& sweep);
+
+// The objectives trials are ranked by: objective.metrics/modes, else objective.metric/mode alone.
+struct Objective {
+  std::string metric;
+  bool maximize = false;
+};
+std::vector<Objective> recipe_objectives(const worker::ObjectiveConfig& objective);
 
 // The most steps any trial of the recipe can train: sweep.early_stop.max_step when given, else the
 // largest train.steps of the base config and of the sweep's values (a list's largest, a

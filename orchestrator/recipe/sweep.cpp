@@ -282,7 +282,7 @@ std::vector<TrialSpec> expand_sweep(const Recipe& recipe) {
     return trials;
   }
   check_sweep_size(recipe);
-  if (sweep_method(sweep) == SweepMethod::tpe) return {propose_tpe_trial(recipe, 0, {})};
+  if (proposes_trials(sweep)) return {propose_sweep_trial(recipe, 0, {})};
   if (sweep_method(sweep) == SweepMethod::random) {
     Rng rng(static_cast<uint64_t>(sweep.seed));
     trials.reserve(static_cast<size_t>(sweep.samples));

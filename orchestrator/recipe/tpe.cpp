@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <tuple>
 
+#include "orchestrator/recipe/pareto.h"
+
 namespace precon::orch {
 
 namespace {
@@ -109,10 +111,10 @@ int64_t tpe_gamma(int64_t n) {
 }
 
 ParzenEstimator::ParzenEstimator(const std::vector<TpeParam>& space, const std::vector<std::vector<double>>& observations,
-                                 const worker::TpeSettings& settings)
+                                 const worker::TpeSettings& settings, const std::vector<double>* weights)
     : space_(space) {
   const size_t n = observations.size();
-  std::vector<double> w = tpe_default_weights(n);
+  std::vector<double> w = weights ? *weights : tpe_default_weights(n);
   w.push_back(settings.prior_weight);
   const double total = std::accumulate(w.begin(), w.end(), 0.0);
   for (double& x : w) x /= total;
@@ -304,7 +306,8 @@ namespace {
 // have them, candidates from l, the best log l − log g.
 void propose_group(const std::vector<TpeParam>& space, const std::vector<size_t>& dims,
                    const std::vector<TpeObservation>& trials, const std::vector<size_t>& below,
-                   const std::vector<size_t>& above, const worker::TpeSettings& settings, Rng& rng, TpeProposal& out) {
+                   const std::vector<size_t>& above, const std::vector<double>* below_weights,
+                   const worker::TpeSettings& settings, Rng& rng, TpeProposal& out) {
   std::vector<TpeParam> sub;
   for (size_t d : dims) sub.push_back(space[d]);
   auto points = [&](const std::vector<size_t>& which) {
@@ -317,7 +320,12 @@ void propose_group(const std::vector<TpeParam>& space, const std::vector<size_t>
     }
     return pts;
   };
-  const ParzenEstimator l(sub, points(below), settings);
+  // MOTPE's weights follow the below trials that have these dimensions.
+  std::vector<double> kept_weights;
+  if (below_weights)
+    for (size_t k = 0; k < below.size(); ++k)
+      if (!std::isnan(trials[below[k]].x[dims.front()])) kept_weights.push_back((*below_weights)[k]);
+  const ParzenEstimator l(sub, points(below), settings, below_weights ? &kept_weights : nullptr);
   const ParzenEstimator g(sub, points(above), settings);
   const std::vector<std::vector<double>> candidates = l.sample(rng, static_cast<size_t>(settings.n_ei_candidates));
   double best = -kInf;
@@ -342,9 +350,11 @@ void propose_group(const std::vector<TpeParam>& space, const std::vector<size_t>
 TpeProposal tpe_propose(const std::vector<TpeParam>& space, const std::vector<TpeObservation>& trials,
                         const worker::TpeSettings& settings, bool maximize, Rng& rng) {
   TpeProposal out;
+  const bool multi = std::any_of(trials.begin(), trials.end(), [](const TpeObservation& t) { return t.losses.size() > 1; });
   std::vector<TpeObservation> used;
   for (const TpeObservation& t : trials)
-    if (t.state != TpeObservation::running || settings.constant_liar) used.push_back(t);
+    if (multi ? t.state == TpeObservation::complete : t.state != TpeObservation::running || settings.constant_liar)
+      used.push_back(t);
   int64_t finished = 0;
   for (const TpeObservation& t : used) finished += t.state != TpeObservation::running;
   if (finished < settings.n_startup_trials || space.empty()) {
@@ -352,20 +362,34 @@ TpeProposal tpe_propose(const std::vector<TpeParam>& space, const std::vector<Tp
     out.random = true;
     return out;
   }
-  const std::vector<size_t> ranked = tpe_rank(used, maximize);
-  const auto n_below = static_cast<size_t>(std::min<int64_t>(tpe_gamma(finished), static_cast<int64_t>(ranked.size())));
-  std::vector<size_t> below(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n_below));
-  std::vector<size_t> above(ranked.begin() + static_cast<std::ptrdiff_t>(n_below), ranked.end());
-  // Each estimator weighs its kernels by age: trial order.
-  std::sort(below.begin(), below.end());
-  std::sort(above.begin(), above.end());
+  const auto n_below = static_cast<size_t>(std::min<int64_t>(tpe_gamma(finished), static_cast<int64_t>(used.size())));
+  std::vector<size_t> below, above;
+  std::vector<double> below_weights;
+  if (multi) {
+    std::vector<Loss> losses;
+    for (const TpeObservation& t : used) losses.push_back(t.losses);
+    below = motpe_below(losses, n_below);
+    std::vector<Loss> below_losses;
+    for (size_t i : below) below_losses.push_back(losses[i]);
+    below_weights = motpe_below_weights(below_losses);
+    for (size_t i = 0; i < used.size(); ++i)
+      if (std::find(below.begin(), below.end(), i) == below.end()) above.push_back(i);
+  } else {
+    const std::vector<size_t> ranked = tpe_rank(used, maximize);
+    below.assign(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(n_below));
+    above.assign(ranked.begin() + static_cast<std::ptrdiff_t>(n_below), ranked.end());
+    // Each estimator weighs its kernels by age: trial order.
+    std::sort(below.begin(), below.end());
+    std::sort(above.begin(), above.end());
+  }
+  const std::vector<double>* weights = multi ? &below_weights : nullptr;
   out.x.assign(space.size(), 0.0);
   if (settings.multivariate) {
     std::vector<size_t> all(space.size());
     std::iota(all.begin(), all.end(), 0);
-    propose_group(space, all, used, below, above, settings, rng, out);
+    propose_group(space, all, used, below, above, weights, settings, rng, out);
   } else {
-    for (size_t d = 0; d < space.size(); ++d) propose_group(space, {d}, used, below, above, settings, rng, out);
+    for (size_t d = 0; d < space.size(); ++d) propose_group(space, {d}, used, below, above, weights, settings, rng, out);
   }
   return out;
 }

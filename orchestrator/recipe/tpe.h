@@ -33,14 +33,18 @@ struct TpeObservation {
   std::vector<double> x;   // one value per dimension of the space; NaN: the trial has no such key
   double value = 0;        // complete: the objective; pruned: the last intermediate value (NaN: none)
   int64_t step = -1;       // pruned: the step of that value (-1: it reported none)
+  // Several objectives (complete trials): each as a loss, smaller better (a "max" one negated).
+  // Non-empty in every trial of a multi-objective study (then `value` is unused).
+  std::vector<double> losses{};
 };
 
 // A Parzen estimator over some dimensions (Optuna's _ParzenEstimator with the prior, the magic
 // clip and default weights): a mixture of one kernel per observation and the prior kernel.
 class ParzenEstimator {
  public:
+  // `weights`: each observation's weight before the prior's is added (MOTPE's); null: tpe_default_weights.
   ParzenEstimator(const std::vector<TpeParam>& space, const std::vector<std::vector<double>>& observations,
-                  const worker::TpeSettings& settings);
+                  const worker::TpeSettings& settings, const std::vector<double>* weights = nullptr);
   // log density of a point (internal form; integers and steps: the mass of its cell).
   double log_pdf(const std::vector<double>& x) const;
   // Points drawn from the mixture, in internal form (rounded to the step, clipped to the range).
@@ -73,6 +77,11 @@ struct TpeProposal {
   double log_l = 0, log_g = 0;  // of the proposal (0 when random)
 };
 
+// MOTPE (several objectives: the trials carry `losses`), as Optuna 3.1's TPESampler with several
+// objectives: only complete trials are observed (pruned and running ones are not, constant liar or
+// not); the below trials are motpe_below's (pareto.h), in its order, each weighted in l(x) by its
+// hypervolume contribution (motpe_below_weights); the above ones keep trial order and default weights.
+//
 // Proposes the next point over `space` from `trials` (failed trials left out by the caller;
 // running ones used only with constant_liar). With multivariate, one joint estimator over the
 // dimensions; without, each dimension on its own (Optuna's independent sampling). Dimensions a

@@ -94,13 +94,30 @@ int64_t table_of(const SweepConfig& sweep, const nlohmann::json& params) {
   return -1;
 }
 
-TpeObservation observation(const TpeHistoryTrial& h, std::vector<double> x) {
+// Several objectives: a complete trial's values as losses (a "max" one negated); the others NaN
+// (MOTPE observes complete trials only). One objective: none.
+std::vector<double> losses_of(const TpeHistoryTrial& h, const std::vector<Objective>& objectives) {
+  if (objectives.size() < 2) return {};
+  std::vector<double> out(objectives.size(), kNaN);
+  if (h.state != TpeObservation::complete || h.values.size() != objectives.size()) return out;
+  for (size_t i = 0; i < objectives.size(); ++i) out[i] = objectives[i].maximize ? -h.values[i] : h.values[i];
+  return out;
+}
+
+TpeObservation observation(const TpeHistoryTrial& h, std::vector<double> x, const std::vector<Objective>& objectives) {
   TpeObservation o;
   o.state = h.state;
   o.value = h.value;
   o.step = h.step;
   o.x = std::move(x);
+  o.losses = losses_of(h, objectives);
   return o;
+}
+
+// One random stream per trial: the same history gives the same proposal, whatever ran before.
+Rng trial_stream(const SweepConfig& sweep, int64_t index) {
+  uint64_t state = static_cast<uint64_t>(sweep.seed) ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(index + 1));
+  return Rng(splitmix64(state));
 }
 
 }  // namespace
@@ -110,9 +127,8 @@ TrialSpec propose_tpe_trial(const Recipe& recipe, int64_t index, const std::vect
   const SweepConfig& sweep = recipe.sweep;
   const bool maximize = recipe.base.config.objective.mode == "max";
   const bool tables = !sweep.grids.empty();
-  // One stream per trial: the same history gives the same proposal, whatever ran before.
-  uint64_t state = static_cast<uint64_t>(sweep.seed) ^ (0xd1b54a32d192ed03ULL * static_cast<uint64_t>(index + 1));
-  Rng rng(splitmix64(state));
+  Rng rng = trial_stream(sweep, index);
+  const std::vector<Objective> objectives = recipe_objectives(recipe.base.config.objective);
 
   std::vector<TpeParam> common;
   for (const SweepParam& p : sweep.parameters) common.push_back(tpe_param(p));
@@ -130,7 +146,7 @@ TrialSpec propose_tpe_trial(const Recipe& recipe, int64_t index, const std::vect
     const int64_t table = tables ? table_of(sweep, h.params) : -1;
     if (!read_values(sweep.parameters, h.params, x) || (tables && table < 0)) continue;  // not of this sweep
     if (tables) x.push_back(static_cast<double>(table));
-    seen.push_back(observation(h, x));
+    seen.push_back(observation(h, x, objectives));
     table_of_trial.push_back(table);
     params_of.push_back(&h.params);
   }
@@ -154,6 +170,39 @@ TrialSpec propose_tpe_trial(const Recipe& recipe, int64_t index, const std::vect
   }
   if (detail) *detail = s;
   return make_sweep_trial(recipe, index, picks);
+}
+
+TrialSpec propose_nsga2_trial(const Recipe& recipe, int64_t index, const std::vector<TpeHistoryTrial>& history) {
+  const SweepConfig& sweep = recipe.sweep;
+  Rng rng = trial_stream(sweep, index);
+  const std::vector<Objective> objectives = recipe_objectives(recipe.base.config.objective);
+  std::vector<TpeParam> space;
+  for (const SweepParam& p : sweep.parameters) space.push_back(tpe_param(p));
+  std::vector<NsgaTrial> trials;
+  std::vector<double> x;
+  for (const TpeHistoryTrial& h : history) {
+    if (!read_values(sweep.parameters, h.params, x)) continue;  // not of this sweep
+    NsgaTrial t;
+    t.x = x;
+    t.complete = h.state == TpeObservation::complete;
+    if (t.complete) {
+      // One objective: its value; several: each.
+      t.values = objectives.size() < 2 ? std::vector<double>{h.value} : h.values;
+      if (t.values.size() != objectives.size()) t.complete = false;
+      for (size_t i = 0; t.complete && i < objectives.size(); ++i)
+        t.losses.push_back(objectives[i].maximize ? -t.values[i] : t.values[i]);
+    }
+    trials.push_back(std::move(t));
+  }
+  const std::vector<double> point = nsga2_propose(space, trials, index, sweep.nsga2, rng);
+  std::vector<SweepPick> picks;
+  for (size_t i = 0; i < sweep.parameters.size(); ++i) picks.push_back(pick_of(sweep.parameters[i], point[i]));
+  return make_sweep_trial(recipe, index, picks);
+}
+
+TrialSpec propose_sweep_trial(const Recipe& recipe, int64_t index, const std::vector<TpeHistoryTrial>& history) {
+  if (sweep_method(recipe.sweep) == SweepMethod::nsga2) return propose_nsga2_trial(recipe, index, history);
+  return propose_tpe_trial(recipe, index, history);
 }
 
 }  // namespace precon::orch

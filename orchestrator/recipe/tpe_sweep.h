@@ -12,6 +12,7 @@
 
 #include "orchestrator/recipe/recipe.h"
 #include "orchestrator/recipe/sweep.h"
+#include "orchestrator/recipe/nsga2.h"
 #include "orchestrator/recipe/tpe.h"
 
 namespace precon::orch {
@@ -22,6 +23,8 @@ struct TpeHistoryTrial {
   TpeObservation::State state = TpeObservation::complete;  // pending trials count as running
   double value = 0;       // complete: the objective's last value; pruned: its last value (NaN: none)
   int64_t step = -1;      // pruned: the step of that value (-1: none)
+  // Several objectives (objective.metrics), complete trials: each one's last value, in order.
+  std::vector<double> values{};
 };
 
 // What the proposal was chosen by (`precon recipe suggest`).
@@ -36,5 +39,12 @@ struct TpeSuggestion {
 // of the trial config (as expand_sweep does).
 TrialSpec propose_tpe_trial(const Recipe& recipe, int64_t index, const std::vector<TpeHistoryTrial>& history,
                             TpeSuggestion* detail = nullptr);
+
+// sweep.method = "nsga2": the trial at `index` bred by NSGA-II (nsga2.h) from `history`, likewise
+// deterministic in (sweep.seed, index, history).
+TrialSpec propose_nsga2_trial(const Recipe& recipe, int64_t index, const std::vector<TpeHistoryTrial>& history);
+
+// The trial at `index` proposed by the recipe's method (tpe, bohb or nsga2).
+TrialSpec propose_sweep_trial(const Recipe& recipe, int64_t index, const std::vector<TpeHistoryTrial>& history);
 
 }  // namespace precon::orch

@@ -74,6 +74,7 @@ EarlyStopSettings early_stop_settings_from_json(const nlohmann::json& stored, co
   s.n_warmup_steps = s.method == "median" ? s.min_step : 0;
   s.interval = std::max<int64_t>(1, stored.value("interval", int64_t{1}));
   s.max_step = stored.value("max_step", int64_t{0});
+  s.min_dominating = std::max<int64_t>(1, stored.value("min_dominating", int64_t{1}));
   s.study_name = study_name;
   return s;
 }
@@ -83,7 +84,8 @@ EarlyStopper::EarlyStopper(EarlyStopSettings settings) : s_(std::move(settings))
     throw EarlyStopError("[sweep.early_stop] " + key + ": " + what);
   };
   constexpr worker::Choice<Method> kMethods[] = {
-      {"asha", Method::asha}, {"hyperband", Method::hyperband}, {"median", Method::median}, {"none", Method::none}};
+      {"asha", Method::asha}, {"hyperband", Method::hyperband}, {"median", Method::median},
+      {"pareto", Method::pareto}, {"none", Method::none}};
   constexpr worker::Choice<bool> kMaximize[] = {{"min", false}, {"max", true}};
   method_ = worker::parse_choice<EarlyStopError>("sweep.early_stop.method", s_.method, kMethods);
   maximize_ = worker::parse_choice<EarlyStopError>("sweep.early_stop.mode", s_.mode, kMaximize);
@@ -181,7 +183,7 @@ StopDecision EarlyStopper::report(int64_t trial, int64_t step, double value,
                                   const std::set<int64_t>& completed,
                                   const std::map<int64_t, int64_t>& stopped_rung,
                                   const TrialNumbers& numbers) const {
-  if (method_ == Method::none) return {};
+  if (method_ == Method::none || method_ == Method::pareto) return {};  // pareto: pareto_stop
   if (method_ == Method::hyperband) return hyperband(trial, step, value, history, stopped_rung, numbers);
   const auto own = own_points(trial, step, value, history);
   if (step < own.rbegin()->first) return {};
@@ -315,6 +317,54 @@ StopDecision EarlyStopper::median(int64_t trial, const std::map<int64_t, double>
     d.reason = "median rule (step " + std::to_string(step) + "): best " + s_.metric + " so far " +
                num(best) + " is worse than the median " + num(med) + " of " +
                std::to_string(at_step.size()) + " completed trials at this step";
+  return d;
+}
+
+StopDecision pareto_stop(int64_t trial, int64_t step, const std::vector<double>& own,
+                         const std::map<int64_t, std::vector<double>>& completed_at_step,
+                         const std::vector<std::string>& metrics, const std::vector<bool>& maximize,
+                         int64_t min_step, int64_t min_dominating) {
+  const size_t k = metrics.size();
+  auto usable = [&](const std::vector<double>& v) {
+    return v.size() == k && std::all_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+  };
+  if (step < min_step || !usable(own)) return {};
+  auto loss = [&](const std::vector<double>& v) {
+    std::vector<double> l(v);
+    for (size_t i = 0; i < k; ++i)
+      if (maximize[i]) l[i] = -l[i];
+    return l;
+  };
+  const std::vector<double> mine = loss(own);
+  std::vector<int64_t> dominating;
+  int64_t compared = 0;
+  for (const auto& [other, values] : completed_at_step) {
+    if (other == trial || !usable(values)) continue;
+    ++compared;
+    const std::vector<double> theirs = loss(values);
+    bool better = false, worse = false;
+    for (size_t i = 0; i < k; ++i) {
+      better |= theirs[i] < mine[i];
+      worse |= theirs[i] > mine[i];
+    }
+    if (better && !worse) dominating.push_back(other);
+  }
+  StopDecision d;
+  d.rule = "pareto";
+  d.data = {{"step", step}, {"values", own}, {"metrics", metrics}, {"dominated_by", dominating},
+            {"compared", compared}, {"min_dominating", min_dominating}};
+  d.stop = static_cast<int64_t>(dominating.size()) >= min_dominating;
+  std::string names;
+  for (size_t i = 0; i < k; ++i) names += (i ? ", " : "") + metrics[i];
+  char values[256];
+  std::string text;
+  for (size_t i = 0; i < k; ++i) {
+    std::snprintf(values, sizeof values, "%s%.6g", i ? ", " : "", own[i]);
+    text += values;
+  }
+  d.reason = "Pareto rule (step " + std::to_string(step) + "): (" + names + ") = (" + text + ") is dominated by " +
+             std::to_string(dominating.size()) + " of " + std::to_string(compared) +
+             " completed trials at this step (stops at " + std::to_string(min_dominating) + ")";
   return d;
 }
 

@@ -1,4 +1,5 @@
-// Early stopping of sweep trials ([sweep.early_stop]): ASHA, Hyperband and the median rule.
+// Early stopping of sweep trials ([sweep.early_stop]): ASHA, Hyperband and the median rule; with
+// several objectives the Pareto rule (pareto_stop, below).
 //
 // Pure logic, no I/O, no state: every decision is a function of the experiment's reported
 // objective points so far, so a restarted controller rebuilds exactly what it had. Thread-safety:
@@ -69,6 +70,7 @@ struct EarlyStopSettings {
   int64_t n_startup_trials = 5;       // median: completed trials needed before any stop
   int64_t n_warmup_steps = 0;         // median: no stop below this step
   int64_t interval = 1;               // median: steps between checks; >= 1
+  int64_t min_dominating = 1;         // pareto: completed trials that must dominate a trial to stop it
 };
 
 // One decision. `data` describes what was compared; for asha: step, value, rung (the deciding
@@ -136,7 +138,7 @@ class EarlyStopper {
   StopDecision hyperband(int64_t trial, int64_t step, double value, const ObjectiveHistory& history,
                          const std::map<int64_t, int64_t>& stopped_rung, const TrialNumbers& numbers) const;
 
-  enum class Method { asha, hyperband, median, none };
+  enum class Method { asha, hyperband, median, pareto, none };
 
   EarlyStopSettings s_;
   Method method_ = Method::none;  // s_.method
@@ -145,6 +147,19 @@ class EarlyStopper {
   std::vector<int64_t> bracket_budgets_;  // hyperband: each bracket's share of the trials
   int64_t total_budget_ = 0;              // hyperband: their sum
 };
+
+// pareto (several objectives, objective.metrics; sweep.early_stop.method = "pareto"): a rule of
+// precon's own, as Optuna's pruners rank by one objective. At a step >= min_step where the trial has
+// a finite value of every objective (`own`, in the order of `metrics`), it stops when at least
+// min_dominating of the completed trials' vectors at that same step (`completed_at_step`, trial ->
+// values; those without every value there are left out) dominate it: no objective worse, one
+// better (`maximize` per objective). The decision (stop or not) names the dominating trials; no
+// decision below min_step or without every value. (EarlyStopper::report gives none for pareto: the
+// scheduler calls this with the vectors it reads from the store.)
+StopDecision pareto_stop(int64_t trial, int64_t step, const std::vector<double>& own,
+                         const std::map<int64_t, std::vector<double>>& completed_at_step,
+                         const std::vector<std::string>& metrics, const std::vector<bool>& maximize,
+                         int64_t min_step, int64_t min_dominating);
 
 // numpy.nanpercentile(values, 50) bit for bit: NaNs dropped, linear interpolation with numpy's
 // two-sided lerp (so a median next to an infinity can be NaN). NaN when nothing is left.

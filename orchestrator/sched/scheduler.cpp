@@ -2,6 +2,7 @@
 // worker HTTP handlers call. The rest of the class lives beside it by concern (see
 // scheduler_live.h).
 #include "orchestrator/sched/scheduler.h"
+#include "orchestrator/store/objectives.h"
 
 #include <boost/asio/post.hpp>
 #include <cctype>
@@ -171,7 +172,7 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     const EarlyStopConfig& es = recipe.sweep.early_stop;
     // Hyperband's longest run: the key, else the longest train.steps a trial can have.
     const int64_t max_step = longest_run(recipe.sweep, base.train.steps);
-    exp.early_stop_json = json{{"method", es.method},
+    json early_stop = json{{"method", es.method},
                                {"metric", es.metric.empty() ? base.objective.metric : es.metric},
                                {"mode", es.mode.empty() ? base.objective.mode : es.mode},
                                {"min_step", es.min_step},
@@ -179,8 +180,16 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
                                {"min_early_stopping_rate", es.min_early_stopping_rate},
                                {"n_startup_trials", es.n_startup_trials},
                                {"interval", es.interval},
-                               {"max_step", max_step}}
-                              .dump();
+                               {"max_step", max_step},
+                               {"min_dominating", es.min_dominating}};
+    // Several objectives: kept here (store/objectives.h), the first also as objective_metric/mode.
+    const std::vector<Objective> objectives = recipe_objectives(base.objective);
+    if (objectives.size() > 1) {
+      std::vector<StoredObjective> stored;
+      for (const Objective& o : objectives) stored.push_back({o.metric, o.maximize ? "max" : "min"});
+      early_stop["objectives"] = objectives_json(stored);
+    }
+    exp.early_stop_json = early_stop.dump();
     exp.created_at = epoch_seconds();
     // Unique, readable run root per experiment: <root>/<name>-<timestamp>; the store names each
     // trial's run directory after its id in it (trial-<id>).
@@ -203,8 +212,8 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
     }
     // TPE stores its first trial now and proposes the others as slots free up (scheduler_tpe.cpp).
     const bool tpe = !recipe.study.present && (!recipe.sweep.parameters.empty() || !recipe.sweep.grids.empty()) &&
-                     sweep_method(recipe.sweep) == SweepMethod::tpe;
-    const std::string count = tpe ? std::to_string(recipe.sweep.samples) + " trial(s), proposed by tpe as they run"
+                     proposes_trials(recipe.sweep);
+    const std::string count = tpe ? std::to_string(recipe.sweep.samples) + " trial(s), proposed by " + std::string(recipe.sweep.method == "nsga2" ? "nsga2" : "tpe") + " as they run"
                                   : std::to_string(specs.size()) + " trial(s)";
     event(id, 0, "experiment_submitted", "experiment " + exp.name + " with " + count);
     log("experiment " + std::to_string(id) + " (" + exp.name + "): " + count);

@@ -174,7 +174,8 @@ class Scheduler {
   // else nullptr (parsed once per experiment); its trials as the sampler's history; and new
   // trials while fewer than max_concurrent are pending or running and fewer than `samples` exist.
   const Recipe* tpe_recipe(const ExperimentRow& exp);
-  std::vector<TpeHistoryTrial> tpe_history(const ExperimentRow& exp, const std::vector<TrialRow>& trials);
+  std::vector<TpeHistoryTrial> tpe_history(const ExperimentRow& exp, const std::vector<TrialRow>& trials,
+                                           const Recipe& recipe);
   void top_up_tpe(const ExperimentRow& exp, const Recipe& recipe);
   void request_stop(int64_t trial_id, TrialState final_state, const std::string& reason);
   void early_stop_check(int64_t trial_id, int64_t step, double value);

@@ -8,6 +8,7 @@
 
 #include "orchestrator/obs/controller_metrics.h"
 #include "orchestrator/sched/scheduler_live.h"
+#include "orchestrator/store/objectives.h"
 
 namespace precon::orch {
 
@@ -81,6 +82,40 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
     for (int64_t id : store_.trials_with_metrics(exp_id))
       for (const MetricPoint& p : store_.metrics(id, exp->objective_metric))
         if (std::isfinite(p.value)) curves_[exp_id][id][p.step] = p.value;
+  }
+  if (stopper->settings().method == "pareto") {
+    // Several objectives: the trial's vector at this step against the completed trials' at it,
+    // all read from the store (the report that brought this point stored its other objectives).
+    if (!stopper_seen_[trial_id].insert(step).second) return;
+    const auto exp = store_.experiment(exp_id);
+    if (!exp) return;
+    const std::vector<StoredObjective> objectives = experiment_objectives(*exp);
+    std::vector<std::string> metrics;
+    std::vector<bool> maximize;
+    for (const StoredObjective& o : objectives) {
+      metrics.push_back(o.metric);
+      maximize.push_back(o.mode == "max");
+    }
+    auto vector_at = [&](int64_t id) {
+      std::vector<double> v;
+      for (const std::string& m : metrics) {
+        const auto p = store_.metric_at_or_before(id, m, step);
+        if (!p || p->step != step) return std::vector<double>{};
+        v.push_back(p->value);
+      }
+      return v;
+    };
+    std::map<int64_t, std::vector<double>> completed_at;
+    for (int64_t id : store_.trial_ids(exp_id, TrialState::completed))
+      if (std::vector<double> v = vector_at(id); !v.empty()) completed_at[id] = std::move(v);
+    const EarlyStopSettings& es = stopper->settings();
+    StopDecision d = pareto_stop(trial_id, step, vector_at(trial_id), completed_at, metrics, maximize, es.min_step,
+                                 es.min_dominating);
+    if (options_.metrics && !d.rule.empty()) options_.metrics->early_stop_decision(d.stop);
+    if (!d.stop) return;
+    event(exp_id, trial_id, "early_stop", d.reason, d.data);
+    request_stop(trial_id, TrialState::pruned, d.reason);
+    return;
   }
   // A resent or resumed step was judged already: each point is decided once.
   auto& own = curves_[exp_id][trial_id];

@@ -17,7 +17,8 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
   std::shared_ptr<Recipe> recipe;
   // Most experiments are not TPE's: no parse for them (a 100,000-trial grid's recipe included).
   auto names_tpe = [](const std::string& text) {
-    return text.find("tpe") != std::string::npos || text.find("bohb") != std::string::npos;
+    return text.find("tpe") != std::string::npos || text.find("bohb") != std::string::npos ||
+           text.find("nsga2") != std::string::npos;
   };
   if (!names_tpe(exp.recipe_text) && !names_tpe(exp.overrides_json)) {
     tpe_recipes_[exp.id] = nullptr;
@@ -27,7 +28,7 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
     const std::vector<std::string> overrides = nlohmann::json::parse(exp.overrides_json).get<std::vector<std::string>>();
     Recipe r = parse_recipe_text(exp.recipe_text, exp.recipe_path.empty() ? "recipe" : exp.recipe_path, overrides);
     if (!r.study.present && (!r.sweep.parameters.empty() || !r.sweep.grids.empty()) &&
-        sweep_method(r.sweep) == SweepMethod::tpe)
+        proposes_trials(r.sweep))
       recipe = std::make_shared<Recipe>(std::move(r));
   } catch (const std::exception& e) {
     // Stored recipes parsed when submitted; one that no longer does (a newer precon's key table)
@@ -48,7 +49,10 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
   return recipe.get();
 }
 
-std::vector<TpeHistoryTrial> Scheduler::tpe_history(const ExperimentRow& exp, const std::vector<TrialRow>& trials) {
+std::vector<TpeHistoryTrial> Scheduler::tpe_history(const ExperimentRow& exp, const std::vector<TrialRow>& trials,
+                                                    const Recipe& recipe) {
+  // Several objectives: a complete trial is ranked by every one's last value (one missing: left out).
+  const std::vector<Objective> objectives = recipe_objectives(recipe.base.config.objective);
   std::vector<TpeHistoryTrial> history;
   for (const TrialRow& t : trials) {
     TpeHistoryTrial h;
@@ -64,6 +68,14 @@ std::vector<TpeHistoryTrial> Scheduler::tpe_history(const ExperimentRow& exp, co
         if (!p || !std::isfinite(p->value)) continue;  // nothing to rank it by: as a failed trial
         h.state = TpeObservation::complete;
         h.value = p->value;
+        if (objectives.size() > 1) {
+          for (const Objective& o : objectives) {
+            const auto q = store_.last_metric(t.id, o.metric);
+            if (!q || !std::isfinite(q->value)) break;
+            h.values.push_back(q->value);
+          }
+          if (h.values.size() != objectives.size()) continue;
+        }
         break;
       }
       case TrialState::pruned: {
@@ -94,7 +106,7 @@ void Scheduler::top_up_tpe(const ExperimentRow& exp, const Recipe& recipe) {
     row.index = made;
     row.created_at = epoch_seconds();
     try {
-      const TrialSpec spec = propose_tpe_trial(recipe, made, tpe_history(exp, trials));
+      const TrialSpec spec = propose_sweep_trial(recipe, made, tpe_history(exp, trials, recipe));
       row.params_json = spec.params.dump();
       row.config_toml = spec.config_toml;
     } catch (const std::exception& e) {
@@ -103,11 +115,11 @@ void Scheduler::top_up_tpe(const ExperimentRow& exp, const Recipe& recipe) {
       row.params_json = "{}";
       row.config_toml = trials.empty() ? std::string() : trials.front().config_toml;
       row.state = TrialState::failed;
-      row.reason = std::string("tpe proposed values that the trial config refuses: ") + e.what();
+      row.reason = std::string(std::string(recipe.sweep.method == "nsga2" ? "nsga2" : "tpe") + " proposed values that the trial config refuses: ") + e.what();
       row.ended_at = row.created_at;
     }
     const int64_t id = store_.add_trial(exp, row);
-    event(exp.id, id, "trial_proposed", "tpe proposed trial " + std::to_string(made) + ": " + row.params_json,
+    event(exp.id, id, "trial_proposed", std::string(recipe.sweep.method == "nsga2" ? "nsga2" : "tpe") + " proposed trial " + std::to_string(made) + ": " + row.params_json,
           nlohmann::json::parse(row.params_json));
     if (row.state == TrialState::failed) log("experiment " + std::to_string(exp.id) + ": " + row.reason);
   }

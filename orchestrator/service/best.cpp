@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "orchestrator/recipe/pareto.h"
 #include "worker/config/choice.h"
 
 namespace precon::orch {
@@ -272,10 +273,67 @@ bool maximizes(const std::string& mode) {
   return worker::parse_choice<BestError>("objective.mode", mode, kMaximize);
 }
 
+std::vector<FrontEntry> objective_front(const std::vector<BestTrial>& trials, const BestSettings& settings) {
+  std::vector<FrontEntry> out;
+  const size_t k = settings.metrics.size();
+  if (k < 2) return out;
+  std::vector<bool> maximize;
+  for (const std::string& m : settings.modes) maximize.push_back(maximizes(m));
+  auto complete_values = [&](const BestTrial& t) {
+    return t.finals.size() == k && std::all_of(t.finals.begin(), t.finals.end(), [](double v) { return std::isfinite(v); });
+  };
+  bool any_completed = false;
+  for (const BestTrial& t : trials) any_completed |= t.state == TrialState::completed && complete_values(t);
+  std::vector<const BestTrial*> compared;
+  std::vector<Loss> losses;
+  for (const BestTrial& t : trials) {
+    FrontEntry e;
+    e.trial = t.id;
+    e.label = t.label;
+    e.state = t.state;
+    e.values = t.finals;
+    e.values.resize(k, std::numeric_limits<double>::quiet_NaN());
+    if (!complete_values(t)) {
+      for (size_t i = 0; i < k; ++i)
+        if (!std::isfinite(e.values[i])) {
+          e.note = "no value of " + settings.metrics[i];
+          break;
+        }
+    } else if (any_completed && t.state != TrialState::completed) {
+      e.note = std::string("not compared: ") + trial_state_name(t.state);
+    } else {
+      Loss l;
+      for (size_t i = 0; i < k; ++i) l.push_back(maximize[i] ? -t.finals[i] : t.finals[i]);
+      losses.push_back(std::move(l));
+      compared.push_back(&t);
+      continue;
+    }
+    out.push_back(std::move(e));
+  }
+  const std::vector<int> ranks = nondomination_ranks(losses);
+  std::vector<FrontEntry> ranked;
+  for (size_t i = 0; i < compared.size(); ++i) {
+    FrontEntry e;
+    e.trial = compared[i]->id;
+    e.label = compared[i]->label;
+    e.state = compared[i]->state;
+    e.values = compared[i]->finals;
+    e.rank = ranks[i] + 1;
+    e.on_front = ranks[i] == 0;
+    ranked.push_back(std::move(e));
+  }
+  std::stable_sort(ranked.begin(), ranked.end(), [](const FrontEntry& a, const FrontEntry& b) {
+    return a.rank != b.rank ? a.rank < b.rank : a.trial < b.trial;
+  });
+  ranked.insert(ranked.end(), std::make_move_iterator(out.begin()), std::make_move_iterator(out.end()));
+  return ranked;
+}
+
 BestReport rank_trials(const std::vector<BestTrial>& trials, const BestSettings& settings) {
   const Context cx{maximizes(settings.mode)};
   BestReport out;
   out.settings = settings;
+  out.front = objective_front(trials, settings);
 
   bool any_completed = false;
   for (const auto& t : trials)
@@ -409,8 +467,27 @@ nlohmann::json ranking_json(const Ranking& r, Axis axis) {
 
 std::string format_best_table(const BestReport& report) {
   const auto& metric = report.settings.metric;
-  std::string out = "objective: " + metric + " (" +
-                    (maximizes(report.settings.mode) ? "higher" : "lower") + " is better)\n\n";
+  std::string out;
+  if (report.settings.metrics.size() > 1) {
+    std::string names;
+    for (size_t i = 0; i < report.settings.metrics.size(); ++i)
+      names += (i ? ", " : "") + report.settings.metrics[i] + " (" + report.settings.modes[i] + ")";
+    out += "objectives: " + names + "\n\nPareto front of the final values, rank 1 = on the front:\n";
+    Table f;
+    f.columns = {{"rank", true}, {"trial", true}};
+    for (const std::string& m : report.settings.metrics) f.columns.push_back({m, true});
+    f.columns.push_back({"params", false});
+    f.columns.push_back({"note", false});
+    for (const FrontEntry& e : report.front) {
+      std::vector<std::string> row = {e.rank > 0 ? std::to_string(e.rank) : "-", std::to_string(e.trial)};
+      for (double v : e.values) row.push_back(std::isfinite(v) ? num(v) : "-");
+      row.push_back(e.label);
+      row.push_back(e.note);
+      f.rows.push_back(std::move(row));
+    }
+    out += f.render() + "\nThe first objective alone:\n";
+  }
+  out += "objective: " + metric + " (" + (maximizes(report.settings.mode) ? "higher" : "lower") + " is better)\n\n";
   out += report.at_step.defined
              ? "At equal steps (step " + std::to_string(static_cast<int64_t>(report.at_step.at)) +
                    "):\n"
@@ -462,6 +539,21 @@ nlohmann::json best_to_json(const BestReport& report) {
          {"on_front", p.on_front},
          {"dominated_by", p.dominated_by},
          {"note", p.note}});
+  if (report.settings.metrics.size() > 1) {
+    nlohmann::json front = nlohmann::json::array();
+    for (const FrontEntry& e : report.front) {
+      nlohmann::json values = nlohmann::json::array();
+      for (double v : e.values) values.push_back(jnum(v));
+      front.push_back({{"trial", e.trial},
+                       {"label", e.label},
+                       {"state", trial_state_name(e.state)},
+                       {"values", values},
+                       {"rank", e.rank > 0 ? nlohmann::json(e.rank) : nlohmann::json()},
+                       {"on_front", e.on_front},
+                       {"note", e.note}});
+    }
+    j["objectives"] = {{"metrics", report.settings.metrics}, {"modes", report.settings.modes}, {"front", front}};
+  }
   return j;
 }
 

@@ -1,4 +1,5 @@
-// `precon best EXP`: ranks an experiment's trials by the objective ([objective] metric and mode)
+// `precon best EXP`: with several objectives (objective.metrics), first the Pareto front of the
+// trials' final values of them all (objective_front; rank 1 = on the front). Then it ranks an experiment's trials by the objective ([objective] metric and mode)
 // at equal steps, at equal wall-clock seconds and at equal model FLOPs, and finds the Pareto front of (final objective,
 // seconds per step). Pure logic over series the caller loaded; no I/O. Thread-safety: free
 // functions over values; safe from any thread.
@@ -55,11 +56,15 @@ struct BestTrial {
   std::map<int64_t, double> elapsed;       // step -> wall-clock seconds since the trial started
   std::map<int64_t, double> step_seconds;  // step -> seconds per step as measured; may be empty
   std::map<int64_t, double> flops;         // step -> FLOPs spent up to it (compute_flops, else flops); may be empty
+  std::vector<double> finals;              // several objectives: each one's last value (NaN: none), in order
 };
 
 struct BestSettings {
   std::string metric = "val_loss";  // the objective's metric name
   std::string mode = "min";         // "min" | "max"
+  // Several objectives (objective.metrics): their names and modes, the first also above; empty: one.
+  std::vector<std::string> metrics;
+  std::vector<std::string> modes;
 };
 
 struct RankEntry {
@@ -97,13 +102,31 @@ struct ParetoEntry {
   std::string note;
 };
 
+// Several objectives: a trial on the Pareto front of their final values. Compared: the reference
+// trials (as above) with a finite final value of every objective; rank 1 is the front (no compared
+// trial is as good on every objective and better on one), rank 2 the front once rank 1 is set
+// aside, and so on (non-dominated sorting).
+struct FrontEntry {
+  int64_t trial = 0;
+  std::string label;
+  TrialState state = TrialState::completed;
+  std::vector<double> values;  // each objective's final value (NaN: none)
+  int64_t rank = 0;            // 1 = on the front; 0 = not compared
+  bool on_front = false;
+  std::string note;
+};
+
 struct BestReport {
   BestSettings settings;
   Ranking at_step;
   Ranking at_time;
   Ranking at_flops;
   std::vector<ParetoEntry> pareto;  // front by seconds per step, then dominated, then the rest
+  std::vector<FrontEntry> front;    // several objectives: by rank, then id; then those not compared
 };
+
+// The Pareto front of several objectives (settings.metrics/modes) over the trials' `finals`.
+std::vector<FrontEntry> objective_front(const std::vector<BestTrial>& trials, const BestSettings& settings);
 
 // True for objective.mode "max", false for "min"; BestError for any other mode. The one place the
 // service reads an objective's direction (here, the dashboard's best points and BestCache).

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 
 #include "orchestrator/service/views.h"
+#include "orchestrator/store/objectives.h"
 #include "orchestrator/study/importance_report.h"
 #include "orchestrator/study/report.h"
 
@@ -38,6 +40,7 @@ std::string label_of(const TrialRow& t) {
 }  // namespace
 
 BestReport best_report(const Store& store, const ExperimentRow& exp) {
+  const std::vector<StoredObjective> objectives = experiment_objectives(exp);
   std::vector<BestTrial> trials;
   // Only trials that reported are read: in a big sweep most wait, and have nothing to rank.
   const std::vector<int64_t> reported = store.trials_with_metrics(exp.id);
@@ -52,6 +55,11 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
       continue;
     }
     for (const MetricPoint& p : store.metrics(t.id, exp.objective_metric)) b.objective[p.step] = p.value;
+    if (objectives.size() > 1)
+      for (const StoredObjective& o : objectives) {
+        const auto last = store.last_metric(t.id, o.metric);
+        b.finals.push_back(last ? last->value : std::numeric_limits<double>::quiet_NaN());
+      }
     // Training seconds up to each step: the sum of recorded step times, scaled up when only every
     // log_every-th step was recorded.
     double cumulative = 0;
@@ -75,6 +83,11 @@ BestReport best_report(const Store& store, const ExperimentRow& exp) {
   BestSettings s;
   s.metric = exp.objective_metric;
   s.mode = exp.objective_mode;
+  if (objectives.size() > 1)
+    for (const StoredObjective& o : objectives) {
+      s.metrics.push_back(o.metric);
+      s.modes.push_back(o.mode);
+    }
   return rank_trials(trials, s);
 }
 
@@ -192,6 +205,7 @@ BestPage best_page(const BestReport& full, size_t offset, size_t limit) {
     to->entries = slice(from->entries, offset, limit, more);
   }
   page.report.pareto = slice(full.pareto, offset, limit, more);
+  page.report.front = slice(full.front, offset, limit, more);
   if (more) page.next_cursor = static_cast<int64_t>(offset + limit);
   return page;
 }

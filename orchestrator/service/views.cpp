@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "orchestrator/store/objectives.h"
 #include "worker/config/parse.h"
 
 namespace precon::orch {
@@ -99,6 +100,26 @@ json experiment_json(const ExperimentRow& e, const std::vector<TrialRow>& trials
   return experiment_json(e, count_states(trials), with_recipe);
 }
 
+namespace {
+
+// The objective, and with several ({"metrics": [...], "modes": [...]}) each of them; the first is
+// metric/mode.
+json objective_view(const ExperimentRow& e) {
+  json j = {{"metric", e.objective_metric}, {"mode", e.objective_mode}};
+  const std::vector<StoredObjective> objectives = experiment_objectives(e);
+  if (objectives.size() > 1) {
+    j["metrics"] = json::array();
+    j["modes"] = json::array();
+    for (const StoredObjective& o : objectives) {
+      j["metrics"].push_back(o.metric);
+      j["modes"].push_back(o.mode);
+    }
+  }
+  return j;
+}
+
+}  // namespace
+
 json experiment_json(const ExperimentRow& e, const std::map<TrialState, int64_t>& counts, bool with_recipe) {
   int64_t total = 0;
   for (const auto& [s, n] : counts) total += n;
@@ -106,7 +127,7 @@ json experiment_json(const ExperimentRow& e, const std::map<TrialState, int64_t>
             {"name", e.name},
             {"description", e.description},
             {"state", experiment_state_name(e.state)},
-            {"objective", {{"metric", e.objective_metric}, {"mode", e.objective_mode}}},
+            {"objective", objective_view(e)},
             {"max_concurrent", e.max_concurrent},
             {"max_attempts", e.max_attempts},
             {"early_stop", parse_or_string(e.early_stop_json)},

@@ -47,7 +47,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<orch::TrialSpec> trials = orch::expand_sweep(recipe);
     // TPE (and BOHB) make their trials one at a time as they run: the expansion is the first one.
     const bool one_at_a_time = !recipe.study.present && (!recipe.sweep.parameters.empty() || !recipe.sweep.grids.empty()) &&
-                               orch::sweep_method(recipe.sweep) == orch::SweepMethod::tpe;
+                               orch::proposes_trials(recipe.sweep);
     if (one_at_a_time && trials.size() != 1) fuzz::fail("a tpe sweep expanded to " + std::to_string(trials.size()) + " trials");
     if (!one_at_a_time && static_cast<int64_t>(trials.size()) != size_of_sweep) {
       fuzz::fail("sweep_size " + std::to_string(size_of_sweep) + " but expand_sweep made " +

@@ -200,10 +200,14 @@ struct ResourcesConfig {
 struct ObjectiveConfig {
   std::string metric = "val_loss";
   std::string mode = "min";  // "min" | "max"
+  // Several objectives (a Pareto front): one mode per metric. Empty: the one metric above. When
+  // given, metric and mode hold the first of them (what keeps the best checkpoints).
+  std::vector<std::string> metrics;
+  std::vector<std::string> modes;
 };
 
 struct EarlyStopSettings {
-  std::string method = "none";          // "asha" | "hyperband" | "median" | "none"
+  std::string method = "none";          // "asha" | "hyperband" | "median" | "pareto" | "none"
   std::string metric;                   // metric to judge; "" in the recipe = objective.metric
   std::string mode;                     // "min" | "max"; "" in the recipe = objective.mode
   int64_t min_step = 100;               // steps: first rung (ASHA) / no stopping before (median)
@@ -212,6 +216,7 @@ struct EarlyStopSettings {
   int64_t max_step = 0;                 // Hyperband: the longest run in steps; 0 = the trials' train.steps
   int64_t n_startup_trials = 5;         // median: trials that must report before anyone stops
   int64_t interval = 0;                 // median: steps between checks; 0 = every reported step
+  int64_t min_dominating = 1;           // pareto: stopped when this many completed trials dominate it
 };
 
 // [sweep.tpe]: the tree-structured Parzen estimator (sweep.method = "tpe"), as Optuna's TPESampler.
@@ -224,16 +229,25 @@ struct TpeSettings {
   bool consider_endpoints = false; // univariate bandwidths also count the range's ends as neighbours
 };
 
+// [sweep.nsga2]: the genetic algorithm NSGA-II (sweep.method = "nsga2"), as Optuna's NSGAIISampler.
+struct NsgaSettings {
+  int64_t population_size = 50;  // trials per generation; the first generation is drawn at random
+  double mutation_prob = 0;      // chance a key is drawn anew instead of inherited; 0 = 1/(number of keys)
+  double crossover_prob = 0.9;   // chance a child is a crossover of two parents (else a copy of one)
+  double swapping_prob = 0.5;    // uniform crossover: chance each key is swapped between the parents
+};
+
 // The scalar keys of [sweep]; the swept values themselves ([sweep.parameters], [[sweep.grid]])
 // are parsed by the controller's recipe layer against this same key table.
 struct SweepSettings {
-  std::string method = "grid";  // "grid" | "random" | "tpe" | "bohb" (tpe with Hyperband)
+  std::string method = "grid";  // "grid" | "random" | "tpe" | "bohb" (tpe with Hyperband) | "nsga2"
   int64_t samples = 10;         // random, tpe: trials run
   int64_t seed = 0;             // random, tpe: seed of the draws
   int64_t max_concurrent = 2;   // trials running at once
   int64_t max_attempts = 3;     // launches per trial (first + retries)
   EarlyStopSettings early_stop; // [sweep.early_stop]
   TpeSettings tpe;              // [sweep.tpe]
+  NsgaSettings nsga2;           // [sweep.nsga2]
 };
 
 struct TrialConfig {

@@ -35,17 +35,23 @@ std::vector<KeySpec> build_table() {
   k.push_back(trial("objective.metric", "", "metric that ranks trials", T(objective.metric))
                   .pattern(R"([A-Za-z_][A-Za-z0-9_./-]{0,99})", "a metric name: letters, digits and _./-"));
   k.push_back(trial("objective.mode", "", "better is min or max", T(objective.mode)).choices({"min", "max"}));
+  k.push_back(trial("objective.metrics", "", "several objectives (a Pareto front), instead of objective.metric",
+                    T(objective.metrics))
+                  .pattern(R"([A-Za-z_][A-Za-z0-9_./-]{0,99})", "a metric name: letters, digits and _./-"));
+  k.push_back(trial("objective.modes", "", "with objective.metrics: min or max for each, in its order", T(objective.modes))
+                  .choices({"min", "max"}));
   // [sweep]: read by the controller; the swept values are [sweep.parameters] and [[sweep.grid]].
   k.push_back(sweep("sweep.method", "", "grid: every combination; random: `samples` draws; tpe: `samples` trials, each "
-                    "proposed from the ones before; bohb: tpe with Hyperband early stopping", S(method))
-                  .choices({"grid", "random", "tpe", "bohb"}));
-  k.push_back(sweep("sweep.samples", "trials", "random, tpe: trials run", S(samples)).range(1, 100000));
-  k.push_back(sweep("sweep.seed", "", "random, tpe: seed of the draws (same seed, same trials)", S(seed)).range(0, 9.2e18));
+                    "proposed from the ones before; bohb: tpe with Hyperband early stopping; nsga2: `samples` trials "
+                    "bred by the genetic algorithm NSGA-II", S(method))
+                  .choices({"grid", "random", "tpe", "bohb", "nsga2"}));
+  k.push_back(sweep("sweep.samples", "trials", "random, tpe, nsga2: trials run", S(samples)).range(1, 100000));
+  k.push_back(sweep("sweep.seed", "", "random, tpe, nsga2: seed of the draws (same seed, same trials)", S(seed)).range(0, 9.2e18));
   k.push_back(sweep("sweep.max_concurrent", "trials", "trials running at once", S(max_concurrent)).range(1, 1e6));
   k.push_back(sweep("sweep.max_attempts", "launches", "launches per trial; a retry resumes from the last checkpoint",
                     S(max_attempts)).range(1, 1000));
   k.push_back(sweep("sweep.early_stop.method", "", "early stopping of trials behind the others", S(early_stop.method))
-                  .choices({"asha", "hyperband", "median", "none"}));
+                  .choices({"asha", "hyperband", "median", "pareto", "none"}));
   k.push_back(sweep("sweep.early_stop.metric", "", "metric judged; \"\" = objective.metric", S(early_stop.metric)));
   k.push_back(sweep("sweep.early_stop.mode", "", "better is min or max; \"\" = objective.mode", S(early_stop.mode))
                   .choices({"min", "max"}));
@@ -61,6 +67,8 @@ std::vector<KeySpec> build_table() {
                     S(early_stop.n_startup_trials)).range(0, 1e6));
   k.push_back(sweep("sweep.early_stop.interval", "steps", "median: steps between checks; 0 = every reported step",
                     S(early_stop.interval)).range(0, 1e12));
+  k.push_back(sweep("sweep.early_stop.min_dominating", "trials", "pareto: a trial stops when this many completed trials' "
+                    "objectives at the same step all dominate its own", S(early_stop.min_dominating)).range(1, 1e6));
   k.push_back(sweep("sweep.tpe.n_startup_trials", "trials", "tpe: trials drawn at random before the estimator proposes",
                     S(tpe.n_startup_trials)).range(0, 100000));
   k.push_back(sweep("sweep.tpe.n_ei_candidates", "", "tpe: candidates drawn from l(x); the best l(x)/g(x) runs",
@@ -73,6 +81,14 @@ std::vector<KeySpec> build_table() {
                   .range(1e-6, 1e6));
   k.push_back(sweep("sweep.tpe.consider_endpoints", "", "tpe, univariate: the range's ends count as neighbours for bandwidths",
                     S(tpe.consider_endpoints)));
+  k.push_back(sweep("sweep.nsga2.population_size", "trials", "nsga2: trials per generation (the first drawn at random)",
+                    S(nsga2.population_size)).range(2, 100000));
+  k.push_back(sweep("sweep.nsga2.mutation_prob", "", "nsga2: chance a key is drawn anew; 0 = 1/(number of keys)",
+                    S(nsga2.mutation_prob)).range(0, 1));
+  k.push_back(sweep("sweep.nsga2.crossover_prob", "", "nsga2: chance a child crosses two parents (else copies one)",
+                    S(nsga2.crossover_prob)).range(0, 1));
+  k.push_back(sweep("sweep.nsga2.swapping_prob", "", "nsga2: uniform crossover, chance each key is swapped between the parents",
+                    S(nsga2.swapping_prob)).range(0, 1));
   std::vector<KeySpec> out;
   for (Row& r : k) out.push_back(std::move(r.k));
   return out;
