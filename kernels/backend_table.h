@@ -16,7 +16,7 @@ namespace precon::kernels {
 #define PRECON_BACKEND_OPS(X)                                                                      \
   X(device_malloc) X(device_free) X(synchronize) X(copy) X(fill_zero)                              \
   X(gemm) X(syrk) X(axpby) X(cautious_axpby) X(scale) X(add) X(transpose) X(cast)                  \
-  X(sum_squares) X(sum_squares_along) X(scale_along) X(all_finite)                                 \
+  X(sum_squares) X(sum_squares_along) X(scale_along) X(copy_strided) X(all_finite)                 \
   X(symmetric_eigh) X(eigen_reconstruct) X(qr_orthonormal)                                         \
   X(encoder_forward) X(encoder_backward) X(layernorm_forward) X(layernorm_backward)                \
   X(gelu_forward) X(gelu_backward) X(embedding_forward) X(embedding_backward)                      \
@@ -29,7 +29,7 @@ namespace precon::kernels {
 
 // Raised whenever the table's layout or the types it passes (Tensor, the op parameters) change:
 // a plugin from another build is refused rather than called with the wrong layout.
-constexpr int kBackendAbiVersion = 2;
+constexpr int kBackendAbiVersion = 3;
 
 // The plugin's one entry point: extern "C" const BackendTable* precon_cuda_backend().
 constexpr const char* kBackendEntryPoint = "precon_cuda_backend";

@@ -110,6 +110,20 @@ void add(Tensor out, const Tensor& a, const Tensor& b) {
   PRECON_DISPATCH(device, add, out, a, b);
 }
 
+void copy_strided(Tensor dst, const Tensor& src, float alpha, bool accumulate) {
+  const char* op = "copy_strided";
+  Device device = require_same_device(op, {&dst, &src});
+  if (device == Device::cpu) require_dtype(op, "dst", dst, {DType::f32});
+  else require_float(op, "dst", dst);
+  require_dtype(op, "src", src, {dst.dtype});
+  require_same_shape(op, "src", src, "dst", dst);
+  if (dst.ndim < 1 || dst.ndim > 4) shape_error(op, "dst " + dst.describe() + " must have 1 to 4 dims");
+  for (int d = 0; d < dst.ndim; ++d)
+    if (dst.shape[d] > 1 && dst.strides[d] == 0) shape_error(op, "dst " + dst.describe() + " repeats elements");
+  if (dst.numel() == 0) return;
+  PRECON_DISPATCH(device, copy_strided, dst, src, alpha, accumulate);
+}
+
 void transpose(Tensor out, const Tensor& in) {
   const char* op = "transpose";
   Device device = require_same_device(op, {&out, &in});

@@ -41,6 +41,10 @@ double sum_squares(const Tensor& x);
 void sum_squares_along(Tensor out, const Tensor& x, int dim);
 // x[i,:] *= s[i] (dim = 0) or x[:,j] *= s[j] (dim = 1); s (f32) has x.shape[dim] values.
 void scale_along(Tensor x, const Tensor& s, int dim);
+// dst = alpha · src (+ dst when accumulate) over equal shapes of up to 4 dims with any element
+// strides (narrowed views, a stride-0 source dim broadcasts): splits, packs and pads of head
+// layouts. f32 (bf16 too on CUDA); dst's elements must be distinct (no zero stride of a dim > 1).
+void copy_strided(Tensor dst, const Tensor& src, float alpha = 1.0f, bool accumulate = false);
 // True when every element is finite.
 bool all_finite(const Tensor& x);
 

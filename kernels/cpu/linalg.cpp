@@ -162,6 +162,30 @@ void scale_along(Tensor x, const Tensor& s, int dim) {
     for (int64_t j = 0; j < cols; ++j) p[i * cols + j] *= f[dim == 0 ? i : j];
 }
 
+void copy_strided(Tensor dst, const Tensor& src, float alpha, bool accumulate) {
+  // Leading dims padded with size 1, as the CUDA backend's 4-D layouts are.
+  int64_t shape[4] = {1, 1, 1, 1}, ds[4] = {0, 0, 0, 0}, ss[4] = {0, 0, 0, 0};
+  for (int d = 0; d < dst.ndim; ++d) {
+    const int o = 4 - dst.ndim + d;
+    shape[o] = dst.shape[d];
+    ds[o] = dst.strides[d];
+    ss[o] = src.strides[d];
+  }
+  float* out = dst.f32();
+  const float* in = src.f32();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t a = 0; a < shape[0]; ++a)
+    for (int64_t b = 0; b < shape[1]; ++b)
+      for (int64_t c = 0; c < shape[2]; ++c) {
+        float* o = out + a * ds[0] + b * ds[1] + c * ds[2];
+        const float* i = in + a * ss[0] + b * ss[1] + c * ss[2];
+        for (int64_t e = 0; e < shape[3]; ++e) {
+          const float v = alpha * i[e * ss[3]];
+          o[e * ds[3]] = accumulate ? o[e * ds[3]] + v : v;
+        }
+      }
+}
+
 bool all_finite(const Tensor& x) {
   const float* p = x.f32();
   int64_t n = x.numel();

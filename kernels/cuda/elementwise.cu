@@ -138,6 +138,10 @@ void scale_along(Tensor x, const Tensor& s, int dim) {
   PRECON_CUDA_LAUNCHED("scale_along_kernel");
 }
 
+void copy_strided(Tensor dst, const Tensor& src, float alpha, bool accumulate) {
+  detail::strided_convert(dst, src, alpha, accumulate);
+}
+
 bool all_finite(const Tensor& x) {
   int64_t n = x.numel();
   detail::Scratch flag(sizeof(int));

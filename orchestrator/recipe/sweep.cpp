@@ -416,7 +416,10 @@ std::vector<std::string> check_recipe_memory(const std::vector<TrialSpec>& trial
                             " " + std::to_string(m.vocab_size) + " " + std::to_string(m.seq_len) + " " +
                             std::to_string(m.tie_embeddings) + " " + std::to_string(m.moe.experts) + " " +
                             std::to_string(m.expert_ffn()) + " " + std::to_string(m.moe.shared_experts) + " " +
-                            std::to_string(m.moe.first_dense_layers) + " " + c.optimizer.name + " " +
+                            std::to_string(m.moe.first_dense_layers) + " " + std::to_string(m.mla.kv_lora_rank) + " " +
+                            std::to_string(m.mla.q_lora_rank) + " " + std::to_string(m.mla.qk_nope_head_dim) + " " +
+                            std::to_string(m.mla.qk_rope_head_dim) + " " + std::to_string(m.mla.v_head_dim) + " " +
+                            c.optimizer.name + " " +
                             std::to_string(c.optimizer.shampoo.max_preconditioner_dim) + " " + c.train.precision + " " +
                             std::to_string(c.parallel.tensor) + " " + std::to_string(c.parallel.data) + " " +
                             std::to_string(c.parallel.pipeline) + " " + c.resources.executor + " " +

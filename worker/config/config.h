@@ -28,6 +28,18 @@ struct MoeConfig {
   std::string router_dtype = "fp32";  // the router computes in fp32 always
 };
 
+// Multi-head latent attention ([model.mla], llama only; DeepSeek-V3's): queries from a low-rank
+// latent (q_lora_rank; 0 = one q projection), keys and values from one shared latent of
+// kv_lora_rank channels, each head's query and key [nope | rope] with the rope part of the key
+// shared by all heads, values of v_head_dim; RMSNorm on both latents; scale 1/√(nope + rope).
+struct MlaConfig {
+  int64_t kv_lora_rank = 0;      // the key/value latent's width; 0 = grouped-query attention (no MLA)
+  int64_t q_lora_rank = 0;       // the query latent's width; 0 = a plain q projection from the input
+  int64_t qk_nope_head_dim = 32; // each head's query/key channels without rotary embeddings
+  int64_t qk_rope_head_dim = 16; // each head's query/key channels with them (the key's shared by the heads); even
+  int64_t v_head_dim = 32;       // each head's value channels
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // "gpt2" | "llama": the model family (worker/model/)
   int64_t n_layer = 4;        // transformer blocks
@@ -41,8 +53,10 @@ struct ModelConfig {
   double norm_eps = 1e-5;     // llama: RMSNorm epsilon
   bool tie_embeddings = false;  // llama: the output head is embed_tokens (no lm_head); gpt2 is always tied
   MoeConfig moe;
+  MlaConfig mla;
 
   bool llama() const { return arch == "llama"; }
+  bool uses_mla() const { return llama() && mla.kv_lora_rank > 0; }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t ffn() const {
     if (ffn_hidden > 0) return ffn_hidden;

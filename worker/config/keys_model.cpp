@@ -1,4 +1,4 @@
-// Key table rows: [model] and [model.moe].
+// Key table rows: [model], [model.mla] and [model.moe].
 #include <string>
 #include <vector>
 
@@ -56,6 +56,50 @@ void add_model_rows(std::vector<Row>& k) {
   k.push_back(trial("model.tie_embeddings", "",
                     "llama: the output head is model.embed_tokens (no lm_head); gpt2 is always tied, whatever this says",
                     T(model.tie_embeddings)).hashed());
+  // [model.mla]
+  k.push_back(trial("model.mla.kv_lora_rank", "",
+                    "llama: multi-head latent attention (DeepSeek-V3's MLA): width of the shared key/value latent "
+                    "(at most d_model); 0 = grouped-query attention",
+                    T(model.mla.kv_lora_rank))
+                  .range(0, 65536).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const ModelConfig& m = c.model;
+                    if (m.mla.kv_lora_rank == 0) return std::string();
+                    if (!m.llama())
+                      return "[model.mla] needs model.arch = \"llama\" (model.mla.kv_lora_rank = " +
+                             std::to_string(m.mla.kv_lora_rank) + ")";
+                    if (m.mla.kv_lora_rank > m.d_model)
+                      return "kv_lora_rank = " + std::to_string(m.mla.kv_lora_rank) + " is more than model.d_model = " +
+                             std::to_string(m.d_model) + ": the latent compresses the input";
+                    if (m.n_kv_head != 0 && m.n_kv_head != m.n_head)
+                      return "multi-head latent attention has one key and value per head: model.n_kv_head = " +
+                             std::to_string(m.n_kv_head) + " must be 0 or n_head = " + std::to_string(m.n_head);
+                    if (c.optimizer.qk_clip_threshold > 0)
+                      return "optimizer.qk_clip_threshold > 0 is not supported with multi-head latent attention yet "
+                             "(kv_lora_rank = " + std::to_string(m.mla.kv_lora_rank) + ")";
+                    return std::string();
+                  }));
+  k.push_back(trial("model.mla.q_lora_rank", "",
+                    "llama, MLA: width of the query latent (q_a_proj, q_a_layernorm, q_b_proj); 0 = one q_proj",
+                    T(model.mla.q_lora_rank))
+                  .range(0, 65536).hashed());
+  k.push_back(trial("model.mla.qk_nope_head_dim", "",
+                    "llama, MLA: each head's query/key channels without rotary embeddings",
+                    T(model.mla.qk_nope_head_dim))
+                  .range(0, 4096).hashed());
+  k.push_back(trial("model.mla.qk_rope_head_dim", "",
+                    "llama, MLA: each head's query/key channels with rotary embeddings (the key's part is one "
+                    "projection shared by all heads); even",
+                    T(model.mla.qk_rope_head_dim))
+                  .range(2, 4096).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const int64_t r = c.model.mla.qk_rope_head_dim;
+                    return r % 2 ? "qk_rope_head_dim = " + std::to_string(r) +
+                                       " must be even: rotary embeddings turn pairs of channels"
+                                 : std::string();
+                  }));
+  k.push_back(trial("model.mla.v_head_dim", "", "llama, MLA: each head's value channels", T(model.mla.v_head_dim))
+                  .range(1, 4096).hashed());
   // [model.moe]
   k.push_back(trial("model.moe.experts", "",
                     "llama: experts of each mixture-of-experts MLP (dropless top-k routing); 0 = a dense model",

@@ -88,9 +88,23 @@ ActPlan llama_slot_plan(const ModelConfig& m, const ActShape& s) {
   p.add("encoded", {B, T, C}, a);
   p.per_layer("ln1", {B, T, C}, a);
   p.per_layer("rstd1", {BT}, DType::f32);
-  p.per_layer("qkv", {B, T, 3 * Ql}, a);
-  p.per_layer("atty", {B, T, Ql}, a);
+  // Multi-head latent attention packs each head to H channels; its latents are (B, T, rank).
+  const bool mla = m.uses_mla();
+  const int64_t Rq = m.mla.q_lora_rank, R = m.mla.kv_lora_rank, dn = m.mla.qk_nope_head_dim;
+  const int64_t dr = m.mla.qk_rope_head_dim, dv = m.mla.v_head_dim, H = std::max(dn + dr, dv);
+  const int64_t A = mla ? NHl * H : Ql;  // the attention's width (per q, k and v)
+  p.per_layer("qkv", {B, T, 3 * A}, a);
+  p.per_layer("atty", {B, T, A}, a);
   p.per_layer("att", {B, NHl, T, T}, a);
+  if (mla) {
+    p.per_layer("mla_cq", {B, T, Rq}, a);
+    p.per_layer("mla_cqn", {B, T, Rq}, a);
+    p.per_layer("mla_rstdq", {Rq > 0 ? BT : 0}, DType::f32);
+    p.per_layer("mla_ckv", {B, T, R}, a);
+    p.per_layer("mla_ckvn", {B, T, R}, a);
+    p.per_layer("mla_rstdkv", {BT}, DType::f32);
+    p.per_layer("mla_attv", {B, T, NHl * dv}, a);
+  }
   p.per_layer("residual2", {B, T, C}, a);
   p.per_layer("ln2", {B, T, C}, a);
   p.per_layer("rstd2", {BT}, DType::f32);
@@ -104,20 +118,41 @@ ActPlan llama_slot_plan(const ModelConfig& m, const ActShape& s) {
   p.add("rstdf", {BT}, DType::f32);
   p.add("logits", {B, T, Vpl}, a);
   p.add("losses", {BT}, DType::f32);
-  p.add("q", {B, T, Ql}, a);
-  p.add("kk", {B, T, KVl}, a);
-  p.add("v", {B, T, KVl}, a);
+  if (mla) {
+    p.add("mla_q", {B, T, NHl * (dn + dr)}, a);
+    p.add("mla_kv", {B, T, NHl * (dn + dv)}, a);
+    p.add("mla_kva", {B, T, R + dr}, a);
+    p.add("mla_qpe", {B, T, NHl * dr}, a);
+    p.add("mla_kpe", {B, T, dr}, a);
+  } else {
+    p.add("q", {B, T, Ql}, a);
+    p.add("kk", {B, T, KVl}, a);
+    p.add("v", {B, T, KVl}, a);
+  }
   p.add("branch_out", {B, T, C}, a);
   p.add("dresidual", {B, T, C}, a);
   p.add("dln", {B, T, C}, a);
-  p.add("datty", {B, T, Ql}, a);
+  p.add("datty", {B, T, A}, a);
   p.add("dh", {B, T, Fl}, a);
   p.add("dgate", {B, T, Fl}, a);
   p.add("dup", {B, T, Fl}, a);
-  p.add("dqkv", {B, T, 3 * Ql}, a);
-  p.add("dq", {B, T, Ql}, a);
-  p.add("dk", {B, T, KVl}, a);
-  p.add("dv", {B, T, KVl}, a);
+  p.add("dqkv", {B, T, 3 * A}, a);
+  if (mla) {
+    p.add("dq", {B, T, NHl * (dn + dr)}, a);
+    p.add("mla_dattv", {B, T, NHl * dv}, a);
+    p.add("mla_dqpe", {B, T, NHl * dr}, a);
+    p.add("mla_dkv", {B, T, NHl * (dn + dv)}, a);
+    p.add("mla_dkpe", {B, T, dr}, a);
+    p.add("mla_dkva", {B, T, R + dr}, a);
+    p.add("mla_dckv", {B, T, R}, a);
+    p.add("mla_dckvn", {B, T, R}, a);
+    p.add("mla_dcq", {B, T, Rq}, a);
+    p.add("mla_dcqn", {B, T, Rq}, a);
+  } else {
+    p.add("dq", {B, T, Ql}, a);
+    p.add("dk", {B, T, KVl}, a);
+    p.add("dv", {B, T, KVl}, a);
+  }
   p.add("datt", {B, NHl, T, T}, a);
   return p.plan;
 }

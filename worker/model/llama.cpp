@@ -16,6 +16,12 @@ using k::Tensor;
 struct Llama::Acts : Model::Acts {
   std::vector<Tensor> ln1, rstd1, qkv, atty, att, residual2, ln2, rstd2, gate, up, h;
   std::vector<MoeMlp::Acts> moe;  // per layer (empty for a dense one)
+  // Multi-head latent attention's, per layer, and its slot scratch.
+  std::vector<Tensor> cq, cqn, rstdq, ckv, ckvn, rstdkv, attv;
+  MlaScratch mla;
+  MlaLayerActs mla_layer(size_t i) const {
+    return {cq[i], cqn[i], rstdq[i], ckv[i], ckvn[i], rstdkv[i], qkv[i], atty[i], att[i], attv[i]};
+  }
   Tensor lnf, rstdf;
   Tensor q, kk, v;    // (B, T, Ql) and (B, T, KVl): one block's projections before they are packed
   Tensor branch_out;  // (B, T, C) a residual branch's output before it joins the stream
@@ -41,14 +47,30 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
   for (int64_t l = 0; l < L_; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     auto row = [&](const char* name) { return p.index(h + name); };
-    blocks_.push_back({row("input_layernorm.weight"), row("post_attention_layernorm.weight"),
-                       ColumnParallelLinear(tp_,
-                                            {row("self_attn.q_proj.weight"), row("self_attn.k_proj.weight"),
-                                             row("self_attn.v_proj.weight")},
-                                            {}, out_in),
-                       RowParallelLinear(tp_, row("self_attn.o_proj.weight"), kNoRow, out_in),
-                       {}, {}, {}, {}});
+    blocks_.push_back({row("input_layernorm.weight"), row("post_attention_layernorm.weight"), {}, {}, {}, {}, {}, {}, {}});
     Block& b = blocks_.back();
+    if (config.uses_mla()) {
+      const MlaConfig& m = config.mla;
+      MlaRows r;
+      if (m.q_lora_rank > 0) {
+        r.q_a = row("self_attn.q_a_proj.weight");
+        r.q_norm = row("self_attn.q_a_layernorm.weight");
+        r.q = row("self_attn.q_b_proj.weight");
+      } else {
+        r.q = row("self_attn.q_proj.weight");
+      }
+      r.kv_a = row("self_attn.kv_a_proj_with_mqa.weight");
+      r.kv_norm = row("self_attn.kv_a_layernorm.weight");
+      r.kv_b = row("self_attn.kv_b_proj.weight");
+      r.o = row("self_attn.o_proj.weight");
+      b.mla.emplace(tp_, r, mla_dims(), config.rope_theta, static_cast<float>(config.norm_eps));
+    } else {
+      b.qkv.emplace(tp_,
+                    std::vector<size_t>{row("self_attn.q_proj.weight"), row("self_attn.k_proj.weight"),
+                                        row("self_attn.v_proj.weight")},
+                    std::vector<size_t>{}, out_in);
+      b.o.emplace(tp_, row("self_attn.o_proj.weight"), kNoRow, out_in);
+    }
     if (!config.moe_layer(l)) {
       b.gate_up.emplace(tp_, std::vector<size_t>{row("mlp.gate_proj.weight"), row("mlp.up_proj.weight")},
                         std::vector<size_t>{}, out_in);
@@ -90,6 +112,17 @@ double Llama::moe_alltoall_seconds() const {
   return t;
 }
 
+MlaDims Llama::mla_dims() const {
+  MlaDims d;
+  d.heads = NHl_;
+  d.q_rank = config_.mla.q_lora_rank;
+  d.kv_rank = config_.mla.kv_lora_rank;
+  d.nope = config_.mla.qk_nope_head_dim;
+  d.rope = config_.mla.qk_rope_head_dim;
+  d.v = config_.mla.v_head_dim;
+  return d;
+}
+
 MoeMlp::Shape Llama::moe_shape() const {
   MoeMlp::Shape s;
   s.tokens = B_ * T_;
@@ -113,7 +146,19 @@ std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
   t.one("q", a.q).one("kk", a.kk).one("v", a.v).one("branch_out", a.branch_out).one("dresidual", a.dresidual);
   t.one("dln", a.dln).one("datty", a.datty).one("dh", a.dh).one("dgate", a.dgate).one("dup", a.dup);
   t.one("dqkv", a.dqkv).one("dq", a.dq).one("dk", a.dk).one("dv", a.dv).one("datt", a.datt);
+  t.layers("mla_cq", a.cq).layers("mla_cqn", a.cqn).layers("mla_rstdq", a.rstdq).layers("mla_ckv", a.ckv);
+  t.layers("mla_ckvn", a.ckvn).layers("mla_rstdkv", a.rstdkv).layers("mla_attv", a.attv);
+  MlaScratch& m = a.mla;
+  t.one("mla_q", m.q).one("mla_kv", m.kv).one("mla_kva", m.kva).one("mla_qpe", m.qpe).one("mla_kpe", m.kpe);
+  t.one("mla_dattv", m.dattv).one("mla_dqpe", m.dqpe).one("mla_dkv", m.dkv).one("mla_dkpe", m.dkpe);
+  t.one("mla_dkva", m.dkva).one("mla_dckv", m.dckv).one("mla_dckvn", m.dckvn).one("mla_dcq", m.dcq);
+  t.one("mla_dcqn", m.dcqn);
   a.buf = t.allocate(llama_slot_plan(config_, act_shape()), device_);
+  // The attention's shared scratch, under MLA's names where the grouped-query attention has its own.
+  m.datty = a.datty;
+  m.dqkv = a.dqkv;
+  m.datt = a.datt;
+  m.dq = a.dq;
   // A mixture of experts keeps its own per layer.
   a.moe.resize(static_cast<size_t>(L1_ - L0_));
   for (int64_t l = L0_; l < L1_; ++l)
@@ -145,13 +190,17 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
     const Block& b = blocks_[static_cast<size_t>(l)];
     const size_t i = static_cast<size_t>(l - L0_);
     k::rmsnorm_forward(a.ln1[i], a.rstd1[i], residual, weight(b.input_norm), eps);
-    b.qkv.forward(*this, a.ln1[i], {a.q, a.kk, a.v});
-    k::rope_forward(a.q, nh, theta);
-    k::rope_forward(a.kk, nkv, theta);
-    k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
-    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
-    note_attention_logits(l);
-    b.o.forward(*this, a.branch_out, a.atty[i]);
+    if (b.mla) {
+      b.mla->forward(*this, a.branch_out, a.ln1[i], a.mla_layer(i), a.mla);
+    } else {
+      b.qkv->forward(*this, a.ln1[i], {a.q, a.kk, a.v});
+      k::rope_forward(a.q, nh, theta);
+      k::rope_forward(a.kk, nkv, theta);
+      k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
+      k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
+      note_attention_logits(l);
+      b.o->forward(*this, a.branch_out, a.atty[i]);
+    }
     k::add(a.residual2[i], residual, a.branch_out);
     k::rmsnorm_forward(a.ln2[i], a.rstd2[i], a.residual2[i], weight(b.post_norm), eps);
     if (b.moe) {
@@ -206,18 +255,23 @@ void Llama::backward(const GradsReady& ready) {
     }
     k::rmsnorm_backward(a.dresidual, grad(b.post_norm), a.dln, a.residual2[i], weight(b.post_norm), a.rstd2[i]);
     // residual2 = residual + o(attention(rope(q), rope(k), v)), q, k, v projections of rmsnorm(residual).
-    k::fill_zero(a.datty);
-    b.o.backward(*this, a.datty, a.atty[i], a.dresidual);
-    k::fill_zero(a.dqkv);
-    k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[i], a.att[i], nh);
-    k::fill_zero(a.dq);
-    k::fill_zero(a.dk);
-    k::fill_zero(a.dv);
-    k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
-    k::rope_backward(a.dq, nh, theta);
-    k::rope_backward(a.dk, nkv, theta);
-    k::fill_zero(a.dln);
-    b.qkv.backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
+    if (b.mla) {
+      k::fill_zero(a.dln);
+      b.mla->backward(*this, a.dln, a.ln1[i], a.dresidual, a.mla_layer(i), a.mla);
+    } else {
+      k::fill_zero(a.datty);
+      b.o->backward(*this, a.datty, a.atty[i], a.dresidual);
+      k::fill_zero(a.dqkv);
+      k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[i], a.att[i], nh);
+      k::fill_zero(a.dq);
+      k::fill_zero(a.dk);
+      k::fill_zero(a.dv);
+      k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
+      k::rope_backward(a.dq, nh, theta);
+      k::rope_backward(a.dk, nkv, theta);
+      k::fill_zero(a.dln);
+      b.qkv->backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
+    }
     k::rmsnorm_backward(a.dresidual, grad(b.input_norm), a.dln, residual, weight(b.input_norm), a.rstd1[i]);
     report(b.rows);
   }

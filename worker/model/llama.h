@@ -5,7 +5,8 @@
 // weights stored (out, in)). Under tensor parallelism q, k, v, gate and up are column-parallel (this
 // rank's query heads, its kv heads, its MLP columns), o and down row-parallel; n_kv_head must be
 // divisible by the ranks (kv heads are split, never replicated). With [model.moe] the MLP of each
-// layer from model.moe.first_dense_layers on is a mixture of experts (worker/parallel/moe.h).
+// layer from model.moe.first_dense_layers on is a mixture of experts (worker/parallel/moe.h). With
+// [model.mla] the attention is DeepSeek-V3's multi-head latent attention (mla.h).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "worker/model/model.h"
+#include "worker/model/mla.h"
 #include "worker/parallel/moe.h"
 
 namespace precon::worker {
@@ -38,8 +40,9 @@ class Llama final : public Model {
   struct Acts;
   struct Block {
     size_t input_norm, post_norm;
-    ColumnParallelLinear qkv;      // self_attn.{q,k,v}_proj: one input, three outputs
-    RowParallelLinear o;           // self_attn.o_proj
+    std::optional<ColumnParallelLinear> qkv;  // self_attn.{q,k,v}_proj: one input, three outputs
+    std::optional<RowParallelLinear> o;       // self_attn.o_proj
+    std::optional<MlaAttention> mla;          // multi-head latent attention in their place
     std::optional<ColumnParallelLinear> gate_up;  // mlp.{gate,up}_proj (a dense layer)
     std::optional<RowParallelLinear> down;        // mlp.down_proj
     std::optional<MoeMlp> moe;                    // a mixture-of-experts layer's MLP
@@ -49,6 +52,7 @@ class Llama final : public Model {
   int64_t family_activation_bytes() const override;
 
   MoeMlp::Shape moe_shape() const;
+  MlaDims mla_dims() const;
 
   int64_t hd_, Ql_, KVl_, NKVl_, Fl_;  // head size; this rank's q and kv widths, kv heads, MLP width
   MoeMlp::Scratch moe_scratch_;        // the MoE layers' backward scratch (none in a dense model)

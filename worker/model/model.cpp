@@ -241,7 +241,12 @@ double Model::flops_per_token() const {
     const bool routed = s.name.find(".mlp.experts.") != std::string::npos;
     n += static_cast<double>(s.numel()) * (routed ? static_cast<double>(moe.top_k) / static_cast<double>(moe.experts) : 1.0);
   }
-  return 6.0 * n + 12.0 * static_cast<double>(L_ * C_ * T_);
+  // Attention's products: QKᵀ over nope + rope channels, att·V over v (C each without MLA).
+  const MlaConfig& mla = config_.mla;
+  const double qk = config_.uses_mla() ? static_cast<double>(NH_ * (mla.qk_nope_head_dim + mla.qk_rope_head_dim))
+                                       : static_cast<double>(C_);
+  const double v = config_.uses_mla() ? static_cast<double>(NH_ * mla.v_head_dim) : static_cast<double>(C_);
+  return 6.0 * n + 6.0 * static_cast<double>(L_ * T_) * (qk + v);
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,

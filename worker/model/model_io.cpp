@@ -135,7 +135,31 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
   }
 }
 
+namespace {
+
+nlohmann::json family_config_json(const ModelConfig& c);
+
+}  // namespace
+
 nlohmann::json hf_config_json(const ModelConfig& c) {
+  nlohmann::json j = family_config_json(c);
+  if (c.uses_mla()) {
+    // DeepseekV3's attention fields; the rotary pairs are rotate-half's (not interleaved).
+    j["q_lora_rank"] = c.mla.q_lora_rank > 0 ? nlohmann::json(c.mla.q_lora_rank) : nlohmann::json(nullptr);
+    j["kv_lora_rank"] = c.mla.kv_lora_rank;
+    j["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+    j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+    j["v_head_dim"] = c.mla.v_head_dim;
+    j["head_dim"] = c.mla.qk_rope_head_dim;
+    j["rope_interleave"] = false;
+    j["num_key_value_heads"] = c.n_head;
+  }
+  return j;
+}
+
+namespace {
+
+nlohmann::json family_config_json(const ModelConfig& c) {
   if (c.llama() && c.moe.experts > 0) {
     // Qwen-MoE's names and fields: mlp.gate (the router), mlp.experts.{e}, mlp.shared_expert.
     std::vector<int64_t> dense_layers;
@@ -213,5 +237,7 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
           {"eos_token_id", c.vocab_size - 1},
           {"torch_dtype", "float32"}};
 }
+
+}  // namespace
 
 }  // namespace precon::worker

@@ -102,10 +102,31 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
   for (int64_t l = 0; l < m.n_layer; ++l) {
     const std::string h = "model.layers." + std::to_string(l);
     add(h + ".input_layernorm.weight", {C}, ParamKind::norm, -1, l);
-    linear(h + ".self_attn.q_proj.weight", C, q, true, l);
-    linear(h + ".self_attn.k_proj.weight", C, kv, true, l);
-    linear(h + ".self_attn.v_proj.weight", C, kv, true, l);
-    linear(h + ".self_attn.o_proj.weight", q, C, false, l);
+    if (m.uses_mla()) {
+      // DeepseekV3Attention's order; the latent projections and their norms replicated, q_b (or q_proj)
+      // and kv_b split by heads, o_proj by its input heads.
+      const MlaConfig& a = m.mla;
+      const int64_t NH = m.n_head, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+      const std::string s = h + ".self_attn.";
+      if (a.q_lora_rank > 0) {
+        linear(s + "q_a_proj.weight", C, a.q_lora_rank, true, l);
+        t.back().tp_split_dim = -1;
+        add(s + "q_a_layernorm.weight", {a.q_lora_rank}, ParamKind::norm, -1, l);
+        linear(s + "q_b_proj.weight", a.q_lora_rank, NH * qk, true, l);
+      } else {
+        linear(s + "q_proj.weight", C, NH * qk, true, l);
+      }
+      linear(s + "kv_a_proj_with_mqa.weight", C, a.kv_lora_rank + a.qk_rope_head_dim, true, l);
+      t.back().tp_split_dim = -1;
+      add(s + "kv_a_layernorm.weight", {a.kv_lora_rank}, ParamKind::norm, -1, l);
+      linear(s + "kv_b_proj.weight", a.kv_lora_rank, NH * (a.qk_nope_head_dim + a.v_head_dim), true, l);
+      linear(s + "o_proj.weight", NH * a.v_head_dim, C, false, l);
+    } else {
+      linear(h + ".self_attn.q_proj.weight", C, q, true, l);
+      linear(h + ".self_attn.k_proj.weight", C, kv, true, l);
+      linear(h + ".self_attn.v_proj.weight", C, kv, true, l);
+      linear(h + ".self_attn.o_proj.weight", q, C, false, l);
+    }
     add(h + ".post_attention_layernorm.weight", {C}, ParamKind::norm, -1, l);
     auto swiglu = [&](const std::string& mlp, int64_t width, int64_t expert = -1) {
       linear(mlp + ".gate_proj.weight", C, width, true, l);

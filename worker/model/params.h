@@ -65,7 +65,10 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 // Hugging Face LlamaForCausalLM's names and layouts (nn.Linear weights stored (out, in), no biases;
 // lm_head absent when the embeddings are tied). A mixture-of-experts layer's MLP follows Qwen-MoE:
 // mlp.gate (the router, E × C, replicated under tensor parallelism), mlp.experts.{e}.{gate,up,down}_proj
-// and mlp.shared_expert.{gate,up,down}_proj, each split like the dense MLP's.
+// and mlp.shared_expert.{gate,up,down}_proj, each split like the dense MLP's. With multi-head latent
+// attention ([model.mla]) the attention's rows are Hugging Face DeepseekV3's: self_attn.q_a_proj,
+// q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; the
+// latent projections and norms replicated, q_b (q_proj) and kv_b split by heads, o_proj by its input.
 std::vector<ParamSpec> llama_param_table(const ModelConfig& config);
 // The table of config.arch's family.
 std::vector<ParamSpec> model_param_table(const ModelConfig& config);

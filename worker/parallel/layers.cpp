@@ -126,6 +126,10 @@ void RowParallelLinear::backward(const LayerWeights& w, Tensor din, const Tensor
   k::matmul_backward(din, w.grad(weight_), bias_here(w, true), dout, in, weight, layout_);
 }
 
+void replicated_input_backward(TpGroup tp, Tensor dx) {
+  if (tp.parallel()) copy_to_tp_region_backward(dx, *tp.comm);
+}
+
 VocabParallelEmbedding::VocabParallelEmbedding(TpGroup tp, size_t table, size_t position)
     : tp_(tp), table_(table), position_(position) {}
 

@@ -91,6 +91,11 @@ class RowParallelLinear {
   bool input_is_parallel_;
 };
 
+// The gradient of a tensor every rank computes whole but reads only in its own part of the heads
+// (multi-head latent attention's RoPE key, shared by all heads): each rank holds its heads' share,
+// summed over the group in place (copy_to_tp_region's backward). Nothing to do with one rank.
+void replicated_input_backward(TpGroup tp, kernels::Tensor dx);
+
 // Token embedding (+ learned positions when `position` is a row): this rank's table holds rows
 // [rank · rows, (rank + 1) · rows) of the padded vocabulary.
 class VocabParallelEmbedding {

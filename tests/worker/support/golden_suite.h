@@ -97,6 +97,14 @@ inline ModelConfig llama_config_from_json(const nlohmann::json& c) {
     m.moe.first_dense_layers = e.at("first_dense_layers");
     m.moe.aux_loss_coeff = e.at("aux_loss_coeff");
   }
+  if (c.contains("mla")) {
+    const nlohmann::json& a = c.at("mla");
+    m.mla.q_lora_rank = a.at("q_lora_rank");
+    m.mla.kv_lora_rank = a.at("kv_lora_rank");
+    m.mla.qk_nope_head_dim = a.at("qk_nope_head_dim");
+    m.mla.qk_rope_head_dim = a.at("qk_rope_head_dim");
+    m.mla.v_head_dim = a.at("v_head_dim");
+  }
   return m;
 }
 

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""Golden reference for multi-head latent attention (MLA) as DeepSeek-V3 describes it (its technical
+report, §2.1.1): the queries come from a low-rank latent c_q = W_DQ h (RMSNorm'd, then up-projected
+per head), or from one projection when there is no query latent; keys and values from one shared
+latent c_kv = W_DKV h (RMSNorm'd, then up-projected per head into k_nope and v); a decoupled RoPE key
+k_rope = RoPE(W_KR h) computed once and shared by every head, appended to each head's k_nope; each
+head's query [q_nope | RoPE(q_rope)]; softmax scale 1/sqrt(nope + rope). Hugging Face DeepseekV3's
+parameter names (kv_a_proj_with_mqa produces [c_kv | k_rope] in one matrix). Plain torch ops, fp64
+arithmetic on fp32 weights; the rest of the block is Llama's (llama_reference.py's helpers).
+
+Writes two variants, each into its own directory: q_lora/ (a query latent, values wider than the
+query/key heads) and plain/ (q_proj, values narrower): model.safetensors, config.json, a batch, the
+logits, the loss and every gradient.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpt_reference import write_safetensors  # noqa: E402
+from llama_reference import batch, rms_norm, rope_cos_sin, rotate_half, swiglu  # noqa: E402
+
+BASE = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidden=48, seq_len=16, vocab_size=67,
+            rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=0)
+VARIANTS = {
+    "q_lora": dict(q_lora_rank=12, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=16),
+    "plain": dict(q_lora_rank=0, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=6, v_head_dim=5),
+}
+B = 3
+
+
+def param_table(c):
+    """(name, shape, kind): DeepseekV3's attention names in its registration order, Llama's elsewhere."""
+    C, V, F_, NH, m = c["d_model"], c["vocab_size"], c["ffn_hidden"], c["n_head"], c["mla"]
+    qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+    t = [("model.embed_tokens.weight", (V, C), "embedding")]
+    for l in range(c["n_layer"]):
+        p = f"model.layers.{l}"
+        t.append((f"{p}.input_layernorm.weight", (C,), "norm"))
+        if m["q_lora_rank"] > 0:
+            t.append((f"{p}.self_attn.q_a_proj.weight", (m["q_lora_rank"], C), "matrix"))
+            t.append((f"{p}.self_attn.q_a_layernorm.weight", (m["q_lora_rank"],), "norm"))
+            t.append((f"{p}.self_attn.q_b_proj.weight", (NH * qk, m["q_lora_rank"]), "matrix"))
+        else:
+            t.append((f"{p}.self_attn.q_proj.weight", (NH * qk, C), "matrix"))
+        t.append((f"{p}.self_attn.kv_a_proj_with_mqa.weight", (m["kv_lora_rank"] + m["qk_rope_head_dim"], C), "matrix"))
+        t.append((f"{p}.self_attn.kv_a_layernorm.weight", (m["kv_lora_rank"],), "norm"))
+        t.append((f"{p}.self_attn.kv_b_proj.weight",
+                  (NH * (m["qk_nope_head_dim"] + m["v_head_dim"]), m["kv_lora_rank"]), "matrix"))
+        t.append((f"{p}.self_attn.o_proj.weight", (C, NH * m["v_head_dim"]), "matrix"))
+        t.append((f"{p}.post_attention_layernorm.weight", (C,), "norm"))
+        t.append((f"{p}.mlp.gate_proj.weight", (F_, C), "matrix"))
+        t.append((f"{p}.mlp.up_proj.weight", (F_, C), "matrix"))
+        t.append((f"{p}.mlp.down_proj.weight", (C, F_), "matrix"))
+    t.append(("model.norm.weight", (C,), "norm"))
+    t.append(("lm_head.weight", (V, C), "embedding"))
+    return t
+
+
+def init_params(table, gen):
+    params = {}
+    for name, shape, kind in table:
+        p = 1.0 + 0.1 * torch.randn(shape, generator=gen) if kind == "norm" else 0.2 * torch.randn(shape, generator=gen)
+        params[name] = p.float().requires_grad_(True)
+    return params
+
+
+def rope(x, theta):
+    """Rotary embeddings over the last dim of x (..., T, d), rotate-half pairing."""
+    cos, sin = rope_cos_sin(x.shape[-2], x.shape[-1], theta, x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+def mla(p, pre, h, c):
+    """The attention branch of layer prefix pre on h = rms_norm(x) (B, T, C): o_proj of MLA's output."""
+    Bn, T, _ = h.shape
+    NH, m, eps = c["n_head"], c["mla"], c["norm_eps"]
+    dn, dr, dv, R = m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
+    a = f"{pre}.self_attn"
+    if m["q_lora_rank"] > 0:
+        c_q = rms_norm(h @ p[f"{a}.q_a_proj.weight"].T, p[f"{a}.q_a_layernorm.weight"], eps)
+        q = c_q @ p[f"{a}.q_b_proj.weight"].T
+    else:
+        q = h @ p[f"{a}.q_proj.weight"].T
+    q = q.view(Bn, T, NH, dn + dr).transpose(1, 2)                  # (B, NH, T, dn + dr)
+    q_nope, q_rope = q[..., :dn], q[..., dn:]
+    compressed = h @ p[f"{a}.kv_a_proj_with_mqa.weight"].T           # (B, T, R + dr)
+    c_kv, k_rope = compressed[..., :R], compressed[..., R:]
+    kv = rms_norm(c_kv, p[f"{a}.kv_a_layernorm.weight"], eps) @ p[f"{a}.kv_b_proj.weight"].T
+    kv = kv.view(Bn, T, NH, dn + dv).transpose(1, 2)                # (B, NH, T, dn + dv)
+    k_nope, v = kv[..., :dn], kv[..., dn:]
+    k_rope = rope(k_rope.unsqueeze(1), c["rope_theta"])             # (B, 1, T, dr): one key for all heads
+    query = torch.cat([q_nope, rope(q_rope, c["rope_theta"])], dim=-1)
+    key = torch.cat([k_nope, k_rope.expand(Bn, NH, T, dr)], dim=-1)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    att = (query @ key.transpose(-2, -1)) / math.sqrt(dn + dr)
+    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    y = (att @ v).transpose(1, 2).reshape(Bn, T, NH * dv)
+    return y @ p[f"{a}.o_proj.weight"].T
+
+
+def forward(p, c, tokens, targets):
+    x = p["model.embed_tokens.weight"][tokens]
+    for l in range(c["n_layer"]):
+        pre = f"model.layers.{l}"
+        x = x + mla(p, pre, rms_norm(x, p[f"{pre}.input_layernorm.weight"], c["norm_eps"]), c)
+        m = rms_norm(x, p[f"{pre}.post_attention_layernorm.weight"], c["norm_eps"])
+        x = x + swiglu(m, p[f"{pre}.mlp.gate_proj.weight"], p[f"{pre}.mlp.up_proj.weight"],
+                       p[f"{pre}.mlp.down_proj.weight"])
+    x = rms_norm(x, p["model.norm.weight"], c["norm_eps"])
+    logits = x @ p["lm_head.weight"].T
+    loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
+    return logits, loss
+
+
+def write_variant(out, name, mla_cfg, gen):
+    c = dict(BASE, mla=mla_cfg)
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    p = init_params(param_table(c), gen)
+    write_safetensors(os.path.join(d, "model.safetensors"), p)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(dict(c, batch_size=B), f)
+    successor = torch.randperm(c["vocab_size"], generator=gen)
+    tokens, targets = batch(c, gen, successor)
+    np.save(os.path.join(d, "tokens.npy"), tokens.numpy().astype(np.int32))
+    np.save(os.path.join(d, "targets.npy"), targets.numpy().astype(np.int32))
+    p64 = {n: t.detach().double().requires_grad_(True) for n, t in p.items()}
+    logits, loss = forward(p64, c, tokens, targets)
+    loss.backward()
+    np.save(os.path.join(d, "logits.npy"), logits.detach().float().numpy())
+    np.save(os.path.join(d, "loss.npy"), np.array([loss.item()], dtype=np.float64))
+    for n, t in p64.items():
+        np.save(os.path.join(d, f"grad.{n}.npy"), t.grad.float().numpy())
+    return loss.item()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    torch.set_num_threads(1)
+    gen = torch.Generator().manual_seed(20250839)
+    losses = {name: write_variant(args.out, name, cfg, gen) for name, cfg in VARIANTS.items()}
+    with open(os.path.join(args.out, "config.json"), "w") as f:
+        json.dump(dict(BASE, batch_size=B, variants=list(VARIANTS)), f)
+    print(f"wrote MLA reference to {args.out}: " + ", ".join(f"{n} loss {l:.6f}" for n, l in losses.items()))
+
+
+if __name__ == "__main__":
+    main()
