@@ -74,25 +74,20 @@ fs::path url_file() { return global().db + ".url"; }
 fs::path token_file() { return global().db + ".token"; }
 
 void write_connection_files(const std::string& url, const std::string& token) {
-  // Both 0600, as the database is: the URL says where a controller of this user listens.
+  // The token first, then the URL: a client that finds the URL (the sign that the controller
+  // listens) finds the token beside it, never an older or half-written one. Both written whole
+  // to a 0600 temporary file and renamed into place, as the database is private: the URL says
+  // where a controller of this user listens, the token what it lets change.
   try {
-    worker::write_file_atomic(url_file(), url + "\n");
+    worker::write_file_atomic(token_file(), token + "\n", worker::kPrivateFileMode);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot write the admin token: " + std::string(e.what()));
+  }
+  try {
+    worker::write_file_atomic(url_file(), url + "\n", worker::kPrivateFileMode);
   } catch (const std::exception& e) {
     throw std::runtime_error(std::string("cannot write the controller's URL: ") + e.what());
   }
-  // Created 0600, never readable by others even for a moment; an older file is made so before
-  // the token is written into it.
-  const int fd = ::open(token_file().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0 || ::fchmod(fd, 0600) != 0) {
-    const int err = errno;
-    if (fd >= 0) ::close(fd);
-    throw std::runtime_error("cannot write the admin token to " + token_file().string() + ": " + std::strerror(err));
-  }
-  const std::string line = token + "\n";
-  const bool written = ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
-  const int err = errno;
-  ::close(fd);
-  if (!written) throw std::runtime_error("cannot write the admin token to " + token_file().string() + ": " + std::strerror(err));
 }
 
 namespace {

@@ -171,6 +171,31 @@ TEST_F(CliServe, ReadsBehindATokenWithNoPublicReads) {
   EXPECT_NE(open.output.find("excludes"), std::string::npos) << open.output;
 }
 
+// A client finds the controller by its address file and authenticates with the token file beside
+// it: the moment the address is there, the token must be this controller's, whole. The address
+// was written first, so a client (and HostileRecipe's submission, now and then) read an earlier
+// controller's token, or an empty file, and got 401.
+TEST_F(CliServe, TheTokenIsInPlaceBeforeTheAddressAppears) {
+  for (int round = 0; round < 3; ++round) {
+    const fs::path token_file = dir_ / "serve.db.token";
+    std::ofstream(token_file) << "an-earlier-controllers-token\n";
+    Serve s = start_serve();
+    std::string url, token;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (url.find('\n') == std::string::npos && std::chrono::steady_clock::now() < give_up) {
+      url = read_file(dir_ / "serve.db.url");  // polled without a pause: the window is short
+      if (url.find('\n') != std::string::npos) token = read_file(token_file);
+    }
+    ASSERT_NE(url.find('\n'), std::string::npos) << "round " << round << ": no address\n" << read_file(s.log);
+    EXPECT_NE(token, "an-earlier-controllers-token\n") << "round " << round << ": the address came before the token";
+    ASSERT_TRUE(token.size() > 1 && token.back() == '\n')
+        << "round " << round << ": the token read the moment the address appeared: '" << token << "'";
+    EXPECT_EQ(token, read_file(token_file)) << "round " << round;
+    EXPECT_EQ(http_request(url.substr(0, url.find('\n')), "GET", "/healthz").status, 200);
+    EXPECT_EQ(s.stop(), 0) << read_file(s.log);
+  }
+}
+
 TEST_F(CliServe, ServeRefusesAPortInUse) {
   Serve s = serve();
   ASSERT_FALSE(s.url.empty()) << read_file(s.log);

@@ -55,14 +55,13 @@ class CliFixture : public ControllerFixture {
     return test::run_command("cd '" + dir_.string() + "' && " + PRECON_BIN + " " + args);
   }
 
-  // `BIN serve --db dir_/serve.db --port 0 --runs dir_/runs --slurm off EXTRA...`; returns once it
-  // wrote its address next to the database, or once it exited.
-  Serve serve(const std::string& bin = PRECON_BIN, const std::vector<std::string>& extra = {}) {
+  // `BIN serve --db dir_/serve.db --port 0 --runs dir_/runs --slurm off EXTRA...` started in the
+  // background (after removing an address an earlier one left); returns at once.
+  Serve start_serve(const std::string& bin = PRECON_BIN, const std::vector<std::string>& extra = {}) {
     Serve s;
     s.log = dir_ / "serve.log";
     s.db = dir_ / "serve.db";
-    const std::string url_file = s.db.string() + ".url";
-    fs::remove(url_file);
+    fs::remove(s.db.string() + ".url");
     std::vector<std::string> args{bin, "serve", "--db", s.db.string(), "--port", "0", "--runs", (dir_ / "runs").string(),
                                   "--slurm", "off"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -76,6 +75,13 @@ class CliFixture : public ControllerFixture {
       ::execv(bin.c_str(), argv.data());
       ::_exit(127);
     }
+    return s;
+  }
+
+  // start_serve(), then waits until it wrote its address next to the database (s.url), or exited.
+  Serve serve(const std::string& bin = PRECON_BIN, const std::vector<std::string>& extra = {}) {
+    Serve s = start_serve(bin, extra);
+    const std::string url_file = s.db.string() + ".url";
     bool exited = false;
     wait_for([&] {
       if (::waitpid(s.pid, nullptr, WNOHANG) == s.pid) exited = true;
