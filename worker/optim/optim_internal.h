@@ -42,6 +42,11 @@ bool cautious_decay(const OptimizerConfig& config);
 // optimizer.shampoo.comm_dtype) and its value: "fp32" or "bf16".
 kernels::DType comm_dtype(std::string_view key, const std::string& value);
 
+// The owners of an optimizer's units (hooks.owners, or this rank alone without a group); throws
+// OptimizerError when a group of several ranks comes without a planner.
+std::unique_ptr<OwnedResults> plan_owners(const OptimizerHooks& hooks, const std::vector<OwnedUnit>& units,
+                                          kernels::DType dtype, int64_t chunk, kernels::Device device);
+
 // A 1-D or 2-D contiguous view at `ptr` with a runtime shape.
 kernels::Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device);
 
