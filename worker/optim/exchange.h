@@ -18,6 +18,10 @@
 
 namespace precon::worker {
 
+// Values each rank sends per all-gather call of updated parameters (4 MiB of fp32): the receive
+// buffer then holds ranks · this many values, not a second copy of every parameter.
+constexpr int64_t kGatherChunk = 1 << 20;
+
 // The ranks that hold the same parameters (or the same parts of them), in a fixed order.
 class ShareGroup {
  public:
@@ -96,6 +100,31 @@ class OwnedResults {
 // most values a rank sends per all-gather (0: the whole segment at once) and where the results live.
 using OwnerPlanner = std::function<std::unique_ptr<OwnedResults>(const std::vector<OwnedUnit>& units, kernels::DType dtype,
                                                                  int64_t chunk, kernels::Device device)>;
+
+// The element-wise state of `total` values (an AdamW group's parameters back to back, in order)
+// divided over the ranks that hold the same values (parallel.distributed_optimizer): each rank
+// updates its own contiguous range, and share() hands every rank's updated values to all. The
+// ranges and the all-gather are worker/parallel's (distributed_optimizer.h range_planner).
+class OwnedRanges {
+ public:
+  virtual ~OwnedRanges() = default;
+  // This rank's values [lo(), hi()).
+  virtual int64_t lo() const = 0;
+  virtual int64_t hi() const = 0;
+  // The rank (of the group) whose range holds values [first, first + n), or -1 when they span ranges.
+  virtual int root(int64_t first, int64_t n) const = 0;
+  // After the update: copy(from, to, buf, into_buf) moves values [from, to) between the parameters
+  // and contiguous memory (into_buf: parameters to buf); share() packs this rank's values with it,
+  // all-gathers them and unpacks every other rank's, in chunks.
+  using Copy = std::function<void(int64_t from, int64_t to, float* buf, bool into_buf)>;
+  virtual void share(const Copy& copy) = 0;
+  // Bytes this rank sent in share() (worker/parallel/comm_cost.h).
+  virtual int64_t comm_bytes() const = 0;
+};
+
+// Makes the ranges of `total` values (values that live in `device`'s memory); null: every rank
+// updates every value.
+using RangePlanner = std::function<std::unique_ptr<OwnedRanges>(int64_t total, kernels::Device device)>;
 
 // This rank alone computes every unit (each of one part) and applies its own results; what an
 // optimizer uses when it is given no planner.

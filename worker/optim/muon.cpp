@@ -108,7 +108,7 @@ class Muon final : public Optimizer {
         device_(device),
         ns_(ns_options(config.muon, device)),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
+               hooks.distribute_elementwise ? hooks.ranges : nullptr) {
     momentum_form_ =
         parse_choice<OptimizerError>("optimizer.muon.momentum_form", config_.momentum_form, kMomentumForms);
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {

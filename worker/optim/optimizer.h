@@ -131,6 +131,9 @@ struct OptimizerHooks {
   // the AdamW-routed parameters of every other optimizer) is split in contiguous ranges over
   // `replicas` instead of replicated on each of its ranks (AdamWGroup in optim_internal.h).
   bool distribute_elementwise = false;
+  // With distribute_elementwise: the ranges of the element-wise state over `replicas` (worker/
+  // parallel's range_planner, distributed_optimizer.h); it must be given then.
+  RangePlanner ranges = nullptr;
   // Who computes the expensive per-matrix (per-block) units and how their results reach every rank
   // of `group` (worker/parallel's owner_planner, distributed_optimizer.h). Null: this rank alone
   // (solo_results); it must be given with a group of several ranks.

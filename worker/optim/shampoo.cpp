@@ -96,7 +96,7 @@ class Shampoo final : public Optimizer {
         hooks_(hooks),
         all_matrices_(parse_choice<OptimizerError>("optimizer.shampoo.params", config_.params, kAllMatrices)),
         adamw_(side_params(params, all_matrices_), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
+               hooks.distribute_elementwise ? hooks.ranges : nullptr) {
     if (grafting_ == Grafting::adagrad && device == kernels::Device::cuda) {
       throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
                            "use adam, rmsprop, sgd or none on CUDA");

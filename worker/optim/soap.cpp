@@ -49,7 +49,7 @@ class Soap final : public Optimizer {
         shampoo_beta_(config_.shampoo_beta >= 0 ? config_.shampoo_beta : config_.beta2),
         device_(device),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
+               hooks.distribute_elementwise ? hooks.ranges : nullptr) {
     for (const OptimParam& p : matrix_params(params, true)) {
       const ParamSpec& s = *p.spec;
       if (s.shape.size() != 2) throw OptimizerError("soap: " + s.name + " is routed as a matrix but is not 2-D");

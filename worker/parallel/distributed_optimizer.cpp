@@ -152,6 +152,53 @@ class GroupResults final : public OwnedResults {
   int64_t comm_bytes_ = 0;
 };
 
+// Megatron's distributed optimizer's ranges: rank r updates values [r·per, (r + 1)·per) of the
+// total (the last range may be short or empty), and one all-gather per chunk of per hands them on.
+class GroupRanges final : public OwnedRanges {
+ public:
+  GroupRanges(std::shared_ptr<ShareGroup> group, int64_t total, kernels::Device device)
+      : group_(std::move(group)), device_(device), total_(total) {
+    const int64_t ranks = group_->count(), rank = group_->index();
+    per_rank_ = (total_ + ranks - 1) / ranks;
+    lo_ = std::min(total_, rank * per_rank_);
+    hi_ = std::min(total_, lo_ + per_rank_);
+    // The all-gather runs in chunks so that its buffers stay small beside the state it divides.
+    chunk_ = std::max<int64_t>(1, std::min<int64_t>(per_rank_, kGatherChunk));
+    send_ = kernels::Buffer(device, static_cast<size_t>(chunk_) * sizeof(float));
+    recv_ = kernels::Buffer(device, static_cast<size_t>(chunk_ * ranks) * sizeof(float));
+  }
+  int64_t lo() const override { return lo_; }
+  int64_t hi() const override { return hi_; }
+  int root(int64_t first, int64_t n) const override {
+    if (per_rank_ == 0 || n <= 0 || first / per_rank_ != (first + n - 1) / per_rank_) return -1;
+    return static_cast<int>(first / per_rank_);
+  }
+  void share(const Copy& copy) override {
+    const int64_t ranks = group_->count();
+    float* send = static_cast<float*>(send_.data());
+    float* recv = static_cast<float*>(recv_.data());
+    for (int64_t c = 0; c < per_rank_; c += chunk_) {
+      const int64_t n = std::min(chunk_, per_rank_ - c);
+      // This rank's values [lo_ + c, lo_ + c + n); past the end of the whole (the last range) unused.
+      copy(lo_ + c, std::min(hi_, lo_ + c + n), send, true);
+      comm_bytes_ += group_->share(send, recv, n, kernels::DType::f32, device_);
+      for (int64_t q = 0; q < ranks; ++q) {
+        if (q == group_->index()) continue;
+        const int64_t from = q * per_rank_ + c;
+        copy(std::min(total_, from), std::min(total_, from + n), recv + q * n, false);
+      }
+    }
+  }
+  int64_t comm_bytes() const override { return comm_bytes_; }
+
+ private:
+  std::shared_ptr<ShareGroup> group_;
+  kernels::Device device_;
+  int64_t total_ = 0, per_rank_ = 0, lo_ = 0, hi_ = 0, chunk_ = 1;
+  kernels::Buffer send_, recv_;
+  int64_t comm_bytes_ = 0;
+};
+
 }  // namespace
 
 std::vector<int> assign_owners(const std::vector<double>& cost, int ranks) {
@@ -180,6 +227,13 @@ OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, const 
   return [group = std::move(group), tensor](const std::vector<OwnedUnit>& units, kernels::DType dtype, int64_t chunk,
                                             kernels::Device device) -> std::unique_ptr<OwnedResults> {
     return std::make_unique<GroupResults>(group, tensor, units, dtype, chunk, device);
+  };
+}
+
+RangePlanner range_planner(std::shared_ptr<ShareGroup> replicas) {
+  if (!replicas || replicas->count() <= 1) return nullptr;
+  return [replicas = std::move(replicas)](int64_t total, kernels::Device device) -> std::unique_ptr<OwnedRanges> {
+    return std::make_unique<GroupRanges>(replicas, total, device);
   };
 }
 

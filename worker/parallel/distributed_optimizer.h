@@ -26,4 +26,9 @@ std::vector<int> assign_owners(const std::vector<double>& cost, int ranks);
 // groups do not have that shape.
 OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, const ShareGroup* tp = nullptr);
 
+// OptimizerHooks::ranges over `replicas` (the ranks that hold the same values): `total` values cut
+// into contiguous ranges of ceil(total / ranks), range r to group rank r, the updated values
+// all-gathered in chunks of at most kGatherChunk a rank. Null when replicas is null or one rank.
+RangePlanner range_planner(std::shared_ptr<ShareGroup> replicas);
+
 }  // namespace precon::worker

@@ -140,6 +140,7 @@ void build_optimizer(Run& run) {
     h.tensor = run.par.tensor;
     h.replicas = share_group(replicas);
     h.distribute_elementwise = run.cfg().parallel.distributed_optimizer;
+    if (h.distribute_elementwise) h.ranges = range_planner(h.replica_group());  // AdamW's moments divided
     h.owners = owner_planner(h.group, run.par.tensor, h.tp.get());  // who computes each matrix's (block's) work
   };
   share_over(hooks, run.par.stage.get(), run.par.dp.get());

@@ -128,6 +128,31 @@ TEST(OwnerPlanner, GroupsOfTheWrongShapeAreRefused) {
   EXPECT_EQ(owner_planner(nullptr, 1), nullptr);
 }
 
+TEST(OwnerPlanner, RangesCutTheValuesIntoEqualRunsAndGatherTheOthers) {
+  // Rank 1 of 3 over 10 values: runs of ceil(10 / 3) = 4, this rank's [4, 8), the last one short.
+  auto group = std::make_shared<SimulatedGroup>(1, 3);
+  auto r = range_planner(group)(10, kCpu);
+  EXPECT_EQ(r->lo(), 4);
+  EXPECT_EQ(r->hi(), 8);
+  EXPECT_EQ(r->root(0, 4), 0);
+  EXPECT_EQ(r->root(3, 2), -1);  // spans ranks 0 and 1
+  EXPECT_EQ(r->root(8, 2), 2);
+  EXPECT_EQ(r->root(5, 0), -1);
+  // One chunk of 4 a rank: this rank's values packed, then rank 0's and rank 2's unpacked.
+  std::vector<std::tuple<int64_t, int64_t, bool, float>> copies;  // from, to, into_buf, first value
+  r->share([&](int64_t from, int64_t to, float* buf, bool into_buf) {
+    if (into_buf) buf[0] = 7.0f;
+    copies.emplace_back(from, to, into_buf, buf[0]);
+  });
+  EXPECT_EQ(group->shared, (std::vector<int64_t>{4}));
+  EXPECT_EQ(copies, (std::vector<std::tuple<int64_t, int64_t, bool, float>>{
+                        {4, 8, true, 7.0f}, {0, 4, false, 0.0f}, {8, 10, false, 2000.0f}}));
+  EXPECT_EQ(r->comm_bytes(), 16);
+  // One rank (or none): no ranges, every rank updates every value.
+  EXPECT_EQ(range_planner(std::make_shared<SimulatedGroup>(0, 1)), nullptr);
+  EXPECT_EQ(range_planner(nullptr), nullptr);
+}
+
 TEST(OwnerPlanner, OneRankComputesAndAppliesEveryUnitInPlace) {
   auto r = solo_results({{1, {2}}, {7, {3}}}, kCpu);
   EXPECT_FALSE(r->distributed());
