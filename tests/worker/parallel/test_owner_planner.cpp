@@ -16,7 +16,7 @@
 namespace precon::worker {
 namespace {
 
-const kernels::Device kCpu = kernels::Device::cpu;
+const kernels::Device kPlannerCpu = kernels::Device::cpu;
 
 // Member `index` of `count`: share() puts the own values at this member's place and, at member q's,
 // the values 1000·q + i; max() keeps the flags. Counts the calls and values shared.
@@ -57,7 +57,7 @@ TEST(OwnerPlanner, AssignsOwnersGreedilyAndHandsEveryResultToEveryRank) {
   // to rank 1, then unit 2 to rank 1 (load 3 < 5).
   auto group = std::make_shared<SimulatedGroup>(1, 2);
   ASSERT_EQ(assign_owners({3, 5, 1}, 2), (std::vector<int>{1, 0, 1}));
-  auto r = owner_planner(group, 1)({{3, {4}}, {5, {6}}, {1, {2}}}, kernels::DType::f32, 0, kCpu);
+  auto r = owner_planner(group, 1)({{3, {4}}, {5, {6}}, {1, {2}}}, kernels::DType::f32, 0, kPlannerCpu);
   EXPECT_TRUE(r->distributed());
   EXPECT_EQ(r->who(), "rank 1");
   EXPECT_FALSE(r->mine(1));
@@ -84,7 +84,7 @@ TEST(OwnerPlanner, AssignsOwnersGreedilyAndHandsEveryResultToEveryRank) {
 TEST(OwnerPlanner, ChunksCutTheResultsIntoRangesAppliedAsTheyArrive) {
   auto group = std::make_shared<SimulatedGroup>(0, 2);
   // Unit 0 (cost 9) to rank 0, unit 1 to rank 1: segments of 5 values, chunks of 2.
-  auto r = owner_planner(group, 1)({{9, {5}}, {1, {3}}}, kernels::DType::f32, 2, kCpu);
+  auto r = owner_planner(group, 1)({{9, {5}}, {1, {3}}}, kernels::DType::f32, 2, kPlannerCpu);
   for (int i = 0; i < 5; ++i) r->own(0)[i] = 10.0f + i;
   const std::vector<Arrival> got = share_all(*r);
   EXPECT_EQ(group->shared, (std::vector<int64_t>{2, 2, 1}));
@@ -103,7 +103,7 @@ TEST(OwnerPlanner, AUnitInPartsGoesToADataIndexAndEachPartToItsTensorRank) {
   // Unit 0 in two parts (cost 8: data index 0 of 2, rank 0 of 4), unit 1 whole (cost 4: by rank, rank 1).
   ASSERT_EQ(assign_owners({8, 4}, 2), (std::vector<int>{0, 1}));
   ASSERT_EQ(assign_owners({8, 4}, 4), (std::vector<int>{0, 1}));
-  auto r = owner_planner(group, 2, tp.get())({{8, {3, 3}}, {4, {2}}}, kernels::DType::f32, 0, kCpu);
+  auto r = owner_planner(group, 2, tp.get())({{8, {3, 3}}, {4, {2}}}, kernels::DType::f32, 0, kPlannerCpu);
   EXPECT_FALSE(r->holds(0));  // data index 0 computes unit 0
   EXPECT_EQ(r->root(0), 0);
   EXPECT_EQ(r->part(0), 1u);
@@ -131,7 +131,7 @@ TEST(OwnerPlanner, GroupsOfTheWrongShapeAreRefused) {
 TEST(OwnerPlanner, RangesCutTheValuesIntoEqualRunsAndGatherTheOthers) {
   // Rank 1 of 3 over 10 values: runs of ceil(10 / 3) = 4, this rank's [4, 8), the last one short.
   auto group = std::make_shared<SimulatedGroup>(1, 3);
-  auto r = range_planner(group)(10, kCpu);
+  auto r = range_planner(group)(10, kPlannerCpu);
   EXPECT_EQ(r->lo(), 4);
   EXPECT_EQ(r->hi(), 8);
   EXPECT_EQ(r->root(0, 4), 0);
@@ -154,13 +154,13 @@ TEST(OwnerPlanner, RangesCutTheValuesIntoEqualRunsAndGatherTheOthers) {
 }
 
 TEST(OwnerPlanner, OneRankComputesAndAppliesEveryUnitInPlace) {
-  auto r = solo_results({{1, {2}}, {7, {3}}}, kCpu);
+  auto r = solo_results({{1, {2}}, {7, {3}}}, kPlannerCpu);
   EXPECT_FALSE(r->distributed());
   EXPECT_TRUE(r->mine(0) && r->mine(1) && r->primary());
   r->own(0)[0] = 1.0f;
   r->own(1)[0] = 2.0f;
   EXPECT_EQ(share_all(*r), (std::vector<Arrival>{{0, 0, 0, 2, 1.0f}, {1, 0, 0, 3, 2.0f}}));
-  EXPECT_THROW(solo_results({{1, {2, 2}}}, kCpu), OptimizerError);
+  EXPECT_THROW(solo_results({{1, {2, 2}}}, kPlannerCpu), OptimizerError);
 }
 
 }  // namespace
