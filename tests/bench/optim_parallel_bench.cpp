@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "worker/model/params.h"
 #include "worker/optim/optimizer.h"
+#include "worker/parallel/distributed_optimizer.h"
 #include "worker/parallel/mpi_communicator.h"
 #include "worker/parallel/optimizer_groups.h"
 
@@ -98,6 +99,7 @@ int main(int argc, char** argv) {
       const double duplicated = time_steps(alone.get(), *world, repeats);
       pw::OptimizerHooks hooks;
       hooks.group = pw::share_group(world.get());
+      hooks.owners = pw::owner_planner(hooks.group, 1);
       auto owned = pw::make_optimizer(cfg, params, k::Device::cpu, hooks);
       const double owners = time_steps(owned.get(), *world, repeats);
       if (rank == 0)

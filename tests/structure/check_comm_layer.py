@@ -9,7 +9,14 @@ nothing of worker/parallel (dependencies point train -> parallel -> optim).
 
 The collectives are read from worker/parallel/communicator.h (its virtual methods but the queries
 rank, size and backend, and split, whose name a parameter's split() shares: naming Communicator
-already rules it out). Prints every violation; exits 1 if there is one."""
+already rules it out).
+
+The distributed optimizer lives in worker/parallel too (distributed_optimizer.h): who computes each
+unit of a step (assign_owners) and how the results reach every rank. So worker/optim names no
+assign_owners, and the optimizers whose units it plans (OWNED: Shampoo, SOAP, Muon) read no group's
+index or size and ask a ShareGroup for nothing mid-step but Muon's sums over a matrix's
+tensor-parallel parts (tp_->sum, the math of Newton–Schulz on parts): their results go through the
+OwnedResults they are given (results_); AdamWGroup's ranges are an OwnedRanges (ranges_). Prints every violation; exits 1 if there is one."""
 import os
 import re
 import sys
@@ -18,6 +25,15 @@ ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 PARTS = ("worker/model", "worker/optim")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 QUERIES = {"rank", "size", "backend", "split"}
+OWNED = ("worker/optim/shampoo.cpp", "worker/optim/soap.cpp", "worker/optim/muon.cpp")
+# Exchange only through what worker/parallel plans: the optimizers above and AdamWGroup, whose
+# ranges (parallel.distributed_optimizer) are an OwnedRanges (ranges_).
+PLANNED = OWNED + ("worker/optim/adamw.cpp",)
+# In OWNED: a group's place or size, or an exchange, other than through results_ (OwnedResults) or
+# Muon's sums over a matrix's tensor-parallel parts.
+GROUP_QUERY = re.compile(r"(?:\.|->)\s*(index|count)\s*\(\s*\)")
+EXCHANGE = re.compile(r"(\w+)\s*(?:\.|->)\s*(share|sum|max)\s*\(")
+ALLOWED_EXCHANGE = {("results_", "share"), ("results_", "max"), ("tp_", "sum"), ("ranges_", "share")}
 
 
 def collectives():
@@ -67,6 +83,21 @@ def main():
                     problems.append("%s:%d: calls the collective %s" % (rel, n, m.group(1)))
                 for m in named.finditer(c):
                     problems.append("%s:%d: names %s" % (rel, n, m.group(1)))
+                if part == "worker/optim" and re.search(r"\bassign_owners\b", c):
+                    problems.append("%s:%d: names assign_owners (owners are assigned in "
+                                    "worker/parallel/distributed_optimizer.h)" % (rel, n))
+                if rel in OWNED:
+                    for m in GROUP_QUERY.finditer(c):
+                        problems.append("%s:%d: reads a group's %s() (the owners are planned in worker/parallel)"
+                                        % (rel, n, m.group(1)))
+                if rel in PLANNED:
+                    for m in EXCHANGE.finditer(c):
+                        if (m.group(1), m.group(2)) not in ALLOWED_EXCHANGE:
+                            problems.append("%s:%d: calls %s on %s mid-step (results go through results_, "
+                                            "an OwnedResults)" % (rel, n, m.group(2), m.group(1)))
+    for rel in PLANNED:
+        if not os.path.exists(os.path.join(ROOT, rel)):
+            problems.append("%s: listed as an optimizer that worker/parallel plans, but missing" % rel)
     for p in problems:
         print(p)
     print("%d communication-layer violation(s) in %s (collectives: %s)" % (len(problems), ", ".join(PARTS),

@@ -31,18 +31,17 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run) {
 }
 
 AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device,
-                       std::shared_ptr<ShareGroup> shard)
-    : hyper_(hyper), device_(device), shard_(shard && shard->count() > 1 ? std::move(shard) : nullptr) {
+                       const RangePlanner& ranges)
+    : hyper_(hyper), device_(device) {
   for (const OptimParam& p : params) {
     const ParamSpec held = held_spec(p);
     index_[p.spec->name] = params_.size();
     params_.push_back({p.spec->name, visible(p.param, held), visible(p.grad, held), total_, p.spec, p.tp});
     total_ += params_.back().param.numel();
   }
-  const int64_t ranks = shard_ ? shard_->count() : 1, rank = shard_ ? shard_->index() : 0;
-  per_rank_ = (total_ + ranks - 1) / ranks;
-  lo_ = std::min(total_, rank * per_rank_);
-  hi_ = std::min(total_, lo_ + per_rank_);
+  if (ranges) ranges_ = ranges(total_, device);
+  lo_ = ranges_ ? ranges_->lo() : 0;
+  hi_ = ranges_ ? ranges_->hi() : total_;
   for (size_t i = 0; i < params_.size(); ++i) {
     const Entry& e = params_[i];
     const int64_t first = std::max(lo_, e.start), end = std::min(hi_, e.start + e.param.numel());
@@ -50,12 +49,6 @@ AdamWGroup::AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& 
   }
   exp_avg_.allocate(device);
   exp_avg_sq_.allocate(device);
-  if (shard_) {
-    // The all-gather runs in chunks so that its buffers stay small beside the state it divides.
-    const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(per_rank_, kGatherChunk));
-    send_ = kernels::Buffer(device, static_cast<size_t>(chunk) * sizeof(float));
-    recv_ = kernels::Buffer(device, static_cast<size_t>(chunk * ranks) * sizeof(float));
-  }
 }
 
 void AdamWGroup::add_pieces(size_t entry, int64_t first, int64_t end) {
@@ -105,7 +98,7 @@ void AdamWGroup::step(const StepContext& ctx) {
   hp.cautious = hyper_.cautious;
   for (const Piece& p : pieces_) {
     const Entry& e = params_[p.entry];
-    if (!shard_) {  // whole parameters, in their shapes
+    if (!ranges_) {  // whole parameters, in their shapes
       kernels::adamw_update(e.param, e.grad, exp_avg_.get(p.state), exp_avg_sq_.get(p.state), hp);
       continue;
     }
@@ -113,7 +106,9 @@ void AdamWGroup::step(const StepContext& ctx) {
     kernels::adamw_update(flat(e.param), flat(e.grad), make_view(exp_avg_.get(p.state).f32(), {p.n}, device_),
                           make_view(exp_avg_sq_.get(p.state).f32(), {p.n}, device_), hp);
   }
-  if (shard_) share_values();
+  if (ranges_) {
+    ranges_->share([this](int64_t from, int64_t to, float* buf, bool into_buf) { copy_values(from, to, buf, into_buf); });
+  }
 }
 
 void AdamWGroup::copy_values(int64_t from, int64_t to, float* buf, bool into_buf) const {
@@ -136,32 +131,10 @@ void AdamWGroup::copy_values(int64_t from, int64_t to, float* buf, bool into_buf
   }
 }
 
-void AdamWGroup::share_values() {
-  const int64_t ranks = shard_->count();
-  const int64_t chunk = static_cast<int64_t>(send_.bytes() / sizeof(float));
-  float* send = static_cast<float*>(send_.data());
-  float* recv = static_cast<float*>(recv_.data());
-  for (int64_t c = 0; c < per_rank_; c += chunk) {
-    const int64_t n = std::min(chunk, per_rank_ - c);
-    // This rank's values [lo_ + c, lo_ + c + n); past the end of the whole (the last range) unused.
-    copy_values(lo_ + c, std::min(hi_, lo_ + c + n), send, true);
-    comm_bytes_ += shard_->share(send, recv, n, kernels::DType::f32, device_);
-    for (int64_t q = 0; q < ranks; ++q) {
-      if (q == shard_->index()) continue;
-      const int64_t from = q * per_rank_ + c;
-      copy_values(std::min(total_, from), std::min(total_, from + n), recv + q * n, false);
-    }
-  }
-}
-
 std::vector<int> AdamWGroup::roots() const {
   std::vector<int> out(params_.size(), -1);
-  if (!shard_ || per_rank_ == 0) return out;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Entry& e = params_[i];
-    const int64_t n = e.param.numel();
-    if (n > 0 && e.start / per_rank_ == (e.start + n - 1) / per_rank_) out[i] = static_cast<int>(e.start / per_rank_);
-  }
+  if (!ranges_) return out;
+  for (size_t i = 0; i < params_.size(); ++i) out[i] = ranges_->root(params_[i].start, params_[i].param.numel());
   return out;
 }
 
@@ -173,7 +146,7 @@ void AdamWGroup::append_state(std::vector<NamedState>& out, bool primary) const 
     const Entry& e = params_[index_.at(s.param)];
     const bool split = e.tp.size > 1 && e.spec->tp_split_dim >= 0;
     // A replicated row's state is the same on every tensor-parallel rank: the first writes it.
-    s.primary = (shard_ ? true : primary) && (split || e.tp.rank == 0);
+    s.primary = (ranges_ ? true : primary) && (split || e.tp.rank == 0);
     append_in_full(*e.spec, split ? e.tp : TpPlace{}, std::move(s), out);
   }
 }
@@ -206,7 +179,7 @@ class AdamW final : public Optimizer {
   AdamW(const OptimizerConfig& config, const std::vector<OptimParam>& params, kernels::Device device,
         const OptimizerHooks& hooks)
       : device_(device), primary_(!hooks.replica_group() || hooks.replica_group()->index() == 0),
-        group_(params, adamw_hyper(config, true), device, hooks.distribute_elementwise ? hooks.replica_group() : nullptr),
+        group_(params, adamw_hyper(config, true), device, hooks.distribute_elementwise ? hooks.ranges : nullptr),
         roots_(merge_roots(params, {}, group_)) {}
 
   void step(const StepContext& ctx) override {

@@ -106,6 +106,16 @@ void StateBuffer::append_kind(std::vector<StateKind>& out) const {
   if (!ranges_.empty()) out.push_back({kind_, buffer_.view({total_})});
 }
 
+std::unique_ptr<OwnedResults> plan_owners(const OptimizerHooks& hooks, const std::vector<OwnedUnit>& units,
+                                          kernels::DType dtype, int64_t chunk, kernels::Device device) {
+  if (hooks.owners) return hooks.owners(units, dtype, chunk, device);
+  if (hooks.group && hooks.group->count() > 1) {
+    throw OptimizerError("an optimizer over " + std::to_string(hooks.group->count()) +
+                         " ranks needs OptimizerHooks::owners (worker/parallel's owner_planner)");
+  }
+  return solo_results(units, device);
+}
+
 PhaseTimer::PhaseTimer(double& sink, kernels::Device device) : sink_(sink), device_(device) {
   if (device_ == kernels::Device::cuda) kernels::synchronize(device_);
   start_ = std::chrono::steady_clock::now();
@@ -164,7 +174,50 @@ class SoloGroup final : public ShareGroup {
   void max(int64_t*, int64_t) override {}
 };
 
+// Every unit this rank's, back to back in one buffer in unit order; share() applies them in place.
+class SoloResults final : public OwnedResults {
+ public:
+  SoloResults(const std::vector<OwnedUnit>& units, kernels::Device device) : device_(device) {
+    int64_t total = 0;
+    for (const OwnedUnit& u : units) {
+      if (u.parts.size() != 1) throw OptimizerError("one rank computes every unit whole, not in parts");
+      offset_.push_back(total);
+      numel_.push_back(u.parts[0]);
+      total += u.parts[0];
+    }
+    buffer_ = kernels::Buffer(device, static_cast<size_t>(std::max<int64_t>(total, 1)) * sizeof(float));
+  }
+  bool mine(size_t) const override { return true; }
+  size_t part(size_t) const override { return 0; }
+  bool holds(size_t) const override { return true; }
+  bool ours(size_t) const override { return true; }
+  bool applies(size_t, size_t) const override { return true; }
+  int root(size_t) const override { return 0; }
+  int owner(size_t) const override { return 0; }
+  float* own(size_t unit) override { return static_cast<float*>(buffer_.data()) + offset_[unit]; }
+  void share(const Arrived& arrived, double&, double& apply_seconds) override {
+    optim::PhaseTimer timer(apply_seconds, device_);
+    for (size_t u = 0; u < offset_.size(); ++u) {
+      if (numel_[u] > 0) arrived(u, 0, 0, numel_[u], own(u));
+    }
+  }
+  void max(int64_t*, int64_t) override {}
+  int64_t comm_bytes() const override { return 0; }
+  bool primary() const override { return true; }
+  bool distributed() const override { return false; }
+  std::string who() const override { return "rank 0"; }
+
+ private:
+  kernels::Device device_;
+  std::vector<int64_t> offset_, numel_;
+  kernels::Buffer buffer_;
+};
+
 }  // namespace
+
+std::unique_ptr<OwnedResults> solo_results(const std::vector<OwnedUnit>& units, kernels::Device device) {
+  return std::make_unique<SoloResults>(units, device);
+}
 
 std::shared_ptr<ShareGroup> solo_group() { return std::make_shared<SoloGroup>(); }
 

@@ -20,7 +20,7 @@
 #include "kernels/newton_schulz.h"
 #include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
-#include "worker/optim/ownership.h"
+#include "worker/optim/work_cost.h"
 #include "worker/optim/parts.h"
 
 namespace precon::worker::optim {
@@ -83,10 +83,11 @@ kernels::NsOptions ns_options(const MuonConfig& c, kernels::Device device) {
   return o;
 }
 
-// Who computes what with several ranks (OptimizerHooks::group): each matrix has one owner, chosen
-// greedily by Newton–Schulz cost, which alone keeps its momentum, reads its gradient (so the
-// trainer sums it there only: gradient_roots) and orthogonalises it; one all-gather
-// (optimizer.muon.comm_dtype) hands every update to every rank, and each applies what it holds.
+// Who computes what with several ranks: each matrix is one unit of owned work, costed by its
+// Newton–Schulz (OptimizerHooks::owners assigns the owners, worker/parallel): its owner alone keeps
+// its momentum, reads its gradient (so the trainer sums it there only: gradient_roots) and
+// orthogonalises it into the memory it is given; worker/parallel hands every update to every rank
+// (optimizer.muon.comm_dtype), and each applies what it holds.
 // Under tensor parallelism each rank holds its part of a split matrix (params.h tp_part_spec) and
 // tp_mode (tensor = TP ranks, Megatron's names) says how the whole matrix is orthogonalised:
 //   duplicated:  the owner (any rank) gathers the whole gradient from its tensor-parallel group and
@@ -107,7 +108,7 @@ class Muon final : public Optimizer {
         device_(device),
         ns_(ns_options(config.muon, device)),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
+               hooks.distribute_elementwise ? hooks.ranges : nullptr) {
     momentum_form_ =
         parse_choice<OptimizerError>("optimizer.muon.momentum_form", config_.momentum_form, kMomentumForms);
     if (!(config_.momentum >= 0 && config_.momentum < 1)) {
@@ -117,12 +118,12 @@ class Muon final : public Optimizer {
     comm_dtype_ = comm_dtype("optimizer.muon.comm_dtype", config_.comm_dtype);
     normuon_ = parse_choice<OptimizerError>("optimizer.muon.variant", config_.variant, kNormuon);
     scale_ = parse_choice<OptimizerError>("optimizer.muon.scale", config_.scale, kScales);
-    group_ = hooks.group && hooks.group->count() > 1 ? hooks.group : solo_group();
     tensor_ = std::max(1, hooks.tensor);
-    if (group_->count() % tensor_ != 0 || (tensor_ > 1 && (!hooks.tp || hooks.tp->count() != tensor_ ||
-                                                          hooks.tp->index() != group_->index() % tensor_))) {
-      throw OptimizerError("muon: the tensor-parallel group does not match group rank = data index · " +
-                           std::to_string(tensor_) + " + tensor rank");
+    // The groups' shape (group rank = data index · tensor + tensor rank) is checked where the
+    // owners are planned (worker/parallel owner_planner).
+    if (tensor_ > 1 && (!hooks.tp || !hooks.owners)) {
+      throw OptimizerError("muon: tensor parallelism over " + std::to_string(tensor_) +
+                           " ranks needs its tensor-parallel group and OptimizerHooks::owners");
     }
     tp_ = hooks.tp;
     mode_ = tensor_ > 1 ? tp_mode : TpMode::duplicated;
@@ -130,8 +131,8 @@ class Muon final : public Optimizer {
     for (size_t i = 0; i < params.size(); ++i) {
       if (params[i].spec->kind == ParamKind::matrix) add_matrix(params[i], i);
     }
-    assign_and_allocate();
-    if (group_->count() > 1) merged_roots_ = merge_roots(params, roots_, adamw_);
+    assign_and_allocate(hooks);
+    if (results_->distributed()) merged_roots_ = merge_roots(params, roots_, adamw_);
     std::vector<OptimParam> whole;
     for (const Matrix& m : matrices_)
       if (!on_parts(m)) whole.push_back(m.src);
@@ -143,12 +144,11 @@ class Muon final : public Optimizer {
       PhaseTimer timer(phases_.adamw, device_);
       adamw_.step(ctx);
     }
-    // This rank's pieces, in matrix order, into its segment of the all-gather. A split matrix
+    // This rank's pieces, in matrix order, into the memory its results are given. A split matrix
     // orthogonalised whole is gathered first by its owner's tensor-parallel group.
-    const int replica = group_->index() / tensor_;
     for (Matrix& m : matrices_) {
       Tensor grad = m.grad;
-      if (m.src.split() && !on_parts(m) && m.owner / tensor_ == replica) {
+      if (m.src.split() && !on_parts(m) && results_->ours(m.unit)) {
         PhaseTimer timer(phases_.communication, device_);
         grad = whole_->gather(m.src);
       }
@@ -163,31 +163,11 @@ class Muon final : public Optimizer {
         normalise(m);
       }
     }
-    // The segments travel in chunks of chunk_ values a rank, each applied as it arrives, so that
-    // the receive buffer holds ranks · chunk_ values, not every update of the model.
-    for (int64_t c = 0; c < segment_; c += chunk_) {
-      const int64_t n = std::min(chunk_, segment_ - c);
-      apply_chunk(c, n, gather_chunk(c, n), ctx);
-    }
-  }
-
-  // Every rank's segment values [c, c + n), rank q's at q·n (this rank's own segment with one rank).
-  const float* gather_chunk(int64_t c, int64_t n) {
-    PhaseTimer timer(phases_.communication, device_);
-    const int64_t ranks = group_->count();
-    float* own = static_cast<float*>(segment_buf_.data()) + c;
-    if (ranks == 1) return own;
-    float* all = static_cast<float*>(gathered_.data());
-    comm_bytes_ += group_->share(own, all, n, bf16_ ? kernels::DType::bf16 : kernels::DType::f32, device_);
-    return all;
-  }
-
-  // Applies the parts of the updates that lie in segment values [c, c + n): a whole matrix's as a
-  // range of its values (the update is element-wise; under tensor parallelism the range's values in
-  // this rank's part), a matrix on parts by the rank that holds that part (its piece then arrives
-  // in one chunk: chunk_ is the whole segment).
-  void apply_chunk(int64_t c, int64_t n, const float* all, const StepContext& ctx) {
-    PhaseTimer timer(phases_.other, device_);
+    // The results travel in chunks, each applied as it arrives, so that the receive buffer holds a
+    // chunk from every rank, not every update of the model: a whole matrix's as ranges of its values
+    // (the update is element-wise; under tensor parallelism the range's values in this rank's part),
+    // a matrix on parts by the rank that holds that part (its pieces then arrive whole: planned with
+    // one chunk).
     const double lr = lr_ * ctx.lr_scale;
     const float decay = static_cast<float>(1.0 - lr * weight_decay_);
     auto apply = [&](const Tensor& param, const Tensor& o, double scale) {
@@ -195,23 +175,20 @@ class Muon final : public Optimizer {
       if (cautious_) kernels::cautious_axpby(param, o, alpha, decay);
       else kernels::axpby(param, o, alpha, decay);
     };
-    const int tp_rank = group_->index() % tensor_;
-    for (Matrix& m : matrices_) {
-      for (const Piece& p : m.pieces) {
-        const int64_t size = p.shape[0] * p.shape[1];
-        const int64_t a = std::max(c, p.offset), b = std::min(c + n, p.offset + size);
-        if (a >= b) continue;
-        const float* src = all + p.rank * n + (a - c);
-        if (!p.whole) {
-          if (p.rank % tensor_ == tp_rank) apply(m.param, make_view(const_cast<float*>(src), p.shape, device_), m.scale);
-        } else if (m.src.split()) {
-          apply_range_to_part(m.src, a - p.offset, b - a, src, static_cast<float>(-lr * m.scale), decay, cautious_);
-        } else {
-          apply(make_view(m.param.f32() + (a - p.offset), {b - a}, device_),
-                make_view(const_cast<float*>(src), {b - a}, device_), m.scale);
-        }
-      }
-    }
+    results_->share(
+        [&](size_t unit, size_t part, int64_t first, int64_t n, const float* src) {
+          const Matrix& m = matrices_[unit];
+          const Piece& p = m.pieces[part];
+          if (!p.whole) {
+            if (results_->applies(unit, part)) apply(m.param, make_view(const_cast<float*>(src), p.shape, device_), m.scale);
+          } else if (m.src.split()) {
+            apply_range_to_part(m.src, first, n, src, static_cast<float>(-lr * m.scale), decay, cautious_);
+          } else {
+            apply(make_view(m.param.f32() + first, {n}, device_), make_view(const_cast<float*>(src), {n}, device_),
+                  m.scale);
+          }
+        },
+        phases_.communication, phases_.other);
   }
 
   std::vector<NamedState> state_tensors() override {
@@ -225,7 +202,7 @@ class Muon final : public Optimizer {
     std::vector<NamedState> second;
     second_moment_.append_tensors(second);
     for (NamedState& s : second) append_second_moment(matrices_[matrix_index_.at(s.param)], s, out);
-    adamw_.append_state(out, group_->index() / tensor_ == 0);
+    adamw_.append_state(out, results_->primary());
     return out;
   }
   std::vector<StateKind> state_kinds() const override {
@@ -238,7 +215,7 @@ class Muon final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes() + whole_->comm_bytes(); }
   // Only the owner's data-parallel index reads a matrix's gradient (its momentum lives there, or
   // under tensor parallelism its tensor-parallel group gathers it there).
   std::vector<int> gradient_roots() const override { return merged_roots_; }
@@ -246,18 +223,16 @@ class Muon final : public Optimizer {
     int64_t n = 0;
     for (const Matrix& m : matrices_) n += m.rows * m.cols;
     return route_text("muon", matrices_.size(), n) + "; " + route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_->count() > 1 ? "; " + ownership_summary() : "");
+           (results_->distributed() ? "; " + ownership_summary() : "");
   }
 
  private:
-  // A part of a matrix's update that one rank computes and sends: the whole matrix, or the spans
-  // along split_dim of its tensor-parallel part (distributed), packed at `offset` in its segment.
+  // A part of a matrix's update that one place computes and sends (a part of its unit of owned
+  // work): the whole matrix, or the spans along split_dim of tensor rank r's part (on parts).
   struct Piece {
-    int rank = 0;
     bool whole = true;
     std::vector<Span> spans;
     std::vector<int64_t> shape;
-    int64_t offset = 0;
   };
   struct Matrix {
     std::string name;
@@ -270,7 +245,7 @@ class Muon final : public Optimizer {
     int blocks = 1;       // the Newton–Schulz problems along qkv_dim: qkv under split_qkv, else 1
     int split_dim = -1;   // the storage dim cut across tensor-parallel ranks (-1: replicated)
     double scale = 1.0;
-    int owner = 0;        // group rank (duplicated, blockwise) or data index (distributed)
+    size_t unit = 0;      // in matrices_: its unit of owned work
     bool holds_state = false;
     std::vector<Piece> pieces;
     Tensor second_moment;  // NorMuon's v, one per output neuron this rank normalises (on state holders)
@@ -344,25 +319,22 @@ class Muon final : public Optimizer {
   // blockwise), not whole on one rank.
   bool on_parts(const Matrix& m) const { return mode_ != TpMode::duplicated && m.split_dim >= 0; }
 
-  void assign_and_allocate() {
-    const int ranks = group_->count(), me = group_->index();
-    const int replicas = ranks / tensor_;
-    std::vector<double> costs;
-    for (const Matrix& m : matrices_) costs.push_back(cost(m));
-    const std::vector<int> by_rank = assign_owners(costs, ranks), by_replica = assign_owners(costs, replicas);
-    std::vector<int64_t> filled(static_cast<size_t>(ranks), 0);
+  // The matrices' units of owned work (a whole matrix, or on parts one piece per tensor rank),
+  // their owners (hooks.owners) and the state this rank keeps for them.
+  void assign_and_allocate(const OptimizerHooks& hooks) {
+    std::vector<OwnedUnit> units;
     int64_t max_work = 1, max_side = 1;
+    bool parts = false;
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
       const int64_t rows = m.rows, cols = m.cols;
+      m.unit = i;
       max_work = std::max(max_work, rows * cols);
+      OwnedUnit u{cost(m), {}};
       if (on_parts(m)) {
-        m.owner = by_replica[i];
-        m.holds_state = me / tensor_ == m.owner;
-        roots_[m.index] = m.owner;  // each rank's part is summed at the owning data-parallel index
+        parts = true;
         for (int r = 0; r < tensor_; ++r) {
           Piece p;
-          p.rank = m.owner * tensor_ + r;
           p.whole = false;
           for (int k = 0; k < m.qkv; ++k) p.spans.push_back(tp_chunk(m.split_dim == 0 ? rows : cols, m.qkv, tensor_, k, r));
           p.shape = {rows, cols};
@@ -371,23 +343,25 @@ class Muon final : public Optimizer {
         }
         max_side = std::max(max_side, m.split_dim == 1 ? rows : cols);
       } else {
-        m.owner = by_rank[i];
-        m.holds_state = me == m.owner;
-        roots_[m.index] = m.owner / tensor_;
         Piece p;
-        p.rank = m.owner;
         p.shape = {rows, cols};
         m.pieces.push_back(std::move(p));
       }
-      for (Piece& p : m.pieces) {
-        p.offset = filled[p.rank];
-        filled[p.rank] += p.shape[0] * p.shape[1];
-      }
+      for (const Piece& p : m.pieces) u.parts.push_back(p.shape[0] * p.shape[1]);
+      units.push_back(std::move(u));
+    }
+    // A matrix on parts is applied from whole pieces: its results then travel in one chunk.
+    results_ = plan_owners(hooks, units, comm_dtype_, parts ? 0 : kGatherChunk, device_);
+    for (size_t i = 0; i < matrices_.size(); ++i) {
+      Matrix& m = matrices_[i];
+      const int64_t rows = m.rows, cols = m.cols;
+      m.holds_state = results_->holds(i);
+      // Each rank's part of a matrix on parts is summed at the owning data index.
+      roots_[m.index] = results_->root(i);
       matrix_index_[m.name] = i;
       if (m.holds_state) {
         // On parts: this rank's part only, shaped as its piece of the update.
-        const std::vector<int64_t> shape =
-            on_parts(m) ? m.pieces[static_cast<size_t>(me % tensor_)].shape : std::vector<int64_t>{rows, cols};
+        const std::vector<int64_t> shape = m.pieces[results_->part(i)].shape;
         momentum_handle_.push_back(momentum_.add(m.name, -1, shape));
         // NorMuon's v: this rank's neurons when its part cuts the neuron dim, else every neuron.
         const bool cut = on_parts(m) && m.split_dim == m.qkv_dim;
@@ -403,14 +377,7 @@ class Muon final : public Optimizer {
     int64_t longest = 1;
     for (const Matrix& m : matrices_) longest = std::max({longest, m.rows, m.cols});
     neuron_buf_ = kernels::Buffer(device_, static_cast<size_t>(longest) * sizeof(float));
-    segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
-    bf16_ = comm_dtype_ == kernels::DType::bf16 && ranks > 1;
-    // A matrix on parts is applied from whole pieces: its all-gather stays one chunk.
-    const bool parts = std::any_of(matrices_.begin(), matrices_.end(), [&](const Matrix& m) { return on_parts(m); });
-    chunk_ = ranks > 1 && !parts ? std::min(segment_, kGatherChunk) : segment_;
     work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
-    segment_buf_ = kernels::Buffer(device_, static_cast<size_t>(segment_) * sizeof(float));
-    if (ranks > 1) gathered_ = kernels::Buffer(device_, static_cast<size_t>(ranks * chunk_) * sizeof(float));
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
       if (m.holds_state) m.momentum = momentum_.get(momentum_handle_[i]);
@@ -422,7 +389,7 @@ class Muon final : public Optimizer {
   // A distributed matrix's momentum (this rank's part, chunk k of every Q/K/V block packed at
   // k·chunk along the split dim) as its parts of the whole momentum: one per chunk.
   void append_parts(const Matrix& m, const NamedState& own, std::vector<NamedState>& out) const {
-    const Piece& p = m.pieces[static_cast<size_t>(group_->index() % tensor_)];
+    const Piece& p = m.pieces[results_->part(m.unit)];
     const int64_t chunk = p.spans[0].length;
     for (size_t k = 0; k < p.spans.size(); ++k) {
       NamedState part = own;
@@ -442,7 +409,7 @@ class Muon final : public Optimizer {
       mine += m.holds_state;
       if (m.holds_state) held += m.momentum.numel(), whole += m.rows * m.cols;
     }
-    return "muon: rank " + std::to_string(group_->index()) + " orthogonalises " + std::to_string(mine) + " of " +
+    return "muon: " + results_->who() + " orthogonalises " + std::to_string(mine) + " of " +
            std::to_string(matrices_.size()) + " matrices (tp_mode " + std::string(choice_name(mode_, kTpModes)) +
            ") and keeps " + std::to_string(held) + " momentum values of their " + std::to_string(whole);
   }
@@ -461,17 +428,16 @@ class Muon final : public Optimizer {
     return u;
   }
 
-  // NS of this rank's problems of m into its pieces in the segment.
+  // NS of this rank's problems of m into its piece among its results.
   void orthogonalise(Matrix& m, const Tensor& u) {
     const int64_t rows = m.rows, cols = m.cols;
     float* work = static_cast<float*>(work_.data());
-    float* seg = static_cast<float*>(segment_buf_.data());
     if (on_parts(m)) {
       // Each Q/K/V block (or the whole matrix) is one problem; this rank's part of block k is
       // chunk k of its piece, and u is that piece. distributed: the group's parts together;
       // blockwise: this rank's part alone.
-      const Piece& p = m.pieces[static_cast<size_t>(group_->index() % tensor_)];
-      Tensor packed = make_view(seg + p.offset, p.shape, device_);
+      const Piece& p = m.pieces[results_->part(m.unit)];
+      Tensor packed = make_view(results_->own(m.unit), p.shape, device_);
       const int per = m.qkv / m.blocks;
       const int64_t chunk = p.spans[0].length;
       for (int b = 0; b < m.blocks; ++b) {
@@ -490,8 +456,7 @@ class Muon final : public Optimizer {
       }
       return;
     }
-    const Piece& p = m.pieces[0];
-    Tensor o = make_view(seg + p.offset, {rows, cols}, device_);
+    Tensor o = make_view(results_->own(m.unit), {rows, cols}, device_);
     int dim = 0;
     const std::vector<std::vector<Span>> list = problems(m, dim);
     if (list.size() == 1) {
@@ -525,15 +490,15 @@ class Muon final : public Optimizer {
     }
   }
 
-  // NorMuon's step on this rank's O (its piece in the segment; see the top of the file). With
+  // NorMuon's step on this rank's O (its piece among its results; see the top of the file). With
   // tp_mode distributed the tensor-parallel group holds O in parts: a part that cuts the neuron dim
   // has whole neurons (its v is theirs) and only the blocks' norms are summed over the group; a
   // part that cuts the other dim has partial sums of every neuron, summed over the group first.
   void normalise(Matrix& m) {
     const int nd = m.qkv_dim;
     const bool parts = on_parts(m);
-    const Piece& p = m.pieces[parts ? static_cast<size_t>(group_->index() % tensor_) : 0];
-    Tensor o = make_view(static_cast<float*>(segment_buf_.data()) + p.offset, p.shape, device_);
+    const Piece& p = m.pieces[results_->part(m.unit)];
+    Tensor o = make_view(results_->own(m.unit), p.shape, device_);
     const int64_t n = o.shape[nd];
     const int64_t across = nd == 0 ? m.cols : m.rows;  // the neuron's length in the whole matrix
     Tensor dev = make_view(static_cast<float*>(neuron_buf_.data()), {n}, device_);
@@ -584,11 +549,11 @@ class Muon final : public Optimizer {
     const int64_t extent = m.qkv_dim == 0 ? m.rows : m.cols;
     if (m.split_dim != m.qkv_dim) {
       NamedState whole = own;
-      whole.primary = group_->index() % tensor_ == 0;
+      whole.primary = results_->part(m.unit) == 0;
       out.push_back(std::move(whole));
       return;
     }
-    const Piece& p = m.pieces[static_cast<size_t>(group_->index() % tensor_)];
+    const Piece& p = m.pieces[results_->part(m.unit)];
     const int64_t chunk = p.spans[0].length;
     for (size_t k = 0; k < p.spans.size(); ++k) {
       NamedState part = own;
@@ -606,14 +571,13 @@ class Muon final : public Optimizer {
   kernels::Device device_;
   kernels::NsOptions ns_;
   AdamWGroup adamw_;
-  std::shared_ptr<ShareGroup> group_;  // solo_group() when no group is given
+  std::unique_ptr<OwnedResults> results_;  // the matrices' owners and their updates' way to every rank
   std::shared_ptr<ShareGroup> tp_;
   int tensor_ = 1;
   MomentumForm momentum_form_ = MomentumForm::ema;
   Scale scale_ = Scale::shape;
   TpMode mode_ = TpMode::duplicated;  // optimizer.muon.tp_mode with tensor parallelism, else duplicated
   kernels::DType comm_dtype_ = kernels::DType::f32;  // optimizer.muon.comm_dtype
-  bool bf16_ = false;
   std::vector<Matrix> matrices_;
   std::vector<int> roots_;  // the matrices' owners (-1 for the other parameters)
   std::vector<int> merged_roots_;  // gradient_roots(): with the AdamW group's
@@ -624,11 +588,8 @@ class Muon final : public Optimizer {
   std::vector<size_t> second_handle_;
   kernels::Buffer neuron_buf_;  // one value per neuron of a matrix (sums of squares, then factors)
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
-  int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's pieces)
-  int64_t chunk_ = 0;    // of them per all-gather call
-  kernels::Buffer work_, segment_buf_, gathered_;
+  kernels::Buffer work_;
   std::unique_ptr<WholeGradient> whole_;  // whole gradients of split matrices orthogonalised whole
-  int64_t comm_bytes_ = 0;
   PhaseSeconds phases_;
 };
 

@@ -14,10 +14,6 @@
 
 namespace precon::worker::optim {
 
-// Values each rank sends per all-gather call of updated parameters (4 MiB of fp32): the receive
-// buffer then holds ranks · this many values, not a second copy of every parameter.
-constexpr int64_t kGatherChunk = 1 << 20;
-
 // The visible part of a parameter-shaped storage view: wte's padded vocabulary rows are zero,
 // get zero gradients and never reach an optimizer (nor its state or its routing counts).
 kernels::Tensor visible(const kernels::Tensor& storage, const ParamSpec& spec);
@@ -41,6 +37,11 @@ bool cautious_decay(const OptimizerConfig& config);
 // The element type of an owner's all-gather, from `key` (optimizer.muon.comm_dtype,
 // optimizer.shampoo.comm_dtype) and its value: "fp32" or "bf16".
 kernels::DType comm_dtype(std::string_view key, const std::string& value);
+
+// The owners of an optimizer's units (hooks.owners, or this rank alone without a group); throws
+// OptimizerError when a group of several ranks comes without a planner.
+std::unique_ptr<OwnedResults> plan_owners(const OptimizerHooks& hooks, const std::vector<OwnedUnit>& units,
+                                          kernels::DType dtype, int64_t chunk, kernels::Device device);
 
 // A 1-D or 2-D contiguous view at `ptr` with a runtime shape.
 kernels::Tensor make_view(float* ptr, const std::vector<int64_t>& shape, kernels::Device device);
@@ -108,18 +109,18 @@ AdamWHyper adamw_hyper(const OptimizerConfig& config, bool adamw_run);
 // AdamW (PyTorch semantics, kernels::adamw_update) over a set of parameters. State per parameter:
 // "<param>.exp_avg", "<param>.exp_avg_sq", one allocation each.
 //
-// shard: the ranks that hold these same parameters and the same summed gradients (null or one
-// rank: none). With several ranks the group is Megatron's distributed optimizer: the parameters'
-// values back to back in order are cut into `shard->count()` contiguous ranges of ceil(n / ranks)
-// values, each rank keeps the moments of its own range only and updates only those values, and
-// the updated values are shared (all-gathered) so that every rank holds every parameter again. The
+// ranges: how the ranks that hold these same parameters and the same summed gradients divide the
+// element-wise state (OptimizerHooks::ranges; null: every rank updates every value). Given, the
+// group is Megatron's distributed optimizer: the parameters' values back to back in order are cut
+// into contiguous ranges (worker/parallel's), each rank keeps the moments of its own range only and
+// updates only those values, and the ranges' share hands the updated values to every rank. The
 // numbers are the unsharded group's bit for bit (the update is element-wise). A range cuts a
 // parameter at any value: its state is listed as up to three boxes of the parameter's shape (a
 // partial first row, whole rows, a partial last row), so a checkpoint reshards to any layout.
 class AdamWGroup {
  public:
   AdamWGroup(const std::vector<OptimParam>& params, const AdamWHyper& hyper, kernels::Device device,
-             std::shared_ptr<ShareGroup> shard = nullptr);
+             const RangePlanner& ranges = nullptr);
   void step(const StepContext& ctx);
   // primary: whether this rank writes the (replicated) AdamW state to checkpoints; a sharded
   // group's ranks each write their own range.
@@ -132,7 +133,7 @@ class AdamWGroup {
   // only be summed there), or -1 (it spans ranges, or the group is not sharded).
   std::vector<int> roots() const;
   // Bytes this rank sent in the all-gathers of updated values (comm_cost.h).
-  int64_t comm_bytes() const { return comm_bytes_; }
+  int64_t comm_bytes() const { return ranges_ ? ranges_->comm_bytes() : 0; }
   // Values of each moment this rank keeps.
   int64_t state_numel() const { return hi_ - lo_; }
 
@@ -153,18 +154,15 @@ class AdamWGroup {
   void add_pieces(size_t entry, int64_t first, int64_t end);
   // Copies the concatenation's values [from, to) between the parameters and contiguous memory.
   void copy_values(int64_t from, int64_t to, float* buf, bool into_buf) const;
-  void share_values();
 
   std::vector<Entry> params_;
   std::map<std::string, size_t> index_;  // params_ by name
   std::vector<Piece> pieces_;
   AdamWHyper hyper_;
   kernels::Device device_;
-  std::shared_ptr<ShareGroup> shard_;  // null: every rank updates every value
-  int64_t total_ = 0, lo_ = 0, hi_ = 0, per_rank_ = 0;  // this rank's range [lo_, hi_) of ceil(total_/ranks)
+  std::unique_ptr<OwnedRanges> ranges_;  // null: every rank updates every value
+  int64_t total_ = 0, lo_ = 0, hi_ = 0;  // this rank's range [lo_, hi_)
   StateBuffer exp_avg_{"exp_avg"}, exp_avg_sq_{"exp_avg_sq"};
-  kernels::Buffer send_, recv_;
-  int64_t comm_bytes_ = 0;
 };
 
 // The gradient roots of an optimizer whose matrices (ParamKind::matrix) have `matrix_root` each

@@ -54,7 +54,7 @@ struct StepContext {
 // saved values into them. Names: "<param>.<kind>", or "<param>.block<i>.<kind>" for Shampoo's
 // per-block state, e.g. "h.0.mlp.c_fc.weight.momentum", "h.0.attn.c_attn.weight.block2.L".
 // With several ranks each rank lists only the state it holds: the expensive state lives with the
-// owner of its matrix or block (optim/ownership.h); `primary` says which holder writes it to a
+// owner of its matrix or block (OptimizerHooks::owners); `primary` says which holder writes it to a
 // checkpoint, so each entry is written once. A rank may hold only a part of a tensor (Muon's
 // momentum under tp_mode = distributed: its tensor-parallel part): then `tensor` is that part,
 // a box at `global_offset` in a tensor of `global_shape`, and one tensor may be listed as several
@@ -117,7 +117,7 @@ struct OptimizerHooks {
   // (exchange.h), the optimizers compute the math of one step.
   // The ranks that hold the same parameters (data- and tensor-parallel ranks: each its part of a
   // split tensor); null or one rank: none. Muon's Newton–Schulz and Shampoo's blocks then run
-  // once each, on their owner, and one share hands the results to all (optim/ownership.h).
+  // once each, on their owner, and `owners` hands the results to all.
   std::shared_ptr<ShareGroup> group = nullptr;
   // Tensor parallelism inside `group`: group index = data index · tensor + tensor rank, and `tp` is
   // this rank's tensor-parallel group (optimizer.muon.tp_mode). tensor = 1: none.
@@ -131,6 +131,13 @@ struct OptimizerHooks {
   // the AdamW-routed parameters of every other optimizer) is split in contiguous ranges over
   // `replicas` instead of replicated on each of its ranks (AdamWGroup in optim_internal.h).
   bool distribute_elementwise = false;
+  // With distribute_elementwise: the ranges of the element-wise state over `replicas` (worker/
+  // parallel's range_planner, distributed_optimizer.h); it must be given then.
+  RangePlanner ranges = nullptr;
+  // Who computes the expensive per-matrix (per-block) units and how their results reach every rank
+  // of `group` (worker/parallel's owner_planner, distributed_optimizer.h). Null: this rank alone
+  // (solo_results); it must be given with a group of several ranks.
+  OwnerPlanner owners = nullptr;
   const std::shared_ptr<ShareGroup>& replica_group() const { return replicas ? replicas : group; }
 };
 

@@ -16,10 +16,11 @@
 // Blocks: each dim is cut into chunks of max_preconditioner_dim (the last one shorter); every
 // block has its own M, V, L, R, L⁻, R⁻ and failure count, and its own grafting norm. Each of these
 // state kinds is one allocation holding every block's tensor, blocks in parameter-table order.
-// With several ranks (OptimizerHooks::group) each block has one owner, greedily by refresh cost;
-// only the owner holds and updates the block's state and computes its direction, one all-gather
-// per step (optimizer.shampoo.comm_dtype) hands all directions to all, and every rank applies
-// them; a refresh ends with one max over the blocks' failure flags, so failures count globally.
+// With several ranks each block is one unit of owned work (OptimizerHooks::owners, costed by its
+// refresh): only the rank told it owns a block holds and updates its state and computes its
+// direction into the memory it is given; worker/parallel hands all directions to all
+// (optimizer.shampoo.comm_dtype) and every rank applies them; a refresh ends with one max over the
+// blocks' failure flags, so failures count globally.
 #include <algorithm>
 #include <cmath>
 #include <utility>
@@ -30,7 +31,6 @@
 #include "kernels/nn.h"
 #include "worker/config/choice.h"
 #include "worker/optim/optim_internal.h"
-#include "worker/optim/ownership.h"
 #include "worker/optim/parts.h"
 
 namespace precon::worker::optim {
@@ -96,13 +96,12 @@ class Shampoo final : public Optimizer {
         hooks_(hooks),
         all_matrices_(parse_choice<OptimizerError>("optimizer.shampoo.params", config_.params, kAllMatrices)),
         adamw_(side_params(params, all_matrices_), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
+               hooks.distribute_elementwise ? hooks.ranges : nullptr) {
     if (grafting_ == Grafting::adagrad && device == kernels::Device::cuda) {
       throw OptimizerError("optimizer.shampoo.grafting = \"adagrad\" runs on CPU tensors only; "
                            "use adam, rmsprop, sgd or none on CUDA");
     }
     const kernels::DType comm = comm_dtype("optimizer.shampoo.comm_dtype", config_.comm_dtype);
-    group_ = hooks.group && hooks.group->count() > 1 ? hooks.group : solo_group();
     root_.root = 1.0 / (config_.exponent > 0 ? config_.exponent : 0.25);
     root_.epsilon = static_cast<float>(config_.epsilon);
     root_.method = parse_choice<OptimizerError>("optimizer.shampoo.root_method", config_.root_method, kRootMethods);
@@ -116,6 +115,7 @@ class Shampoo final : public Optimizer {
         for (auto [c0, cn] : chunks(s.shape[1], config_.max_preconditioner_dim)) {
           Block b;
           b.matrix = matrices_.size() - 1;
+          b.unit = blocks_.size();
           b.index = index++;
           b.name = s.name + ".block" + std::to_string(b.index);
           b.r0 = r0, b.rn = rn, b.c0 = c0, b.cn = cn;
@@ -123,24 +123,21 @@ class Shampoo final : public Optimizer {
         }
       }
     }
-    // Each block has one owner, greedily by the cost of its refresh (two inverse roots, ≈ n³
-    // each); only the owner keeps its state and computes its direction.
-    std::vector<double> cost;
+    // Each block is a unit of owned work, costed by its refresh (two inverse roots, ≈ n³ each);
+    // only its owner keeps its state and computes its direction.
+    std::vector<OwnedUnit> units;
     for (const Block& b : blocks_)
-      cost.push_back(std::pow(static_cast<double>(b.rn), 3) + std::pow(static_cast<double>(b.cn), 3));
-    const std::vector<int> owner = assign_owners(cost, group_->count());
-    std::vector<int64_t> filled(static_cast<size_t>(group_->count()), 0);
+      units.push_back({std::pow(static_cast<double>(b.rn), 3) + std::pow(static_cast<double>(b.cn), 3), {b.rn * b.cn}});
+    results_ = plan_owners(hooks, units, comm, 0, device);
     int64_t max_block = 1, max_side = 1;
     std::vector<size_t> handle(blocks_.size(), SIZE_MAX);
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Block& b = blocks_[i];
       const std::string& name = matrices_[b.matrix].name;
-      b.owner = owner[i];
-      b.offset = filled[b.owner];
-      filled[b.owner] += b.rn * b.cn;
       max_block = std::max(max_block, b.rn * b.cn);
       max_side = std::max({max_side, b.rn, b.cn});
       if (!mine(b)) continue;
+      b.out = results_->own(i);
       handle[i] = momentum_.add(name, b.index, {b.rn, b.cn});
       if (has_grafting_state(grafting_)) grafting_state_.add(name, b.index, {b.rn, b.cn});
       L_.add(name, b.index, {b.rn, b.rn});
@@ -168,21 +165,16 @@ class Shampoo final : public Optimizer {
     scratch_ = {base, base + max_block, base + 2 * max_block, base + 3 * max_block, base + 4 * max_block};
     eye_ = Tensor::view(base + 4 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
     set_identity(eye_);
-    const int64_t ranks = group_->count();
-    segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
-    bf16_ = comm == kernels::DType::bf16 && ranks > 1;
-    segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
-    if (ranks > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(ranks * segment_) * sizeof(float));
     roots_ = merge_roots(params, {}, adamw_);
     std::vector<OptimParam> routed_params;
     for (const Matrix& m : matrices_) routed_params.push_back(m.src);
     whole_ = std::make_unique<WholeGradient>(routed_params, hooks.tp, device);
-    adamw_primary_ = group_->index() / std::max(1, hooks.tensor) == 0;
+    adamw_primary_ = results_->primary();
   }
 
   // Owners update their blocks' statistics, roots and grafting state and put each block's search
-  // direction into their segment; one all-gather (every rank, every step, also one owning no block)
-  // hands all directions to all, and every rank applies every block alike.
+  // direction where they are told; the results' share (every rank, every step, also one owning no
+  // block) hands all directions to all, and every rank applies every block alike.
   void step(const StepContext& ctx) override {
     {
       PhaseTimer timer(phases_.adamw, device_);
@@ -216,25 +208,21 @@ class Shampoo final : public Optimizer {
       }
     }
     if (refresh_now) account_refresh(t);
-    {
-      PhaseTimer timer(phases_.communication, device_);
-      if (group_->count() > 1) {
-        comm_bytes_ += group_->share(static_cast<float*>(segment_buf_.data()), static_cast<float*>(gathered_.data()),
-                                     segment_, bf16_ ? kernels::DType::bf16 : kernels::DType::f32, device_);
-      }
-    }
-    PhaseTimer timer(phases_.other, device_);
     const double lr = lr_ * ctx.lr_scale;
-    // One rank: its own segment is everything (no copy; the buffers may be device memory).
-    float* all = static_cast<float*>(group_->count() > 1 ? gathered_.data() : segment_buf_.data());
-    for (const Block& b : blocks_) apply(b, scratch(all + b.owner * segment_ + b.offset, b.rn, b.cn), lr);
+    // Each direction arrives whole (one chunk): the blocks are applied as 2-D boxes.
+    results_->share(
+        [&](size_t unit, size_t, int64_t, int64_t, const float* values) {
+          const Block& b = blocks_[unit];
+          apply(b, scratch(const_cast<float*>(values), b.rn, b.cn), lr);
+        },
+        phases_.communication, phases_.other);
   }
 
   // This rank's share of the blocks, for the start-up log.
   std::string ownership_summary() const {
     int64_t n = 0;
     for (const Block& b : blocks_) n += mine(b);
-    return "shampoo: rank " + std::to_string(group_->index()) + " computes the inverse roots of " + std::to_string(n) +
+    return "shampoo: " + results_->who() + " computes the inverse roots of " + std::to_string(n) +
            " of " + std::to_string(blocks_.size()) + " blocks";
   }
 
@@ -267,7 +255,7 @@ class Shampoo final : public Optimizer {
 
   PhaseSeconds phase_seconds() const override { return phases_; }
   int64_t inverse_root_failures() const override { return root_failures_; }
-  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes() + whole_->comm_bytes(); }
   // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
   // columns); the AdamW group's by the rank whose range holds them when it is sharded.
   std::vector<int> gradient_roots() const override { return roots_; }
@@ -277,7 +265,7 @@ class Shampoo final : public Optimizer {
     for (const Matrix& m : matrices_) n += m.src.spec->numel();
     return route_text("shampoo", matrices_.size(), n) + " in " + std::to_string(blocks_.size()) + " blocks; " +
            route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_->count() > 1 ? "; " + ownership_summary() : "");
+           (results_->distributed() ? "; " + ownership_summary() : "");
   }
 
  private:
@@ -289,17 +277,17 @@ class Shampoo final : public Optimizer {
   };
   struct Block {
     size_t matrix = 0;
+    size_t unit = 0;   // in blocks_: its unit of owned work
     int index = 0;     // within its parameter
     std::string name;  // "<param>.block<i>", blocks numbered row-major
     int64_t r0 = 0, rn = 0, c0 = 0, cn = 0;
     Tensor momentum, grafting, L, R, L_inv, R_inv;  // on the owner only
     int64_t failures = 0;  // consecutive failed refreshes (known on every rank)
-    int owner = 0;         // the group rank that keeps its state and computes its direction
-    int64_t offset = 0;    // of its direction in the owner's all-gather segment
+    float* out = nullptr;  // on the owner: where its direction goes (results_->own)
     std::string why;       // on the owner: why the last refresh failed ("" = it did not)
   };
 
-  bool mine(const Block& b) const { return b.owner == group_->index(); }
+  bool mine(const Block& b) const { return results_->mine(b.unit); }
 
   static std::vector<OptimParam> side_params(const std::vector<OptimParam>& params, bool all_matrices) {
     std::vector<OptimParam> out;
@@ -357,11 +345,11 @@ class Shampoo final : public Optimizer {
     for (size_t i = 0; i < blocks_.size(); ++i) failed[i] = mine(blocks_[i]) && !blocks_[i].why.empty();
     {
       PhaseTimer comm(phases_.communication, device_);
-      group_->max(failed.data(), static_cast<int64_t>(failed.size()));
+      results_->max(failed.data(), static_cast<int64_t>(failed.size()));
     }
     for (size_t i = 0; i < blocks_.size(); ++i) {
       Block& b = blocks_[i];
-      const std::string why = failed[i] ? (mine(b) ? b.why : "on rank " + std::to_string(b.owner)) : "";
+      const std::string why = failed[i] ? (mine(b) ? b.why : "on rank " + std::to_string(results_->owner(b.unit))) : "";
       account(b, t, why, mine(b));
     }
   }
@@ -416,14 +404,14 @@ class Shampoo final : public Optimizer {
     kernels::syrk(b.R, g, Trans::yes, w, static_cast<float>(beta2));
   }
 
-  // The block's search direction (grafted and rescaled), into its place in this rank's segment.
+  // The block's search direction (grafted and rescaled), into its place among this rank's results.
   void direction(Block& b, const Tensor& g, const StepContext& ctx) {
     const int64_t t = ctx.step;
     const float s = ctx.grad_scale;
     const double bc1 = config_.bias_correction ? 1.0 - std::pow(config_.beta1, static_cast<double>(t)) : 1.0;
     Tensor ghat = scratch(scratch_.momentum_hat, b.rn, b.cn);
     Tensor pg = scratch(scratch_.graft_dir, b.rn, b.cn);
-    Tensor p = scratch(static_cast<float*>(segment_buf_.data()) + b.offset, b.rn, b.cn);
+    Tensor p = scratch(b.out, b.rn, b.cn);
     Tensor tmp = scratch(scratch_.product, b.rn, b.cn);
     double graft_norm = 0.0;
     {
@@ -521,11 +509,7 @@ class Shampoo final : public Optimizer {
   Tensor eye_;
   PhaseSeconds phases_;
   int64_t root_failures_ = 0;  // every failed refresh over the run, on every rank (checkpointed)
-  std::shared_ptr<ShareGroup> group_;  // solo_group() when no group is given
-  int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's blocks)
-  bool bf16_ = false;
-  kernels::Buffer segment_buf_, gathered_;
-  int64_t comm_bytes_ = 0;
+  std::unique_ptr<OwnedResults> results_;  // the blocks' owners and their directions' way to every rank
   std::vector<int> roots_;
   std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices
   bool adamw_primary_ = true;             // this rank writes the replicated AdamW state (data index 0)

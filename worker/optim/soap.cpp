@@ -18,9 +18,10 @@
 // The reference (soap.py) carries M back and forth every step; between refreshes the bases do not
 // change and the round trip is the identity, so it is made at a refresh only. Cautious weight
 // decay applies the decay before the update, where D and W share a sign.
-// With several ranks (OptimizerHooks::group) each matrix has one owner, greedily by the cost of its
-// eigenbasis work (m³ + n³ of its rotated sides); only the owner keeps the matrix's state and
-// computes D, one all-gather per step hands every D to every rank, and all apply them alike.
+// With several ranks each matrix is one unit of owned work (OptimizerHooks::owners), costed by its
+// eigenbasis work (m³ + n³ of its rotated sides); only the rank told it owns a matrix keeps its
+// state and computes D into the memory it is given, worker/parallel hands every D to every rank
+// (in chunks, applied as they arrive: the update is element-wise), and all apply them alike.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -29,7 +30,6 @@
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
 #include "worker/optim/optim_internal.h"
-#include "worker/optim/ownership.h"
 #include "worker/optim/parts.h"
 
 namespace precon::worker::optim {
@@ -49,8 +49,7 @@ class Soap final : public Optimizer {
         shampoo_beta_(config_.shampoo_beta >= 0 ? config_.shampoo_beta : config_.beta2),
         device_(device),
         adamw_(matrix_params(params, false), adamw_hyper(config, false), device,
-               hooks.distribute_elementwise ? hooks.replica_group() : nullptr) {
-    group_ = hooks.group && hooks.group->count() > 1 ? hooks.group : solo_group();
+               hooks.distribute_elementwise ? hooks.ranges : nullptr) {
     for (const OptimParam& p : matrix_params(params, true)) {
       const ParamSpec& s = *p.spec;
       if (s.shape.size() != 2) throw OptimizerError("soap: " + s.name + " is routed as a matrix but is not 2-D");
@@ -64,19 +63,17 @@ class Soap final : public Optimizer {
       m.right = m.cols <= config_.max_preconditioner_dim;
       matrices_.push_back(std::move(m));
     }
-    std::vector<double> cost;
+    std::vector<OwnedUnit> units;
     for (const Matrix& m : matrices_)
-      cost.push_back((m.left ? std::pow(double(m.rows), 3) : 0.0) + (m.right ? std::pow(double(m.cols), 3) : 0.0) +
-                     double(m.rows) * double(m.cols));
-    const std::vector<int> owner = assign_owners(cost, group_->count());
-    std::vector<int64_t> filled(static_cast<size_t>(group_->count()), 0);
+      units.push_back({(m.left ? std::pow(double(m.rows), 3) : 0.0) + (m.right ? std::pow(double(m.cols), 3) : 0.0) +
+                           double(m.rows) * double(m.cols),
+                       {m.rows * m.cols}});
+    results_ = plan_owners(hooks, units, kernels::DType::f32, kGatherChunk, device);
     int64_t max_numel = 1, max_side = 1;
     std::vector<Handles> handles(matrices_.size());
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
-      m.owner = owner[i];
-      m.offset = filled[m.owner];
-      filled[m.owner] += m.rows * m.cols;
+      m.unit = i;
       max_numel = std::max(max_numel, m.rows * m.cols);
       max_side = std::max({max_side, m.rows, m.cols});
       if (!mine(m)) continue;
@@ -101,15 +98,11 @@ class Soap final : public Optimizer {
     work_ = kernels::Buffer(device, static_cast<size_t>(4 * big + max_side) * sizeof(float));
     float* base = static_cast<float*>(work_.data());
     scratch_ = {base, base + big, base + 2 * big, base + 3 * big, base + 4 * big};
-    segment_ = std::max<int64_t>(1, *std::max_element(filled.begin(), filled.end()));
-    segment_buf_ = kernels::Buffer(device, static_cast<size_t>(segment_) * sizeof(float));
-    chunk_ = std::min(segment_, kGatherChunk);
-    if (group_->count() > 1) gathered_ = kernels::Buffer(device, static_cast<size_t>(group_->count() * chunk_) * sizeof(float));
     roots_ = merge_roots(params, {}, adamw_);
     std::vector<OptimParam> routed;
     for (const Matrix& m : matrices_) routed.push_back(m.src);
     whole_ = std::make_unique<WholeGradient>(routed, hooks.tp, device);
-    adamw_primary_ = group_->index() / std::max(1, hooks.tensor) == 0;
+    adamw_primary_ = results_->primary();
   }
 
   void step(const StepContext& ctx) override {
@@ -143,38 +136,26 @@ class Soap final : public Optimizer {
       c = std::sqrt(1.0 - std::pow(config_.beta2, double(k))) / (1.0 - std::pow(config_.beta1, double(k)));
     }
     const double decay = 1.0 - lr * config_.weight_decay;
-    // The segments travel in chunks of chunk_ values a rank, each applied as it arrives (the update
-    // is element-wise), so that the receive buffer holds ranks · chunk_ values, not every update.
-    const int64_t ranks = group_->count();
-    for (int64_t at = 0; at < segment_; at += chunk_) {
-      const int64_t n = std::min(chunk_, segment_ - at);
-      float* own = static_cast<float*>(segment_buf_.data()) + at;
-      const float* all = own;
-      if (ranks > 1) {
-        PhaseTimer timer(phases_.communication, device_);
-        comm_bytes_ += group_->share(own, static_cast<float*>(gathered_.data()), n, kernels::DType::f32, device_);
-        all = static_cast<float*>(gathered_.data());
-      }
-      PhaseTimer timer(phases_.other, device_);
-      for (const Matrix& m : matrices_) {
-        const int64_t from = std::max(at, m.offset), to = std::min(at + n, m.offset + m.rows * m.cols);
-        if (from >= to) continue;
-        const float* src = all + m.owner * n + (from - at);
-        if (m.src.split()) {  // this rank's part of the range
-          const float alpha = static_cast<float>(cautious_ ? -lr * c : -lr * c * decay);
-          apply_range_to_part(m.src, from - m.offset, to - from, src, alpha, static_cast<float>(decay), cautious_);
-          continue;
-        }
-        Tensor w = make_view(m.param.f32() + (from - m.offset), {to - from}, device_);
-        Tensor d = make_view(const_cast<float*>(src), {to - from}, device_);
-        if (cautious_) {
-          kernels::cautious_axpby(w, d, static_cast<float>(-lr * c), static_cast<float>(decay));
-        } else {
-          // (W − lr·c·D)·(1 − lr·wd) as the reference orders it: the decay after the update.
-          kernels::axpby(w, d, static_cast<float>(-lr * c * decay), static_cast<float>(decay));
-        }
-      }
-    }
+    // Each D arrives as ranges of its values (in chunks, so that the receive buffer holds a chunk
+    // from every rank, not every update), applied as they arrive: the update is element-wise.
+    results_->share(
+        [&](size_t unit, size_t, int64_t first, int64_t n, const float* src) {
+          const Matrix& m = matrices_[unit];
+          if (m.src.split()) {  // this rank's part of the range
+            const float alpha = static_cast<float>(cautious_ ? -lr * c : -lr * c * decay);
+            apply_range_to_part(m.src, first, n, src, alpha, static_cast<float>(decay), cautious_);
+            return;
+          }
+          Tensor w = make_view(m.param.f32() + first, {n}, device_);
+          Tensor d = make_view(const_cast<float*>(src), {n}, device_);
+          if (cautious_) {
+            kernels::cautious_axpby(w, d, static_cast<float>(-lr * c), static_cast<float>(decay));
+          } else {
+            // (W − lr·c·D)·(1 − lr·wd) as the reference orders it: the decay after the update.
+            kernels::axpby(w, d, static_cast<float>(-lr * c * decay), static_cast<float>(decay));
+          }
+        },
+        phases_.communication, phases_.other);
   }
 
   std::vector<NamedState> state_tensors() override {
@@ -184,7 +165,7 @@ class Soap final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return comm_bytes_ + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes() + whole_->comm_bytes(); }
   // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
   // columns); the AdamW group's by the rank whose range holds them when it is sharded.
   std::vector<int> gradient_roots() const override { return roots_; }
@@ -199,7 +180,7 @@ class Soap final : public Optimizer {
     return route_text("soap", matrices_.size(), n) + " (" + std::to_string(rotated) + " of " +
            std::to_string(2 * matrices_.size()) + " sides rotated); " +
            route_text("adamw", adamw_.tensors(), adamw_.numel()) +
-           (group_->count() > 1 ? "; soap: rank " + std::to_string(group_->index()) + " keeps the eigenbases of " +
+           (results_->distributed() ? "; soap: " + results_->who() + " keeps the eigenbases of " +
                                      std::to_string(held) + " of " + std::to_string(matrices_.size()) + " matrices"
                                : "");
   }
@@ -213,8 +194,7 @@ class Soap final : public Optimizer {
     int64_t rows = 0, cols = 0;
     bool left = true, right = true;  // the sides that are rotated
     Tensor exp_avg, exp_avg_sq, L, R, QL, QR;  // on the owner only; the rotated sides' factors
-    int owner = 0;
-    int64_t offset = 0;  // of its D in the owner's all-gather segment
+    size_t unit = 0;  // in matrices_: its unit of owned work
   };
   struct Handles {
     size_t exp_avg = 0, exp_avg_sq = 0, L = 0, R = 0, QL = 0, QR = 0;
@@ -227,7 +207,7 @@ class Soap final : public Optimizer {
     float* values;  // a side's eigenvalues
   };
 
-  bool mine(const Matrix& m) const { return m.owner == group_->index(); }
+  bool mine(const Matrix& m) const { return results_->mine(m.unit); }
 
   std::vector<StateBuffer*> state_buffers() { return {&exp_avg_, &exp_avg_sq_, &L_, &R_, &QL_, &QR_}; }
   std::vector<const StateBuffer*> state_buffers() const { return {&exp_avg_, &exp_avg_sq_, &L_, &R_, &QL_, &QR_}; }
@@ -305,13 +285,13 @@ class Soap final : public Optimizer {
     }
   }
 
-  // The Adam step in the rotated basis; D into this matrix's place in the segment.
+  // The Adam step in the rotated basis; D into this matrix's place among this rank's results.
   void direction(Matrix& m, float s, int64_t k) {
     PhaseTimer timer(phases_.other, device_);
     Tensor g = view(scratch_.a, m.rows, m.cols);
     kernels::copy(g, m.grad);
     rotate(m, g, true);
-    Tensor d = view(static_cast<float*>(segment_buf_.data()) + m.offset, m.rows, m.cols);
+    Tensor d = view(results_->own(m.unit), m.rows, m.cols);
     // With lr = −1, no decay and no bias correction, adamw_update leaves M/(√V + ε) in a zeroed d,
     // having updated M and V from s·Ĝ.
     kernels::AdamWParams hp;
@@ -372,14 +352,11 @@ class Soap final : public Optimizer {
   // One allocation per state kind, matrices in parameter-table order (see StateKind).
   StateBuffer exp_avg_{"exp_avg_rotated"}, exp_avg_sq_{"exp_avg_sq_rotated"}, L_{"L"}, R_{"R"};
   StateBuffer QL_{"eigenbasis_L"}, QR_{"eigenbasis_R"};
-  kernels::Buffer work_, segment_buf_, gathered_;
+  kernels::Buffer work_;
   Scratch scratch_{};
-  std::shared_ptr<ShareGroup> group_;  // solo_group() when no group is given
-  int64_t segment_ = 0;  // elements each rank contributes to the all-gather (the largest rank's matrices)
-  int64_t chunk_ = 0;    // of them per all-gather call
+  std::unique_ptr<OwnedResults> results_;  // the matrices' owners and their D's way to every rank
   std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices
   bool adamw_primary_ = true;             // this rank writes the replicated AdamW state (data index 0)
-  int64_t comm_bytes_ = 0;
   std::vector<int> roots_;
   PhaseSeconds phases_;
 };

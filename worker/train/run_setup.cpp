@@ -12,6 +12,7 @@
 #include "worker/config/choice.h"
 #include "worker/model/memory_estimate.h"
 #include "worker/model/model_io.h"
+#include "worker/parallel/distributed_optimizer.h"
 #include "worker/parallel/nccl_communicator.h"
 #include "worker/parallel/optimizer_groups.h"
 #include "worker/train/run.h"
@@ -139,6 +140,8 @@ void build_optimizer(Run& run) {
     h.tensor = run.par.tensor;
     h.replicas = share_group(replicas);
     h.distribute_elementwise = run.cfg().parallel.distributed_optimizer;
+    if (h.distribute_elementwise) h.ranges = range_planner(h.replica_group());  // AdamW's moments divided
+    h.owners = owner_planner(h.group, run.par.tensor, h.tp.get());  // who computes each matrix's (block's) work
   };
   share_over(hooks, run.par.stage.get(), run.par.dp.get());
   std::unique_ptr<Optimizer> own = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);

@@ -15,6 +15,7 @@
 #include "kernels/reference/linalg_reference.h"
 #include "worker/model/params.h"
 #include "worker/optim/optimizer.h"
+#include "worker/parallel/distributed_optimizer.h"
 #include "worker/parallel/mpi_communicator.h"
 #include "worker/parallel/optimizer_groups.h"
 
@@ -153,6 +154,7 @@ int main(int argc, char** argv) {
     hooks.tensor = world->size();
     std::unique_ptr<pw::Communicator> replicas = world->split(world->rank(), 0);  // one data index
     hooks.replicas = pw::share_group(replicas.get());
+    hooks.owners = pw::owner_planner(hooks.group, hooks.tensor, hooks.tp.get());
     // fp32 against fp32 in another order (distributed sums Gram matrices over ranks) or against
     // double (blockwise): five Newton–Schulz steps on 16-wide matrices, measured at most 1.2e-5
     // on entries of size ~0.3; a wrong shard, block or scale moves entries by 1e-1 (blockwise

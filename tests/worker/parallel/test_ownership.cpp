@@ -1,5 +1,6 @@
-// The owner assignment of the distributed optimizers: every matrix gets exactly one owner, the
-// assignment is the same on every rank, and the work is balanced on GPT-2 124M's shapes.
+// The owner assignment of the distributed optimizer (worker/parallel/distributed_optimizer.h):
+// every matrix gets exactly one owner, the assignment is the same on every rank, and the work is
+// balanced on GPT-2 124M's shapes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -7,7 +8,8 @@
 #include <numeric>
 
 #include "worker/model/params.h"
-#include "worker/optim/ownership.h"
+#include "worker/optim/work_cost.h"
+#include "worker/parallel/distributed_optimizer.h"
 
 namespace precon::worker::optim {
 namespace {
