@@ -14,14 +14,20 @@
 namespace precon::worker::optim {
 namespace {
 
-// Muon's per-matrix Newton–Schulz costs for GPT-2 124M (12 layers, C = 768), Q, K and V split.
-std::vector<double> gpt2_124m_muon_costs() {
+// GPT-2 124M: 12 layers, 12 heads, C = 768, T = 1024, the 50,257-token vocabulary.
+ModelConfig gpt2_124m() {
   ModelConfig m;
   m.n_layer = 12;
   m.n_head = 12;
   m.d_model = 768;
   m.seq_len = 1024;
   m.vocab_size = 50257;
+  return m;
+}
+
+// Muon's per-matrix Newton–Schulz costs for GPT-2 124M (12 layers, C = 768), Q, K and V split.
+std::vector<double> gpt2_124m_muon_costs() {
+  const ModelConfig m = gpt2_124m();
   std::vector<double> cost;
   for (const ParamSpec& s : gpt2_param_table(m)) {
     if (s.kind != ParamKind::matrix) continue;
@@ -34,12 +40,7 @@ std::vector<double> gpt2_124m_muon_costs() {
 // Shampoo's per-block refresh costs (rows³ + cols³) for GPT-2 124M's hidden matrices cut into
 // blocks of max_preconditioner_dim = 1024 (the default), as optim/shampoo.cpp cuts them.
 std::vector<double> gpt2_124m_shampoo_costs() {
-  ModelConfig m;
-  m.n_layer = 12;
-  m.n_head = 12;
-  m.d_model = 768;
-  m.seq_len = 1024;
-  m.vocab_size = 50257;
+  const ModelConfig m = gpt2_124m();
   std::vector<double> cost;
   auto pieces = [](int64_t n) {
     std::vector<int64_t> out;
