@@ -2,7 +2,7 @@
 # Builds precon and runs every test, each test once under a sanitizer where it fits:
 #   1. AddressSanitizer + UndefinedBehaviorSanitizer build of the tests (CPU), all tests but the
 #      system suites that start whole clusters and browsers (Slurm, load, browser, interop: under
-#      ASan they doubled this step's time), the 100 000-trial scale test (82 s under ASan), the
+#      ASan they doubled this step's time; the Slurm suites' programs are not built there), the 100 000-trial scale test (82 s under ASan), the
 #      mixture of experts' nine-layouts-by-three-optimizers comparison (39 s; its layouts' code runs
 #      under ASan in MoeParallel's reshard and killed-rank tests), QK-clip's, SOAP's and NorMuon's
 #      layouts (under ASan the clip runs in LlamaReference.QkClipTrajectory, SOAP and NorMuon in
@@ -17,8 +17,8 @@
 #      start), those tests but the 100 000-trial scale test and three that train long under the
 #      instrumented trainer: the kill -9 restart, ASHA through the report answer and the requeued
 #      worker (178, 120 and 84 s under TSan; steps 1 and 2 run them);
-#   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan), each run 20 s from its
-#      seed corpus, two at a time.
+#   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan, -O1), each run 10 s from
+#      its seed corpus, two at a time.
 # Usage: tests/run.sh            (after deploy/install-deps.sh)
 # Environment: PRECON_JOBS (parallel build/test jobs, default nproc), PRECON_SKIP_ASAN=1,
 #   PRECON_SKIP_TSAN=1, PRECON_SKIP_FUZZ=1.
@@ -53,7 +53,8 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build =="
   # -O1 -g1: half the compile time of -O2 -g under ASan+UBSan, with line numbers in the reports.
   cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_SANITIZE=ON \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF $unity
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF \
+    -DPRECON_SLURM_TESTS=OFF $unity
   cmake --build "$root/build-asan" -j "$jobs"
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -94,16 +95,21 @@ if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
   # instrumented. Left out: ParallelTrial (ranks under mpirun: OpenMPI's own threads are not
   # instrumented either) and PrometheusServer (a real Prometheus scraping; the Release and ASan
   # builds run it).
+  # Also left out: single-threaded computations in which ThreadSanitizer can find nothing (the
+  # ASan step runs them): a 100,000-trial Pareto front, the study's fit, random-search determinism,
+  # the importance evaluators against Optuna, the series cache's downsampling.
+  tsan_skip='^(ParallelTrial|PrometheusServer|Scale|Restart|ImportanceOptuna)\.|^Controller\.(AshaStops|RequeuedWorker)|^Best\.ParetoFrontOfAHundredThousandTrials$|^StudyReportTest\.PicksEachCellsBestLrAndFitsItsSeeds$|^Sweep\.RandomSearchIsDeterministic$|^SeriesBlocks\.DownsampleMatchesReference'
   OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1 \
     ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" -L controller \
-    -E '^(ParallelTrial|PrometheusServer|Scale|Restart)\.|^Controller\.(AshaStops|RequeuedWorker)'
+    -E "$tsan_skip"
 fi
 
 if [ "${PRECON_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== Fuzz build (clang, libFuzzer + ASan + UBSan) =="
   cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_FUZZ=ON \
-    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPRECON_FUZZ_SECONDS=20
+    -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPRECON_FUZZ_SECONDS=10 \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
   cmake --build "$root/build-fuzz" -j "$jobs"
-  echo "== Fuzz targets, 20 s each, two at a time =="
+  echo "== Fuzz targets, 10 s each, two at a time =="
   ctest --test-dir "$root/build-fuzz" --output-on-failure -j 2
 fi

@@ -124,7 +124,7 @@ TEST_F(DiskFull, DatabaseDiskFullRefusesNewWorkClearlyAndRecovers) {
   c.start();
   const std::string url = c.url();
   // One trial that outlasts the full disk, and one that ends while it is full.
-  const int long_steps = 3000, short_steps = 150;
+  const int long_steps = 1200, short_steps = 150;
   const int64_t long_exp = submit(url, recipe(long_steps, ""));
   const int64_t short_exp = submit(url, recipe(short_steps, ""));
   const auto first_trial = [&](int64_t id) {
