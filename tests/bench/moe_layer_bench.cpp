@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
     rows.shared_down = w.size();
     w.add(C, S * F, rng);
   }
-  const pw::MoeMlp moe(pw::TpGroup{}, pw::TpGroup{}, rows, K, 1e-2);
+  pw::MoeMlp::Routing routing;
+  routing.top_k = K;
+  routing.aux_loss_coeff = 1e-2;
+  const pw::MoeMlp moe(pw::TpGroup{}, pw::TpGroup{}, rows, routing);
   pw::MoeMlp::Shape shape;
   shape.tokens = N;
   shape.channels = C;

@@ -24,8 +24,18 @@ struct MoeConfig {
   int64_t ffn_hidden = 0;          // each expert's SwiGLU width; 0 = the dense MLP's (model.ffn_hidden's rule)
   int64_t shared_experts = 0;      // a shared SwiGLU of shared_experts × ffn_hidden on every token; 0 = none
   int64_t first_dense_layers = 0;  // leading layers that keep the dense MLP
-  double aux_loss_coeff = 1e-2;    // load-balancing loss coefficient
+  double aux_loss_coeff = 1e-2;    // load-balancing loss coefficient (softmax router only)
   std::string router_dtype = "fp32";  // the router computes in fp32 always
+  // "softmax" (top-k of the softmax, renormalised) | "sigmoid" (DeepSeek-V3's: top-k of sigmoid
+  // scores + a per-expert bias kept balanced outside the gradient; weights from the scores alone)
+  std::string router = "softmax";
+  double route_scale = 1.0;        // sigmoid: the normalised weights' factor
+  int64_t n_group = 1;             // sigmoid: expert groups of group-limited routing; 1 = none
+  int64_t topk_group = 1;          // sigmoid: groups each token may choose from (n_group > 1)
+  double bias_update_rate = 1e-3;  // sigmoid: the bias's step per optimizer step (sign of the load error)
+  double seq_aux_loss_coeff = 0;   // sigmoid: the sequence-wise balance loss's coefficient; 0 = none
+
+  bool sigmoid() const { return router == "sigmoid"; }
 };
 
 // Multi-head latent attention ([model.mla], llama only; DeepSeek-V3's): queries from a low-rank

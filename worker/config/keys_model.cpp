@@ -134,10 +134,76 @@ void add_model_rows(std::vector<Row>& k) {
   k.push_back(trial("model.moe.first_dense_layers", "layers", "leading layers that keep the dense MLP",
                     T(model.moe.first_dense_layers)).range(0, 256).hashed());
   k.push_back(trial("model.moe.aux_loss_coeff", "",
-                    "load-balancing loss coefficient: aux = coeff · E · Σₑ fₑ·Pₑ per MoE layer, over each micro-batch",
-                    T(model.moe.aux_loss_coeff)).range(0, 1e3).hashed());
+                    "softmax router: load-balancing loss coefficient, aux = coeff · E · Σₑ fₑ·Pₑ per MoE layer, over "
+                    "each micro-batch; must be 0 with router = sigmoid",
+                    T(model.moe.aux_loss_coeff))
+                  .range(0, 1e3).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const MoeConfig& e = c.model.moe;
+                    return e.experts > 0 && e.sigmoid() && e.aux_loss_coeff != 0
+                               ? std::string("aux_loss_coeff is the softmax router's balance loss: with "
+                                             "model.moe.router = \"sigmoid\" set it to 0 (the sigmoid router balances "
+                                             "by model.moe.bias_update_rate and model.moe.seq_aux_loss_coeff)")
+                               : std::string();
+                  }));
   k.push_back(trial("model.moe.router_dtype", "", "the router's dtype: fp32 always", T(model.moe.router_dtype))
                   .choices({"fp32"}));
+  k.push_back(trial("model.moe.router", "",
+                    "softmax (top-k of the softmax, renormalised) or sigmoid (DeepSeek-V3: top-k of sigmoid scores "
+                    "plus a per-expert bias, weights from the chosen scores normalised, times route_scale)",
+                    T(model.moe.router))
+                  .choices({"softmax", "sigmoid"}).hashed());
+  k.push_back(trial("model.moe.route_scale", "",
+                    "sigmoid router: factor on the normalised weights of the chosen experts", T(model.moe.route_scale))
+                  .range(1e-6, 1e6).hashed());
+  k.push_back(trial("model.moe.n_group", "",
+                    "sigmoid router: expert groups for group-limited routing (a group's score is the sum of its two "
+                    "best score + bias values); 1 = none",
+                    T(model.moe.n_group))
+                  .range(1, 4096).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const MoeConfig& e = c.model.moe;
+                    if (e.experts == 0 || e.n_group == 1) return std::string();
+                    if (!e.sigmoid())
+                      return "n_group = " + std::to_string(e.n_group) +
+                             ": group-limited routing needs model.moe.router = \"sigmoid\"";
+                    if (e.experts % e.n_group == 0) return std::string();
+                    return "n_group = " + std::to_string(e.n_group) + " does not divide model.moe.experts = " +
+                           std::to_string(e.experts);
+                  }));
+  k.push_back(trial("model.moe.topk_group", "",
+                    "sigmoid router: groups each token chooses its experts from (at most n_group)",
+                    T(model.moe.topk_group))
+                  .range(1, 4096).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const MoeConfig& e = c.model.moe;
+                    if (e.experts == 0 || e.n_group < 1 || e.experts % e.n_group) return std::string();
+                    if (e.topk_group > e.n_group)
+                      return "topk_group = " + std::to_string(e.topk_group) + " is more than model.moe.n_group = " +
+                             std::to_string(e.n_group);
+                    const int64_t reach = e.topk_group * (e.experts / e.n_group);
+                    return e.top_k > reach ? "topk_group = " + std::to_string(e.topk_group) + " groups of " +
+                                                 std::to_string(e.experts / e.n_group) + " experts hold fewer than " +
+                                                 "model.moe.top_k = " + std::to_string(e.top_k)
+                                           : std::string();
+                  }));
+  k.push_back(trial("model.moe.bias_update_rate", "",
+                    "sigmoid router: after each optimizer step each expert's bias moves by this times the sign of "
+                    "(mean load - its load), the loads summed over every rank's tokens of the step; 0 = a fixed bias",
+                    T(model.moe.bias_update_rate))
+                  .range(0, 1e3).hashed());
+  k.push_back(trial("model.moe.seq_aux_loss_coeff", "",
+                    "sigmoid router: DeepSeek-V3's sequence-wise balance loss, coeff · Σᵢ fᵢ·Pᵢ per sequence (mean "
+                    "over sequences) per MoE layer; 0 = none",
+                    T(model.moe.seq_aux_loss_coeff))
+                  .range(0, 1e3).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const MoeConfig& e = c.model.moe;
+                    return e.experts > 0 && !e.sigmoid() && e.seq_aux_loss_coeff != 0
+                               ? "seq_aux_loss_coeff needs model.moe.router = \"sigmoid\" (the softmax router's "
+                                 "balance loss is model.moe.aux_loss_coeff)"
+                               : std::string();
+                  }));
 }
 
 #undef T

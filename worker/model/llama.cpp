@@ -80,6 +80,7 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
     }
     MoeMlp::Rows r;
     r.router = row("mlp.gate.weight");
+    if (config.moe.sigmoid()) r.bias = row("mlp.gate.e_score_correction_bias");
     for (int64_t e = 0; e < config.moe.experts; ++e) {
       const std::string x = "mlp.experts." + std::to_string(e) + ".";
       r.gate.push_back(row((x + "gate_proj.weight").c_str()));
@@ -92,7 +93,7 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
       r.shared_up = row("mlp.shared_expert.up_proj.weight");
       r.shared_down = end = row("mlp.shared_expert.down_proj.weight");
     }
-    b.moe.emplace(tp_, ep, std::move(r), config.moe.top_k, config.moe.aux_loss_coeff);
+    b.moe.emplace(tp_, ep, std::move(r), MoeMlp::routing_of(config.moe));
     b.rows = row_range({b.input_norm, end});
   }
   if (ep.parallel() && (device != k::Device::cpu || act_ != DType::f32))
@@ -127,6 +128,7 @@ MoeMlp::Shape Llama::moe_shape() const {
   MoeMlp::Shape s;
   s.tokens = B_ * T_;
   s.channels = C_;
+  s.seq_len = T_;
   s.expert_width = config_.expert_ffn() / tp_.size();
   s.shared_width = config_.moe.shared_experts * config_.expert_ffn() / tp_.size();
   s.dtype = act_;
@@ -175,7 +177,8 @@ void Llama::init_random(uint64_t seed) {
         if (p.kind != ParamKind::matrix && p.kind != ParamKind::embedding) return 0.0f;
         return p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight") ? residual_std : 0.02f;
       },
-      [](const ParamSpec&) { return 1.0f; });  // RMSNorm weights
+      // RMSNorm weights 1, the sigmoid router's bias 0.
+      [](const ParamSpec& p) { return p.kind == ParamKind::buffer ? 0.0f : 1.0f; });
 }
 
 double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {

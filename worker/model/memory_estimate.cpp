@@ -23,6 +23,7 @@ constexpr Choice<OptimizerName> kOptimizerNames[] = {{"adamw", OptimizerName::ad
 
 // Bytes of optimizer state per parameter of one table row (fp32 state). normuon: optimizer.muon.variant.
 double state_bytes(const OptimizerConfig& o, OptimizerName name, bool normuon, const ParamSpec& spec) {
+  if (!trained(spec.kind)) return 0;  // a buffer: no optimizer steps it
   const bool matrix = spec.kind == ParamKind::matrix;
   const double n = static_cast<double>(spec.numel());
   if (name == OptimizerName::muon && matrix)  // the momentum, and NorMuon's v per output neuron

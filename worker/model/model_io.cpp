@@ -154,6 +154,18 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
     j["rope_interleave"] = false;
     j["num_key_value_heads"] = c.n_head;
   }
+  if (c.llama() && c.moe.experts > 0 && c.moe.sigmoid()) {
+    // DeepseekV3's router fields: sigmoid scores, top-k on score + e_score_correction_bias.
+    j["scoring_func"] = "sigmoid";
+    j["topk_method"] = "noaux_tc";
+    j["n_routed_experts"] = c.moe.experts;
+    j["n_shared_experts"] = c.moe.shared_experts;
+    j["n_group"] = c.moe.n_group;
+    j["topk_group"] = c.moe.topk_group;
+    j["routed_scaling_factor"] = c.moe.route_scale;
+    j["first_k_dense_replace"] = c.moe.first_dense_layers;
+    j["router_aux_loss_coef"] = c.moe.seq_aux_loss_coeff;
+  }
   return j;
 }
 

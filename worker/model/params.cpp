@@ -15,6 +15,7 @@ const char* param_kind_name(ParamKind kind) {
     case ParamKind::bias: return "bias";
     case ParamKind::matrix: return "matrix";
     case ParamKind::router: return "router";
+    case ParamKind::buffer: return "buffer";
   }
   return "?";
 }
@@ -144,6 +145,7 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     ParamSpec* router = add(h + ".mlp.gate.weight", {m.moe.experts, C}, ParamKind::router, -1, l);
     router->fan_in = C;
     router->fan_out = m.moe.experts;
+    if (m.moe.sigmoid()) add(h + ".mlp.gate.e_score_correction_bias", {m.moe.experts}, ParamKind::buffer, -1, l);
     for (int64_t e = 0; e < m.moe.experts; ++e) swiglu(h + ".mlp.experts." + std::to_string(e), m.expert_ffn(), e);
     if (m.moe.shared_experts > 0) swiglu(h + ".mlp.shared_expert", m.moe.shared_experts * m.expert_ffn());
   }

@@ -22,9 +22,13 @@ enum class ParamKind : uint8_t {
   bias,       // linear-layer bias
   matrix,     // 2-D hidden linear weight (attention and MLP projections, each expert's own)
   router,     // a mixture-of-experts router (experts × d_model): AdamW's, like the other non-matrices
+  buffer,     // model state no gradient reaches and no optimizer steps: the sigmoid router's expert
+              // bias, moved by its own rule after each step (update_router_biases, worker/parallel/moe.h)
 };
 
 const char* param_kind_name(ParamKind kind);
+// Whether an optimizer steps the row (every kind but buffer).
+inline bool trained(ParamKind kind) { return kind != ParamKind::buffer; }
 
 struct ParamSpec {
   std::string name;            // "h.3.attn.c_attn.weight"
@@ -64,7 +68,8 @@ void copy_tp_part(const ParamSpec& full, float* full_data, float* part_data, int
 std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 // Hugging Face LlamaForCausalLM's names and layouts (nn.Linear weights stored (out, in), no biases;
 // lm_head absent when the embeddings are tied). A mixture-of-experts layer's MLP follows Qwen-MoE:
-// mlp.gate (the router, E × C, replicated under tensor parallelism), mlp.experts.{e}.{gate,up,down}_proj
+// mlp.gate (the router, E × C, replicated under tensor parallelism; with the sigmoid router followed by
+// DeepseekV3's mlp.gate.e_score_correction_bias, E, a buffer), mlp.experts.{e}.{gate,up,down}_proj
 // and mlp.shared_expert.{gate,up,down}_proj, each split like the dense MLP's. With multi-head latent
 // attention ([model.mla]) the attention's rows are Hugging Face DeepseekV3's: self_attn.q_a_proj,
 // q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; the

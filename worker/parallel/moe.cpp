@@ -9,6 +9,7 @@
 #include "kernels/nn.h"
 #include "worker/common/fault_hook.h"
 #include "worker/model/activations.h"
+#include "worker/parallel/sigmoid_router.h"
 #include "worker/parallel/tensor_parallel.h"
 
 namespace precon::worker {
@@ -73,12 +74,32 @@ void grow_rows(MoeMlp::Scratch& r, int64_t rows, const MoeDims& d) {
 
 }  // namespace
 
-MoeMlp::MoeMlp(TpGroup tp, TpGroup ep, Rows rows, int64_t top_k, double aux_loss_coeff)
-    : tp_(tp), ep_(ep), rows_(std::move(rows)), top_k_(top_k), aux_loss_coeff_(aux_loss_coeff),
+MoeMlp::Routing MoeMlp::routing_of(const MoeConfig& moe) {
+  Routing r;
+  r.top_k = moe.top_k;
+  r.aux_loss_coeff = moe.aux_loss_coeff;
+  r.sigmoid = moe.sigmoid();
+  r.n_group = moe.n_group;
+  r.topk_group = moe.topk_group;
+  r.route_scale = moe.route_scale;
+  r.seq_aux_loss_coeff = moe.seq_aux_loss_coeff;
+  return r;
+}
+
+MoeMlp::MoeMlp(TpGroup tp, TpGroup ep, Rows rows, Routing routing)
+    : tp_(tp), ep_(ep), rows_(std::move(rows)), routing_(routing), top_k_(routing.top_k),
       kill_at_exchange_(fault_point("alltoall").step) {
   const size_t E = rows_.gate.size();
   if (E == 0 || rows_.up.size() != E || rows_.down.size() != E || rows_.router == kNoRow)
     throw std::invalid_argument("MoeMlp: a router and gate, up and down rows for each expert");
+  if (routing_.sigmoid && rows_.bias == kNoRow)
+    throw std::invalid_argument("MoeMlp: the sigmoid router needs its bias row (mlp.gate.e_score_correction_bias)");
+  const int64_t G = routing_.n_group;
+  if (routing_.sigmoid && (G < 1 || static_cast<int64_t>(E) % G != 0 || routing_.topk_group < 1 ||
+                           routing_.topk_group > G || top_k_ > routing_.topk_group * (static_cast<int64_t>(E) / G)))
+    throw std::invalid_argument("MoeMlp: n_group = " + std::to_string(G) + ", topk_group = " +
+                                std::to_string(routing_.topk_group) + " cannot route top_k = " + std::to_string(top_k_) +
+                                " of " + std::to_string(E) + " experts");
   if (top_k_ < 1 || top_k_ > static_cast<int64_t>(E))
     throw std::invalid_argument("MoeMlp: top_k = " + std::to_string(top_k_) + " must be in [1, " + std::to_string(E) + "]");
   if (E % static_cast<size_t>(ep_.size()) != 0)
@@ -199,6 +220,69 @@ void MoeMlp::return_grads(const Acts& a, Scratch& s) const {
   exchange(rows_of(s.dxr, 0, R), a.recv_rows, s.dxs, a.send_rows);
 }
 
+void MoeMlp::softmax_balance(Acts& a) const {
+  const int64_t N = a.probs.shape[0], E = experts(), K = top_k_;
+  std::vector<float> probs(static_cast<size_t>(N * E));
+  k::copy(Tensor::view(probs.data(), {N, E}), a.probs);
+  std::vector<double> sum_p(static_cast<size_t>(E), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t e = 0; e < E; ++e) sum_p[e] += probs[n * E + e];
+  std::vector<float> dprobs(static_cast<size_t>(E));
+  const double coeff = routing_.aux_loss_coeff;
+  a.aux = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const double f = static_cast<double>(a.counts[e]) / static_cast<double>(N * K);
+    a.aux += coeff * static_cast<double>(E) * f * sum_p[e] / static_cast<double>(N);
+    dprobs[e] = static_cast<float>(coeff * static_cast<double>(E) * f / static_cast<double>(N));
+  }
+  k::copy(a.aux_dprobs, Tensor::view(dprobs.data(), {E}));
+}
+
+SigmoidRouting MoeMlp::sigmoid_routing() const {
+  SigmoidRouting r;
+  r.top_k = top_k_;
+  r.n_group = routing_.n_group;
+  r.topk_group = routing_.topk_group;
+  r.route_scale = routing_.route_scale;
+  return r;
+}
+
+std::vector<int32_t> MoeMlp::route_sigmoid(const LayerWeights& w, Acts& a) const {
+  const int64_t N = a.logits.shape[0], E = experts(), K = top_k_;
+  std::vector<float> logits(static_cast<size_t>(N * E)), scores(logits.size()), bias(static_cast<size_t>(E));
+  std::vector<float> weights(static_cast<size_t>(N * K));
+  std::vector<int32_t> idx(static_cast<size_t>(N * K));
+  k::copy(Tensor::view(logits.data(), {N, E}), a.logits);
+  k::copy(Tensor::view(bias.data(), {E}), w.master(rows_.bias));
+  sigmoid_route_forward(scores.data(), idx.data(), weights.data(), logits.data(), bias.data(), N, E, sigmoid_routing());
+  k::copy(a.probs, Tensor::view(scores.data(), {N, E}));
+  k::copy(a.weights, Tensor::view(weights.data(), {N, K}));
+  to_device(a.idx, idx);
+  a.aux = 0;
+  a.seq_dscores.clear();
+  if (routing_.seq_aux_loss_coeff > 0) {
+    const int64_t T = a.shape.seq_len > 0 ? a.shape.seq_len : N;
+    if (N % T != 0)
+      throw std::invalid_argument("MoeMlp: " + std::to_string(N) + " tokens are not whole sequences of " +
+                                  std::to_string(T));
+    a.aux = seq_balance_loss(a.seq_dscores, scores.data(), idx.data(), N / T, T, E, K, routing_.seq_aux_loss_coeff);
+  }
+  return idx;
+}
+
+void MoeMlp::route_sigmoid_backward(const Acts& a, Scratch& s) const {
+  const int64_t N = a.probs.shape[0], E = experts(), K = top_k_;
+  std::vector<float> scores(static_cast<size_t>(N * E)), dlogits(scores.size());
+  std::vector<float> dw(static_cast<size_t>(N * K)), weights(dw.size());
+  k::copy(Tensor::view(scores.data(), {N, E}), a.probs);
+  k::copy(Tensor::view(dw.data(), {N, K}), s.dw);
+  k::copy(Tensor::view(weights.data(), {N, K}), a.weights);
+  const std::vector<int32_t> idx = host_ints(a.idx);
+  sigmoid_route_backward(dlogits.data(), dw.data(), a.seq_dscores.empty() ? nullptr : a.seq_dscores.data(),
+                         scores.data(), idx.data(), weights.data(), N, E, sigmoid_routing());
+  k::copy(s.dlogits, Tensor::view(dlogits.data(), {N, E}));
+}
+
 void MoeMlp::forward(const LayerWeights& w, Tensor out, const Tensor& in, Acts& a) const {
   const auto out_in = k::WeightLayout::out_in;
   const Tensor x = flat(in), y = flat(out);
@@ -207,11 +291,11 @@ void MoeMlp::forward(const LayerWeights& w, Tensor out, const Tensor& in, Acts& 
   const Tensor x32 = x.dtype == DType::f32 ? x : a.x32;
   if (x.dtype != DType::f32) k::cast(x32, x);
   k::matmul_forward(a.logits, x32, w.master(rows_.router), Tensor{}, out_in);
-  k::moe_router_forward(a.probs, a.idx, a.weights, a.logits);
+  if (!routing_.sigmoid) k::moe_router_forward(a.probs, a.idx, a.weights, a.logits);
 
   // Group the assignments by expert, each expert's in token order: row p of xs is token rows[p];
   // assignment (n, j) lies at pos[n, j].
-  const std::vector<int32_t> idx = host_ints(a.idx);
+  const std::vector<int32_t> idx = routing_.sigmoid ? route_sigmoid(w, a) : host_ints(a.idx);
   a.counts.assign(static_cast<size_t>(E), 0);
   for (int32_t e : idx) ++a.counts[static_cast<size_t>(e)];
   std::vector<int64_t> cursor(static_cast<size_t>(E), 0);
@@ -226,21 +310,9 @@ void MoeMlp::forward(const LayerWeights& w, Tensor out, const Tensor& in, Acts& 
   to_device(a.rows, rows);
   to_device(a.pos, pos);
 
-  // The load-balancing loss and its gradient with respect to the probabilities.
-  std::vector<float> probs(static_cast<size_t>(N * E));
-  k::copy(Tensor::view(probs.data(), {N, E}), a.probs);
-  std::vector<double> sum_p(static_cast<size_t>(E), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t e = 0; e < E; ++e) sum_p[e] += probs[n * E + e];
-  std::vector<float> dprobs(static_cast<size_t>(E));
-  a.aux = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    const double f = static_cast<double>(a.counts[e]) / static_cast<double>(N * K);
-    a.aux += aux_loss_coeff_ * static_cast<double>(E) * f * sum_p[e] / static_cast<double>(N);
-    dprobs[e] = static_cast<float>(aux_loss_coeff_ * static_cast<double>(E) * f / static_cast<double>(N));
-  }
-  k::copy(a.aux_dprobs, Tensor::view(dprobs.data(), {E}));
-
+  // The load-balancing loss and its gradient with respect to the probabilities (the sigmoid
+  // router's balance loss is route_sigmoid's).
+  if (!routing_.sigmoid) softmax_balance(a);
   k::gather_rows(a.xs, x, a.rows);
   if (ep_.parallel()) dispatch(a);
   else a.local_rows = a.counts;
@@ -316,8 +388,12 @@ void MoeMlp::backward(const LayerWeights& w, Tensor din, const Tensor& in, const
   if (tp_.parallel()) copy_to_tp_region_backward(din, *tp_.comm);
 
   // The router: the same on every rank, added after the sum.
-  k::fill_zero(s.dlogits);
-  k::moe_router_backward(s.dlogits, s.dw, a.probs, a.idx, a.weights, a.aux_dprobs);
+  if (routing_.sigmoid) {
+    route_sigmoid_backward(a, s);
+  } else {
+    k::fill_zero(s.dlogits);
+    k::moe_router_backward(s.dlogits, s.dw, a.probs, a.idx, a.weights, a.aux_dprobs);
+  }
   const Tensor x32 = x.dtype == DType::f32 ? x : a.x32;
   if (x.dtype == DType::f32) {
     k::matmul_backward(dx, w.grad(rows_.router), Tensor{}, s.dlogits, x32, w.master(rows_.router), out_in);

@@ -20,6 +20,10 @@
 // fₑ = (assignments to e) / (N · k) (no gradient) and Pₑ = the mean over tokens of p[e]; its
 // gradient d aux / d p[n, e] = coeff · E · fₑ / N joins the router's in backward(). It is taken over
 // this rank's tokens only, whatever the expert-parallel group.
+//
+// The sigmoid router (Routing::sigmoid, sigmoid_router.h) picks by sigmoid scores plus the bias row
+// (read, never given a gradient) and weighs by the scores alone; its balance loss is the
+// sequence-wise one, over each sequence of this forward (every rank's sequences are its own).
 #pragma once
 
 #include <cstddef>
@@ -28,7 +32,9 @@
 
 #include "kernels/backend.h"
 #include "kernels/tensor.h"
+#include "worker/config/config.h"
 #include "worker/parallel/layers.h"
+#include "worker/parallel/sigmoid_router.h"
 
 namespace precon::worker {
 
@@ -38,6 +44,7 @@ class MoeMlp {
   // shared expert's (kNoRow: none).
   struct Rows {
     size_t router = kNoRow;
+    size_t bias = kNoRow;  // the sigmoid router's per-expert bias (E), a buffer
     std::vector<size_t> gate, up, down;
     size_t shared_gate = kNoRow, shared_up = kNoRow, shared_down = kNoRow;
   };
@@ -45,6 +52,7 @@ class MoeMlp {
   // expert's) width on this rank, the activations' dtype and device.
   struct Shape {
     int64_t tokens = 0, channels = 0, expert_width = 0, shared_width = 0;
+    int64_t seq_len = 0;  // tokens of one sequence (the sequence-wise balance loss's); 0 = all of them
     kernels::DType dtype = kernels::DType::f32;
     kernels::Device device = kernels::Device::cpu;
   };
@@ -62,7 +70,7 @@ class MoeMlp {
   struct Acts {
     kernels::Buffer buf;
     kernels::Tensor x32;                     // (N, C) f32: the router's input (bf16 activations only)
-    kernels::Tensor logits, probs;           // (N, E) f32
+    kernels::Tensor logits, probs;           // (N, E) f32: probs the softmax's, or the sigmoid's scores
     kernels::Tensor idx, weights, pos;       // (N, k): chosen experts i32, their weights f32, rows in xs i32
     kernels::Tensor rows;                    // (N·k) i32: the token of each row of xs
     kernels::Tensor aux_dprobs;              // (E) f32: d aux / d p[n, e]
@@ -72,6 +80,7 @@ class MoeMlp {
     std::vector<int64_t> counts;             // per expert: this rank's tokens it got
     std::vector<int64_t> send_rows, recv_rows;  // per rank of the expert-parallel group: rows exchanged
     std::vector<int64_t> local_rows;         // per expert of this rank: the rows it computed (from every rank)
+    std::vector<float> seq_dscores;          // (N·E) sigmoid router: d balance loss / d scores (empty: none)
     double aux = 0;                          // this forward's load-balancing loss
     Shape shape;
   };
@@ -91,8 +100,19 @@ class MoeMlp {
     Shape shape;
   };
 
+  // How tokens choose their experts (model.moe's keys).
+  struct Routing {
+    int64_t top_k = 2;
+    double aux_loss_coeff = 0;      // softmax: the load-balancing loss's coefficient
+    bool sigmoid = false;           // DeepSeek-V3's router, with n_group, topk_group and route_scale
+    int64_t n_group = 1, topk_group = 1;
+    double route_scale = 1;
+    double seq_aux_loss_coeff = 0;  // sigmoid: the sequence-wise balance loss's coefficient
+  };
+  static Routing routing_of(const MoeConfig& moe);
+
   // ep: the expert-parallel group (none or one rank: every expert here).
-  MoeMlp(TpGroup tp, TpGroup ep, Rows rows, int64_t top_k, double aux_loss_coeff);
+  MoeMlp(TpGroup tp, TpGroup ep, Rows rows, Routing routing);
   int64_t experts() const { return static_cast<int64_t>(rows_.gate.size()); }
   int64_t top_k() const { return top_k_; }
   int64_t local_experts() const { return experts() / ep_.size(); }
@@ -113,6 +133,13 @@ class MoeMlp {
 
  private:
   bool shared() const { return rows_.shared_gate != kNoRow; }
+  // The sigmoid router's forward (a.logits in, a.probs, a.idx, a.weights, a.aux and a.seq_dscores
+  // out; returns the chosen experts) and backward (s.dw in, s.dlogits out).
+  std::vector<int32_t> route_sigmoid(const LayerWeights& w, Acts& a) const;
+  // The softmax router's load-balancing loss: a.aux and a.aux_dprobs from a.probs and a.counts.
+  void softmax_balance(Acts& a) const;
+  SigmoidRouting sigmoid_routing() const;
+  void route_sigmoid_backward(const Acts& a, Scratch& s) const;
   // Expert parallelism: sends this rank's grouped rows to their experts' ranks (a.ex.x, expert-major)
   // and brings the outputs home (a.ys); the backward's two exchanges.
   void dispatch(Acts& a) const;
@@ -123,8 +150,8 @@ class MoeMlp {
                 const std::vector<int64_t>& recv_rows) const;
   TpGroup tp_, ep_;
   Rows rows_;
+  Routing routing_;
   int64_t top_k_;
-  double aux_loss_coeff_;
   mutable double alltoall_seconds_ = 0;
   mutable int64_t exchanges_ = 0;
   int64_t kill_at_exchange_;  // the fault hook's alltoall:S (-1: none)

@@ -41,9 +41,11 @@ MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chu
   r.aux_loss = sum[0] / static_cast<double>(micro * par.data);
   const int64_t E = m.moe.experts;
   r.load.resize(static_cast<size_t>(m.n_layer));
+  r.counts.resize(static_cast<size_t>(m.n_layer));
   for (int64_t l = 0; l < m.n_layer; ++l) {
     if (!m.moe_layer(l)) continue;
     const double* c = sum.data() + 1 + l * E;
+    r.counts[static_cast<size_t>(l)].assign(c, c + E);
     double total = 0;
     for (int64_t e = 0; e < E; ++e) total += c[e];
     for (int64_t e = 0; e < E; ++e) {

@@ -31,6 +31,9 @@ struct MoeReport {
   // Per layer of the model (empty for a dense one), fₑ·E of each expert: its share of the step's
   // assignments times E.
   std::vector<std::vector<double>> load;
+  // Per layer, the step's tokens routed to each expert over every rank (what the sigmoid router's
+  // bias update reads).
+  std::vector<std::vector<double>> counts;
 };
 
 class StepRunner {

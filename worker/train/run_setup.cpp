@@ -125,9 +125,11 @@ void build_optimizer(Run& run) {
   const ParamStore& store = run.model().params();
   // Under expert parallelism the routed experts (this rank's) get an optimizer of their own.
   std::vector<OptimParam> oparams, expert_params;
-  for (size_t i : run.rows)
+  for (size_t i : run.rows) {
+    if (!trained(store.spec(i).kind)) continue;  // a buffer (the router's bias) moves by its own rule
     (store.spec(i).expert >= 0 && run.par.expert_stage ? expert_params : oparams)
         .push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
+  }
   OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
   // Every rank of a stage holds its parameters (its parts of the split ones) and their gradients:
   // the optimizers' expensive per-matrix work is shared out over all of them (a routed expert's
@@ -193,7 +195,8 @@ void build_step_runner(Run& run) {
       roots.assign(store.size(), -1);
       size_t j = 0;
       for (size_t row : run.rows)
-        if ((store.spec(row).expert >= 0 && run.experts) == experts) roots[row] = by_param.at(j++);
+        if (trained(store.spec(row).kind) && (store.spec(row).expert >= 0 && run.experts) == experts)
+          roots[row] = by_param.at(j++);
     };
     place(run.experts ? run.experts->dense() : *run.optimizer, false, parts.roots);
     if (run.experts) place(run.experts->experts(), true, parts.expert_roots);

@@ -28,6 +28,7 @@
 #include "worker/model/model_io.h"
 #include "worker/model/qk_clip.h"
 #include "worker/optim/flops.h"
+#include "worker/parallel/sigmoid_router.h"
 #include "worker/train/memory_check.h"
 #include "worker/train/run.h"
 
@@ -61,6 +62,7 @@ struct StepStats {
   double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
   MoeReport moe;
   QkClipStats qk;  // QK-clip's (optimizer.qk_clip_threshold > 0)
+  std::vector<float> router_bias;  // the sigmoid router's: per layer, the largest |bias| after the step
 };
 
 double evaluate(Run& run) {
@@ -121,6 +123,14 @@ QkClipStats qk_clip_step(Run& run) {
   run.par.world->all_reduce_max(logits.data(), static_cast<int64_t>(logits.size()));
   const OptimizerConfig& o = run.cfg().optimizer;
   return qk_clip(run.model().params(), run.cfg().model, logits, o.qk_clip_threshold, o.qk_clip_alpha);
+}
+
+// The sigmoid router's balancing after the update: every rank moves the bias rows it holds by the
+// step's loads (summed over every rank), then the largest |bias| of each layer from its stage.
+std::vector<float> router_bias_step(Run& run, const MoeReport& moe) {
+  std::vector<float> absmax = update_router_biases(run.model().params(), run.cfg().model, moe.counts);
+  run.par.world->all_reduce_max(absmax.data(), static_cast<int64_t>(absmax.size()));
+  return absmax;
 }
 
 // Every train.log_every steps and at the last: loss, lr, throughput and optimizer time per phase
@@ -203,6 +213,16 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
       r.values.emplace_back("moe_load_max.layer" + std::to_string(l),
                             *std::max_element(stats.moe.load[l].begin(), stats.moe.load[l].end()));
     }
+  }
+  if (!stats.router_bias.empty()) {
+    // The sigmoid router's bias: its largest magnitude, over the layers and per MoE layer.
+    double all = 0;
+    for (size_t l = 0; l < stats.router_bias.size(); ++l) {
+      if (!cfg.model.moe_layer(static_cast<int64_t>(l))) continue;
+      all = std::max(all, static_cast<double>(stats.router_bias[l]));
+      r.values.emplace_back("moe_bias_absmax.layer" + std::to_string(l), static_cast<double>(stats.router_bias[l]));
+    }
+    r.values.emplace_back("moe_bias_absmax", all);
   }
   // optimizer.name: which optimizers keep inverse roots and report their failures.
   constexpr Choice<bool> kInverseRoots[] = {{"adamw", false}, {"muon", false}, {"shampoo", true}, {"soap", false}};
@@ -348,6 +368,8 @@ TrainOutcome step_loop(Run& run) {
     stats.lr_scale = lr_multiplier(run.cfg().optimizer, step, steps);
     optimizer_step(run, step, stats.lr_scale, grad_scale);
     if (run.cfg().optimizer.qk_clip_threshold > 0) stats.qk = qk_clip_step(run);
+    if (run.cfg().model.moe.experts > 0 && run.cfg().model.moe.sigmoid())
+      stats.router_bias = router_bias_step(run, stats.moe);
     stats.seconds = seconds_since(t0);
     log_step(run, step, stats);
     if (step == run.kill_fault_step) fault_kill();

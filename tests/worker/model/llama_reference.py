@@ -187,17 +187,19 @@ def llama_step_loss(params, c, tokens, targets):
     return loss, loss.item()
 
 
-def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, routed_to_adamw=to_adamw):
+def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, routed_to_adamw=to_adamw,
+             after_step=None):
     """STEPS steps of one case: gradients from the model, updates as optim_reference.run_case makes them,
     with the (out, in) storage of Linear weights (Muon runs on the map itself, Shampoo on the storage).
     table (param_table(c) by default), step_loss and routed_to_adamw let another model reuse it;
-    returns step_loss's records, one per step."""
+    returns step_loss's records, one per step. Rows of kind "buffer" take no gradient and no optimizer
+    step; after_step(params, record), when given, runs after each step's update (a buffer's own rule)."""
     cfg = case["config"]
     table = param_table(c) if table is None else table
-    params = {n: init[n].detach().clone().requires_grad_(True) for n, *_ in table}
+    params = {n: init[n].detach().clone().requires_grad_(kind != "buffer") for n, _, kind, *_ in table}
     name = cfg["name"]
     lr, wd = cfg["lr"], cfg.get("weight_decay", 0.0)
-    side = [n for n, _, kind, *_ in table if routed_to_adamw(kind, cfg)]
+    side = [n for n, _, kind, *_ in table if kind != "buffer" and routed_to_adamw(kind, cfg)]
     adamw = TorchAdamW([params[n] for n in side], adamw_group_hyper(cfg, name == "adamw"))
     states, losses = {}, []
     for t in range(1, STEPS + 1):
@@ -207,11 +209,11 @@ def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, rout
         loss, record = step_loss(params, c, tokens, targets)
         loss.backward()
         losses.append(record)
-        g = {n: params[n].grad.detach().clone() for n in params}
+        g = {n: q.grad.detach().clone() for n, q in params.items() if q.requires_grad}
         with torch.no_grad():
             adamw.step([g[n] for n in side], 1.0)
             for n, shape, kind, fin, fout, qkv in table:
-                if n in side:
+                if n in side or kind == "buffer":
                     continue
                 if name == "muon":
                     # muon_step takes Conv1D's (in, out) storage: hand it transposed views of (out, in).
@@ -224,6 +226,8 @@ def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, rout
                             st = states.setdefault((n, bi, bj), {})
                             shampoo_block_step(params[n][r0:r0 + rn, c0:c0 + cn], g[n][r0:r0 + rn, c0:c0 + cn], st,
                                                s, t, lr, wd)
+            if after_step is not None:
+                after_step(params, record)
     return losses
 
 

@@ -96,6 +96,12 @@ inline ModelConfig llama_config_from_json(const nlohmann::json& c) {
     m.moe.shared_experts = e.at("shared_experts");
     m.moe.first_dense_layers = e.at("first_dense_layers");
     m.moe.aux_loss_coeff = e.at("aux_loss_coeff");
+    m.moe.router = e.value("router", m.moe.router);
+    m.moe.route_scale = e.value("route_scale", m.moe.route_scale);
+    m.moe.n_group = e.value("n_group", m.moe.n_group);
+    m.moe.topk_group = e.value("topk_group", m.moe.topk_group);
+    m.moe.bias_update_rate = e.value("bias_update_rate", m.moe.bias_update_rate);
+    m.moe.seq_aux_loss_coeff = e.value("seq_aux_loss_coeff", m.moe.seq_aux_loss_coeff);
   }
   if (c.contains("mla")) {
     const nlohmann::json& a = c.at("mla");

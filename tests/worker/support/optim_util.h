@@ -27,7 +27,8 @@ inline ModelConfig tiny_model() {
 
 inline std::vector<OptimParam> optim_params(const ParamStore& store) {
   std::vector<OptimParam> out;
-  for (size_t i = 0; i < store.size(); ++i) out.push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
+  for (size_t i = 0; i < store.size(); ++i)
+    if (trained(store.spec(i).kind)) out.push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
   return out;
 }
 
