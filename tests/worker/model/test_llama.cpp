@@ -40,7 +40,7 @@ namespace {
 // Nesterov off 3.6e-2, the AdamW-routed lr doubled 0.12, Shampoo refreshing every 2nd step 7e-2).
 // Smaller differences, such as weight decay left out (1e-3), are the optimizer tests' to catch.
 constexpr double kTensorTolerance = 1e-5;
-constexpr double kLossTolerance = 2e-3;
+constexpr double kTrajectoryTolerance = 2e-3;
 
 struct LlamaGolden {
   static constexpr const char* kScript = "llama_reference.py";
@@ -106,7 +106,7 @@ class LlamaReference : public testing::GoldenSuite<LlamaGolden> {
       ours.push_back(loss);
       const double err = std::fabs(loss - ref[t - 1]) / std::fabs(ref[t - 1]);
       worst = std::max(worst, err);
-      EXPECT_LT(err, kLossTolerance) << name << " step " << t << ": loss " << loss << ", torch " << ref[t - 1];
+      EXPECT_LT(err, kTrajectoryTolerance) << name << " step " << t << ": loss " << loss << ", torch " << ref[t - 1];
     }
     // The reference learned (the batches follow a bigram law), so a no-op optimizer cannot pass.
     EXPECT_LT(ref.back(), 0.8 * ref.front()) << name << ": the reference loss did not fall";
@@ -220,8 +220,8 @@ TEST_F(LlamaReference, QkClipTrajectory) {
     EXPECT_EQ(stats[t].clipped, static_cast<int64_t>(ref_clipped[t])) << "step " << t + 1;
     clipped += stats[t].clipped;
   }
-  EXPECT_LT(worst_loss, kLossTolerance);
-  EXPECT_LT(worst_logit, kLossTolerance);
+  EXPECT_LT(worst_loss, kTrajectoryTolerance);
+  EXPECT_LT(worst_logit, kTrajectoryTolerance);
   EXPECT_GE(clipped, 5) << "the threshold did not bite";
   std::printf("[ qk_clip ] tau %.2f: max logit %.3f -> %.3f (torch %.3f -> %.3f), %lld groups clipped over %zu steps, "
               "max relative difference: loss %.2g, logit %.2g\n",
