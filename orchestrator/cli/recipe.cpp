@@ -48,11 +48,14 @@ std::string early_stop_line(const orch::Recipe& r) {
            " trial(s) completed, from step " + std::to_string(es.min_step);
   const orch::EarlyStopper stopper(s);
   const std::string rungs = steps_list(stopper.rungs(longest));
+  // bohb keeps Optuna's composition: a trial it stops has ended (scheduler.cpp, submit).
+  const std::string promotion = r.sweep.method == "bohb" ? "" : "; a stopped trial resumes once it ranks among them";
   if (es.method == "asha")
-    return "early stopping: ASHA on " + on + ", rungs at steps " + rungs + " (the best " + keep + " of each goes on)";
+    return "early stopping: ASHA on " + on + ", rungs at steps " + rungs + " (the best " + keep + " of each goes on" +
+           promotion + ")";
   return "early stopping: Hyperband on " + on + ", " + std::to_string(stopper.brackets()) + " bracket(s) of ASHA over steps " +
          std::to_string(es.min_step) + ".." + std::to_string(longest) + ", rungs at steps " + rungs +
-         " (bracket b from the rung b on; the best " + keep + " of each goes on)";
+         " (bracket b from the rung b on; the best " + keep + " of each goes on" + promotion + ")";
 }
 
 // precon recipe suggest: the trial a TPE recipe proposes next after the given trials, and the

@@ -1,5 +1,6 @@
 // precon show EXP: one experiment and its trials.
 #include <iostream>
+#include <map>
 
 #include "orchestrator/cli/common.h"
 #include "orchestrator/service/queries.h"
@@ -21,8 +22,19 @@ void add_show(CLI::App& app) {
       orch::ExperimentRow e = lookup_experiment(store, *which);
       auto trials = store.trials(e.id);
       nlohmann::json j = orch::experiment_json(e, trials, true);
+      // Early stopping's promotions (a trial stopped at a rung that later went on), per trial.
+      std::map<int64_t, nlohmann::json> promotions;
+      for (const orch::EventRow& ev : store.events_of_kind(e.id, "trial_promoted")) {
+        nlohmann::json data = nlohmann::json::parse(ev.data_json, nullptr, false);
+        if (!data.is_object()) data = nlohmann::json::object();
+        data["message"] = ev.message;
+        promotions[ev.trial_id].push_back(std::move(data));
+      }
       nlohmann::json list = nlohmann::json::array();
-      for (const orch::TrialRow& t : trials) list.push_back(orch::trial_summary_json(store, t, e));
+      for (const orch::TrialRow& t : trials) {
+        list.push_back(orch::trial_summary_json(store, t, e));
+        list.back()["promotions"] = promotions.contains(t.id) ? promotions[t.id] : nlohmann::json::array();
+      }
       j["trial_list"] = list;
       if (global().json) {
         std::cout << j.dump(2) << "\n";
@@ -35,7 +47,16 @@ void add_show(CLI::App& app) {
                 << (objectives.find(',') == std::string::npos ? "objective " : "objectives ") << objectives
                 << ", runs in " << e.run_root << "\n\n";
       std::vector<std::vector<std::string>> rows{
-          {"TRIAL", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "PEAK_MEM", "ATTEMPTS", "REASON"}};
+          {"TRIAL", "PARAMS", "STATE", "STEP", e.objective_metric, "TRAIN_LOSS", "S/STEP", "PEAK_MEM", "ATTEMPTS", "PROMOTED",
+           "REASON"}};
+      // "rung 0 (step 100)" per promotion; "-" for none.
+      auto promoted = [](const nlohmann::json& list) {
+        std::string out;
+        for (const nlohmann::json& p : list)
+          out += (out.empty() ? "" : ", ") + std::string("rung ") + fmt_number(p.value("rung", nlohmann::json())) +
+                 " (step " + fmt_number(p.value("rung_step", nlohmann::json())) + ")";
+        return out.empty() ? std::string("-") : out;
+      };
       // The largest rank's peak resident memory, in binary units as resources.mem reads them.
       auto memory = [](const nlohmann::json& v) {
         return v.is_number() ? worker::bytes_text(v.get<double>()) : std::string("-");
@@ -43,7 +64,8 @@ void add_show(CLI::App& app) {
       for (const nlohmann::json& t : list)
         rows.push_back({std::to_string(t["id"].get<int64_t>()), t["label"].get<std::string>(),
                         t["state"].get<std::string>(), fmt_number(t["last_step"]), fmt_number(t["objective"]), fmt_number(t["train_loss"]), fmt_number(t["step_seconds"], 3),
-                        memory(t["memory_peak_bytes"]), fmt_number(t["attempts"]), t["reason"].get<std::string>()});
+                        memory(t["memory_peak_bytes"]), fmt_number(t["attempts"]), promoted(t["promotions"]),
+                        t["reason"].get<std::string>()});
       print_table(rows);
     });
   });

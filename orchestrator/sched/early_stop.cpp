@@ -75,6 +75,7 @@ EarlyStopSettings early_stop_settings_from_json(const nlohmann::json& stored, co
   s.interval = std::max<int64_t>(1, stored.value("interval", int64_t{1}));
   s.max_step = stored.value("max_step", int64_t{0});
   s.min_dominating = std::max<int64_t>(1, stored.value("min_dominating", int64_t{1}));
+  s.promote = stored.value("promote", false);
   s.study_name = study_name;
   return s;
 }
@@ -269,6 +270,63 @@ StopDecision EarlyStopper::asha(int64_t trial, const std::map<int64_t, double>& 
                std::to_string(s_.reduction_factor) + ", cutoff " + num(cutoff) + ")";
     return d;
   }
+}
+
+std::vector<Promotion> EarlyStopper::promotions(const ObjectiveHistory& history,
+                                                const std::map<int64_t, int64_t>& stopped,
+                                                const TrialNumbers& numbers) const {
+  std::vector<Promotion> out;
+  if (stopped.empty()) return out;
+  if (method_ == Method::hyperband) {
+    auto number = [&](int64_t t) {
+      const auto it = numbers.find(t);
+      return it == numbers.end() ? t : it->second;
+    };
+    // Each bracket promotes among its own trials, as it stops among them.
+    std::map<int64_t, ObjectiveHistory> by_bracket;
+    std::map<int64_t, std::map<int64_t, int64_t>> stopped_by_bracket;
+    for (const auto& [t, points] : history) by_bracket[bracket_of(number(t))].emplace(t, points);
+    for (const auto& [t, rung] : stopped) stopped_by_bracket[bracket_of(number(t))].emplace(t, rung);
+    for (const auto& [b, in_bracket] : stopped_by_bracket) {
+      for (Promotion p : brackets_[static_cast<size_t>(b)].promotions(by_bracket[b], in_bracket)) {
+        p.data["bracket"] = b;
+        p.data["brackets"] = brackets();
+        p.reason = "Hyperband bracket " + std::to_string(b) + " of " + std::to_string(brackets()) + ", " + p.reason;
+        out.push_back(std::move(p));
+      }
+    }
+    std::sort(out.begin(), out.end(), [](const Promotion& a, const Promotion& b) { return a.trial < b.trial; });
+    return out;
+  }
+  if (method_ != Method::asha) return out;
+  std::map<int64_t, std::vector<double>> recorded;  // trial -> its values at rungs 0, 1, ...
+  for (const auto& [t, points] : history) {
+    const auto cap = stopped.find(t);
+    recorded[t] = recorded_rungs(points, std::numeric_limits<int64_t>::max(), cap == stopped.end() ? kNoCap : cap->second);
+  }
+  for (const auto& [t, rung] : stopped) {
+    const auto own = recorded.find(t);
+    if (own == recorded.end() || static_cast<int64_t>(own->second.size()) <= rung) continue;  // nothing there
+    const double value = own->second[static_cast<size_t>(rung)];
+    std::vector<double> competing;
+    for (const auto& [u, rec] : recorded)
+      if (static_cast<int64_t>(rec.size()) > rung) competing.push_back(rec[static_cast<size_t>(rung)]);
+    std::sort(competing.begin(), competing.end());
+    const auto n = static_cast<int64_t>(competing.size());
+    const int64_t keep = std::max<int64_t>(n / s_.reduction_factor, 1);
+    const double cutoff = competing[static_cast<size_t>(maximize_ ? n - keep : keep - 1)];
+    if (!(maximize_ ? value >= cutoff : value <= cutoff)) continue;
+    Promotion p;
+    p.trial = t;
+    p.rung = rung;
+    p.data = {{"rung", rung},         {"rung_step", rung_step(rung)}, {"value", jnum(value)},
+              {"cutoff", jnum(cutoff)}, {"competitors", n},            {"keep", keep}};
+    p.reason = "promoted at ASHA rung " + std::to_string(rung) + " (step " + std::to_string(rung_step(rung)) + "): " +
+               s_.metric + " " + num(value) + " is now in the top " + std::to_string(keep) + " of " + std::to_string(n) +
+               " trials (1/" + std::to_string(s_.reduction_factor) + ", cutoff " + num(cutoff) + ")";
+    out.push_back(std::move(p));
+  }
+  return out;
 }
 
 StopDecision EarlyStopper::median(int64_t trial, const std::map<int64_t, double>& own,

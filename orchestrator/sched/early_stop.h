@@ -71,6 +71,7 @@ struct EarlyStopSettings {
   int64_t n_warmup_steps = 0;         // median: no stop below this step
   int64_t interval = 1;               // median: steps between checks; >= 1
   int64_t min_dominating = 1;         // pareto: completed trials that must dominate a trial to stop it
+  bool promote = false;               // asha, hyperband: a stopped trial goes on once promotions() names it
 };
 
 // One decision. `data` describes what was compared; for asha: step, value, rung (the deciding
@@ -83,6 +84,16 @@ struct StopDecision {
   std::string reason;  // human text, e.g. "ASHA rung 1 (step 300): val_loss 2.91 is not in the
                        // top 1/3 of 7 trials (cutoff 2.8)"
   nlohmann::json data;
+};
+
+// asha, hyperband: a trial stopped at a rung whose value there is now in the top 1/reduction_factor
+// of that rung's values (the rule that stopped it, applied to the rung's values recorded since).
+struct Promotion {
+  int64_t trial = 0;
+  int64_t rung = 0;    // the rung it was stopped at (its bracket's rung for hyperband)
+  std::string reason;  // e.g. "promoted at ASHA rung 0 (step 100): val_loss 2.8 is now in the top 2 of 6
+                       // trials (1/3, cutoff 2.8)"
+  nlohmann::json data; // rung, rung_step, value, cutoff, competitors, keep (and bracket, brackets)
 };
 
 // trial -> (step -> objective value).
@@ -114,6 +125,14 @@ class EarlyStopper {
                       const std::set<int64_t>& completed,
                       const std::map<int64_t, int64_t>& stopped_rung = {},
                       const TrialNumbers& numbers = {}) const;
+
+  // asha, hyperband: the trials of `stopped` (trial -> the data["rung"] of the decision that stopped
+  // it) that the values recorded so far at their rung now promote, by trial. A trial goes on when its
+  // value at the rung is at least as good as the max(n / reduction_factor, 1)-th best of the n values
+  // recorded there (its own included; stopped trials count only up to their rung): the test that
+  // stopped it, with the values that came since. Other methods: none.
+  std::vector<Promotion> promotions(const ObjectiveHistory& history, const std::map<int64_t, int64_t>& stopped,
+                                    const TrialNumbers& numbers = {}) const;
 
   // asha: the rung steps <= max_step in order; hyperband: those of its first bracket (every
   // bracket's rungs are a suffix of them); other methods: none.

@@ -181,7 +181,10 @@ int64_t Scheduler::submit(const Recipe& recipe, const std::vector<TrialSpec>& sp
                                {"n_startup_trials", es.n_startup_trials},
                                {"interval", es.interval},
                                {"max_step", max_step},
-                               {"min_dominating", es.min_dominating}};
+                               {"min_dominating", es.min_dominating},
+                               // asha and hyperband promote the trials they stopped (scheduler_promote.cpp);
+                               // bohb keeps Optuna's composition, in which a pruned trial has ended.
+                               {"promote", recipe.sweep.method != "bohb"}};
     // Several objectives: kept here (store/objectives.h), the first also as objective_metric/mode.
     const std::vector<Objective> objectives = recipe_objectives(base.objective);
     if (objectives.size() > 1) {

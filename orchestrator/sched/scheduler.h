@@ -179,6 +179,19 @@ class Scheduler {
   void top_up_tpe(const ExperimentRow& exp, const Recipe& recipe);
   void request_stop(int64_t trial_id, TrialState final_state, const std::string& reason);
   void early_stop_check(int64_t trial_id, int64_t step, double value);
+  // The experiment's early-stopping rule, built on first use with its history from the store: the
+  // objective's points and, for asha and hyperband, the rungs its trials were stopped at
+  // (scheduler_promote.cpp). nullptr when there is no such experiment.
+  EarlyStopper* stopper_for(int64_t exp_id);
+  TrialNumbers& trial_numbers(int64_t exp_id, const EarlyStopper& stopper);  // hyperband's brackets
+  // Promotion (scheduler_promote.cpp): the experiment's pruned trials that the values recorded at
+  // their rung now promote go back to pending, to resume from their checkpoints; after a restart,
+  // for every running experiment whose rule promotes.
+  void promote_ready(int64_t exp_id);
+  void promote_after_restart();
+  // The reason of an early stop decided for the trial during this attempt (a controller restarted
+  // before the attempt ended), or nullopt.
+  std::optional<std::string> stop_decided_for(const TrialRow& trial, const AttemptRow& attempt) const;
   void event(int64_t experiment_id, int64_t trial_id, const std::string& kind, const std::string& message,
              nlohmann::json data = nlohmann::json::object());
   void log(const std::string& line);
@@ -212,7 +225,9 @@ class Scheduler {
     int64_t judged_through = -1;
   };
   std::map<int64_t, std::shared_ptr<Recipe>> tpe_recipes_;  // exp -> its TPE recipe (nullptr: not TPE)
-  std::set<int64_t> tpe_closed_;                            // TPE experiments cancelled: no more trials
+  std::set<int64_t> cancelled_experiments_;  // cancelled: TPE makes no more trials, none is promoted
+  // exp -> trial ASHA or Hyperband stopped (pruned, or still stopping) -> the rung it stopped at.
+  std::map<int64_t, std::map<int64_t, int64_t>> stopped_rungs_;
   std::map<int64_t, Followed> followers_;  // trial -> its program's metrics.jsonl, until the trial ends
 
   // Shared with report handlers (any thread).

@@ -157,6 +157,7 @@ void Scheduler::issue_token(const TrialRow& trial, LaunchSpec& spec) {
     TrialAuth& auth = tokens_[trial.id];
     auth.token_hash = hash;
     auth.experiment_id = trial.experiment_id;
+    auth.finished = false;  // a promoted trial had ended: its new attempt reports again
   }
   spec.env["PRECON_TRIAL_TOKEN"] = token;
 }

@@ -251,6 +251,9 @@ void Scheduler::end_trial(TrialRow& trial, TrialState state, const std::string& 
   }
   event(trial.experiment_id, trial.id, std::string("trial_") + trial_state_name(state), reason);
   log("trial " + std::to_string(trial.id) + " " + trial_state_name(state) + ": " + reason);
+  // A trial stopped at a rung may have become promotable while it was still stopping (or while no
+  // controller ran: a restarted one settles the attempts it finds ended before anything else).
+  if (state == TrialState::pruned) promote_ready(trial.experiment_id);
   maybe_finish_experiment(trial.experiment_id);
 }
 
@@ -260,7 +263,7 @@ void Scheduler::maybe_finish_experiment(int64_t experiment_id) {
   // From the index on (experiment, state): ending each of N trials costs O(log N), not O(N).
   const std::map<TrialState, int64_t> counts = store_.trial_state_counts(experiment_id);
   if (counts.count(TrialState::pending) || counts.count(TrialState::running)) return;
-  if (const Recipe* tpe = tpe_recipe(*exp); tpe && !tpe_closed_.count(experiment_id)) {
+  if (const Recipe* tpe = tpe_recipe(*exp); tpe && !cancelled_experiments_.count(experiment_id)) {
     // TPE makes its trials as slots free up: the experiment ends once `samples` exist.
     int64_t made = 0;
     for (const auto& [state, n] : counts) made += n;

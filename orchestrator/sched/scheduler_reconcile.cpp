@@ -55,7 +55,21 @@ void Scheduler::reconcile() {
       auto exp = store_.experiment(trial->experiment_id);
       options_.metrics->trial_active(a.trial_id, exp ? exp->name : "");
     }
+    // An early stop decided before the restart still ends the attempt as pruned.
+    Live& adopted = *live_[a.trial_id];
+    if (const std::optional<std::string> reason = stop_decided_for(*trial, a)) {
+      adopted.stop_requested = true;
+      adopted.stop_state = TrialState::pruned;
+      adopted.stop_reason = *reason;
+      adopted.stop_at = std::chrono::steady_clock::now();
+      std::lock_guard lock(shared_mu_);
+      stop_answers_[a.trial_id] = *reason;
+    }
     std::optional<ExitStatus> status = it->second->adopt(h);
+    if (!status && adopted.stop_requested && adopted.user_program) {
+      it->second->signal_stop(h);  // a program hears a stop by SIGTERM only
+      adopted.sigterm_sent = true;
+    }
     if (status) {
       finish_attempt(a.trial_id, *status);
     } else {
@@ -69,6 +83,8 @@ void Scheduler::reconcile() {
     t.state = TrialState::pending;
     store_.update_trial(t);
   }
+  // Promotions a stopped controller had not made yet, before an experiment is taken for finished.
+  promote_after_restart();
   // Experiments whose trials all ended while the controller was down.
   for (const ExperimentRow& exp : store_.experiments())
     if (exp.state == ExperimentState::running) maybe_finish_experiment(exp.id);

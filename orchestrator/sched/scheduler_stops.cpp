@@ -62,27 +62,8 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   // A trial already being stopped gets no further decisions (its late reports are stored only).
   if (auto live = live_.find(trial_id); live != live_.end() && live->second->stop_requested) return;
   const int64_t exp_id = trial->experiment_id;
-  auto& stopper = stoppers_[exp_id];
-  if (!stopper) {
-    auto exp = store_.experiment(exp_id);
-    if (!exp) return;
-    const json es = json::parse(exp->early_stop_json.empty() ? "{}" : exp->early_stop_json);
-    const EarlyStopSettings s =
-        early_stop_settings_from_json(es, exp->objective_metric, exp->objective_mode, exp->name);
-    try {
-      stopper = std::make_unique<EarlyStopper>(s);
-    } catch (const EarlyStopError& e) {
-      // Recipes are checked when submitted; a stored rule that no longer holds stops nothing.
-      log("experiment " + std::to_string(exp_id) + ": no early stopping: " + e.what());
-      EarlyStopSettings none;
-      none.method = "none";
-      stopper = std::make_unique<EarlyStopper>(none);
-    }
-    // History from the store (a restarted controller has no curves in memory).
-    for (int64_t id : store_.trials_with_metrics(exp_id))
-      for (const MetricPoint& p : store_.metrics(id, exp->objective_metric))
-        if (std::isfinite(p.value)) curves_[exp_id][id][p.step] = p.value;
-  }
+  EarlyStopper* stopper = stopper_for(exp_id);
+  if (!stopper) return;
   if (stopper->settings().method == "pareto") {
     // Several objectives: the trial's vector at this step against the completed trials' at it,
     // all read from the store (the report that brought this point stored its other objectives).
@@ -124,20 +105,18 @@ void Scheduler::early_stop_check(int64_t trial_id, int64_t step, double value) {
   stopper_seen_[trial_id].insert(step);
   const std::vector<int64_t> done = store_.trial_ids(exp_id, TrialState::completed);
   const std::set<int64_t> completed(done.begin(), done.end());
-  // Hyperband's brackets follow each trial's number in the experiment (its place in the sweep).
-  TrialNumbers& numbers = trial_numbers_[exp_id];
-  if (stopper->brackets() > 0) {
-    for (const auto& [id, points] : curves_[exp_id]) {
-      if (numbers.contains(id)) continue;
-      if (id == trial_id) numbers[id] = trial->index;
-      else if (const auto row = store_.trial(id)) numbers[id] = row->index;
-    }
-  }
-  StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed, {}, numbers);
+  // Trials stopped at a rung count there only up to it (points that were in flight past it do not).
+  auto& stopped = stopped_rungs_[exp_id];
+  StopDecision d = stopper->report(trial_id, step, value, curves_[exp_id], completed, stopped,
+                                   trial_numbers(exp_id, *stopper));
   if (options_.metrics) options_.metrics->early_stop_decision(d.stop);
-  if (!d.stop) return;
-  event(exp_id, trial_id, "early_stop", d.reason, d.data);
-  request_stop(trial_id, TrialState::pruned, d.reason);
+  if (d.stop) {
+    if (d.data.contains("rung")) stopped[trial_id] = d.data["rung"].get<int64_t>();
+    event(exp_id, trial_id, "early_stop", d.reason, d.data);
+    request_stop(trial_id, TrialState::pruned, d.reason);
+  }
+  // A value recorded at a rung can lift a trial stopped there before into the top 1/reduction_factor.
+  if (d.data.contains("rungs")) promote_ready(exp_id);
 }
 
 bool Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reason) {
@@ -145,7 +124,7 @@ bool Scheduler::cancel_experiment(int64_t experiment_id, const std::string& reas
     const auto exp = store_.experiment(experiment_id);
     if (!exp) throw std::out_of_range("no experiment " + std::to_string(experiment_id));
     if (exp->state != ExperimentState::running) return false;
-    tpe_closed_.insert(experiment_id);  // TPE makes no more trials for it
+    cancelled_experiments_.insert(experiment_id);  // no more TPE trials, no promotions
     // Pending trials end in one transaction (an event each), however many there are; only the
     // running ones need a stop request each.
     const std::vector<int64_t> cancelled = store_.cancel_pending_trials(experiment_id, reason, epoch_seconds());

@@ -40,7 +40,7 @@ const Recipe* Scheduler::tpe_recipe(const ExperimentRow& exp) {
     for (int64_t cursor = 0;;) {
       const std::vector<EventRow> events = store_.events_since(cursor, 10000, exp.id);
       for (const EventRow& e : events)
-        if (e.kind == "experiment_cancel") tpe_closed_.insert(exp.id);
+        if (e.kind == "experiment_cancel") cancelled_experiments_.insert(exp.id);
       if (events.size() < 10000) break;
       cursor = events.back().id;
     }
@@ -95,7 +95,7 @@ std::vector<TpeHistoryTrial> Scheduler::tpe_history(const ExperimentRow& exp, co
 }
 
 void Scheduler::top_up_tpe(const ExperimentRow& exp, const Recipe& recipe) {
-  if (tpe_closed_.count(exp.id)) return;
+  if (cancelled_experiments_.count(exp.id)) return;
   for (;;) {
     const std::vector<TrialRow> trials = store_.trials(exp.id);
     int64_t active = 0;

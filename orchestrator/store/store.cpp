@@ -410,6 +410,21 @@ std::vector<int64_t> Store::cancel_pending_trials(int64_t experiment_id, const s
   return ids;
 }
 
+bool Store::promote_trial(int64_t trial_id, const std::string& reason, const EventRow& e) {
+  WriteGuard g(*impl_, "promote_trial");
+  auto& db = *impl_->writer;
+  sql::Transaction tx(db);
+  db.cached("UPDATE trials SET state = 'pending', reason = ?, ended_at = 0 WHERE id = ? AND state = 'pruned'")
+      ->bind_all(reason, trial_id)
+      .run();
+  if (db.changes() == 0) return false;  // the transaction rolls back: nothing was written
+  db.cached("INSERT INTO events (time, experiment_id, trial_id, kind, message, data_json) VALUES (?, ?, ?, ?, ?, ?)")
+      ->bind_all(e.time, e.experiment_id, trial_id, e.kind, e.message, e.data_json.empty() ? "{}" : e.data_json)
+      .run();
+  tx.commit();
+  return true;
+}
+
 void Store::set_write_observer(std::function<void(const char* op, double seconds)> observer) {
   impl_->write_observer = std::move(observer);
 }
@@ -519,6 +534,11 @@ std::vector<EventRow> Store::events_since(int64_t cursor, size_t limit, int64_t 
                  lim);
   return query(*impl_, select(kEventCols, "FROM events WHERE experiment_id = ? AND id > ? ORDER BY id LIMIT ?"),
                read_event, experiment_id, cursor, lim);
+}
+
+std::vector<EventRow> Store::events_of_kind(int64_t experiment_id, const std::string& kind) const {
+  return query(*impl_, select(kEventCols, "FROM events WHERE experiment_id = ? AND kind = ? ORDER BY id"), read_event,
+               experiment_id, kind);
 }
 
 }  // namespace precon::orch

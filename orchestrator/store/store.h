@@ -196,6 +196,10 @@ class Store {
   // Ends every pending trial of the experiment as cancelled with `reason`, each with a
   // trial_cancelled event, in one transaction of two statements. Returns their ids.
   std::vector<int64_t> cancel_pending_trials(int64_t experiment_id, const std::string& reason, double when);
+  // A pruned trial goes on (early stopping promoted it): pending again with `reason`, its ended_at
+  // cleared, and `event` recorded, in one transaction. False, with nothing written, when the trial
+  // is not pruned (already promoted, or still stopping).
+  bool promote_trial(int64_t trial_id, const std::string& reason, const EventRow& event);
   // Writes every mutable field of the row (state, reason, attempts, last_step, times, run_dir).
   // last_step only rises (insert_metrics may have raised it since the row was read).
   void update_trial(const TrialRow& trial);
@@ -245,6 +249,8 @@ class Store {
   int64_t add_event(EventRow event);  // returns the new cursor
   // Events with id > cursor, oldest first; experiment_id 0 = all experiments.
   std::vector<EventRow> events_since(int64_t cursor, size_t limit, int64_t experiment_id = 0) const;
+  // The experiment's events of one kind ("early_stop", "trial_promoted"), oldest first.
+  std::vector<EventRow> events_of_kind(int64_t experiment_id, const std::string& kind) const;
 
  private:
   struct Impl;

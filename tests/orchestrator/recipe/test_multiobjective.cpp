@@ -8,7 +8,7 @@
 #include "orchestrator/recipe/sweep.h"
 #include "orchestrator/recipe/tpe.h"
 #include "orchestrator/recipe/tpe_sweep.h"
-#include "tests/common/skip.h"
+#include "tests/orchestrator/support/optuna_reference.h"
 
 #include <cmath>
 #include <cstdio>
@@ -27,29 +27,8 @@ namespace {
 
 using nlohmann::json;
 
-class MultiObjectiveOptuna : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string py = PRECON_PYTHON;
-    if (std::system((py + " -c 'import optuna' >/dev/null 2>&1").c_str()) != 0) {
-      skip_ = "optuna cannot be imported by " + py + " (install python3-optuna: deploy/install-deps.sh)";
-      return;
-    }
-    const std::string out = ::testing::TempDir() + "mo_reference-" + std::to_string(::getpid()) + ".json";
-    const std::string cmd =
-        py + " " + PRECON_SOURCE_DIR + "/tests/orchestrator/recipe/multiobjective_reference.py --out " + out;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    std::ifstream f(out);
-    ref_ = json::parse(f);
-    std::remove(out.c_str());
-  }
-  void SetUp() override {
-    if (!skip_.empty()) PRECON_SKIP_UNLESS_CI(skip_);
-    if (ref_.is_null()) FAIL() << "the Optuna reference file was not produced (see SetUpTestSuite's error)";
-  }
-  static inline json ref_;
-  static inline std::string skip_;
-};
+inline constexpr char kMultiObjectiveReference[] = "multiobjective_reference.py";
+class MultiObjectiveOptuna : public OptunaReference<kMultiObjectiveReference> {};
 
 double mo_relative(double got, double want) { return std::abs(got - want) / std::max(1.0, std::abs(want)); }
 

@@ -3,7 +3,7 @@
 // deterministic in the seed; sub-grid tables; the [sweep.tpe] keys refused where they do not apply.
 #include "orchestrator/recipe/tpe.h"
 #include "orchestrator/recipe/tpe_sweep.h"
-#include "tests/common/skip.h"
+#include "tests/orchestrator/support/optuna_reference.h"
 
 #include <cmath>
 #include <cstdio>
@@ -27,29 +27,8 @@ constexpr double kTpeNaN = std::numeric_limits<double>::quiet_NaN();
 
 bool tpe_has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-class TpeOptuna : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const std::string py = PRECON_PYTHON;
-    if (std::system((py + " -c 'import optuna' >/dev/null 2>&1").c_str()) != 0) {
-      skip_ = "optuna cannot be imported by " + py + " (install python3-optuna: deploy/install-deps.sh)";
-      return;
-    }
-    const std::string out = ::testing::TempDir() + "tpe_reference-" + std::to_string(::getpid()) + ".json";
-    const std::string cmd = py + " " + PRECON_SOURCE_DIR + "/tests/orchestrator/recipe/tpe_reference.py --out " + out;
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    std::ifstream f(out);
-    ref_ = json::parse(f);
-    std::remove(out.c_str());
-  }
-  void SetUp() override {
-    if (!skip_.empty()) PRECON_SKIP_UNLESS_CI(skip_);
-    // (ctest would count a failed SetUpTestSuite as skipped: each test fails on its own.)
-    if (ref_.is_null()) FAIL() << "the Optuna reference file was not produced (see SetUpTestSuite's error)";
-  }
-  static inline json ref_;
-  static inline std::string skip_;
-};
+inline constexpr char kTpeReference[] = "tpe_reference.py";
+class TpeOptuna : public OptunaReference<kTpeReference> {};
 
 TpeParam tpe_param_of(const json& p) {
   TpeParam t;

@@ -5,32 +5,21 @@
 #include <set>
 
 #include "orchestrator/recipe/tpe_sweep.h"
-#include "tests/orchestrator/support/cli_fixture.h"
+#include "tests/orchestrator/support/program_sweep_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
 
 using nlohmann::json;
 
-class MultiObjectiveSweep : public ControllerFixture, public ::testing::WithParamInterface<const char*> {
+class MultiObjectiveSweep : public ProgramSweepFixture, public ::testing::WithParamInterface<const char*> {
  protected:
-  std::unique_ptr<orch::Controller> start() {
-    auto c = std::make_unique<orch::Controller>(controller_options(4));
-    c->start();
-    return c;
-  }
   // Two objectives of (x, y) in [0, 1]² (ZDT1), written at step 1 after sleeping `sleep` seconds.
   std::string mo_text(int samples, int max_concurrent, double sleep) const {
-    const fs::path prog = dir_ / "objectives.py";
-    std::ofstream(prog) << "import json, math, os, time\n"
-                           "p = json.loads(os.environ['PRECON_PARAMS'])\n"
-                           "time.sleep(" << sleep << ")\n"
-                           "g = 1 + 9 * p['y']\n"
-                           "with open('metrics.jsonl', 'a') as f:\n"
-                           "    f.write(json.dumps({'step': 1, 'f1': p['x'], 'f2': g * (1 - math.sqrt(p['x'] / g))}) + '\\n')\n";
     const std::string method = GetParam();
-    return "[experiment]\nname = \"mo\"\n[trial]\ncommand = [\"" + std::string(PRECON_PYTHON) + "\", \"" + prog.string() +
-           "\"]\n[objective]\nmetrics = [\"f1\", \"f2\"]\nmodes = [\"min\", \"min\"]\n[sweep]\nmethod = \"" + method +
+    return program_recipe("objectives.py", "mo", sleep, "g = 1 + 9 * p['y']\n",
+                          "{'f1': p['x'], 'f2': g * (1 - math.sqrt(p['x'] / g))}") +
+           "[objective]\nmetrics = [\"f1\", \"f2\"]\nmodes = [\"min\", \"min\"]\n[sweep]\nmethod = \"" + method +
            "\"\nsamples = " + std::to_string(samples) + "\nseed = 2\nmax_concurrent = " + std::to_string(max_concurrent) +
            (method == "tpe" ? "\n[sweep.tpe]\nn_startup_trials = 3\n" : "\n[sweep.nsga2]\npopulation_size = 3\n") +
            "[sweep.parameters]\nx = { uniform = [0.0, 1.0] }\ny = { uniform = [0.0, 1.0] }\n";

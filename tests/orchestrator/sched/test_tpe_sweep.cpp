@@ -6,34 +6,24 @@
 #include <set>
 
 #include "orchestrator/recipe/tpe_sweep.h"
-#include "tests/orchestrator/support/cli_fixture.h"
+#include "tests/orchestrator/support/program_sweep_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
 
 using nlohmann::json;
 
-class TpeSweep : public ControllerFixture {
+class TpeSweep : public ProgramSweepFixture {
  protected:
-  std::unique_ptr<orch::Controller> start() {
-    auto c = std::make_unique<orch::Controller>(controller_options(4));
-    c->start();
-    return c;
-  }
   // A recipe whose program writes val_loss = a Branin-like function of x, y (and k), after
   // sleeping `sleep` seconds.
   std::string tpe_text(int samples, int max_concurrent, double sleep, int seed = 1) const {
-    const fs::path prog = dir_ / "objective.py";
-    std::ofstream(prog) << "import json, math, os, time\n"
-                           "p = json.loads(os.environ['PRECON_PARAMS'])\n"
-                           "time.sleep(" << sleep << ")\n"
-                           "x, y = p['x'], p['y']\n"
-                           "v = (y - 5.1 / (4 * math.pi ** 2) * x * x + 5 / math.pi * x - 6) ** 2 + "
-                           "10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10 + (p['k'] - 3) ** 2 / 10\n"
-                           "with open('metrics.jsonl', 'a') as f:\n"
-                           "    f.write(json.dumps({'step': 1, 'val_loss': v}) + '\\n')\n";
-    return "[experiment]\nname = \"tpe\"\n[trial]\ncommand = [\"" + std::string(PRECON_PYTHON) + "\", \"" + prog.string() +
-           "\"]\n[sweep]\nmethod = \"tpe\"\nsamples = " + std::to_string(samples) + "\nseed = " + std::to_string(seed) +
+    return program_recipe("objective.py", "tpe", sleep,
+                          "x, y = p['x'], p['y']\n"
+                          "v = (y - 5.1 / (4 * math.pi ** 2) * x * x + 5 / math.pi * x - 6) ** 2 + "
+                          "10 * (1 - 1 / (8 * math.pi)) * math.cos(x) + 10 + (p['k'] - 3) ** 2 / 10\n",
+                          "{'val_loss': v}") +
+           "[sweep]\nmethod = \"tpe\"\nsamples = " + std::to_string(samples) + "\nseed = " + std::to_string(seed) +
            "\nmax_concurrent = " + std::to_string(max_concurrent) +
            "\n[sweep.tpe]\nn_startup_trials = 4\n[sweep.parameters]\nx = { uniform = [-5.0, 10.0] }\n"
            "y = { uniform = [0.0, 15.0] }\nk = { int_uniform = [0, 6], step = 2 }\n";

@@ -16,6 +16,7 @@
 #include "orchestrator/service/best.h"
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
+#include "tests/orchestrator/support/route_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
@@ -58,20 +59,12 @@ TEST(BestFront, RanksByNonDomination) {
   EXPECT_TRUE(objective_front({trial(1, TrialState::completed, {1.0, 2.0})}, one).empty());
 }
 
-class BestFrontRoute : public ::testing::Test {
+class BestFrontRoute : public RouteFixture {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("precon_best_front_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.trainer = "/bin/false";
-    o.log = [](const std::string&) {};
+    RouteFixture::SetUp();
     {
-      Store store(o.db);
+      Store store(db());
       ExperimentRow e;
       e.name = "two";
       e.recipe_text = "[train]\nsteps = 10\n";
@@ -100,23 +93,9 @@ class BestFrontRoute : public ::testing::Test {
         ids_.push_back(trials[i].id);
       }
     }
-    controller_ = std::make_unique<Controller>(o);
-    controller_->start();
-    url_ = controller_->url();
-  }
-  void TearDown() override {
-    controller_.reset();
-    fs::remove_all(dir_);
-  }
-  json get(const std::string& target) {
-    ClientResponse r = http_request(url_, "GET", target, "", {});
-    EXPECT_EQ(r.status, 200) << target << ": " << r.body;
-    return json::parse(r.body, nullptr, false);
+    start();
   }
 
-  fs::path dir_;
-  std::unique_ptr<Controller> controller_;
-  std::string url_;
   int64_t exp_ = 0;
   std::vector<int64_t> ids_;
 };

@@ -14,6 +14,7 @@
 #include "orchestrator/service/controller.h"
 #include "orchestrator/study/importance_report.h"
 #include "tests/orchestrator/support/importance_store_seed.h"
+#include "tests/orchestrator/support/route_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
@@ -21,22 +22,14 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class ImportanceRoute : public ::testing::Test {
+class ImportanceRoute : public RouteFixture {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("precon_importance_route_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.trainer = "/bin/false";
-    o.log = [](const std::string&) {};
+    RouteFixture::SetUp();
     {
       // Seeded before the controller starts. Its one pending trial would run "prog": the sweep is
       // cancelled first so that nothing launches.
-      Store store(o.db);
+      Store store(db());
       sweep_ = seed_importance_sweep(store, (dir_ / "runs").string());
       for (TrialRow t : store.trials(sweep_))
         if (t.state == TrialState::pending) {
@@ -53,24 +46,10 @@ class ImportanceRoute : public ::testing::Test {
       t.state = TrialState::completed;
       plain_ = store.create_experiment(e, {t});
     }
-    controller_ = std::make_unique<Controller>(o);
-    controller_->start();
-    url_ = controller_->url();
-  }
-  void TearDown() override {
-    controller_.reset();
-    fs::remove_all(dir_);
-  }
-  json get(const std::string& target, int expect) {
-    ClientResponse r = http_request(url_, "GET", target, "", {});
-    EXPECT_EQ(r.status, expect) << target << ": " << r.body;
-    return json::parse(r.body, nullptr, false);
+    start();
   }
   static std::string path(int64_t id) { return "/api/v1/experiments/" + std::to_string(id) + "/importance"; }
 
-  fs::path dir_;
-  std::unique_ptr<Controller> controller_;
-  std::string url_;
   int64_t sweep_ = 0, plain_ = 0;
 };
 

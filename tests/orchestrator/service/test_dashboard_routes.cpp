@@ -19,6 +19,7 @@
 #include "orchestrator/service/controller.h"
 #include "orchestrator/service/queries.h"
 #include "orchestrator/service/views.h"
+#include "tests/orchestrator/support/route_fixture.h"
 
 namespace precon::orch::testing {
 namespace {
@@ -26,36 +27,12 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-class DashboardRoutes : public ::testing::Test {
+class DashboardRoutes : public RouteFixture {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("precon_dash_" + std::to_string(::getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-    start(options());
+    RouteFixture::SetUp();
+    start();
     seed(controller_->store());
-  }
-  ControllerOptions options() const {
-    ControllerOptions o;
-    o.db = dir_ / "precon.db";
-    o.run_root = dir_ / "runs";
-    o.web_dir = fs::path(PRECON_SOURCE_DIR) / "web";
-    o.trainer = "/bin/false";  // every trial below has ended: nothing is launched
-    o.admin_token = "admin-secret";
-    o.log = [](const std::string&) {};
-    return o;
-  }
-  // (Re)starts the controller on the fixture's database.
-  void start(const ControllerOptions& o) {
-    controller_.reset();
-    controller_ = std::make_unique<Controller>(o);
-    controller_->start();
-    url_ = controller_->url();
-  }
-  void TearDown() override {
-    controller_.reset();
-    fs::remove_all(dir_);
   }
 
   // Three ended trials of one experiment (objective val_loss, min):
@@ -99,18 +76,8 @@ class DashboardRoutes : public ::testing::Test {
     s.insert_metrics(t2_, p2);
   }
 
-  json get(const std::string& target, int expect = 200, const std::string& token = "") {
-    std::map<std::string, std::string> headers;
-    if (!token.empty()) headers["Authorization"] = "Bearer " + token;
-    ClientResponse r = http_request(url_, "GET", target, "", headers);
-    EXPECT_EQ(r.status, expect) << target << ": " << r.body;
-    return json::parse(r.body, nullptr, false);
-  }
   std::string curves(const std::string& query) { return "/api/v1/dashboard/experiments/" + std::to_string(exp_) + "/curves" + query; }
 
-  fs::path dir_;
-  std::unique_ptr<Controller> controller_;
-  std::string url_;
   int64_t exp_ = 0, t1_ = 0, t2_ = 0, t3_ = 0;
 };
 
