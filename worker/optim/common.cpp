@@ -202,6 +202,13 @@ class SoloResults final : public OwnedResults {
     }
   }
   void max(int64_t*, int64_t) override {}
+  kernels::Tensor whole_gradient(const OptimParam& p) override {
+    if (p.split())
+      throw OptimizerError("optimizer: " + p.spec->name +
+                           " is split over tensor-parallel ranks; its whole gradient needs OptimizerHooks::owners "
+                           "(worker/parallel's owner_planner with the tensor-parallel group)");
+    return p.spec->storage_rows > 0 ? p.grad.narrow(0, 0, p.spec->shape[0]) : p.grad;
+  }
   int64_t comm_bytes() const override { return 0; }
   bool primary() const override { return true; }
   bool distributed() const override { return false; }

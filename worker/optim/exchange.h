@@ -18,6 +18,8 @@
 
 namespace precon::worker {
 
+struct OptimParam;  // optimizer.h
+
 // Values each rank sends per all-gather call of updated parameters (4 MiB of fp32): the receive
 // buffer then holds ranks · this many values, not a second copy of every parameter.
 constexpr int64_t kGatherChunk = 1 << 20;
@@ -87,7 +89,12 @@ class OwnedResults {
   // In place over n flags, one per unit (host memory): the largest over the ranks, so that every
   // rank learns what each owner reports (Shampoo's failed refreshes).
   virtual void max(int64_t* flags, int64_t n) = 0;
-  // Bytes this rank sent in share() (worker/parallel/comm_cost.h).
+  // The whole visible gradient of p, a matrix whose units this rank or its data index computes:
+  // p.grad itself when p is not split, else every tensor-parallel rank's part assembled into
+  // scratch memory (worker/parallel's gradient assembly), valid until the next call. Every rank of
+  // the tensor-parallel group asks for the same matrices in the same order.
+  virtual kernels::Tensor whole_gradient(const OptimParam& p) = 0;
+  // Bytes this rank sent in share() and whole_gradient() (worker/parallel/comm_cost.h).
   virtual int64_t comm_bytes() const = 0;
   // Whether this rank writes state that every data index holds alike to checkpoints (data index 0).
   virtual bool primary() const = 0;

@@ -133,10 +133,6 @@ class Muon final : public Optimizer {
     }
     assign_and_allocate(hooks);
     if (results_->distributed()) merged_roots_ = merge_roots(params, roots_, adamw_);
-    std::vector<OptimParam> whole;
-    for (const Matrix& m : matrices_)
-      if (!on_parts(m)) whole.push_back(m.src);
-    whole_ = std::make_unique<WholeGradient>(whole, tp_, device_);
   }
 
   void step(const StepContext& ctx) override {
@@ -150,7 +146,7 @@ class Muon final : public Optimizer {
       Tensor grad = m.grad;
       if (m.src.split() && !on_parts(m) && results_->ours(m.unit)) {
         PhaseTimer timer(phases_.communication, device_);
-        grad = whole_->gather(m.src);
+        grad = results_->whole_gradient(m.src);
       }
       if (!m.holds_state) continue;
       Tensor u = momentum_and_direction(m, grad, ctx);
@@ -215,7 +211,7 @@ class Muon final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes(); }
   // Only the owner's data-parallel index reads a matrix's gradient (its momentum lives there, or
   // under tensor parallelism its tensor-parallel group gathers it there).
   std::vector<int> gradient_roots() const override { return merged_roots_; }
@@ -589,7 +585,6 @@ class Muon final : public Optimizer {
   kernels::Buffer neuron_buf_;  // one value per neuron of a matrix (sums of squares, then factors)
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   kernels::Buffer work_;
-  std::unique_ptr<WholeGradient> whole_;  // whole gradients of split matrices orthogonalised whole
   PhaseSeconds phases_;
 };
 

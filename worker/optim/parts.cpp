@@ -116,43 +116,6 @@ void axpby_rows(const Tensor& w, const Tensor& u, float alpha, float decay, bool
 
 }  // namespace
 
-WholeGradient::WholeGradient(const std::vector<OptimParam>& params, std::shared_ptr<ShareGroup> tp,
-                             kernels::Device device)
-    : tp_(std::move(tp)), device_(device) {
-  int64_t most = 0;
-  for (const OptimParam& p : params)
-    if (p.split()) most = std::max(most, p.spec->storage_numel());
-  if (most == 0) return;
-  for (const OptimParam& p : params)
-    if (p.split() && p.spec->shape.size() != 2) throw OptimizerError("optimizer: " + p.spec->name + " is not 2-D");
-  if (!tp_ || tp_->count() != params.front().tp.size)
-    throw OptimizerError("optimizer: split matrices need their tensor-parallel group");
-  received_ = kernels::Buffer(device, static_cast<size_t>(most) * sizeof(float));
-  whole_ = kernels::Buffer(device, static_cast<size_t>(most) * sizeof(float));
-}
-
-Tensor WholeGradient::gather(const OptimParam& p) {
-  if (!p.split()) return p.spec->storage_rows > 0 ? p.grad.narrow(0, 0, p.spec->shape[0]) : p.grad;
-  const ParamSpec& full = *p.spec;
-  const int64_t n = p.grad.numel();  // every rank's part has the same storage
-  if (!p.grad.contiguous()) throw OptimizerError("optimizer: " + full.name + "'s gradient part is not contiguous");
-  const int ranks = tp_->count();
-  float* received = static_cast<float*>(received_.data());
-  comm_bytes_ += tp_->share(p.grad.f32(), received, n, kernels::DType::f32, device_);
-  const int64_t rows = full.storage_rows > 0 ? full.storage_rows : full.shape[0], cols = full.shape[1];
-  const Tensor whole = Tensor::view(static_cast<float*>(whole_.data()), {rows, cols}, kernels::DType::f32, device_);
-  const int d = full.tp_split_dim;
-  for (int r = 0; r < ranks; ++r) {
-    const std::vector<Span> spans = part_spans(full, ranks, r);
-    int64_t along = 0;
-    for (const Span& s : spans) along += s.length;
-    scatter_spans(whole, Tensor::view(received + r * n, {d == 0 ? along : rows, d == 0 ? cols : along},
-                                      kernels::DType::f32, device_),
-                  d, spans);
-  }
-  return full.storage_rows > 0 ? whole.narrow(0, 0, full.shape[0]) : whole;
-}
-
 void apply_box_to_part(const OptimParam& p, int64_t r0, int64_t c0, const Tensor& u, float alpha, float decay,
                        bool cautious) {
   const int64_t rows = u.shape[0], cols = u.shape[1];

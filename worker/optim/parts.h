@@ -1,6 +1,7 @@
 // Pieces of a matrix for the distributed optimizers: ranges along one storage dim (a tensor-
 // parallel part, a Q/K/V block) copied to and from contiguous memory, and Newton–Schulz over a
-// matrix whose pieces lie on several ranks (Megatron's tp_mode = distributed).
+// matrix whose pieces lie on several ranks (Megatron's tp_mode = distributed). Assembling a split
+// matrix's whole gradient is worker/parallel's (grad_assembly.h WholeGradients).
 #pragma once
 
 #include <cstdint>
@@ -43,26 +44,6 @@ void scatter_spans(kernels::Tensor dst, const kernels::Tensor& src, int dim, con
 // CPU fp32 (the trainer's tensor parallelism runs on the CPU).
 void newton_schulz_distributed(kernels::Tensor x, int dim, const kernels::NsOptions& options, ShareGroup& group,
                            float* scratch);
-
-// Whole gradients of tensor-parallel matrices, one at a time: an owner of matrix work (Shampoo's and
-// SOAP's blocks, Muon's whole-matrix Newton–Schulz) reads the whole matrix while each rank holds a
-// part of it. 2-D tensors, CPU fp32 (the trainer's tensor parallelism runs on the CPU).
-class WholeGradient {
- public:
-  // params: the matrices that may be asked for (the largest split one sizes the scratch).
-  WholeGradient(const std::vector<OptimParam>& params, std::shared_ptr<ShareGroup> tp, kernels::Device device);
-  // p's whole visible gradient: p.grad itself when p is not split, else every rank's part shared
-  // over the tensor-parallel group into scratch memory, valid until the next call (every rank of
-  // the group asks for the same matrices in the same order).
-  kernels::Tensor gather(const OptimParam& p);
-  int64_t comm_bytes() const { return comm_bytes_; }
-
- private:
-  std::shared_ptr<ShareGroup> tp_;
-  kernels::Device device_;
-  kernels::Buffer received_, whole_;
-  int64_t comm_bytes_ = 0;
-};
 
 // W ← decay·W + alpha·U (or its cautious form) on what this rank holds of U, a box of p's whole
 // visible matrix whose first element is at (r0, c0); U is 2-D with unit column stride. p.param is

@@ -166,9 +166,6 @@ class Shampoo final : public Optimizer {
     eye_ = Tensor::view(base + 4 * max_block + max_side * max_side, {max_side, max_side}, kernels::DType::f32, device);
     set_identity(eye_);
     roots_ = merge_roots(params, {}, adamw_);
-    std::vector<OptimParam> routed_params;
-    for (const Matrix& m : matrices_) routed_params.push_back(m.src);
-    whole_ = std::make_unique<WholeGradient>(routed_params, hooks.tp, device);
     adamw_primary_ = results_->primary();
   }
 
@@ -189,7 +186,7 @@ class Shampoo final : public Optimizer {
       Tensor whole;
       {
         PhaseTimer timer(phases_.communication, device_);
-        whole = whole_->gather(matrices_[mi].src);
+        whole = results_->whole_gradient(matrices_[mi].src);
       }
       for (; bi < blocks_.size() && blocks_[bi].matrix == mi; ++bi) {
         Block& b = blocks_[bi];
@@ -255,7 +252,7 @@ class Shampoo final : public Optimizer {
 
   PhaseSeconds phase_seconds() const override { return phases_; }
   int64_t inverse_root_failures() const override { return root_failures_; }
-  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes(); }
   // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
   // columns); the AdamW group's by the rank whose range holds them when it is sharded.
   std::vector<int> gradient_roots() const override { return roots_; }
@@ -511,7 +508,6 @@ class Shampoo final : public Optimizer {
   int64_t root_failures_ = 0;  // every failed refresh over the run, on every rank (checkpointed)
   std::unique_ptr<OwnedResults> results_;  // the blocks' owners and their directions' way to every rank
   std::vector<int> roots_;
-  std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices
   bool adamw_primary_ = true;             // this rank writes the replicated AdamW state (data index 0)
 };
 

@@ -99,9 +99,6 @@ class Soap final : public Optimizer {
     float* base = static_cast<float*>(work_.data());
     scratch_ = {base, base + big, base + 2 * big, base + 3 * big, base + 4 * big};
     roots_ = merge_roots(params, {}, adamw_);
-    std::vector<OptimParam> routed;
-    for (const Matrix& m : matrices_) routed.push_back(m.src);
-    whole_ = std::make_unique<WholeGradient>(routed, hooks.tp, device);
     adamw_primary_ = results_->primary();
   }
 
@@ -115,7 +112,7 @@ class Soap final : public Optimizer {
       {
         // A tensor-parallel matrix's whole gradient, gathered with every rank of the group.
         PhaseTimer timer(phases_.communication, device_);
-        m.grad = whole_->gather(m.src);
+        m.grad = results_->whole_gradient(m.src);
       }
       if (!mine(m)) continue;
       if (k == 0) {
@@ -165,7 +162,7 @@ class Soap final : public Optimizer {
   nlohmann::json state_scalars() const override { return nlohmann::json::object(); }
   void load_state_scalars(const nlohmann::json&) override {}
   PhaseSeconds phase_seconds() const override { return phases_; }
-  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes() + whole_->comm_bytes(); }
+  int64_t comm_bytes() const override { return results_->comm_bytes() + adamw_.comm_bytes(); }
   // The matrices' gradients are read by every rank (their blocks' owners are spread over rows and
   // columns); the AdamW group's by the rank whose range holds them when it is sharded.
   std::vector<int> gradient_roots() const override { return roots_; }
@@ -189,7 +186,7 @@ class Soap final : public Optimizer {
   struct Matrix {
     std::string name;
     Tensor param;  // what this rank holds (its part of a tensor-parallel matrix)
-    Tensor grad;   // the whole gradient, during a step (whole_'s scratch for a split matrix)
+    Tensor grad;   // the whole gradient, during a step (the results' scratch for a split matrix)
     OptimParam src;
     int64_t rows = 0, cols = 0;
     bool left = true, right = true;  // the sides that are rotated
@@ -355,7 +352,6 @@ class Soap final : public Optimizer {
   kernels::Buffer work_;
   Scratch scratch_{};
   std::unique_ptr<OwnedResults> results_;  // the matrices' owners and their D's way to every rank
-  std::unique_ptr<WholeGradient> whole_;  // the whole gradients of tensor-parallel matrices
   bool adamw_primary_ = true;             // this rank writes the replicated AdamW state (data index 0)
   std::vector<int> roots_;
   PhaseSeconds phases_;

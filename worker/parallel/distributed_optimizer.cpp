@@ -7,6 +7,8 @@
 
 #include "kernels/backend.h"
 #include "worker/optim/optimizer.h"
+#include "worker/parallel/grad_assembly.h"
+#include "worker/parallel/layout.h"
 
 namespace precon::worker {
 
@@ -41,9 +43,9 @@ class Seconds {
 // segments to every rank (the largest rank's segment sizes them all).
 class GroupResults final : public OwnedResults {
  public:
-  GroupResults(std::shared_ptr<ShareGroup> group, int tensor, const std::vector<OwnedUnit>& units,
-               kernels::DType dtype, int64_t chunk, kernels::Device device)
-      : group_(std::move(group)), tensor_(tensor), device_(device) {
+  GroupResults(std::shared_ptr<ShareGroup> group, int tensor, std::shared_ptr<ShareGroup> tp,
+               const std::vector<OwnedUnit>& units, kernels::DType dtype, int64_t chunk, kernels::Device device)
+      : group_(std::move(group)), tensor_(tensor), device_(device), wholes_(std::move(tp), device) {
     const int ranks = group_->count(), me = group_->index();
     std::vector<double> costs;
     for (const OwnedUnit& u : units) costs.push_back(u.cost);
@@ -54,7 +56,7 @@ class GroupResults final : public OwnedResults {
       Unit w;
       if (u.parts.size() == 1) {
         w.owner = by_rank[i];
-        w.root = w.owner / tensor_;
+        w.root = member_data_index(w.owner, tensor_);
         w.holds = me == w.owner;
         w.first_slot = slots_.size();
         slots_.push_back({i, 0, w.owner, 0, u.parts[0]});
@@ -65,11 +67,11 @@ class GroupResults final : public OwnedResults {
         }
         w.owner = -1;
         w.root = by_replica[i];
-        w.holds = me / tensor_ == w.root;
-        w.part = static_cast<size_t>(me % tensor_);
+        w.holds = member_data_index(me, tensor_) == w.root;
+        w.part = static_cast<size_t>(member_tensor_rank(me, tensor_));
         w.first_slot = slots_.size();
         for (size_t r = 0; r < u.parts.size(); ++r)
-          slots_.push_back({i, r, w.root * tensor_ + static_cast<int>(r), 0, u.parts[r]});
+          slots_.push_back({i, r, group_member(w.root, static_cast<int>(r), tensor_), 0, u.parts[r]});
       }
       w.parts = u.parts.size();
       units_.push_back(w);
@@ -88,9 +90,9 @@ class GroupResults final : public OwnedResults {
   bool mine(size_t unit) const override { return units_[unit].holds; }
   size_t part(size_t unit) const override { return units_[unit].part; }
   bool holds(size_t unit) const override { return units_[unit].holds; }
-  bool ours(size_t unit) const override { return units_[unit].root == group_->index() / tensor_; }
+  bool ours(size_t unit) const override { return units_[unit].root == member_data_index(group_->index(), tensor_); }
   bool applies(size_t unit, size_t part) const override {
-    return units_[unit].parts == 1 || static_cast<int>(part) == group_->index() % tensor_;
+    return units_[unit].parts == 1 || static_cast<int>(part) == member_tensor_rank(group_->index(), tensor_);
   }
   int root(size_t unit) const override { return units_[unit].root; }
   int owner(size_t unit) const override { return units_[unit].owner; }
@@ -120,8 +122,9 @@ class GroupResults final : public OwnedResults {
   }
 
   void max(int64_t* flags, int64_t n) override { group_->max(flags, n); }
-  int64_t comm_bytes() const override { return comm_bytes_; }
-  bool primary() const override { return group_->index() / tensor_ == 0; }
+  kernels::Tensor whole_gradient(const OptimParam& p) override { return wholes_.gather(p); }
+  int64_t comm_bytes() const override { return comm_bytes_ + wholes_.comm_bytes(); }
+  bool primary() const override { return member_data_index(group_->index(), tensor_) == 0; }
   bool distributed() const override { return group_->count() > 1; }
   std::string who() const override { return "rank " + std::to_string(group_->index()); }
 
@@ -150,6 +153,7 @@ class GroupResults final : public OwnedResults {
   int64_t segment_ = 1, chunk_ = 1;
   kernels::Buffer segment_buf_, gathered_;
   int64_t comm_bytes_ = 0;
+  WholeGradients wholes_;  // split matrices' whole gradients for their owners
 };
 
 // Megatron's distributed optimizer's ranges: rank r updates values [r·per, (r + 1)·per) of the
@@ -216,18 +220,25 @@ std::vector<int> assign_owners(const std::vector<double>& cost, int ranks) {
   return owner;
 }
 
-OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, const ShareGroup* tp) {
+OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, std::shared_ptr<ShareGroup> tp) {
   if (!group) return nullptr;
   tensor = std::max(1, tensor);
   if (group->count() % tensor != 0 ||
-      (tensor > 1 && (!tp || tp->count() != tensor || tp->index() != group->index() % tensor))) {
+      (tensor > 1 && (!tp || tp->count() != tensor || tp->index() != member_tensor_rank(group->index(), tensor)))) {
     throw OptimizerError("the tensor-parallel group does not match group rank = data index · " +
                          std::to_string(tensor) + " + tensor rank");
   }
-  return [group = std::move(group), tensor](const std::vector<OwnedUnit>& units, kernels::DType dtype, int64_t chunk,
-                                            kernels::Device device) -> std::unique_ptr<OwnedResults> {
-    return std::make_unique<GroupResults>(group, tensor, units, dtype, chunk, device);
+  if (tensor == 1) tp = nullptr;
+  return [group = std::move(group), tensor, tp = std::move(tp)](const std::vector<OwnedUnit>& units,
+                                                                kernels::DType dtype, int64_t chunk,
+                                                                kernels::Device device) -> std::unique_ptr<OwnedResults> {
+    return std::make_unique<GroupResults>(group, tensor, tp, units, dtype, chunk, device);
   };
+}
+
+OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, ShareGroup* tp) {
+  // Not owned: the caller keeps tp alive (the aliasing constructor shares no ownership).
+  return owner_planner(std::move(group), tensor, std::shared_ptr<ShareGroup>(std::shared_ptr<ShareGroup>(), tp));
 }
 
 RangePlanner range_planner(std::shared_ptr<ShareGroup> replicas) {

@@ -4,7 +4,8 @@
 // its units (worker/optim/exchange.h OwnedUnit: cost, result sizes); the planner made here assigns
 // the owners over the group's ranks, gives each rank memory for its own results and all-gathers
 // them (in optimizer.*.comm_dtype) after the rank has computed them, handing every result to the
-// optimizer to apply. The rank arithmetic (group index = data index · tensor + tensor rank) is here.
+// optimizer to apply. The groups' order (member = data index · tensor + tensor rank) is the
+// layout's (layout.h group_member).
 #pragma once
 
 #include <memory>
@@ -20,11 +21,14 @@ namespace precon::worker {
 std::vector<int> assign_owners(const std::vector<double>& cost, int ranks);
 
 // OptimizerHooks::owners over `group` (group index = data index · tensor + tensor rank; `tp`, this
-// rank's tensor-parallel group, is checked against it when tensor > 1). A unit of one part goes to
-// a rank of the group; a unit of `tensor` parts to a data index, part r to its tensor rank r. Both
-// assignments are made over every unit's cost. Null when group is null; OptimizerError when the
-// groups do not have that shape.
-OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, const ShareGroup* tp = nullptr);
+// rank's tensor-parallel group, is checked against it when tensor > 1, and assembles a split
+// matrix's whole gradient for its owners: OwnedResults::whole_gradient). A unit of one part goes
+// to a rank of the group; a unit of `tensor` parts to a data index, part r to its tensor rank r.
+// Both assignments are made over every unit's cost. Null when group is null; OptimizerError when
+// the groups do not have that shape.
+OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, std::shared_ptr<ShareGroup> tp);
+// The same with a tp the caller keeps alive as long as the optimizers it plans.
+OwnerPlanner owner_planner(std::shared_ptr<ShareGroup> group, int tensor, ShareGroup* tp = nullptr);
 
 // OptimizerHooks::ranges over `replicas` (the ranks that hold the same values): `total` values cut
 // into contiguous ranges of ceil(total / ranks), range r to group rank r, the updated values

@@ -51,7 +51,7 @@ ParallelContext::GroupBytes ParallelContext::bytes_sent() const {
 }
 
 int ParallelContext::row_holder(const ParamSpec& spec, int s, int tp_rank) const {
-  return (s * data + expert_holder(spec, expert)) * tensor + tp_rank;
+  return world_rank(s, expert_holder(spec, expert), tp_rank);
 }
 
 Communicator& ParallelContext::replicas_of(const ParamSpec& spec) const {
@@ -78,14 +78,14 @@ ParallelContext make_parallel_context(std::unique_ptr<Communicator> world, const
   ctx.tp = counted(world->split(rank / ctx.tensor, tp));
   ctx.dp = counted(world->split(pp * ctx.tensor + tp, dp));
   ctx.pp = counted(world->split(dp * ctx.tensor + tp, pp));
-  ctx.stage = counted(world->split(pp, rank % per_stage));
+  ctx.stage = counted(world->split(pp, group_member(dp, tp, ctx.tensor)));
   ctx.expert = static_cast<int>(layout.expert);
   if (ctx.data % ctx.expert != 0)
     throw ConfigError("config", 0, "parallel.expert",
                       "expert = " + std::to_string(ctx.expert) + " ranks must divide parallel.data = " + std::to_string(ctx.data));
   ctx.ep = counted(ctx.dp->split(dp / ctx.expert, dp));
   if (ctx.expert > 1) {
-    ctx.expert_stage = counted(world->split(pp * ctx.expert + dp % ctx.expert, dp / ctx.expert * ctx.tensor + tp));
+    ctx.expert_stage = counted(world->split(pp * ctx.expert + dp % ctx.expert, group_member(dp / ctx.expert, tp, ctx.tensor)));
     ctx.expert_dp = counted(world->split((pp * ctx.expert + dp % ctx.expert) * ctx.tensor + tp, dp / ctx.expert));
   }
   const bool ends = ctx.pipeline > 1 && (pp == 0 || pp == ctx.pipeline - 1);

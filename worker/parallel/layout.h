@@ -25,6 +25,13 @@ struct LaunchInfo {
 };
 LaunchInfo launch_info_from_env();
 
+// A group of the ranks that hold the same rows (a stage's tensor × data ranks, the ranks of one
+// expert-parallel rank: ParallelContext::stage, expert_stage) orders them as member = data index ·
+// tensor + tensor rank; the distributed optimizer plans over that order.
+inline int group_member(int data_index, int tensor_rank, int tensor) { return data_index * tensor + tensor_rank; }
+inline int member_data_index(int member, int tensor) { return member / tensor; }
+inline int member_tensor_rank(int member, int tensor) { return member % tensor; }
+
 struct ParallelContext {
   std::unique_ptr<Communicator> world;
   std::unique_ptr<Communicator> tp;  // the ranks that share one data slice
@@ -67,10 +74,23 @@ struct ParallelContext {
   int tp_rank() const { return tp->rank(); }
   int dp_rank() const { return dp->rank(); }
   int pp_rank() const { return pp->rank(); }
+  int ep_rank() const { return ep->rank(); }
   bool first_stage() const { return pp_rank() == 0; }
   bool last_stage() const { return pp_rank() == pipeline - 1; }
+  // The world rank of tensor rank t of data index d of stage s: the layout's one formula.
+  int world_rank(int s, int d, int t = 0) const { return (s * data + d) * tensor + t; }
   // The world rank of stage s's first rank (data and tensor rank 0), which speaks for the stage.
-  int stage_leader(int s) const { return s * data * tensor; }
+  int stage_leader(int s) const { return world_rank(s, 0); }
+  // The world rank of stage s's first rank that holds expert-parallel rank e's experts (data index e).
+  int expert_leader(int s, int e) const { return world_rank(s, e); }
+  // The first row of the global batch of micro-batch j of this rank's slice (`slice` sequences per
+  // data-parallel rank, `micro` per micro-batch).
+  int64_t batch_row(int64_t slice, int64_t micro, int64_t j) const { return dp_rank() * slice + j * micro; }
+  // The virtual stage of chunk v of pipeline rank p (interleaving).
+  int virtual_stage(int v, int p) const { return v * pipeline + p; }
+  // Expert parallelism: the routed experts [first, end) of each MoE layer of `experts` this rank holds.
+  int64_t first_expert(int64_t experts) const { return ep_rank() * (experts / expert); }
+  int64_t end_expert(int64_t experts) const { return (ep_rank() + 1) * (experts / expert); }
   bool first() const { return world->rank() == 0; }  // writes metrics, reports, checkpoints
   // The world rank that holds tensor-parallel part `tp_rank` of table row `spec` of stage s for a
   // checkpoint: of the stage's first data-parallel rank, or for a routed expert of the first with

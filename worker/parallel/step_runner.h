@@ -1,13 +1,11 @@
 // How one training step's gradients and one evaluation's loss are computed for this rank's layout,
 // chosen once at set-up so that the training loop never branches on it:
-//   BatchRunner     one stage: a single process, data parallelism (the last micro-batch's backward
-//                   starts the bucketed gradient sums), tensor parallelism (each rank's parts placed
-//                   into the full gradients and summed over the stage after the backward), or both;
-//   PipelineRunner  several stages: the 1F1B schedule over the rank's chunks, then the stage's sums
-//                   (bucket by bucket during the last backward when there is no tensor parallelism)
-//                   and the tied embedding's between the first and the last stage.
-// Every runner leaves the mean gradient of the whole global batch in each rank's buffer (or, for a
-// gradient with a root, in the root's only) and returns losses every rank knows.
+//   BatchRunner     one stage: the micro-batches of this rank's slice, one after the other;
+//   PipelineRunner  several stages: the 1F1B schedule over the rank's chunks.
+// Both hand the ranges each last backward finishes to the one gradient assembly
+// (grad_assembly.h), which makes every layout's gradients whole. Every runner leaves the mean
+// gradient of the whole global batch in each rank's buffer (or, for a gradient with a root, in the
+// root's only) and returns losses every rank knows.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +15,7 @@
 
 #include "worker/data/loader.h"
 #include "worker/model/model.h"
-#include "worker/parallel/grad_sync.h"
+#include "worker/parallel/grad_assembly.h"
 #include "worker/parallel/layout.h"
 #include "worker/parallel/pipeline_schedule.h"
 

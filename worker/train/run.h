@@ -16,8 +16,8 @@
 #include "worker/parallel/layout.h"
 #include "worker/report/metrics.h"
 #include "worker/report/reporter.h"
-#include "worker/parallel/expert_optimizers.h"
 #include "worker/parallel/pipeline_state.h"
+#include "worker/parallel/rank_optimizer.h"
 #include "worker/parallel/step_runner.h"
 #include "worker/train/train_state.h"
 #include "worker/train/trainer.h"
@@ -47,11 +47,9 @@ struct Run {
   std::vector<size_t> rows;  // the table rows this rank holds, computes and steps, in table order
   Model& model() { return *chunks.front(); }
   std::unique_ptr<StepRunner> runner;  // the layout's forward/backward, gradient sums and evaluation
-  StageOptimizers* stages = nullptr;   // several stages: the optimizer, one per stage
-  ExpertOptimizers* experts = nullptr; // expert parallelism: the optimizer (or the stage's), its experts apart
   PipelineTimes prev_pipe;             // the schedule's times at the last metrics record
   std::unique_ptr<DataLoader> loader;
-  std::unique_ptr<Optimizer> optimizer;
+  std::unique_ptr<RankOptimizer> optimizer;  // of this rank's rows (rank_optimizer.h)
   std::vector<Batch> val;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<Reporter> reporter;
@@ -83,7 +81,7 @@ void configure_run(Run& run);
 // train.init_from or the seed.
 void build_model(Run& run);
 void build_data(Run& run);
-// One stage: an optimizer over every parameter. Several: one per stage over its rows.
+// The optimizer of this rank's rows (make_rank_optimizer).
 void build_optimizer(Run& run);
 // The layout's step runner over the model chunks (and the optimizer's gradient roots).
 void build_step_runner(Run& run);

@@ -12,9 +12,7 @@
 #include "worker/config/choice.h"
 #include "worker/model/memory_estimate.h"
 #include "worker/model/model_io.h"
-#include "worker/parallel/distributed_optimizer.h"
 #include "worker/parallel/nccl_communicator.h"
-#include "worker/parallel/optimizer_groups.h"
 #include "worker/train/run.h"
 
 namespace precon::worker {
@@ -120,56 +118,20 @@ void build_data(Run& run) {
   }
 }
 
-// Each rank steps its own stage's optimizer over its own rows (pipeline_state.h).
+// Each rank steps the optimizer of its own rows (rank_optimizer.h): the distributed optimizer over
+// the ranks that hold them, its experts apart under expert parallelism.
 void build_optimizer(Run& run) {
   const ParamStore& store = run.model().params();
-  // Under expert parallelism the routed experts (this rank's) get an optimizer of their own.
-  std::vector<OptimParam> oparams, expert_params;
-  for (size_t i : run.rows) {
-    if (!trained(store.spec(i).kind)) continue;  // a buffer (the router's bias) moves by its own rule
-    (store.spec(i).expert >= 0 && run.par.expert_stage ? expert_params : oparams)
-        .push_back({&store.spec(i), store.param(i), store.grad(i), store.tp()});
-  }
-  OptimizerHooks hooks{[log = run.log](const std::string& m) { log("warning: " + m); }};
-  // Every rank of a stage holds its parameters (its parts of the split ones) and their gradients:
-  // the optimizers' expensive per-matrix work is shared out over all of them (a routed expert's
-  // over the ranks that hold it), and the element-wise state over the ranks that hold the same parts.
-  OptimizerHooks expert_hooks = hooks;
-  auto share_over = [&](OptimizerHooks& h, Communicator* group, Communicator* replicas) {
-    if (group->size() == 1) return;
-    h.group = share_group(group);  // group rank = data index · tensor + tensor rank
-    h.tp = share_group(run.par.tp.get());
-    h.tensor = run.par.tensor;
-    h.replicas = share_group(replicas);
-    h.distribute_elementwise = run.cfg().parallel.distributed_optimizer;
-    if (h.distribute_elementwise) h.ranges = range_planner(h.replica_group());  // AdamW's moments divided
-    h.owners = owner_planner(h.group, run.par.tensor, h.tp.get());  // who computes each matrix's (block's) work
-  };
-  share_over(hooks, run.par.stage.get(), run.par.dp.get());
-  std::unique_ptr<Optimizer> own = make_optimizer(run.cfg().optimizer, oparams, run.device, hooks);
-  if (!expert_params.empty()) {
-    share_over(expert_hooks, run.par.expert_stage.get(), run.par.expert_dp.get());
-    auto both = std::make_unique<ExpertOptimizers>(
-        std::move(own), make_optimizer(run.cfg().optimizer, expert_params, run.device, expert_hooks), *run.par.ep);
-    run.experts = both.get();
-    own = std::move(both);
-  }
-  if (run.par.pipeline == 1) {
-    run.optimizer = std::move(own);
-  } else {
-    const size_t tied = tied_embedding_row(store.table());
-    auto composite = std::make_unique<StageOptimizers>(std::move(own), run.par.pp_rank(), run.par.pipeline,
-                                                       tied < store.size() ? store.spec(tied).name : std::string());
-    run.stages = composite.get();
-    run.optimizer = std::move(composite);
-  }
+  run.optimizer = make_rank_optimizer(run.cfg().optimizer, run.par, store, run.rows, run.device,
+                                      run.cfg().parallel.distributed_optimizer,
+                                      [log = run.log](const std::string& m) { log("warning: " + m); });
   if (run.par.pipeline > 1 || run.par.expert > 1 || run.par.tensor > 1) {
     int64_t whole = 0;
     for (const ParamSpec& spec : store.table()) whole += spec.storage_numel();
     run.log("parameters: " + std::to_string(store.total_numel()) + " of the model's " + std::to_string(whole) +
             " held on this rank (pipeline stage " + std::to_string(run.par.pp_rank()) +
             (run.par.tensor > 1 ? ", tensor-parallel rank " + std::to_string(run.par.tp_rank()) : std::string()) +
-            (run.par.expert > 1 ? ", expert-parallel rank " + std::to_string(run.par.ep->rank()) : std::string()) + ")");
+            (run.par.expert > 1 ? ", expert-parallel rank " + std::to_string(run.par.ep_rank()) : std::string()) + ")");
   }
   run.log("routing: " + run.optimizer->routing_summary());
 }
@@ -187,19 +149,8 @@ void build_step_runner(Run& run) {
   parts.micro = run.micro;
   parts.rows = run.rows;
   if (run.par.pipeline == 1 && run.par.data > 1) {
-    // Per table row from the optimizer's order (its rows, the routed experts apart when they have
-    // an optimizer of their own).
-    auto place = [&](const Optimizer& o, bool experts, std::vector<int>& roots) {
-      const std::vector<int> by_param = o.gradient_roots();
-      if (by_param.empty()) return;
-      roots.assign(store.size(), -1);
-      size_t j = 0;
-      for (size_t row : run.rows)
-        if (trained(store.spec(row).kind) && (store.spec(row).expert >= 0 && run.experts) == experts)
-          roots[row] = by_param.at(j++);
-    };
-    place(run.experts ? run.experts->dense() : *run.optimizer, false, parts.roots);
-    if (run.experts) place(run.experts->experts(), true, parts.expert_roots);
+    parts.roots = run.optimizer->roots_by_row(0, store.size());
+    if (run.optimizer->parts() > 1) parts.expert_roots = run.optimizer->roots_by_row(1, store.size());
   }
   run.runner = make_step_runner(parts);
   for (const std::string& note : run.runner->notes()) run.log(note);
@@ -212,8 +163,8 @@ void build_step_runner(Run& run) {
             ", " + std::to_string(run.par.tensor) + " tensor-parallel, " + std::to_string(run.par.pipeline) +
             virtual_stages + " pipeline stage(s) (this one: " + pipeline_blocks_text(chunks) + ")" + ", " +
             (run.par.expert > 1 ? std::to_string(run.par.expert) + " expert-parallel (this rank: experts " +
-                                      std::to_string(run.par.ep->rank() * (run.cfg().model.moe.experts / run.par.expert)) + "–" +
-                                      std::to_string((run.par.ep->rank() + 1) * (run.cfg().model.moe.experts / run.par.expert) - 1) +
+                                      std::to_string(run.par.first_expert(run.cfg().model.moe.experts)) + "–" +
+                                      std::to_string(run.par.end_expert(run.cfg().model.moe.experts) - 1) +
                                       " of each MoE layer), "
                                 : std::string()) +
             std::to_string(run.slice / run.micro) + " micro-batch(es) of " + std::to_string(run.micro) +

@@ -308,7 +308,7 @@ void checkpoint(Run& run, int64_t step) {
   auto t0 = std::chrono::steady_clock::now();
   RunState state = run.state();
   std::unique_ptr<ModelGather> gather;
-  if (run.stages || run.par.expert > 1 || run.par.tensor > 1) {
+  if (run.par.pipeline > 1 || run.par.expert > 1 || run.par.tensor > 1) {
     // Each rank holds its own stage, its own experts and its tensor-parallel parts: the first
     // writes model.safetensors tensor by tensor from the ranks that hold its rows, and every rank
     // gathers the optimizer counters of the experts and the stages (their state tensors are
@@ -318,8 +318,7 @@ void checkpoint(Run& run, int64_t step) {
       state.fetch_model_row = [&gather](size_t row, std::vector<float>& whole) { gather->fetch(row, whole); };
     else
       state.send_model_rows = [&gather] { gather->send_rows(); };
-    if (run.experts) run.experts->gather();
-    if (run.stages) run.stages->gather(*run.par.world, run.par);
+    run.optimizer->gather();
   }
   fs::path dir = save_checkpoint(run.options->run_dir, step, state);
   if (run.par.first()) {
