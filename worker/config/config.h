@@ -130,6 +130,7 @@ struct MuonConfig {
   std::vector<std::array<double, 3>> coefficient_list;  // the tuples when coefficients = explicit
   std::string scale = "shape";            // "shape" | "rms-match" | "spectral"
   bool split_qkv = true;                  // orthogonalise Q, K, V blocks separately
+  bool split_heads = false;               // orthogonalise each attention head's block separately
   std::string ns_precision = "auto";      // "auto" (bf16 on CUDA, fp32 on CPU) | "fp32" | "bf16"
   double ns_eps = 1e-7;                   // added to the Frobenius norm before NS
   std::string tp_mode = "duplicated";     // "duplicated" | "distributed" | "blockwise" (Megatron's)

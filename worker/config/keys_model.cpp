@@ -74,9 +74,6 @@ void add_model_rows(std::vector<Row>& k) {
                     if (m.n_kv_head != 0 && m.n_kv_head != m.n_head)
                       return "multi-head latent attention has one key and value per head: model.n_kv_head = " +
                              std::to_string(m.n_kv_head) + " must be 0 or n_head = " + std::to_string(m.n_head);
-                    if (c.optimizer.qk_clip_threshold > 0)
-                      return "optimizer.qk_clip_threshold > 0 is not supported with multi-head latent attention yet "
-                             "(kv_lora_rank = " + std::to_string(m.mla.kv_lora_rank) + ")";
                     return std::string();
                   }));
   k.push_back(trial("model.mla.q_lora_rank", "",

@@ -82,6 +82,17 @@ void add_optimizer_rows(std::vector<Row>& k) {
                     "orthogonalise the fused Q, K and V blocks (gpt2) separately; llama's q, k and v are "
                     "separate matrices already, so it changes nothing there",
                     T(optimizer.muon.split_qkv)));
+  k.push_back(trial("optimizer.muon.split_heads", "",
+                    "orthogonalise each attention head's block on its own (\"Muon split\"): q, k, v (gpt2's fused "
+                    "c_attn per Q/K/V block), MLA's q_b (q_proj) and kv_b by the head's rows, o_proj (c_proj) by its "
+                    "input columns; the scale then uses the block's shape",
+                    T(optimizer.muon.split_heads))
+                  .rule([](const TrialConfig& c) {
+                    return c.optimizer.muon.split_heads && c.optimizer.muon.variant == "normuon"
+                               ? std::string("optimizer.muon.split_heads is not supported with optimizer.muon.variant "
+                                             "= \"normuon\" (its per-block rescaling assumes blocks of whole rows)")
+                               : std::string();
+                  }));
   k.push_back(trial("optimizer.muon.ns_precision", "", "Newton–Schulz precision; auto = bf16 on CUDA, fp32 on CPU",
                     T(optimizer.muon.ns_precision)).choices({"auto", "fp32", "bf16"}));
   k.push_back(trial("optimizer.muon.ns_eps", "", "added to the Frobenius norm before Newton–Schulz", T(optimizer.muon.ns_eps))

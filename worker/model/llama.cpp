@@ -194,7 +194,8 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
     const size_t i = static_cast<size_t>(l - L0_);
     k::rmsnorm_forward(a.ln1[i], a.rstd1[i], residual, weight(b.input_norm), eps);
     if (b.mla) {
-      b.mla->forward(*this, a.branch_out, a.ln1[i], a.mla_layer(i), a.mla);
+      b.mla->forward(*this, a.branch_out, a.ln1[i], a.mla_layer(i), a.mla, attention_row_max());
+      note_attention_logits(l);
     } else {
       b.qkv->forward(*this, a.ln1[i], {a.q, a.kk, a.v});
       k::rope_forward(a.q, nh, theta);

@@ -64,7 +64,10 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& m) {
     add(h + ".ln_1.weight", {C}, ParamKind::norm, -1);
     add(h + ".ln_1.bias", {C}, ParamKind::norm, -1);
     linear(h + ".attn.c_attn", C, 3 * C, true, 3);
+    t[t.size() - 2].heads = m.n_head;
     linear(h + ".attn.c_proj", C, C, false, 1);
+    t[t.size() - 2].heads = m.n_head;
+    t[t.size() - 2].heads_on_fan_in = true;
     add(h + ".ln_2.weight", {C}, ParamKind::norm, -1);
     add(h + ".ln_2.bias", {C}, ParamKind::norm, -1);
     linear(h + ".mlp.c_fc", C, 4 * C, true, 1);
@@ -96,6 +99,11 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     w->fan_in = in;
     w->fan_out = out;
   };
+  // The last row added is an attention matrix of `heads` heads (along fan_in: its input is theirs).
+  auto by_heads = [&](int64_t heads, bool on_fan_in = false) {
+    t.back().heads = heads;
+    t.back().heads_on_fan_in = on_fan_in;
+  };
   ParamSpec* embed = add("model.embed_tokens.weight", {V, C}, ParamKind::embedding, 0, -1);
   embed->storage_rows = padded_vocab(V);
   embed->embedding_end = true;
@@ -117,16 +125,23 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
       } else {
         linear(s + "q_proj.weight", C, NH * qk, true, l);
       }
+      by_heads(NH);
       linear(s + "kv_a_proj_with_mqa.weight", C, a.kv_lora_rank + a.qk_rope_head_dim, true, l);
       t.back().tp_split_dim = -1;
       add(s + "kv_a_layernorm.weight", {a.kv_lora_rank}, ParamKind::norm, -1, l);
       linear(s + "kv_b_proj.weight", a.kv_lora_rank, NH * (a.qk_nope_head_dim + a.v_head_dim), true, l);
+      by_heads(NH);
       linear(s + "o_proj.weight", NH * a.v_head_dim, C, false, l);
+      by_heads(NH, true);
     } else {
       linear(h + ".self_attn.q_proj.weight", C, q, true, l);
+      by_heads(m.n_head);
       linear(h + ".self_attn.k_proj.weight", C, kv, true, l);
+      by_heads(m.kv_heads());
       linear(h + ".self_attn.v_proj.weight", C, kv, true, l);
+      by_heads(m.kv_heads());
       linear(h + ".self_attn.o_proj.weight", q, C, false, l);
+      by_heads(m.n_head, true);
     }
     add(h + ".post_attention_layernorm.weight", {C}, ParamKind::norm, -1, l);
     auto swiglu = [&](const std::string& mlp, int64_t width, int64_t expert = -1) {
@@ -230,6 +245,8 @@ ParamSpec tp_part_spec(const ParamSpec& full, int size, int rank) {
   if (s.kind == ParamKind::matrix) {
     s.fan_in = s.stored_in_out ? s.shape[0] : s.shape[1];
     s.fan_out = s.stored_in_out ? s.shape[1] : s.shape[0];
+    const int heads_dim = s.stored_in_out == s.heads_on_fan_in ? 0 : 1;
+    if (full.tp_split_dim == heads_dim) s.heads /= size;  // this rank's heads
   }
   return s;
 }

@@ -40,6 +40,11 @@ struct ParamSpec {
   int64_t fan_in = 0, fan_out = 0;
   bool stored_in_out = false;  // storage is (fan_in, fan_out) (Conv1D); else (fan_out, fan_in)
   int qkv_blocks = 1;          // 3 for attn.c_attn: fused [q | k | v] along fan_out
+  // Attention matrices: their heads, equal runs along one storage dim (along fan_out: q, k, v, the
+  // fused c_attn's heads in each of its Q/K/V blocks, MLA's q_b or q_proj and kv_b; along fan_in when
+  // heads_on_fan_in: o_proj, c_proj); 0 = not an attention matrix. optimizer.muon.split_heads.
+  int64_t heads = 0;
+  bool heads_on_fan_in = false;
   int64_t storage_rows = 0;    // wte: rows allocated (padded vocabulary, zero rows); 0 = shape[0]
   // Where it lies in a pipeline: the transformer block it belongs to, or (-1) at the ends: with the
   // embedding on the first stage, with the head on the last, or both (a tied embedding).

@@ -49,7 +49,16 @@ QkClipStats qk_clip(const ParamStore& params, const ModelConfig& m, const std::v
       const float sq = static_cast<float>(std::pow(gamma, alpha)), sk = static_cast<float>(std::pow(gamma, 1.0 - alpha));
       if (g < g0 || g >= g0 + per) continue;  // another tensor-parallel rank's head
       const int64_t gl = g - g0;
-      if (m.llama()) {
+      if (m.uses_mla()) {
+        const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+        const size_t q = params.index(p + (m.mla.q_lora_rank > 0 ? "q_b_proj.weight" : "q_proj.weight"));
+        const size_t kv = params.index(p + "kv_b_proj.weight");
+        if (!params.resident(q)) continue;
+        const int64_t dn = m.mla.qk_nope_head_dim, qk = dn + m.mla.qk_rope_head_dim, kvw = dn + m.mla.v_head_dim;
+        scale_range(params.param(q), 0, gl * qk, dn, sq);
+        scale_range(params.param(q), 0, gl * qk + dn, qk - dn, static_cast<float>(gamma));
+        scale_range(params.param(kv), 0, gl * kvw, dn, sk);
+      } else if (m.llama()) {
         const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
         const size_t q = params.index(p + "q_proj.weight"), kk = params.index(p + "k_proj.weight");
         if (!params.resident(q)) continue;  // another pipeline stage's layer

@@ -6,7 +6,10 @@
 // query heads that share it: S is their largest logit, and all their query rows and its key rows
 // are rescaled. Layouts: GPT-2's fused c_attn (stored (in, out): a head's q columns [h·hd, (h+1)·hd)
 // and k columns C + the same, with the bias entries alike); Llama's q_proj and k_proj (stored
-// (out, in): rows).
+// (out, in): rows). Multi-head latent attention (Kimi K2's MuonClip for MLA, as Megatron clips it):
+// only what belongs to head h alone: its q_nope rows of q_b_proj (q_proj) by γ^α, its k_nope rows of
+// kv_b_proj by γ^(1−α) and its q_rope rows by γ, so that the head's whole logit q·k scales by γ; the
+// rotary key (kv_a_proj_with_mqa's last rows), which every head shares, and the values are untouched.
 #pragma once
 
 #include <cmath>

@@ -63,16 +63,18 @@ std::vector<kernels::NsCoefficients> muon_schedule(const MuonConfig& c) {
 }
 
 // One Muon matrix: its Newton–Schulz problems as muon.cpp forms them (Q/K/V blocks under split_qkv;
-// under tp_mode = blockwise each block's tensor-parallel parts), momentum, NorMuon, the update.
+// under tp_mode = blockwise each block's tensor-parallel parts; under split_heads an attention
+// matrix's heads, each within one part), momentum, NorMuon, the update.
 FlopSplit muon_matrix(const ParamSpec& s, const OptimizerConfig& config, const std::vector<kernels::NsCoefficients>& schedule,
                       int64_t tensor) {
   const MuonConfig& c = config.muon;
   const int64_t rows = s.shape[0], cols = s.shape[1], numel = rows * cols;
   const int qkv = std::max(1, s.qkv_blocks);
   const int qkv_dim = s.stored_in_out ? 1 : 0;
-  const int64_t blocks = c.split_qkv ? qkv : 1;
-  const bool per_part = tensor > 1 && c.tp_mode == "blockwise" && s.tp_split_dim >= 0;
-  const int dim = per_part ? s.tp_split_dim : qkv_dim;
+  const bool by_head = c.split_heads && s.heads > 0;
+  const int64_t blocks = by_head ? (s.heads_on_fan_in ? 1 : qkv) * s.heads : c.split_qkv ? qkv : 1;
+  const bool per_part = !by_head && tensor > 1 && c.tp_mode == "blockwise" && s.tp_split_dim >= 0;
+  const int dim = per_part ? s.tp_split_dim : by_head && s.heads_on_fan_in ? 1 - qkv_dim : qkv_dim;
   const int64_t problems = blocks * (per_part ? tensor : 1);
   const int64_t len = s.shape[static_cast<size_t>(dim)] / problems;
   FlopSplit f = d(problems) * newton_schulz_flops(dim == 0 ? len : rows, dim == 0 ? cols : len, schedule);

@@ -2,7 +2,8 @@
 // AdamW side group. Per matrix W with gradient G (s = ctx.grad_scale, μ = momentum):
 //   ema: M ← μM + (1−μ)sG ; U = nesterov ? (1−μ)sG + μM : M
 //   sgd: M ← μM + sG      ; U = nesterov ? sG + μM      : M
-//   O = NS(U)  (split_qkv: the Q, K, V blocks of attn.c_attn separately)
+//   O = NS(U)  (split_qkv: the Q, K, V blocks of attn.c_attn separately; split_heads: each attention
+//               head's block, rows along fan_out or columns along fan_in, separately)
 //   variant normuon (Li et al. 2025), per output neuron n (a row of the linear map; a storage
 //   column when stored (in, out)) and per NS problem b (Q/K/V block or the matrix):
 //     v_n ← β2·v_n + (1−β2)·mean_j O[n,j]² ;  Ô[n,:] = O[n,:] / (√v_n + ε)
@@ -117,6 +118,8 @@ class Muon final : public Optimizer {
     const TpMode tp_mode = parse_choice<OptimizerError>("optimizer.muon.tp_mode", config_.tp_mode, kTpModes);
     comm_dtype_ = comm_dtype("optimizer.muon.comm_dtype", config_.comm_dtype);
     normuon_ = parse_choice<OptimizerError>("optimizer.muon.variant", config_.variant, kNormuon);
+    if (normuon_ && config_.split_heads)
+      throw OptimizerError("optimizer.muon.split_heads is not supported with optimizer.muon.variant = \"normuon\"");
     scale_ = parse_choice<OptimizerError>("optimizer.muon.scale", config_.scale, kScales);
     tensor_ = std::max(1, hooks.tensor);
     // The groups' shape (group rank = data index · tensor + tensor rank) is checked where the
@@ -238,7 +241,9 @@ class Muon final : public Optimizer {
     int64_t rows = 0, cols = 0;    // of the whole matrix
     int qkv = 1;          // Q/K/V blocks along the fan_out storage dim (1 = none)
     int qkv_dim = 0;      // the storage dim of fan_out
-    int blocks = 1;       // the Newton–Schulz problems along qkv_dim: qkv under split_qkv, else 1
+    int block_dim = 0;    // the storage dim the Newton–Schulz problems lie along (qkv_dim unless by heads on fan_in)
+    int blocks = 1;       // the Newton–Schulz problems along block_dim: heads, qkv under split_qkv, else 1
+    bool by_head = false;  // split_heads on an attention matrix: its blocks are heads (each on one tensor rank)
     int split_dim = -1;   // the storage dim cut across tensor-parallel ranks (-1: replicated)
     double scale = 1.0;
     size_t unit = 0;      // in matrices_: its unit of owned work
@@ -262,7 +267,9 @@ class Muon final : public Optimizer {
     m.cols = s.shape[1];
     m.qkv = std::max(1, s.qkv_blocks);
     m.qkv_dim = s.stored_in_out ? 1 : 0;
-    m.blocks = config_.split_qkv ? m.qkv : 1;
+    m.by_head = config_.split_heads && s.heads > 0;
+    m.block_dim = m.by_head && s.heads_on_fan_in ? 1 - m.qkv_dim : m.qkv_dim;
+    m.blocks = m.by_head ? static_cast<int>((s.heads_on_fan_in ? 1 : m.qkv) * s.heads) : config_.split_qkv ? m.qkv : 1;
     m.split_dim = tensor_ > 1 ? s.tp_split_dim : -1;
     if (tensor_ > 1 && p.tp.size != tensor_)
       throw OptimizerError("muon: " + s.name + " is held in " + std::to_string(p.tp.size) + " part(s), not " +
@@ -275,15 +282,39 @@ class Muon final : public Optimizer {
       throw OptimizerError("muon: " + s.name + " cannot be cut into " + std::to_string(tensor_) +
                            " tensor-parallel parts along dim " + std::to_string(m.split_dim));
     }
-    m.scale = muon_scale(scale_, static_cast<double>(s.fan_out / m.blocks), static_cast<double>(s.fan_in));
+    if (m.by_head) check_heads(m, s);
+    // The scale of one problem's linear map: a block of fan_out's rows, or of fan_in's columns.
+    const bool along_out = m.block_dim == m.qkv_dim;
+    m.scale = muon_scale(scale_, static_cast<double>(s.fan_out / (along_out ? m.blocks : 1)),
+                         static_cast<double>(s.fan_in / (along_out ? 1 : m.blocks)));
     if (normuon_ && scale_ == Scale::rms_match) m.scale = 1.0;  // normalise() sets the RMS itself
     matrices_.push_back(std::move(m));
   }
 
+  // split_heads: the heads must cut the matrix into equal blocks, and a tensor-parallel cut must fall
+  // between heads (each rank then holds whole heads).
+  void check_heads(const Matrix& m, const ParamSpec& s) const {
+    const int64_t extent = s.shape[static_cast<size_t>(m.block_dim)];
+    if (extent % m.blocks != 0)
+      throw OptimizerError("optimizer.muon.split_heads: " + s.name + " (" + std::to_string(extent) +
+                           " along its head dim) does not divide into " + std::to_string(m.blocks) + " head blocks");
+    if (m.split_dim >= 0 && (m.split_dim != m.block_dim || s.heads % tensor_ != 0))
+      throw OptimizerError("optimizer.muon.split_heads: " + s.name + " is cut over " + std::to_string(tensor_) +
+                           " tensor-parallel ranks across its heads' blocks (along dim " + std::to_string(m.split_dim) +
+                           "); each head must lie on one rank");
+  }
+
   // The Newton–Schulz problems of a matrix as span lists along a dim: blocks (along qkv_dim), or
-  // under blockwise each block's tensor-parallel parts.
+  // under blockwise each block's tensor-parallel parts; by heads, the heads (along block_dim), each
+  // within one rank's part.
   std::vector<std::vector<Span>> problems(const Matrix& m, int& dim) const {
     std::vector<std::vector<Span>> out;
+    if (m.by_head) {
+      dim = m.block_dim;
+      const int64_t len = (dim == 0 ? m.rows : m.cols) / m.blocks;
+      for (int b = 0; b < m.blocks; ++b) out.push_back({Span{b * len, len}});
+      return out;
+    }
     const bool per_part = mode_ == TpMode::blockwise && m.split_dim >= 0;
     dim = per_part ? m.split_dim : m.qkv_dim;
     const int64_t extent = dim == 0 ? m.rows : m.cols;
@@ -434,6 +465,10 @@ class Muon final : public Optimizer {
       // blockwise: this rank's part alone.
       const Piece& p = m.pieces[results_->part(m.unit)];
       Tensor packed = make_view(results_->own(m.unit), p.shape, device_);
+      if (m.by_head) {  // this rank's part holds whole heads: its own problems, the single-process result
+        orthogonalise_blocks(packed, u, m.block_dim, m.blocks / tensor_, work + rows * cols);
+        return;
+      }
       const int per = m.qkv / m.blocks;
       const int64_t chunk = p.spans[0].length;
       for (int b = 0; b < m.blocks; ++b) {
@@ -459,20 +494,8 @@ class Muon final : public Optimizer {
       kernels::newton_schulz(o, u, ns_);
       return;
     }
-    if (mode_ != TpMode::blockwise || m.split_dim < 0) {
-      // The Q/K/V blocks as one batch: rows of the storage, or of its transpose when it is
-      // (fan_in, fan_out); no row-by-row copies (they would be thousands of device copies).
-      const int64_t block = (m.qkv_dim == 0 ? rows : cols) / m.blocks;
-      if (m.qkv_dim == 0) {
-        kernels::newton_schulz(Tensor::view(o.data, {m.blocks, block, cols}, kernels::DType::f32, device_),
-                               Tensor::view(u.data, {m.blocks, block, cols}, kernels::DType::f32, device_), ns_);
-        return;
-      }
-      Tensor t = make_view(work + rows * cols, {cols, rows}, device_);
-      kernels::transpose(t, u);
-      kernels::newton_schulz(Tensor::view(t.data, {m.blocks, block, rows}, kernels::DType::f32, device_),
-                             Tensor::view(t.data, {m.blocks, block, rows}, kernels::DType::f32, device_), ns_);
-      kernels::transpose(o, t);
+    if (mode_ != TpMode::blockwise || m.split_dim < 0 || m.by_head) {
+      orthogonalise_blocks(o, u, m.block_dim, m.blocks, work + rows * cols);
       return;
     }
     for (const std::vector<Span>& spans : list) {
@@ -484,6 +507,24 @@ class Muon final : public Optimizer {
       kernels::newton_schulz(y, x, ns_);
       scatter_spans(o, y, dim, spans);
     }
+  }
+
+  // o = NS of each of `count` equal blocks of u along `dim` (o and u (rows, cols) alike), as one batch:
+  // rows of the storage, or of its transpose (in `scratch`, rows·cols floats) when the blocks are
+  // columns; no row-by-row copies (they would be thousands of device copies).
+  void orthogonalise_blocks(const Tensor& o, const Tensor& u, int dim, int64_t count, float* scratch) const {
+    const int64_t rows = u.shape[0], cols = u.shape[1];
+    const int64_t block = (dim == 0 ? rows : cols) / count;
+    if (dim == 0) {
+      kernels::newton_schulz(Tensor::view(o.data, {count, block, cols}, kernels::DType::f32, device_),
+                             Tensor::view(u.data, {count, block, cols}, kernels::DType::f32, device_), ns_);
+      return;
+    }
+    Tensor t = make_view(scratch, {cols, rows}, device_);
+    kernels::transpose(t, u);
+    kernels::newton_schulz(Tensor::view(t.data, {count, block, rows}, kernels::DType::f32, device_),
+                           Tensor::view(t.data, {count, block, rows}, kernels::DType::f32, device_), ns_);
+    kernels::transpose(o, t);
   }
 
   // NorMuon's step on this rank's O (its piece among its results; see the top of the file). With

@@ -6,7 +6,8 @@ MLP, no biases, untied head), in plain torch ops and independent of the C++ code
 Builds a small Llama with random weights (HF names; every Linear stored (out, in)), writes them
 as model.safetensors (gpt_reference.py's writer), then a batch, the logits, the loss and every
 gradient as .npy files for test_llama_reference.cpp, and a 12-step loss trajectory for each of
-AdamW, Muon and Shampoo (optim_reference.py's implementations, routed as precon routes them), and
+AdamW, Muon (with and without split heads) and Shampoo (optim_reference.py's implementations, routed
+as precon routes them), and
 one of AdamW with QK-clip (MuonClip's clip, Kimi K2: after each update, the query and key weights
 of every kv group whose largest attention logit in the step passed tau are rescaled by
 gamma^alpha and gamma^(1 - alpha), gamma = tau / that logit).
@@ -41,6 +42,10 @@ CASES = [
     dict(name="muon", config=dict(name="muon", lr=0.02, weight_decay=0.1, adamw=ADAMW_PART,
                                   muon=dict(momentum=0.95, nesterov=True, momentum_form="ema", ns_steps=5,
                                             coefficients="keller", scale="shape", split_qkv=True))),
+    dict(name="muon_split_heads", config=dict(name="muon", lr=0.02, weight_decay=0.1, adamw=ADAMW_PART,
+                                              muon=dict(momentum=0.95, nesterov=True, momentum_form="ema",
+                                                        ns_steps=5, coefficients="keller", scale="shape",
+                                                        split_heads=True))),
     dict(name="shampoo", config=dict(name="shampoo", lr=0.02, weight_decay=0.1, adamw=ADAMW_PART,
                                      shampoo=dict(beta1=0.9, beta2=1.0, epsilon=1e-6, precondition_frequency=1,
                                                   start_preconditioning_step=1, grafting="adam",
@@ -187,15 +192,28 @@ def llama_step_loss(params, c, tokens, targets):
     return loss, loss.item()
 
 
-def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, routed_to_adamw=to_adamw,
+def attention_heads(c):
+    """name -> (heads, on_fan_in) of the attention matrices (optim_reference.muon_step's heads): q_proj's
+    query heads and k_proj's, v_proj's kv heads along their outputs, o_proj's query heads along its input."""
+    out = {}
+    for l in range(c["n_layer"]):
+        a = f"model.layers.{l}.self_attn"
+        out.update({f"{a}.q_proj.weight": (c["n_head"], False), f"{a}.k_proj.weight": (c["n_kv_head"], False),
+                    f"{a}.v_proj.weight": (c["n_kv_head"], False), f"{a}.o_proj.weight": (c["n_head"], True)})
+    return out
+
+
+def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, routed_to_adamw=to_adamw, heads=None,
              after_step=None):
     """STEPS steps of one case: gradients from the model, updates as optim_reference.run_case makes them,
     with the (out, in) storage of Linear weights (Muon runs on the map itself, Shampoo on the storage).
-    table (param_table(c) by default), step_loss and routed_to_adamw let another model reuse it;
-    returns step_loss's records, one per step. Rows of kind "buffer" take no gradient and no optimizer
-    step; after_step(params, record), when given, runs after each step's update (a buffer's own rule)."""
+    table (param_table(c) by default), step_loss, routed_to_adamw and heads (attention_heads(c) by
+    default) let another model reuse it; returns step_loss's records, one per step. Rows of kind "buffer"
+    take no gradient and no optimizer step; after_step(params, record), when given, runs after each
+    step's update (a buffer's own rule)."""
     cfg = case["config"]
     table = param_table(c) if table is None else table
+    heads = attention_heads(c) if heads is None else heads
     params = {n: init[n].detach().clone().requires_grad_(kind != "buffer") for n, _, kind, *_ in table}
     name = cfg["name"]
     lr, wd = cfg["lr"], cfg.get("weight_decay", 0.0)
@@ -217,7 +235,8 @@ def run_case(case, c, init, batches, table=None, step_loss=llama_step_loss, rout
                     continue
                 if name == "muon":
                     # muon_step takes Conv1D's (in, out) storage: hand it transposed views of (out, in).
-                    muon_step(params[n].T, g[n].T, states.setdefault(n, {}), cfg["muon"], lr, wd, qkv)
+                    muon_step(params[n].T, g[n].T, states.setdefault(n, {}), cfg["muon"], lr, wd, qkv,
+                              heads=heads.get(n))
                 else:
                     s = cfg["shampoo"]
                     size = s.get("max_preconditioner_dim", 1024)

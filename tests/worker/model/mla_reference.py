@@ -10,7 +10,14 @@ arithmetic on fp32 weights; the rest of the block is Llama's (llama_reference.py
 
 Writes two variants, each into its own directory: q_lora/ (a query latent, values wider than the
 query/key heads) and plain/ (q_proj, values narrower): model.safetensors, config.json, a batch, the
-logits, the loss and every gradient.
+logits, the loss and every gradient; then 12-step loss trajectories of Muon with and without split
+heads (optim_reference.py's Muon; split: each head's rows of q_b_proj (q_proj) and kv_b_proj and its
+input columns of o_proj orthogonalised on their own), and one of AdamW with QK-clip as MuonClip
+clips MLA (Kimi K2 report; Megatron's MLA clip): per head h whose largest logit S passed tau, with
+gamma = tau / S, h's q_nope rows times gamma^alpha, its q_rope rows times gamma and its k_nope rows of
+kv_b_proj times gamma^(1 - alpha), so that the head's logit q.k scales by gamma; the shared rotary key
+(kv_a_proj_with_mqa's last rows) and the values untouched. Per step: the loss, the largest logit
+before the clip and the heads clipped.
 """
 import argparse
 import json
@@ -24,7 +31,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_reference import write_safetensors  # noqa: E402
-from llama_reference import batch, rms_norm, rope_cos_sin, rotate_half, swiglu  # noqa: E402
+from llama_reference import CASES, STEPS, batch, rms_norm, rope_cos_sin, rotate_half, run_case, swiglu  # noqa: E402
+from optim_reference import TorchAdamW, adamw_group_hyper  # noqa: E402
 
 BASE = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidden=48, seq_len=16, vocab_size=67,
             rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=0)
@@ -33,6 +41,12 @@ VARIANTS = {
     "plain": dict(q_lora_rank=0, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=6, v_head_dim=5),
 }
 B = 3
+MUON_CASES = [k for k in CASES if k["name"] in ("muon", "muon_split_heads")]
+# AdamW at a learning rate that makes the logits grow; tau per variant such that the clip bites (8 and
+# 18 heads over the 12 steps) and no head's logit lies within 0.7 % of tau, so that fp32 rounding in
+# another implementation cannot flip a decision.
+QK_CLIP = dict(alpha=0.5, tau=dict(q_lora=3.8, plain=4.0),
+               config=dict(name="adamw", lr=2e-2, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95, eps=1e-8)))
 
 
 def param_table(c):
@@ -77,8 +91,9 @@ def rope(x, theta):
     return x * cos + rotate_half(x) * sin
 
 
-def mla(p, pre, h, c):
-    """The attention branch of layer prefix pre on h = rms_norm(x) (B, T, C): o_proj of MLA's output."""
+def mla(p, pre, h, c, logit_max=None):
+    """The attention branch of layer prefix pre on h = rms_norm(x) (B, T, C): o_proj of MLA's output.
+    logit_max, when given, gets each head's largest pre-softmax logit over the causal pairs (NH,)."""
     Bn, T, _ = h.shape
     NH, m, eps = c["n_head"], c["mla"], c["norm_eps"]
     dn, dr, dv, R = m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"], m["kv_lora_rank"]
@@ -100,16 +115,20 @@ def mla(p, pre, h, c):
     key = torch.cat([k_nope, k_rope.expand(Bn, NH, T, dr)], dim=-1)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
     att = (query @ key.transpose(-2, -1)) / math.sqrt(dn + dr)
-    att = att.masked_fill(mask, float("-inf")).softmax(dim=-1)
+    att = att.masked_fill(mask, float("-inf"))
+    if logit_max is not None:
+        logit_max.append(att.detach().amax(dim=(0, 2, 3)).double())
+    att = att.softmax(dim=-1)
     y = (att @ v).transpose(1, 2).reshape(Bn, T, NH * dv)
     return y @ p[f"{a}.o_proj.weight"].T
 
 
-def forward(p, c, tokens, targets):
+def forward(p, c, tokens, targets, logit_max=None):
+    """Logits and loss; logit_max (a list), when given, gets each layer's largest logit per head."""
     x = p["model.embed_tokens.weight"][tokens]
     for l in range(c["n_layer"]):
         pre = f"model.layers.{l}"
-        x = x + mla(p, pre, rms_norm(x, p[f"{pre}.input_layernorm.weight"], c["norm_eps"]), c)
+        x = x + mla(p, pre, rms_norm(x, p[f"{pre}.input_layernorm.weight"], c["norm_eps"]), c, logit_max)
         m = rms_norm(x, p[f"{pre}.post_attention_layernorm.weight"], c["norm_eps"])
         x = x + swiglu(m, p[f"{pre}.mlp.gate_proj.weight"], p[f"{pre}.mlp.up_proj.weight"],
                        p[f"{pre}.mlp.down_proj.weight"])
@@ -117,6 +136,66 @@ def forward(p, c, tokens, targets):
     logits = x @ p["lm_head.weight"].T
     loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1), ignore_index=-1)
     return logits, loss
+
+
+def optim_table(c):
+    """param_table(c) as llama_reference.run_case takes it: (name, shape, kind, fan_in, fan_out, qkv)."""
+    return [(n, shape, kind, shape[1] if kind == "matrix" else 0, shape[0] if kind == "matrix" else 0, 1)
+            for n, shape, kind in param_table(c)]
+
+
+def attention_heads(c):
+    """name -> (heads, on_fan_in): q_b_proj (q_proj) and kv_b_proj by their output rows, o_proj by its
+    input columns; the latent projections are no head's."""
+    NH, out = c["n_head"], {}
+    for l in range(c["n_layer"]):
+        a = f"model.layers.{l}.self_attn"
+        q = "q_b_proj" if c["mla"]["q_lora_rank"] > 0 else "q_proj"
+        out.update({f"{a}.{q}.weight": (NH, False), f"{a}.kv_b_proj.weight": (NH, False),
+                    f"{a}.o_proj.weight": (NH, True)})
+    return out
+
+
+def mla_step_loss(params, c, tokens, targets):
+    _, loss = forward(params, c, tokens, targets)
+    return loss, loss.item()
+
+
+def run_qk_clip(c, init, batches, tau, alpha, cfg):
+    """STEPS AdamW steps, each followed by MLA's QK-clip; per step the loss, the largest logit before the
+    clip and the heads clipped."""
+    names = [n for n, *_ in param_table(c)]
+    params = {n: init[n].detach().clone().requires_grad_(True) for n in names}
+    adamw = TorchAdamW([params[n] for n in names], adamw_group_hyper(cfg, True))
+    m = c["mla"]
+    dn, qk, kvw = m["qk_nope_head_dim"], m["qk_nope_head_dim"] + m["qk_rope_head_dim"], m["qk_nope_head_dim"] + m["v_head_dim"]
+    q_name = "q_b_proj" if m["q_lora_rank"] > 0 else "q_proj"
+    losses, max_logits, clipped = [], [], []
+    for t in range(STEPS):
+        tokens, targets = batches[t]
+        for q in params.values():
+            q.grad = None
+        record = []
+        _, loss = forward(params, c, tokens, targets, record)
+        loss.backward()
+        losses.append(loss.item())
+        with torch.no_grad():
+            adamw.step([params[n].grad.detach().clone() for n in names], 1.0)
+            n_clipped = 0
+            for l, heads in enumerate(record):
+                a = f"model.layers.{l}.self_attn"
+                wq, wkv = params[f"{a}.{q_name}.weight"], params[f"{a}.kv_b_proj.weight"]
+                for h, S in enumerate(heads.tolist()):
+                    if S <= tau:
+                        continue
+                    n_clipped += 1
+                    gamma = tau / S
+                    wq[h * qk:h * qk + dn] *= gamma ** alpha
+                    wq[h * qk + dn:(h + 1) * qk] *= gamma
+                    wkv[h * kvw:h * kvw + dn] *= gamma ** (1 - alpha)
+        max_logits.append(max(r.max().item() for r in record))
+        clipped.append(n_clipped)
+    return losses, max_logits, clipped
 
 
 def write_variant(out, name, mla_cfg, gen):
@@ -138,7 +217,26 @@ def write_variant(out, name, mla_cfg, gen):
     np.save(os.path.join(d, "loss.npy"), np.array([loss.item()], dtype=np.float64))
     for n, t in p64.items():
         np.save(os.path.join(d, f"grad.{n}.npy"), t.grad.float().numpy())
-    return loss.item()
+
+    batches = [batch(c, gen, successor) for _ in range(STEPS)]
+    for step, (tk, tg) in enumerate(batches):
+        np.save(os.path.join(d, f"traj_tokens_{step}.npy"), tk.numpy().astype(np.int32))
+        np.save(os.path.join(d, f"traj_targets_{step}.npy"), tg.numpy().astype(np.int32))
+    summary = [f"loss {loss.item():.6f}"]
+    for case in MUON_CASES:
+        losses = run_case(case, c, p, batches, table=optim_table(c), step_loss=mla_step_loss, heads=attention_heads(c))
+        np.save(os.path.join(d, f"traj_losses.{case['name']}.npy"), np.array(losses, dtype=np.float64))
+        summary.append(f"{case['name']} {losses[0]:.4f} -> {losses[-1]:.4f}")
+    tau = QK_CLIP["tau"][name]
+    losses, max_logits, clipped = run_qk_clip(c, p, batches, tau, QK_CLIP["alpha"], QK_CLIP["config"])
+    np.save(os.path.join(d, "traj_losses.qk_clip.npy"), np.array(losses, dtype=np.float64))
+    np.save(os.path.join(d, "traj_max_logit.qk_clip.npy"), np.array(max_logits, dtype=np.float64))
+    np.save(os.path.join(d, "traj_clipped.qk_clip.npy"), np.array(clipped, dtype=np.float64))
+    summary.append(f"qk_clip at {tau}: max logits {[round(m, 3) for m in max_logits]}, clipped {clipped}")
+    with open(os.path.join(d, "cases.json"), "w") as f:
+        json.dump(dict(steps=STEPS, cases=MUON_CASES, qk_clip=dict(tau=tau, alpha=QK_CLIP["alpha"],
+                                                                    config=QK_CLIP["config"])), f, indent=1)
+    return "; ".join(summary)
 
 
 def main():
@@ -148,10 +246,10 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(20250839)
-    losses = {name: write_variant(args.out, name, cfg, gen) for name, cfg in VARIANTS.items()}
+    summaries = {name: write_variant(args.out, name, cfg, gen) for name, cfg in VARIANTS.items()}
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(dict(BASE, batch_size=B, variants=list(VARIANTS)), f)
-    print(f"wrote MLA reference to {args.out}: " + ", ".join(f"{n} loss {l:.6f}" for n, l in losses.items()))
+    print(f"wrote MLA reference to {args.out}: " + " | ".join(f"{n}: {s}" for n, s in summaries.items()))
 
 
 if __name__ == "__main__":

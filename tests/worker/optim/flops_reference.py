@@ -163,6 +163,8 @@ SHAPES = [(48, 48), (32, 80), (80, 32)]  # square, wide, tall
 WHOLE = [
     dict(name="muon_ns5", config=dict(name="muon", muon=dict(ns_steps=5, coefficients="keller", split_qkv=True))),
     dict(name="muon_ns3", config=dict(name="muon", muon=dict(ns_steps=3, coefficients="keller", split_qkv=True))),
+    dict(name="muon_split_heads", config=dict(name="muon", muon=dict(ns_steps=5, coefficients="keller",
+                                                                     split_heads=True))),
     dict(name="normuon_whole_nesterov_off",
          config=dict(name="muon", muon=dict(variant="normuon", ns_steps=4, coefficients="keller", split_qkv=False,
                                             nesterov=False))),
@@ -198,7 +200,8 @@ def whole_case(case):
             with torch.no_grad():
                 for n, shape, kind, fin, fout, qkv in table:
                     if name == "muon" and kind == "matrix":
-                        ref.muon_step(params[n], grads[n], states.setdefault(n, {}), cfg["muon"], 0.02, 0.0, qkv)
+                        ref.muon_step(params[n], grads[n], states.setdefault(n, {}), cfg["muon"], 0.02, 0.0, qkv,
+                                      heads=ref.heads_of(n))
                     elif name == "soap" and kind == "matrix":
                         states.setdefault(n, SoapMirror(cfg["soap"], *shape)).step(grads[n])
                     elif name == "shampoo" and ref.shampoo_routed(kind, cfg["shampoo"].get("params", "hidden")):

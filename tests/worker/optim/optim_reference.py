@@ -17,6 +17,16 @@ import torch
 
 STEPS = 12
 C, V, T, L = 16, 50, 8, 1
+NH = 2  # heads (tests/worker/support/optim_util.h tiny_model)
+
+
+def heads_of(name):
+    """An attention matrix's heads as muon_step takes them: (count, on_fan_in); None for the others."""
+    if name.endswith("attn.c_attn.weight"):
+        return (NH, False)
+    if name.endswith("attn.c_proj.weight"):
+        return (NH, True)
+    return None
 
 
 def param_table():
@@ -123,8 +133,11 @@ def muon_scale(mode, fan_out, fan_in):
     return math.sqrt(fan_out / fan_in)
 
 
-def muon_step(w, g, state, cfg, lr, wd, qkv_blocks, cautious=False):
-    """w, g stored (fan_in, fan_out) as HF's Conv1D; the algorithm runs on the map Wᵀ."""
+def muon_step(w, g, state, cfg, lr, wd, qkv_blocks, cautious=False, heads=None):
+    """w, g stored (fan_in, fan_out) as HF's Conv1D; the algorithm runs on the map Wᵀ. heads: an
+    attention matrix's (count, on_fan_in): under split_heads ("Muon split") each head's block of the
+    map, `count` equal row blocks of each Q/K/V block (its outputs) or `count` equal column blocks (its
+    inputs, o_proj), is orthogonalised and scaled as a matrix of its own."""
     m = cfg
     mu = m.get("momentum", 0.95)
     gm = g.T  # the linear map's gradient, (fan_out, fan_in)
@@ -145,10 +158,15 @@ def muon_step(w, g, state, cfg, lr, wd, qkv_blocks, cautious=False):
     schedule = [base[min(i, len(base) - 1)] for i in range(steps)]
     eps = m.get("ns_eps", 1e-7)
     blocks = qkv_blocks if m.get("split_qkv", True) else 1
+    col_blocks = 1
+    if m.get("split_heads", False) and heads is not None:
+        count, on_fan_in = heads
+        blocks, col_blocks = (1, count) if on_fan_in else (qkv_blocks * count, 1)
     fan_out, fan_in = gm.shape
-    rows = fan_out // blocks
+    rows, cols = fan_out // blocks, fan_in // col_blocks
     update = torch.zeros_like(gm)
-    orthogonal = torch.cat([newton_schulz(U[k * rows:(k + 1) * rows], schedule, eps) for k in range(blocks)])
+    orthogonal = torch.cat([torch.cat([newton_schulz(U[k * rows:(k + 1) * rows, j * cols:(j + 1) * cols], schedule, eps)
+                                       for j in range(col_blocks)], dim=1) for k in range(blocks)])
     normuon = m.get("variant", "muon") == "normuon"
     if normuon:
         # NorMuon (Li et al. 2025): per output neuron (a row of the map) an EMA of the mean square of
@@ -161,7 +179,7 @@ def muon_step(w, g, state, cfg, lr, wd, qkv_blocks, cautious=False):
         normalised = orthogonal / (state["v"].sqrt() + eps_v)[:, None]
     for k in range(blocks):
         o = orthogonal[k * rows:(k + 1) * rows]
-        scale = muon_scale(m.get("scale", "shape"), rows, fan_in)
+        scale = muon_scale(m.get("scale", "shape"), rows, cols)
         if normuon:
             n = normalised[k * rows:(k + 1) * rows]
             if m.get("scale", "shape") == "rms-match":
@@ -370,6 +388,17 @@ CASES = [
                      adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.0),
                      muon=dict(momentum=0.95, nesterov=True, momentum_form="ema", ns_steps=5,
                                coefficients="keller", scale="shape", split_qkv=True))),
+    # Muon split: each head's block of c_attn (per Q/K/V block) and of c_proj (its input columns) on its
+    # own, scaled by the block's shape.
+    dict(name="muon_split_heads_shape", grad_scale=1.0, lr_scales=SCHEDULE,
+         config=dict(name="muon", lr=0.02, weight_decay=0.01, adamw=dict(lr=3e-3, beta1=0.9, beta2=0.95),
+                     muon=dict(momentum=0.95, nesterov=True, momentum_form="ema", ns_steps=5,
+                               coefficients="keller", scale="shape", split_heads=True))),
+    dict(name="muon_split_heads_rms_match", grad_scale=1.0, lr_scales=[1.0] * STEPS,
+         config=dict(name="muon", lr=1e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95),
+                     muon=dict(momentum=0.9, nesterov=False, momentum_form="sgd", ns_steps=6,
+                               coefficients="polar-express", scale="rms-match", split_qkv=False,
+                               split_heads=True))),
     dict(name="muon_sgd_polar_rms_match", grad_scale=1.0, lr_scales=[1.0] * STEPS,
          config=dict(name="muon", lr=1e-3, weight_decay=0.1, adamw=dict(beta1=0.9, beta2=0.95),
                      muon=dict(momentum=0.9, nesterov=False, momentum_form="sgd", ns_steps=6,
@@ -429,7 +458,8 @@ def run_case(case, init, grads, dtype=torch.float64):
                 if n in side:
                     continue
                 if name == "muon":
-                    muon_step(params[n], g[n], states.setdefault(n, {}), cfg["muon"], lr * scale, wd, qkv, cautious)
+                    muon_step(params[n], g[n], states.setdefault(n, {}), cfg["muon"], lr * scale, wd, qkv, cautious,
+                              heads_of(n))
                 elif name == "soap":
                     soap_step(params[n], g[n], states.setdefault(n, {}), cfg["soap"], lr * scale, cautious, dtype)
                 else:

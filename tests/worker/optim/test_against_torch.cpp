@@ -103,6 +103,13 @@ TEST_F(OptimReference, ShampooCautiousWeightDecay) { check_case("shampoo_cautiou
 
 TEST_F(OptimReference, MuonEmaNesterovKellerShapeSplitQkv) { check_case("muon_ema_nesterov_keller_shape_qkv", 5e-7); }
 
+// Muon split (optimizer.muon.split_heads): each head's block of c_attn (columns of each Q/K/V block
+// of the (in, out) storage) and of c_proj (its input rows) orthogonalised and scaled on its own; the
+// whole-matrix step moves these two matrices by 1.7e-3 to 4e-2 from the reference's.
+TEST_F(OptimReference, MuonSplitHeadsShape) { check_case("muon_split_heads_shape", 5e-7); }
+
+TEST_F(OptimReference, MuonSplitHeadsRmsMatchPolarExpress) { check_case("muon_split_heads_rms_match", 5e-7); }
+
 TEST_F(OptimReference, MuonSgdPolarExpressRmsMatch) { check_case("muon_sgd_polar_rms_match", 5e-7); }
 
 TEST_F(OptimReference, MuonExplicitCoefficientsSpectral) { check_case("muon_explicit_spectral", 5e-7); }

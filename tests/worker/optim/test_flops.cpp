@@ -119,7 +119,8 @@ TEST_F(OptimFlopsTorch, SoapRotationsAndRefreshesMatchTorch) {
 }
 
 // Whole steps of each optimizer on the tiny GPT-2 of optim_reference.py: the routing, the Q/K/V
-// split, Shampoo's blocks, start and refresh schedule, SOAP's first step and refreshes.
+// split, Muon's split by heads, Shampoo's blocks, start and refresh schedule, SOAP's first step and
+// refreshes.
 TEST_F(OptimFlopsTorch, WholeStepsMatchTorchStepByStep) {
   const std::vector<ParamSpec> table = gpt2_param_table(testing::tiny_model());
   int cases = 0;
@@ -132,7 +133,7 @@ TEST_F(OptimFlopsTorch, WholeStepsMatchTorchStepByStep) {
     }
     ++cases;
   }
-  EXPECT_EQ(cases, 8);
+  EXPECT_EQ(cases, 9);
 }
 
 TEST(OptimFlops, DecompositionConstantsAreTheTextbookCounts) {

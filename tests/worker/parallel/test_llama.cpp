@@ -59,6 +59,29 @@ TEST_F(LlamaParallel, EveryLayoutFollowsTheSingleProcessRunForEveryOptimizer) {
   }
 }
 
+// Muon split by heads (optimizer.muon.split_heads) at TP=2: each rank holds whole heads of q, k, v
+// and o_proj (Llama, one kv head a rank) or of GPT-2's c_attn (its Q, K and V blocks each cut by
+// heads) and c_proj, so the heads are orthogonalised as one process does: under tp_mode duplicated
+// from the gathered matrix, under distributed from the rank's own part alone.
+TEST_F(LlamaParallel, MuonSplitHeadsFollowsTheSingleProcessRun) {
+  const fs::path cfg = config(mpitest::kOptimizers[1], 8);
+  const std::string split = "--set optimizer.muon.split_heads=true ";
+  for (const bool llama : {true, false}) {
+    SCOPED_TRACE(llama ? "llama" : "gpt2");
+    const std::string model = llama ? kLlama : "";
+    ASSERT_EQ(run(trainer(cfg, "one", model + split)).status, 0);
+    for (const char* mode : {"duplicated", "distributed"}) {
+      SCOPED_TRACE(mode);
+      const Result r = run(mpirun(2) + trainer(cfg, mode, model + split + "--set parallel.tensor=2 " +
+                                                              "--set optimizer.muon.tp_mode=" + mode));
+      ASSERT_EQ(r.status, 0) << r.output;
+      expect_same_trajectory("one", mode, 8);
+      fs::remove_all(dir_ / mode);
+    }
+    fs::remove_all(dir_ / "one");
+  }
+}
+
 TEST_F(LlamaParallel, InterleavedStagesAndATiedHeadFollowTheSingleProcessRun) {
   // Four blocks over two ranks of two chunks each; then a tied head, whose gradient is summed
   // between the first and the last stage.

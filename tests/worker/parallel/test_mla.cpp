@@ -2,10 +2,13 @@
 // run: precon-train under `mpirun -np 2` at TP=2 (q_b or q_proj and kv_b split by heads, o_proj by
 // its input heads, the latent projections and their norms replicated, the shared RoPE key's
 // gradient summed over the ranks) follows the trajectory one process follows, with a query latent
-// (AdamW and Muon, whose replicated latent matrices are orthogonalised whole on every rank) and
-// with a plain q_proj.
+// (AdamW and Muon, whose replicated latent matrices are orthogonalised whole on every rank; Muon
+// split by heads, whose q_b, kv_b and o_proj heads each lie on one rank, under tp_mode duplicated and
+// distributed) and with a plain q_proj; and QK-clip, each rank clipping its own heads' q_nope, q_rope
+// and k_nope rows from the logits of every rank.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 
@@ -40,6 +43,9 @@ TEST_F(MlaParallel, TensorParallelFollowsTheSingleProcessRun) {
       {"q_lora_adamw", mpitest::kOptimizers[0], "--set model.mla.q_lora_rank=12 "},
       {"q_lora_muon", mpitest::kOptimizers[1], "--set model.mla.q_lora_rank=12 "},
       {"q_proj_adamw", mpitest::kOptimizers[0], ""},
+      {"q_lora_muon_split", mpitest::kOptimizers[1], "--set model.mla.q_lora_rank=12 --set optimizer.muon.split_heads=true "},
+      {"q_proj_muon_split_distributed", mpitest::kOptimizers[1],
+       "--set optimizer.muon.split_heads=true --set optimizer.muon.tp_mode=distributed "},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -50,6 +56,32 @@ TEST_F(MlaParallel, TensorParallelFollowsTheSingleProcessRun) {
     r = launch(cfg, tp2, 2, std::string(c.sets) + "--set parallel.tensor=2");
     ASSERT_EQ(r.status, 0) << r.output;
     expect_same_trajectory(one, tp2, 8);
+  }
+}
+
+// QK-clip on MLA at TP=2: the same losses, the same heads clipped each step and the same largest
+// logit (within the rounding of fp32 sums taken in another order) as one process.
+TEST_F(MlaParallel, QkClipFollowsTheSingleProcessRun) {
+  const fs::path cfg = config("[optimizer]\nname = \"adamw\"\nlr = 0.02\nqk_clip_threshold = 0.6\n", 8);
+  for (const char* sets : {"--set model.mla.q_lora_rank=12 ", ""}) {
+    SCOPED_TRACE(sets);
+    Result r = launch(cfg, "one", 1, sets);
+    ASSERT_EQ(r.status, 0) << r.output;
+    const auto clipped = series("one", "qk_clipped_heads");
+    double total = 0;
+    for (const auto& [step, n] : clipped) total += n;
+    EXPECT_GT(total, 0) << "the threshold did not bite";
+    r = launch(cfg, "tp2", 2, std::string(sets) + "--set parallel.tensor=2");
+    ASSERT_EQ(r.status, 0) << r.output;
+    expect_same_trajectory("one", "tp2", 8);
+    EXPECT_EQ(series("tp2", "qk_clipped_heads"), clipped);
+    const auto a = series("one", "max_attention_logit"), b = series("tp2", "max_attention_logit");
+    ASSERT_EQ(a.size(), b.size());
+    for (const auto& [step, v] : a) EXPECT_NEAR(b.at(step), v, 2e-4 * std::fabs(v)) << "step " << step;
+    std::printf("MLA QK-clip (%s): %.0f heads clipped over 8 steps, the same at TP=2\n",
+                sets[0] ? "q_lora" : "q_proj", total);
+    fs::remove_all(dir_ / "one");
+    fs::remove_all(dir_ / "tp2");
   }
 }
 
