@@ -174,7 +174,9 @@ void Llama::init_random(uint64_t seed) {
   init_normal(
       seed,
       [&](const ParamSpec& p) {
-        if (p.kind != ParamKind::matrix && p.kind != ParamKind::embedding) return 0.0f;
+        // The router's weights are drawn like the matrices': equal weights would give every expert
+        // the same logit for every token.
+        if (p.kind != ParamKind::matrix && p.kind != ParamKind::embedding && p.kind != ParamKind::router) return 0.0f;
         return p.name.ends_with("o_proj.weight") || p.name.ends_with("down_proj.weight") ? residual_std : 0.02f;
       },
       // RMSNorm weights 1, the sigmoid router's bias 0.
