@@ -56,7 +56,9 @@ class RankMemory : public mpitest::MpiRunFixture {
                 held, estimate, 100 * (estimate - held) / held, b.activations, e.activation_bytes);
     EXPECT_LT(std::fabs(estimate - held), 0.05 * held) << layout;
     EXPECT_GT(b.activations, 0) << layout;
-    if (exact_activations) EXPECT_EQ(b.activations, e.activation_bytes) << layout;
+    if (exact_activations) {
+      EXPECT_EQ(b.activations, e.activation_bytes) << layout;
+    }
     return b;
   }
   // "--set a=1 --set b=2" as the overrides parse_config_file takes.
