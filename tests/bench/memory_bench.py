@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
 """Per-rank memory of the parallel layouts against one process, side by side in one run.
 
-GPT-2 with 8 layers, d_model 512 and a vocabulary of 8192 (29.4M parameters), 6 steps of 8
-sequences of 64 tokens, one thread a rank, for AdamW and Muon in each layout: one process, DP2,
-TP2, PP2 and TP2xDP2, each with the distributed optimizer (parallel.distributed_optimizer, the
-default) and without it. For each run the table gives what the busiest rank holds by kind
+--model gpt2 (the default): GPT-2 with 8 layers, d_model 512 and a vocabulary of 8192 (29.4M
+parameters), in each layout: one process, DP2, TP2, PP2, TP2xDP2, DP4, TP4 and PP4. --model moe: a
+Llama mixture of experts (4 layers, d_model 256, 8 experts of width 256, top 2, untied head; 11.5M
+parameters, 6.3M of them in the experts) in one process, DP2, TP2, PP2, EP2 (expert parallelism inside DP2),
+EP4, TP2xEP2 and PP2xEP2. 6 steps of 8 sequences of 64 tokens, one thread a rank, for AdamW and Muon,
+each with the distributed optimizer (parallel.distributed_optimizer, the default) and without it. For each run the table gives what the busiest rank holds by kind
 (memory_param_bytes, memory_grad_bytes, memory_optimizer_bytes, as the trainer reports them), its
 state (the three together) over the one process's, Megatron's arithmetic for that ratio (weights
 and gradients divided by TP x PP, the state also by DP with the distributed optimizer; replicated
 rows and activations left out), the largest peak resident memory of a rank over the one process's
 (measured outside the trainer by /usr/bin/time, each rank's maximum resident set), and the mean
-step time after the first.
+step time after the first. Megatron's arithmetic for expert parallelism: the experts' weights and
+gradients divided by TP x PP x EP, the other rows' by TP x PP, the optimizer state of both also by
+the data-parallel ranks that share it with the distributed optimizer (DP for the dense rows, DP/EP
+for the experts', so DP in all), by EP for the experts' without it.
 
 With --before BUILD, that build's precon-train (an earlier commit's) runs the same layouts in its
 own way (no parallel.distributed_optimizer key; no memory_* records: its state columns stay empty).
 
-Usage: tests/bench/memory_bench.py [--build build] [--before OLD_BUILD] [--steps 6]
+Usage: tests/bench/memory_bench.py [--model gpt2|moe] [--build build] [--before OLD_BUILD] [--steps 6]
 """
 import argparse
 import os
@@ -27,27 +32,55 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_launch  # noqa: E402
 
-MODEL = "[model]\nn_layer = 8\nn_head = 8\nd_model = 512\nseq_len = 64\nvocab_size = 8192\n"
+MODELS = {
+    "gpt2": "[model]\nn_layer = 8\nn_head = 8\nd_model = 512\nseq_len = 64\nvocab_size = 8192\n",
+    "moe": "[model]\narch = \"llama\"\nn_layer = 4\nn_head = 8\nd_model = 256\nffn_hidden = 512\nseq_len = 64\n"
+           "vocab_size = 8192\n[model.moe]\nexperts = 8\ntop_k = 2\nffn_hidden = 256\n",
+}
 OPTIMIZERS = {
     "adamw": "[optimizer]\nname = \"adamw\"\nlr = 0.001\n",
     "muon": "[optimizer]\nname = \"muon\"\nlr = 0.02\n",
 }
-# name: (tensor, data, pipeline)
-LAYOUTS = {"one": (1, 1, 1), "DP2": (1, 2, 1), "TP2": (2, 1, 1), "PP2": (1, 1, 2), "TP2xDP2": (2, 2, 1)}
+# name: (tensor, data, pipeline, expert)
+LAYOUTS = {
+    "gpt2": {"one": (1, 1, 1, 1), "DP2": (1, 2, 1, 1), "TP2": (2, 1, 1, 1), "PP2": (1, 1, 2, 1),
+             "TP2xDP2": (2, 2, 1, 1), "DP4": (1, 4, 1, 1), "TP4": (4, 1, 1, 1), "PP4": (1, 1, 4, 1)},
+    "moe": {"one": (1, 1, 1, 1), "DP2": (1, 2, 1, 1), "TP2": (2, 1, 1, 1), "PP2": (1, 1, 2, 1),
+            "EP2": (1, 2, 1, 2), "EP4": (1, 4, 1, 4), "TP2xEP2": (2, 2, 1, 2), "PP2xEP2": (1, 2, 2, 2)},
+}
 
 
-def config(path, shard, optimizer, steps):
+def expert_share(model, optimizer):
+    """The experts' fraction of one process's (weights and gradients, optimizer state): their
+    parameters over all of them, and their optimizer floats over all of them (AdamW: two a parameter
+    everywhere; Muon: one, the momentum, for a matrix, two for the AdamW-routed embedding, head and
+    norms)."""
+    if model != "moe":
+        return 0.0, 0.0
+    L, C, V, F, E, Fe = 4, 256, 8192, 512, 8, 256
+    experts = L * E * 3 * C * Fe
+    matrices = L * (4 * C * C + E * C) + experts  # attention, router, experts (the MLP is all experts)
+    other = 2 * V * C + L * 2 * C + C  # embedding, head, norms
+    total = matrices + other
+    if optimizer == "adamw":
+        return experts / total, experts / total
+    return experts / total, experts / (matrices + 2 * other)
+
+
+def config(path, shard, model, optimizer, steps):
     with open(path, "w") as f:
-        f.write(MODEL + OPTIMIZERS[optimizer])
+        f.write(MODELS[model] + OPTIMIZERS[optimizer])
         f.write("[data]\ntrain = \"%s\"\nval = \"%s\"\n" % (shard, shard))
         f.write("[train]\nsteps = %d\nbatch_size = 8\nlog_every = 1\neval_every = 0\ncheckpoint_every = 0\n"
                 "threads = 1\n" % steps)
 
 
-def run_layout(build, cfg, run_dir, layout, distributed):
-    t, d, p = LAYOUTS[layout]
+def run_layout(build, cfg, run_dir, model, layout, distributed):
+    t, d, p, e = LAYOUTS[model][layout]
     ranks = t * d * p
     sets = ["--set", "parallel.tensor=%d" % t, "--set", "parallel.data=%d" % d, "--set", "parallel.pipeline=%d" % p]
+    if e > 1:
+        sets += ["--set", "parallel.expert=%d" % e]
     if distributed is not None:
         sets += ["--set", "parallel.distributed_optimizer=%s" % ("true" if distributed else "false")]
     # Each rank under /usr/bin/time, writing its peak resident set (KiB) to rss.<rank>.
@@ -72,15 +105,19 @@ def run_layout(build, cfg, run_dir, layout, distributed):
     }
 
 
-def arithmetic(one, layout, distributed):
+def arithmetic(one, model, optimizer, layout, distributed):
     """Megatron's per-rank share of weights, gradients and optimizer state (one's bytes by kind)."""
-    t, d, p = LAYOUTS[layout]
-    state = one["optimizer"] / (t * p * (d if distributed else 1))
-    return (one["params"] / (t * p) + one["grads"] / (t * p) + state) / (one["params"] + one["grads"] + one["optimizer"])
+    t, d, p, e = LAYOUTS[model][layout]
+    weights, state = expert_share(model, optimizer)
+    held = lambda v, f, dense_by, expert_by: v * (1 - f) / dense_by + v * f / expert_by
+    opt = held(one["optimizer"], state, t * p * (d if distributed else 1), t * p * (d if distributed else e))
+    return ((held(one["params"], weights, t * p, t * p * e) + held(one["grads"], weights, t * p, t * p * e) + opt) /
+            (one["params"] + one["grads"] + one["optimizer"]))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="gpt2")
     parser.add_argument("--build", default="build")
     parser.add_argument("--before", help="an earlier build to run side by side")
     parser.add_argument("--steps", type=int, default=6)
@@ -96,22 +133,22 @@ def main():
         for build_name, build in builds:
             for optimizer in OPTIMIZERS:
                 cfg = os.path.join(work, "%s_%s.toml" % (build_name, optimizer))
-                config(cfg, shard, optimizer, args.steps)
+                config(cfg, shard, args.model, optimizer, args.steps)
                 one = None
-                for layout in LAYOUTS:
+                for layout in LAYOUTS[args.model]:
                     for distributed in ([None] if layout == "one" else [True, False]):
                         if build_name == "before" and distributed is not None:
                             if not distributed:
                                 continue
                             distributed = None  # the earlier build has no such key: its own behaviour
                         run_dir = os.path.join(work, "%s_%s_%s_%s" % (build_name, optimizer, layout, distributed))
-                        m = run_layout(build, cfg, run_dir, layout, distributed)
+                        m = run_layout(build, cfg, run_dir, args.model, layout, distributed)
                         if layout == "one":
                             one = m
                         known = m["params"] is not None and one["params"] is not None
                         state = ((m["params"] + m["grads"] + m["optimizer"]) /
                                  (one["params"] + one["grads"] + one["optimizer"])) if known else float("nan")
-                        megatron = arithmetic(one, layout, distributed is not False) if one["params"] else float("nan")
+                        megatron = arithmetic(one, args.model, optimizer, layout, distributed is not False) if one["params"] else float("nan")
                         mb = lambda v: "%10.1f" % (v / 2**20) if v is not None else "%10s" % "-"
                         print("%-7s %-6s %-8s %-6s %s %s %s %8.2f %8.2f %8.2f %8.3f" %
                               (build_name, optimizer, layout, {None: "-", True: "on", False: "off"}[distributed],

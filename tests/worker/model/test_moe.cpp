@@ -236,7 +236,8 @@ TEST(MoeRouting, RouterWeightsAreDrawnAtInitialisation) {
     tokens[i] = static_cast<int32_t>((i * 5) % m.vocab_size);
     targets[i] = static_cast<int32_t>((i * 5 + 1) % m.vocab_size);
   }
-  model.forward(tokens, targets, false);
+  model.params().zero_grads();
+  model.forward(tokens, targets, true);  // the tally is kept by training forwards
   for (int64_t l = 0; l < m.n_layer; ++l) {
     int64_t used = 0;
     for (int64_t e = 0; e < E; ++e) used += model.moe_tally()[1 + l * E + e] > 0;

@@ -60,9 +60,12 @@ TEST_F(MlaParallel, TensorParallelFollowsTheSingleProcessRun) {
 }
 
 // QK-clip on MLA at TP=2: the same losses, the same heads clipped each step and the same largest
-// logit (within the rounding of fp32 sums taken in another order) as one process.
+// logit (within the rounding of fp32 sums taken in another order) as one process. This small
+// model's largest logit grows from 0.034 (q_lora) and 0.042 (q_proj) at the first step to 0.07..0.09
+// at the eighth: a threshold of 0.04 clips 1 head at the first or third step and 7 or 8 of the 8 by
+// the last.
 TEST_F(MlaParallel, QkClipFollowsTheSingleProcessRun) {
-  const fs::path cfg = config("[optimizer]\nname = \"adamw\"\nlr = 0.02\nqk_clip_threshold = 0.6\n", 8);
+  const fs::path cfg = config("[optimizer]\nname = \"adamw\"\nlr = 0.02\nqk_clip_threshold = 0.04\n", 8);
   for (const char* sets : {"--set model.mla.q_lora_rank=12 ", ""}) {
     SCOPED_TRACE(sets);
     Result r = launch(cfg, "one", 1, sets);
