@@ -65,7 +65,7 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
     own_params_ = std::make_unique<ParamStore>(table, device, stage_rows_, place);
     params_ = own_params_.get();
   }
-  if (config.moe.experts > 0) moe_tally_.assign(static_cast<size_t>(1 + L_ * config.moe.experts), 0.0);
+  if (config.moe.experts > 0) moe_tally_.assign(static_cast<size_t>(1 + config.blocks() * config.moe.experts), 0.0);
   if (act_ == DType::bf16) {
     shadow_buf_ = k::Buffer(device, compute().total_numel() * sizeof(k::bf16));
     int64_t offset = 0;
@@ -125,7 +125,7 @@ void Model::zero_grads() {
 void Model::track_attention_logits() {
   row_max_buf_ = k::Buffer(device_, static_cast<size_t>(B_ * NHl_ * T_) * sizeof(float));
   row_max_ = row_max_buf_.view({B_, NHl_, T_});
-  qk_max_.assign(static_cast<size_t>(L_ * NH_), -INFINITY);
+  qk_max_.assign(static_cast<size_t>(config_.blocks() * NH_), -INFINITY);
 }
 
 void Model::note_attention_logits(int64_t layer) {

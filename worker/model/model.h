@@ -88,6 +88,10 @@ class Model : public LayerWeights {
   // n_layer, zeros for a dense layer or another stage's) the assignments of each of its E experts
   // at [1 + l·E + e]. Empty for a dense model. The step runner sums and clears it.
   std::vector<double>& moe_tally() { return moe_tally_; }
+  // Multi-token prediction (model.mtp_layers): [0] the sum over the training forwards since the
+  // tally was cleared of the mean of the modules' losses, [1] those forwards. The step runner sums
+  // and clears it.
+  std::vector<double>& mtp_tally() { return mtp_tally_; }
   // Seconds this model's mixture-of-experts layers spent in expert-parallel all-to-alls so far.
   virtual double moe_alltoall_seconds() const { return 0; }
 
@@ -182,6 +186,7 @@ class Model : public LayerWeights {
   std::vector<kernels::Tensor> shadow_;
   std::vector<std::unique_ptr<Acts>> slots_;
   std::vector<double> moe_tally_;
+  std::vector<double> mtp_tally_ = {0.0, 0.0};
   kernels::Buffer row_max_buf_;  // QK-clip's (tracking only)
   kernels::Tensor row_max_;
   std::vector<float> qk_max_;
