@@ -241,12 +241,15 @@ double Model::flops_per_token() const {
     const bool routed = s.name.find(".mlp.experts.") != std::string::npos;
     n += static_cast<double>(s.numel()) * (routed ? static_cast<double>(moe.top_k) / static_cast<double>(moe.experts) : 1.0);
   }
-  // Attention's products: QKᵀ over nope + rope channels, att·V over v (C each without MLA).
+  // Each multi-token prediction module applies the (shared) head once more.
+  n += static_cast<double>(config_.mtp_layers * V_ * C_);
+  // Attention's products: QKᵀ over nope + rope channels, att·V over v (C each without MLA), in the
+  // model's blocks and the MTP modules'.
   const MlaConfig& mla = config_.mla;
   const double qk = config_.uses_mla() ? static_cast<double>(NH_ * (mla.qk_nope_head_dim + mla.qk_rope_head_dim))
                                        : static_cast<double>(C_);
   const double v = config_.uses_mla() ? static_cast<double>(NH_ * mla.v_head_dim) : static_cast<double>(C_);
-  return 6.0 * n + 6.0 * static_cast<double>(L_ * T_) * (qk + v);
+  return 6.0 * n + 6.0 * static_cast<double>(config_.blocks() * T_) * (qk + v);
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,

@@ -80,7 +80,7 @@ class Model : public LayerWeights {
   // (the vocabulary matrices once each: a tied head counts once) and 12·L·C·T for attention's
   // QKᵀ and att·V (the causal half not credited, as Megatron's and PaLM's counts do).
   // A mixture of experts's active parameters only: each MoE layer's router, shared expert and k of
-  // its E experts.
+  // its E experts. The MTP modules (model.mtp_layers) count as blocks, each with one more head.
   double flops_per_token() const;
 
   // Mixture of experts: what the training forwards (compute_grad) routed since the tally was last
