@@ -72,11 +72,6 @@ void add_model_rows(std::vector<Row>& k) {
                     if (m.mtp_layers >= m.seq_len)
                       return "model.mtp_layers = " + std::to_string(m.mtp_layers) + " must be less than model.seq_len = " +
                              std::to_string(m.seq_len) + ": module k has targets at the first seq_len − k positions only";
-                    if (c.parallel.pipeline > 1)
-                      return "model.mtp_layers = " + std::to_string(m.mtp_layers) + " with parallel.pipeline = " +
-                             std::to_string(c.parallel.pipeline) +
-                             ": multi-token prediction runs without pipeline parallelism in this precon-train (set "
-                             "parallel.pipeline = 1 or model.mtp_layers = 0)";
                     return std::string();
                   }));
   k.push_back(trial("model.mtp_loss_coeff", "",

@@ -235,8 +235,10 @@ double Model::flops_per_token() const {
   double n = 0;
   const MoeConfig& moe = config_.moe;
   for (const ParamSpec& s : params_->table()) {
-    if (s.kind != ParamKind::matrix && s.kind != ParamKind::router && !(s.kind == ParamKind::embedding && s.head_end))
-      continue;
+    // The vocabulary matrix of the head: lm_head, or the embedding when it is tied (gpt2 always).
+    const bool head = s.kind == ParamKind::embedding && s.head_end &&
+                      (!s.embedding_end || config_.tie_embeddings || !config_.llama());
+    if (s.kind != ParamKind::matrix && s.kind != ParamKind::router && !head) continue;
     // A routed expert's weights work for top_k of every E tokens.
     const bool routed = s.name.find(".mlp.experts.") != std::string::npos;
     n += static_cast<double>(s.numel()) * (routed ? static_cast<double>(moe.top_k) / static_cast<double>(moe.experts) : 1.0);

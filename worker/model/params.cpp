@@ -107,7 +107,9 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
   ParamSpec* embed = add("model.embed_tokens.weight", {V, C}, ParamKind::embedding, 0, -1);
   embed->storage_rows = padded_vocab(V);
   embed->embedding_end = true;
-  embed->head_end = m.tie_embeddings;
+  // The stage with the head holds the embedding too when it is the head or the MTP modules read it
+  // (a pipeline sums its gradient between the first and the last stage: tied_embedding_row).
+  embed->head_end = m.tie_embeddings || m.mtp_layers > 0;
   // Block l's rows (a multi-token prediction module's block too, after its own rows).
   auto block = [&](int64_t l) {
     const std::string h = "model.layers." + std::to_string(l);

@@ -3,8 +3,8 @@
 // norms replicated, the embedding rows of the future tokens from each rank's vocabulary slice) and
 // DP=2 follows one process's train_loss, val_loss and mtp_loss, with grouped-query attention under
 // Muon and with MLA under AdamW; a checkpoint written at TP=2 resumes at one process on the straight
-// run's trajectory; a run killed after step 9 and resumed from step 6 is bitwise the straight one;
-// a pipeline is refused naming both keys.
+// run's trajectory; a run killed after step 9 and resumed from step 6 is bitwise the straight one.
+// PP=2 (the modules on the last stage, with the embedding) follows one process too.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -45,7 +45,8 @@ class MtpParallel : public mpitest::MpiRunFixture {
   }
 
   // One process, then the same at parallel.<layout> = 2: the same losses.
-  void check_layout(const char* name, const char* optimizer, const std::string& model, const std::string& layout) {
+  void check_layout(const char* name, const char* optimizer, const std::string& model, const std::string& layout,
+                    const std::string& extra = "") {
     SCOPED_TRACE(name);
     const fs::path cfg = config(optimizer, 8);
     const std::string one = std::string(name) + "_one", two = std::string(name) + "_" + layout + "2";
@@ -54,7 +55,7 @@ class MtpParallel : public mpitest::MpiRunFixture {
     const auto mtp = series(one, "mtp_loss");
     ASSERT_EQ(mtp.size(), 8u);
     EXPECT_LT(mtp.rbegin()->second, mtp.begin()->second) << "the MTP loss did not fall";
-    r = launch(cfg, two, 2, model + "--set parallel." + layout + "=2");
+    r = launch(cfg, two, 2, model + "--set parallel." + layout + "=2 " + extra);
     ASSERT_EQ(r.status, 0) << r.output;
     expect_same_trajectory(one, two, 8);
     expect_same_mtp_loss(one, two, 8);
@@ -91,12 +92,14 @@ TEST_F(MtpParallel, CheckpointsResumeBitwiseAndReshard) {
   expect_same_mtp_loss("straight", "tp2_tp1", 12);
 }
 
-TEST_F(MtpParallel, APipelineIsRefusedNamingBothKeys) {
-  const fs::path cfg = config(mpitest::kOptimizers[0], 4);
-  const Result r = launch(cfg, "pp2", 1, kMtpLlama + "--set parallel.pipeline=2");
-  EXPECT_NE(r.status, 0);
-  EXPECT_NE(r.output.find("model.mtp_layers"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("parallel.pipeline"), std::string::npos) << r.output;
+// The modules on the last stage, which holds the embedding too (its rows for the future tokens);
+// the embedding's gradient summed between the first and the last stage as a tied one's is; with a
+// tied head as well, and interleaved (the modules on the last virtual stage).
+TEST_F(MtpParallel, PipelineFollowsTheSingleProcessRun) {
+  check_layout("gqa_muon", mpitest::kOptimizers[1], kMtpLlama, "pipeline");
+  check_layout("tied_adamw", mpitest::kOptimizers[0], kMtpLlama + "--set model.tie_embeddings=true ", "pipeline");
+  check_layout("interleaved", mpitest::kOptimizers[0], kMtpLlama + "--set model.n_layer=4 ", "pipeline",
+               "--set parallel.virtual_stages=2");
 }
 
 }  // namespace

@@ -159,6 +159,8 @@ TEST_F(RankMemory, MultiTokenPredictionModulesAreCounted) {
   EXPECT_GT(b.activations, plain.activations);
   // At TP=2 each rank holds half of each block's matrices, eh_proj and the norms whole.
   reported("mtp_tp2", 2, llama + " --set parallel.tensor=2");
+  // At PP=2 the last stage holds the modules and the embedding (for the future tokens' rows).
+  reported("mtp_pp2", 2, llama + " --set parallel.pipeline=2");
 }
 
 TEST_F(RankMemory, EachGroupsBytesFollowTheLayout) {
