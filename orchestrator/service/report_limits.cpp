@@ -33,7 +33,7 @@ ReportLimits::Trial& ReportLimits::load(int64_t trial_id) {
   t.experiment = row->experiment_id;
   // A recipe's own program counts its steps itself.
   t.max_step = stored.command.empty() ? config.train.steps : std::numeric_limits<int64_t>::max();
-  t.layers = config.model.n_layer;
+  t.layers = config.model.blocks();  // with the MTP modules' blocks (model.layers.{n_layer + k − 1})
   for (const std::string& name : store_.metric_names(trial_id)) t.names.insert(counted_name(name, t.layers));
   return trials_.emplace(trial_id, std::move(t)).first->second;
 }

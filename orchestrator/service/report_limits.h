@@ -42,7 +42,7 @@ class ReportLimits {
   struct Trial {
     int64_t experiment = 0;        // the experiment's id
     int64_t max_step = 0;          // train.steps; INT64_MAX for a recipe's own program
-    int64_t layers = 0;            // model.n_layer
+    int64_t layers = 0;            // model.n_layer + model.mtp_layers
     std::set<std::string> names;   // counted names stored (or being stored)
   };
   Trial& load(int64_t trial_id);

@@ -62,6 +62,11 @@ struct ModelConfig {
   double rope_theta = 10000;  // llama: base of the rotary embeddings' frequencies
   double norm_eps = 1e-5;     // llama: RMSNorm epsilon
   bool tie_embeddings = false;  // llama: the output head is embed_tokens (no lm_head); gpt2 is always tied
+  // llama: multi-token prediction modules D (DeepSeek-V3's MTP; docs/models.md): module k predicts the
+  // token k + 1 after the next from [embedding of token i + k; its predecessor's hidden state] through
+  // one more block, sharing the embedding and the head; 0 = none
+  int64_t mtp_layers = 0;
+  double mtp_loss_coeff = 0.3;  // λ: the training loss is the main loss + λ · the mean of the D modules' losses
   MoeConfig moe;
   MlaConfig mla;
 
@@ -72,6 +77,9 @@ struct ModelConfig {
     if (ffn_hidden > 0) return ffn_hidden;
     return llama() ? (8 * d_model / 3 + 63) / 64 * 64 : 4 * d_model;  // Llama: int(8d/3), rounded up
   }
+  // The blocks of the table: the n_layer of the model, then the mtp_layers modules' (model.layers.{n_layer + k − 1}).
+  int64_t blocks() const { return n_layer + mtp_layers; }
+  // Whether block `layer` has a mixture of experts (an MTP module's block is as the last layer is).
   bool moe_layer(int64_t layer) const { return moe.experts > 0 && layer >= moe.first_dense_layers; }
   int64_t expert_ffn() const { return moe.ffn_hidden > 0 ? moe.ffn_hidden : ffn(); }
 };

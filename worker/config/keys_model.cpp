@@ -56,6 +56,29 @@ void add_model_rows(std::vector<Row>& k) {
   k.push_back(trial("model.tie_embeddings", "",
                     "llama: the output head is model.embed_tokens (no lm_head); gpt2 is always tied, whatever this says",
                     T(model.tie_embeddings)).hashed());
+  k.push_back(trial("model.mtp_layers", "modules",
+                    "llama: multi-token prediction modules D (DeepSeek-V3's MTP): module k predicts token i + k + 1 "
+                    "from the embedding of token i + k and module k − 1's hidden state (the model's for k = 1) through "
+                    "one more block like the last layer, sharing the embedding and the head; its parameters are "
+                    "model.layers.{n_layer + k − 1}.*; 0 = none",
+                    T(model.mtp_layers))
+                  .range(0, 64).hashed()
+                  .rule([](const TrialConfig& c) {
+                    const ModelConfig& m = c.model;
+                    if (m.mtp_layers == 0) return std::string();
+                    if (!m.llama())
+                      return "multi-token prediction needs model.arch = \"llama\" (model.mtp_layers = " +
+                             std::to_string(m.mtp_layers) + ")";
+                    if (m.mtp_layers >= m.seq_len)
+                      return "model.mtp_layers = " + std::to_string(m.mtp_layers) + " must be less than model.seq_len = " +
+                             std::to_string(m.seq_len) + ": module k has targets at the first seq_len − k positions only";
+                    return std::string();
+                  }));
+  k.push_back(trial("model.mtp_loss_coeff", "",
+                    "llama, MTP: λ, the weight of the mean of the modules' cross-entropies in the training loss "
+                    "(train_loss and the validation loss stay the model's own; mtp_loss is reported beside them)",
+                    T(model.mtp_loss_coeff))
+                  .range(0, 1e3).hashed());
   // [model.mla]
   k.push_back(trial("model.mla.kv_lora_rank", "",
                     "llama: multi-head latent attention (DeepSeek-V3's MLA): width of the shared key/value latent "

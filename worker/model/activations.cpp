@@ -82,7 +82,9 @@ ActPlan llama_slot_plan(const ModelConfig& m, const ActShape& s) {
   const int64_t Fl = m.ffn() / tp, Vpl = padded_vocab(m.vocab_size) / tp;
   const DType a = s.dtype;
   Planner p;
-  p.layers = end_of(m, s) - s.first_layer;
+  // The chunk with the head computes the multi-token prediction modules' blocks after its own.
+  const int64_t D = end_of(m, s) == m.n_layer ? m.mtp_layers : 0;
+  p.layers = end_of(m, s) - s.first_layer + D;
   p.add("tokens", {B, T}, DType::i32);
   p.add("targets", {B, T}, DType::i32);
   p.add("encoded", {B, T, C}, a);
@@ -154,6 +156,28 @@ ActPlan llama_slot_plan(const ModelConfig& m, const ActShape& s) {
     p.add("dv", {B, T, KVl}, a);
   }
   p.add("datt", {B, NHl, T, T}, a);
+  // Each MTP module's: its shifted tokens and targets, the embedding, the two norms' statistics,
+  // [enorm(embedding) | hnorm(hidden)], its projection (the block's input), the head's norm, logits
+  // and losses; then the modules' backward scratch.
+  for (int64_t k = 0; k < D; ++k) {
+    p.plan.push_back({"mtp_tokens", k, {B, T}, DType::i32});
+    p.plan.push_back({"mtp_targets", k, {B, T}, DType::i32});
+    p.plan.push_back({"mtp_emb", k, {B, T, C}, a});
+    p.plan.push_back({"mtp_rstde", k, {BT}, DType::f32});
+    p.plan.push_back({"mtp_rstdh", k, {BT}, DType::f32});
+    p.plan.push_back({"mtp_cat", k, {B, T, 2 * C}, a});
+    p.plan.push_back({"mtp_x", k, {B, T, C}, a});
+    p.plan.push_back({"mtp_lnf", k, {B, T, C}, a});
+    p.plan.push_back({"mtp_rstdf", k, {BT}, DType::f32});
+    p.plan.push_back({"mtp_logits", k, {B, T, Vpl}, a});
+    p.plan.push_back({"mtp_losses", k, {BT}, DType::f32});
+  }
+  if (D > 0) {
+    p.add("mtp_dh", {B, T, C}, a);
+    p.add("mtp_dcat", {B, T, 2 * C}, a);
+    p.add("mtp_part", {B, T, C}, a);
+    p.add("mtp_demb", {B, T, C}, a);
+  }
   return p.plan;
 }
 
@@ -248,7 +272,8 @@ int64_t chunk_activation_bytes(const ModelConfig& m, const ActShape& s, int slot
   const MoeDims d = moe_dims(m, s, expert_parallel);
   const int64_t rows = d.tokens * d.top_k;
   if (m.llama() && m.moe.experts > 0) {
-    for (int64_t l = s.first_layer; l < end_of(m, s); ++l)
+    const int64_t end = end_of(m, s) == m.n_layer ? m.blocks() : end_of(m, s);  // with the MTP modules' blocks
+    for (int64_t l = s.first_layer; l < end; ++l)
       if (m.moe_layer(l)) slot += carved(moe_acts_plan(d)) + carved(moe_rows_plan(d, rows));
     total += carved(moe_scratch_plan(d)) + carved(moe_scratch_rows_plan(d, rows));
   }

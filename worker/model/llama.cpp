@@ -27,6 +27,11 @@ struct Llama::Acts : Model::Acts {
   Tensor branch_out;  // (B, T, C) a residual branch's output before it joins the stream
   // Backward scratch, each zeroed before the kernel that accumulates into it.
   Tensor dln, datty, dh, dgate, dup, dqkv, dq, dk, dv, datt;
+  // The multi-token prediction modules', per module (Llama::mtp_forward), and their scratch.
+  std::vector<Tensor> mtp_tokens, mtp_targets, mtp_emb, mtp_rstde, mtp_rstdh, mtp_cat, mtp_x, mtp_lnf, mtp_rstdf;
+  std::vector<Tensor> mtp_logits, mtp_losses;
+  std::vector<std::vector<int32_t>> mtp_tokens_host, mtp_targets_host;
+  Tensor mtp_dh, mtp_dcat, mtp_part, mtp_demb;
   int64_t other_bytes() const override {
     int64_t bytes = 0;
     for (const MoeMlp::Acts& m : moe) bytes += static_cast<int64_t>(m.buf.bytes() + m.ex.buf.bytes());
@@ -44,9 +49,15 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
       embedding_(tp_, embed_), head_(tp_, {head_row_}, {}, k::WeightLayout::out_in) {
   const ParamStore& p = params();
   const auto out_in = k::WeightLayout::out_in;
-  for (int64_t l = 0; l < L_; ++l) {
+  // The MTP modules' blocks follow the model's on the chunk with the head.
+  const int64_t blocks = stage_.head ? config.blocks() : L_;
+  for (int64_t l = 0; l < blocks; ++l) {
     const std::string h = "model.layers." + std::to_string(l) + ".";
     auto row = [&](const char* name) { return p.index(h + name); };
+    if (l >= L_) {
+      mtp_.push_back({row("enorm.weight"), row("hnorm.weight"), row("eh_proj.weight"), row("shared_head.norm.weight"), {}});
+      mtp_.back().rows = row_range({mtp_.back().enorm, mtp_.back().norm});
+    }
     blocks_.push_back({row("input_layernorm.weight"), row("post_attention_layernorm.weight"), {}, {}, {}, {}, {}, {}, {}});
     Block& b = blocks_.back();
     if (config.uses_mla()) {
@@ -155,17 +166,26 @@ std::unique_ptr<Llama::Acts> Llama::allocate_acts() const {
   t.one("mla_dattv", m.dattv).one("mla_dqpe", m.dqpe).one("mla_dkv", m.dkv).one("mla_dkpe", m.dkpe);
   t.one("mla_dkva", m.dkva).one("mla_dckv", m.dckv).one("mla_dckvn", m.dckvn).one("mla_dcq", m.dcq);
   t.one("mla_dcqn", m.dcqn);
+  t.layers("mtp_tokens", a.mtp_tokens).layers("mtp_targets", a.mtp_targets).layers("mtp_emb", a.mtp_emb);
+  t.layers("mtp_rstde", a.mtp_rstde).layers("mtp_rstdh", a.mtp_rstdh).layers("mtp_cat", a.mtp_cat);
+  t.layers("mtp_x", a.mtp_x).layers("mtp_lnf", a.mtp_lnf).layers("mtp_rstdf", a.mtp_rstdf);
+  t.layers("mtp_logits", a.mtp_logits).layers("mtp_losses", a.mtp_losses);
+  t.one("mtp_dh", a.mtp_dh).one("mtp_dcat", a.mtp_dcat).one("mtp_part", a.mtp_part).one("mtp_demb", a.mtp_demb);
   a.buf = t.allocate(llama_slot_plan(config_, act_shape()), device_);
+  a.mtp_tokens_host.resize(mtp_.size());
+  a.mtp_targets_host.resize(mtp_.size());
   // The attention's shared scratch, under MLA's names where the grouped-query attention has its own.
   m.datty = a.datty;
   m.dqkv = a.dqkv;
   m.datt = a.datt;
   m.dq = a.dq;
   // A mixture of experts keeps its own per layer.
-  a.moe.resize(static_cast<size_t>(L1_ - L0_));
-  for (int64_t l = L0_; l < L1_; ++l)
-    if (blocks_[static_cast<size_t>(l)].moe)
-      a.moe[static_cast<size_t>(l - L0_)] = blocks_[static_cast<size_t>(l)].moe->make_acts(moe_shape());
+  a.moe.resize(static_cast<size_t>(L1_ - L0_) + mtp_.size());
+  const size_t n = static_cast<size_t>(L1_ - L0_);  // the chunk's blocks, then the MTP modules' (table blocks L_ + j)
+  for (size_t i = 0; i < a.moe.size(); ++i) {
+    const Block& b = blocks_[i < n ? static_cast<size_t>(L0_) + i : static_cast<size_t>(L_) + (i - n)];
+    if (b.moe) a.moe[i] = b.moe->make_acts(moe_shape());
+  }
   return acts;
 }
 
@@ -183,47 +203,169 @@ void Llama::init_random(uint64_t seed) {
       [](const ParamSpec& p) { return p.kind == ParamKind::buffer ? 0.0f : 1.0f; });
 }
 
-double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {
-  begin_forward(tokens, targets, compute_grad);
+void Llama::block_forward(int64_t l, size_t i, const Tensor& in, bool compute_grad) {
   Acts& a = acts<Acts>();
+  const Block& b = blocks_[static_cast<size_t>(l)];
   const float eps = static_cast<float>(config_.norm_eps);
   const double theta = config_.rope_theta;
   const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
+  k::rmsnorm_forward(a.ln1[i], a.rstd1[i], in, weight(b.input_norm), eps);
+  if (b.mla) {
+    b.mla->forward(*this, a.branch_out, a.ln1[i], a.mla_layer(i), a.mla, attention_row_max());
+    note_attention_logits(l);
+  } else {
+    b.qkv->forward(*this, a.ln1[i], {a.q, a.kk, a.v});
+    k::rope_forward(a.q, nh, theta);
+    k::rope_forward(a.kk, nkv, theta);
+    k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
+    k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
+    note_attention_logits(l);
+    b.o->forward(*this, a.branch_out, a.atty[i]);
+  }
+  k::add(a.residual2[i], in, a.branch_out);
+  k::rmsnorm_forward(a.ln2[i], a.rstd2[i], a.residual2[i], weight(b.post_norm), eps);
+  if (b.moe) {
+    b.moe->forward(*this, a.branch_out, a.ln2[i], a.moe[i]);
+    if (compute_grad) tally_moe(l, a.moe[i].aux, a.moe[i].counts);
+  } else {
+    b.gate_up->forward(*this, a.ln2[i], {a.gate[i], a.up[i]});
+    k::swiglu_forward(a.h[i], a.gate[i], a.up[i]);
+    b.down->forward(*this, a.branch_out, a.h[i]);
+  }
+  k::add(a.output[i], a.residual2[i], a.branch_out);
+}
+
+double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int32_t>& targets, bool compute_grad) {
+  begin_forward(tokens, targets, compute_grad);
+  Acts& a = acts<Acts>();
   if (stage_.embedding) embedding_.forward(*this, a.encoded, a.tokens, a.tokens_host);
   Tensor residual = a.encoded;
   for (int64_t l = L0_; l < L1_; ++l) {
-    const Block& b = blocks_[static_cast<size_t>(l)];
     const size_t i = static_cast<size_t>(l - L0_);
-    k::rmsnorm_forward(a.ln1[i], a.rstd1[i], residual, weight(b.input_norm), eps);
-    if (b.mla) {
-      b.mla->forward(*this, a.branch_out, a.ln1[i], a.mla_layer(i), a.mla, attention_row_max());
-      note_attention_logits(l);
-    } else {
-      b.qkv->forward(*this, a.ln1[i], {a.q, a.kk, a.v});
-      k::rope_forward(a.q, nh, theta);
-      k::rope_forward(a.kk, nkv, theta);
-      k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
-      k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
-      note_attention_logits(l);
-      b.o->forward(*this, a.branch_out, a.atty[i]);
-    }
-    k::add(a.residual2[i], residual, a.branch_out);
-    k::rmsnorm_forward(a.ln2[i], a.rstd2[i], a.residual2[i], weight(b.post_norm), eps);
-    if (b.moe) {
-      b.moe->forward(*this, a.branch_out, a.ln2[i], a.moe[i]);
-      if (compute_grad) tally_moe(l, a.moe[i].aux, a.moe[i].counts);
-    } else {
-      b.gate_up->forward(*this, a.ln2[i], {a.gate[i], a.up[i]});
-      k::swiglu_forward(a.h[i], a.gate[i], a.up[i]);
-      b.down->forward(*this, a.branch_out, a.h[i]);
-    }
-    k::add(a.output[i], a.residual2[i], a.branch_out);
+    block_forward(l, i, residual, compute_grad);
     residual = a.output[i];
   }
   if (!stage_.head) return 0.0;
-  k::rmsnorm_forward(a.lnf, a.rstdf, residual, weight(norm_), eps);
+  k::rmsnorm_forward(a.lnf, a.rstdf, residual, weight(norm_), static_cast<float>(config_.norm_eps));
   head_.forward(*this, a.lnf, {a.logits});
-  return head_loss(compute_grad);
+  const double loss = head_loss(compute_grad);
+  if (compute_grad && !mtp_.empty()) mtp_forward();
+  return loss;
+}
+
+void Llama::mtp_forward() {
+  Acts& a = acts<Acts>();
+  const float eps = static_cast<float>(config_.norm_eps);
+  const int64_t D = static_cast<int64_t>(mtp_.size()), T = T_;
+  const size_t n = static_cast<size_t>(L1_ - L0_);
+  double mean = 0;
+  Tensor hidden = stage_output();
+  for (int64_t k = 1; k <= D; ++k) {
+    const size_t j = static_cast<size_t>(k - 1), i = n + j;
+    const MtpRows& r = mtp_[j];
+    // Module k at position t reads token t + k and predicts token t + k + 1 (the target of
+    // position t + k): the batch shifted left by k in each sequence; the last k positions predict nothing.
+    std::vector<int32_t>& tok = a.mtp_tokens_host[j];
+    std::vector<int32_t>& tgt = a.mtp_targets_host[j];
+    tok.assign(static_cast<size_t>(B_ * T), 0);
+    tgt.assign(static_cast<size_t>(B_ * T), -1);
+    int64_t counted = 0;
+    for (int64_t b = 0; b < B_; ++b)
+      for (int64_t t = 0; t + k < T; ++t) {
+        tok[static_cast<size_t>(b * T + t)] = a.tokens_host[static_cast<size_t>(b * T + t + k)];
+        tgt[static_cast<size_t>(b * T + t)] = a.targets_host[static_cast<size_t>(b * T + t + k)];
+        counted += tgt[static_cast<size_t>(b * T + t)] >= 0;
+      }
+    k::copy(a.mtp_tokens[j], Tensor::view(tok.data(), {B_, T}, DType::i32));
+    k::copy(a.mtp_targets[j], Tensor::view(tgt.data(), {B_, T}, DType::i32));
+    embedding_.forward(*this, a.mtp_emb[j], a.mtp_tokens[j], tok);
+    k::rmsnorm_forward(a.mtp_part, a.mtp_rstde[j], a.mtp_emb[j], weight(r.enorm), eps);
+    k::copy_strided(a.mtp_cat[j].narrow(2, 0, C_), a.mtp_part);
+    k::rmsnorm_forward(a.mtp_part, a.mtp_rstdh[j], hidden, weight(r.hnorm), eps);
+    k::copy_strided(a.mtp_cat[j].narrow(2, C_, C_), a.mtp_part);
+    k::matmul_forward(a.mtp_x[j], a.mtp_cat[j], weight(r.eh), Tensor{}, k::WeightLayout::out_in);
+    block_forward(L_ + k - 1, i, a.mtp_x[j], true);
+    hidden = a.output[i];
+    k::rmsnorm_forward(a.mtp_lnf[j], a.mtp_rstdf[j], hidden, weight(r.norm), eps);
+    head_.forward(*this, a.mtp_lnf[j], {a.mtp_logits[j]});
+    // d (λ / D · module k's mean loss) / d logits, in place.
+    const double per = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
+    loss_.forward(a.mtp_losses[j], a.mtp_logits[j], a.mtp_targets[j], tgt,
+                  static_cast<float>(config_.mtp_loss_coeff / static_cast<double>(D) * per), true);
+    std::vector<float> losses(static_cast<size_t>(B_ * T));
+    k::copy(Tensor::view(losses.data(), {B_ * T}), a.mtp_losses[j]);
+    double sum = 0;
+    for (float v : losses) sum += v;
+    mean += sum * per / static_cast<double>(D);
+  }
+  mtp_tally()[0] += mean;
+  mtp_tally()[1] += 1;
+}
+
+void Llama::block_backward(int64_t l, size_t i, const Tensor& in, Tensor dres) {
+  Acts& a = acts<Acts>();
+  const Block& b = blocks_[static_cast<size_t>(l)];
+  const double theta = config_.rope_theta;
+  const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
+  // output = residual2 + down(swiglu(gate(m), up(m))), m = rmsnorm(residual2) (or the experts' mixture).
+  k::fill_zero(a.dln);
+  if (b.moe) {
+    b.moe->backward(*this, a.dln, a.ln2[i], dres, a.moe[i], moe_scratch_);
+  } else {
+    k::fill_zero(a.dh);
+    b.down->backward(*this, a.dh, a.h[i], dres);
+    k::fill_zero(a.dgate);
+    k::fill_zero(a.dup);
+    k::swiglu_backward(a.dgate, a.dup, a.dh, a.gate[i], a.up[i]);
+    b.gate_up->backward(*this, a.dln, a.ln2[i], {a.dgate, a.dup});
+  }
+  k::rmsnorm_backward(dres, grad(b.post_norm), a.dln, a.residual2[i], weight(b.post_norm), a.rstd2[i]);
+  // residual2 = in + o(attention(rope(q), rope(k), v)), q, k, v projections of rmsnorm(in).
+  if (b.mla) {
+    k::fill_zero(a.dln);
+    b.mla->backward(*this, a.dln, a.ln1[i], dres, a.mla_layer(i), a.mla);
+  } else {
+    k::fill_zero(a.datty);
+    b.o->backward(*this, a.datty, a.atty[i], dres);
+    k::fill_zero(a.dqkv);
+    k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[i], a.att[i], nh);
+    k::fill_zero(a.dq);
+    k::fill_zero(a.dk);
+    k::fill_zero(a.dv);
+    k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
+    k::rope_backward(a.dq, nh, theta);
+    k::rope_backward(a.dk, nkv, theta);
+    k::fill_zero(a.dln);
+    b.qkv->backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
+  }
+  k::rmsnorm_backward(dres, grad(b.input_norm), a.dln, in, weight(b.input_norm), a.rstd1[i]);
+}
+
+void Llama::mtp_backward(const GradsReady& ready) {
+  Acts& a = acts<Acts>();
+  const size_t n = static_cast<size_t>(L1_ - L0_);
+  // mtp_dh carries d module k's output down the modules (from module k + 1's hnorm, then its head's).
+  k::fill_zero(a.mtp_dh);
+  for (size_t j = mtp_.size(); j-- > 0;) {
+    const size_t i = n + j;
+    const MtpRows& r = mtp_[j];
+    k::fill_zero(a.dln);
+    head_.backward(*this, a.dln, a.mtp_lnf[j], {a.mtp_logits[j]});  // mtp_logits hold d logits
+    k::rmsnorm_backward(a.mtp_dh, grad(r.norm), a.dln, a.output[i], weight(r.norm), a.mtp_rstdf[j]);
+    block_backward(L_ + static_cast<int64_t>(j), i, a.mtp_x[j], a.mtp_dh);
+    k::fill_zero(a.mtp_dcat);
+    k::matmul_backward(a.mtp_dcat, grad(r.eh), Tensor{}, a.mtp_dh, a.mtp_cat[j], weight(r.eh), k::WeightLayout::out_in);
+    // [enorm(embedding) | hnorm(hidden)]: the embedding's rows, then the previous output's gradient.
+    k::copy_strided(a.mtp_part, a.mtp_dcat.narrow(2, 0, C_));
+    k::fill_zero(a.mtp_demb);
+    k::rmsnorm_backward(a.mtp_demb, grad(r.enorm), a.mtp_part, a.mtp_emb[j], weight(r.enorm), a.mtp_rstde[j]);
+    embedding_.backward(*this, a.mtp_demb, a.mtp_tokens[j], a.mtp_tokens_host[j]);
+    k::copy_strided(a.mtp_part, a.mtp_dcat.narrow(2, C_, C_));
+    k::fill_zero(a.mtp_dh);
+    const Tensor hidden = j == 0 ? stage_output() : a.output[i - 1];
+    k::rmsnorm_backward(a.mtp_dh, grad(r.hnorm), a.mtp_part, hidden, weight(r.hnorm), a.mtp_rstdh[j]);
+    if (ready) ready(r.rows.first, r.rows.second);
+  }
 }
 
 void Llama::backward(const GradsReady& ready) {
@@ -232,11 +374,16 @@ void Llama::backward(const GradsReady& ready) {
     if (ready) ready(range.first, range.second);
   };
   Acts& a = acts<Acts>();
-  const double theta = config_.rope_theta;
-  const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
 
   if (stage_.head) {
-    k::fill_zero(a.dresidual);
+    // The MTP modules' rows first (the table's last), their gradient of the last hidden state
+    // joining the head's.
+    if (mtp_.empty()) {
+      k::fill_zero(a.dresidual);
+    } else {
+      mtp_backward(ready);
+      k::copy(a.dresidual, a.mtp_dh);
+    }
     k::fill_zero(a.dln);
     head_.backward(*this, a.dln, a.lnf, {a.logits});  // a.logits holds d logits
     k::rmsnorm_backward(a.dresidual, grad(norm_), a.dln, stage_output(), weight(norm_), a.rstdf);
@@ -244,42 +391,9 @@ void Llama::backward(const GradsReady& ready) {
     report(config_.tie_embeddings ? row_range({norm_}) : row_range({norm_, head_row_}));
   }
   for (int64_t l = L1_ - 1; l >= L0_; --l) {
-    const Block& b = blocks_[static_cast<size_t>(l)];
     const size_t i = static_cast<size_t>(l - L0_);
-    const Tensor residual = i == 0 ? a.encoded : a.output[i - 1];
-    // output = residual2 + down(swiglu(gate(m), up(m))), m = rmsnorm(residual2) (or the experts' mixture).
-    k::fill_zero(a.dln);
-    if (b.moe) {
-      b.moe->backward(*this, a.dln, a.ln2[i], a.dresidual, a.moe[i], moe_scratch_);
-    } else {
-      k::fill_zero(a.dh);
-      b.down->backward(*this, a.dh, a.h[i], a.dresidual);
-      k::fill_zero(a.dgate);
-      k::fill_zero(a.dup);
-      k::swiglu_backward(a.dgate, a.dup, a.dh, a.gate[i], a.up[i]);
-      b.gate_up->backward(*this, a.dln, a.ln2[i], {a.dgate, a.dup});
-    }
-    k::rmsnorm_backward(a.dresidual, grad(b.post_norm), a.dln, a.residual2[i], weight(b.post_norm), a.rstd2[i]);
-    // residual2 = residual + o(attention(rope(q), rope(k), v)), q, k, v projections of rmsnorm(residual).
-    if (b.mla) {
-      k::fill_zero(a.dln);
-      b.mla->backward(*this, a.dln, a.ln1[i], a.dresidual, a.mla_layer(i), a.mla);
-    } else {
-      k::fill_zero(a.datty);
-      b.o->backward(*this, a.datty, a.atty[i], a.dresidual);
-      k::fill_zero(a.dqkv);
-      k::attention_backward(a.dqkv, a.datt, a.datty, a.qkv[i], a.att[i], nh);
-      k::fill_zero(a.dq);
-      k::fill_zero(a.dk);
-      k::fill_zero(a.dv);
-      k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
-      k::rope_backward(a.dq, nh, theta);
-      k::rope_backward(a.dk, nkv, theta);
-      k::fill_zero(a.dln);
-      b.qkv->backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
-    }
-    k::rmsnorm_backward(a.dresidual, grad(b.input_norm), a.dln, residual, weight(b.input_norm), a.rstd1[i]);
-    report(b.rows);
+    block_backward(l, i, i == 0 ? a.encoded : a.output[i - 1], a.dresidual);
+    report(blocks_[static_cast<size_t>(l)].rows);
   }
   if (!stage_.embedding) return;
   embedding_.backward(*this, a.dresidual, a.tokens, a.tokens_host);

@@ -65,7 +65,7 @@ Model::Model(const ModelConfig& config, std::vector<ParamSpec> table, int64_t ba
     own_params_ = std::make_unique<ParamStore>(table, device, stage_rows_, place);
     params_ = own_params_.get();
   }
-  if (config.moe.experts > 0) moe_tally_.assign(static_cast<size_t>(1 + L_ * config.moe.experts), 0.0);
+  if (config.moe.experts > 0) moe_tally_.assign(static_cast<size_t>(1 + config.blocks() * config.moe.experts), 0.0);
   if (act_ == DType::bf16) {
     shadow_buf_ = k::Buffer(device, compute().total_numel() * sizeof(k::bf16));
     int64_t offset = 0;
@@ -125,7 +125,7 @@ void Model::zero_grads() {
 void Model::track_attention_logits() {
   row_max_buf_ = k::Buffer(device_, static_cast<size_t>(B_ * NHl_ * T_) * sizeof(float));
   row_max_ = row_max_buf_.view({B_, NHl_, T_});
-  qk_max_.assign(static_cast<size_t>(L_ * NH_), -INFINITY);
+  qk_max_.assign(static_cast<size_t>(config_.blocks() * NH_), -INFINITY);
 }
 
 void Model::note_attention_logits(int64_t layer) {
@@ -235,18 +235,23 @@ double Model::flops_per_token() const {
   double n = 0;
   const MoeConfig& moe = config_.moe;
   for (const ParamSpec& s : params_->table()) {
-    if (s.kind != ParamKind::matrix && s.kind != ParamKind::router && !(s.kind == ParamKind::embedding && s.head_end))
-      continue;
+    // The vocabulary matrix of the head: lm_head, or the embedding when it is tied (gpt2 always).
+    const bool head = s.kind == ParamKind::embedding && s.head_end &&
+                      (!s.embedding_end || config_.tie_embeddings || !config_.llama());
+    if (s.kind != ParamKind::matrix && s.kind != ParamKind::router && !head) continue;
     // A routed expert's weights work for top_k of every E tokens.
     const bool routed = s.name.find(".mlp.experts.") != std::string::npos;
     n += static_cast<double>(s.numel()) * (routed ? static_cast<double>(moe.top_k) / static_cast<double>(moe.experts) : 1.0);
   }
-  // Attention's products: QKᵀ over nope + rope channels, att·V over v (C each without MLA).
+  // Each multi-token prediction module applies the (shared) head once more.
+  n += static_cast<double>(config_.mtp_layers * V_ * C_);
+  // Attention's products: QKᵀ over nope + rope channels, att·V over v (C each without MLA), in the
+  // model's blocks and the MTP modules'.
   const MlaConfig& mla = config_.mla;
   const double qk = config_.uses_mla() ? static_cast<double>(NH_ * (mla.qk_nope_head_dim + mla.qk_rope_head_dim))
                                        : static_cast<double>(C_);
   const double v = config_.uses_mla() ? static_cast<double>(NH_ * mla.v_head_dim) : static_cast<double>(C_);
-  return 6.0 * n + 6.0 * static_cast<double>(L_ * T_) * (qk + v);
+  return 6.0 * n + 6.0 * static_cast<double>(config_.blocks() * T_) * (qk + v);
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& config, int64_t batch_size, k::Device device,

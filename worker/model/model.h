@@ -80,7 +80,7 @@ class Model : public LayerWeights {
   // (the vocabulary matrices once each: a tied head counts once) and 12·L·C·T for attention's
   // QKᵀ and att·V (the causal half not credited, as Megatron's and PaLM's counts do).
   // A mixture of experts's active parameters only: each MoE layer's router, shared expert and k of
-  // its E experts.
+  // its E experts. The MTP modules (model.mtp_layers) count as blocks, each with one more head.
   double flops_per_token() const;
 
   // Mixture of experts: what the training forwards (compute_grad) routed since the tally was last
@@ -88,6 +88,10 @@ class Model : public LayerWeights {
   // n_layer, zeros for a dense layer or another stage's) the assignments of each of its E experts
   // at [1 + l·E + e]. Empty for a dense model. The step runner sums and clears it.
   std::vector<double>& moe_tally() { return moe_tally_; }
+  // Multi-token prediction (model.mtp_layers): [0] the sum over the training forwards since the
+  // tally was cleared of the mean of the modules' losses, [1] those forwards. The step runner sums
+  // and clears it.
+  std::vector<double>& mtp_tally() { return mtp_tally_; }
   // Seconds this model's mixture-of-experts layers spent in expert-parallel all-to-alls so far.
   virtual double moe_alltoall_seconds() const { return 0; }
 
@@ -182,6 +186,7 @@ class Model : public LayerWeights {
   std::vector<kernels::Tensor> shadow_;
   std::vector<std::unique_ptr<Acts>> slots_;
   std::vector<double> moe_tally_;
+  std::vector<double> mtp_tally_ = {0.0, 0.0};
   kernels::Buffer row_max_buf_;  // QK-clip's (tracking only)
   kernels::Tensor row_max_;
   std::vector<float> qk_max_;

@@ -154,6 +154,8 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
     j["rope_interleave"] = false;
     j["num_key_value_heads"] = c.n_head;
   }
+  // DeepseekV3's count of multi-token prediction modules (stored as layers num_hidden_layers + k − 1).
+  if (c.llama() && c.mtp_layers > 0) j["num_nextn_predict_layers"] = c.mtp_layers;
   if (c.llama() && c.moe.experts > 0 && c.moe.sigmoid()) {
     // DeepseekV3's router fields: sigmoid scores, top-k on score + e_score_correction_bias.
     j["scoring_func"] = "sigmoid";

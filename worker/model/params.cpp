@@ -107,8 +107,11 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
   ParamSpec* embed = add("model.embed_tokens.weight", {V, C}, ParamKind::embedding, 0, -1);
   embed->storage_rows = padded_vocab(V);
   embed->embedding_end = true;
-  embed->head_end = m.tie_embeddings;
-  for (int64_t l = 0; l < m.n_layer; ++l) {
+  // The stage with the head holds the embedding too when it is the head or the MTP modules read it
+  // (a pipeline sums its gradient between the first and the last stage: tied_embedding_row).
+  embed->head_end = m.tie_embeddings || m.mtp_layers > 0;
+  // Block l's rows (a multi-token prediction module's block too, after its own rows).
+  auto block = [&](int64_t l) {
     const std::string h = "model.layers." + std::to_string(l);
     add(h + ".input_layernorm.weight", {C}, ParamKind::norm, -1, l);
     if (m.uses_mla()) {
@@ -155,7 +158,7 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     };
     if (!m.moe_layer(l)) {
       swiglu(h + ".mlp", F);
-      continue;
+      return;
     }
     ParamSpec* router = add(h + ".mlp.gate.weight", {m.moe.experts, C}, ParamKind::router, -1, l);
     router->fan_in = C;
@@ -163,12 +166,25 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     if (m.moe.sigmoid()) add(h + ".mlp.gate.e_score_correction_bias", {m.moe.experts}, ParamKind::buffer, -1, l);
     for (int64_t e = 0; e < m.moe.experts; ++e) swiglu(h + ".mlp.experts." + std::to_string(e), m.expert_ffn(), e);
     if (m.moe.shared_experts > 0) swiglu(h + ".mlp.shared_expert", m.moe.shared_experts * m.expert_ffn());
-  }
+  };
+  for (int64_t l = 0; l < m.n_layer; ++l) block(l);
   add("model.norm.weight", {C}, ParamKind::norm, -1, -1)->head_end = true;
   if (!m.tie_embeddings) {
     ParamSpec* head = add("lm_head.weight", {V, C}, ParamKind::embedding, 0, -1);
     head->storage_rows = padded_vocab(V);
     head->head_end = true;
+  }
+  // Multi-token prediction module k as DeepseekV3 stores it at layer n_layer + k − 1: the norms of
+  // the embedding and of the hidden state, their projection eh_proj (C, 2C) of [embedding | hidden]
+  // (replicated under tensor parallelism), the block, the norm before the shared head.
+  for (int64_t l = m.n_layer; l < m.blocks(); ++l) {
+    const std::string h = "model.layers." + std::to_string(l);
+    add(h + ".enorm.weight", {C}, ParamKind::norm, -1, l);
+    add(h + ".hnorm.weight", {C}, ParamKind::norm, -1, l);
+    linear(h + ".eh_proj.weight", 2 * C, C, true, l);
+    t.back().tp_split_dim = -1;
+    block(l);
+    add(h + ".shared_head.norm.weight", {C}, ParamKind::norm, -1, l);
   }
   return t;
 }
@@ -181,7 +197,9 @@ std::vector<size_t> stage_rows(const std::vector<ParamSpec>& table, const ModelS
   std::vector<size_t> rows;
   for (size_t i = 0; i < table.size(); ++i) {
     const ParamSpec& p = table[i];
-    const bool mine = p.layer >= 0 ? p.layer >= stage.first_layer && (stage.end_layer < 0 || p.layer < stage.end_layer)
+    // The stage with the head also holds the blocks after its own: the MTP modules'.
+    const bool mine = p.layer >= 0 ? p.layer >= stage.first_layer && (stage.end_layer < 0 || p.layer < stage.end_layer ||
+                                                                     stage.head)
                                    : (p.embedding_end && stage.embedding) || (p.head_end && stage.head);
     const bool my_expert = p.expert < 0 || expert_holder(p, stage.expert_ranks) == stage.expert_rank;
     if (mine && my_expert) rows.push_back(i);

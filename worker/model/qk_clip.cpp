@@ -38,7 +38,7 @@ QkClipStats qk_clip(const ParamStore& params, const ModelConfig& m, const std::v
   // (each of c_attn's q, k and v blocks cut alike: Cl columns of each here).
   const TpPlace tp = params.tp();
   const int64_t per = NKV / tp.size, g0 = tp.rank * per, Cl = C / tp.size;
-  for (int64_t l = 0; l < m.n_layer; ++l) {
+  for (int64_t l = 0; l < m.blocks(); ++l) {
     for (int64_t g = 0; g < NKV; ++g) {
       float S = -INFINITY;
       for (int64_t h = g * group; h < (g + 1) * group; ++h) S = std::max(S, logit_max[static_cast<size_t>(l * NH + h)]);

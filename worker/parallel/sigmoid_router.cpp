@@ -108,12 +108,12 @@ double seq_balance_loss(std::vector<float>& dscores, const float* scores, const 
 
 std::vector<float> update_router_biases(ParamStore& params, const ModelConfig& config,
                                         const std::vector<std::vector<double>>& counts) {
-  std::vector<float> absmax(static_cast<size_t>(config.n_layer), 0.0f);
+  std::vector<float> absmax(static_cast<size_t>(config.blocks()), 0.0f);
   if (!config.moe.sigmoid()) return absmax;
   const int64_t E = config.moe.experts;
   const float rate = static_cast<float>(config.moe.bias_update_rate);
   std::vector<float> bias(static_cast<size_t>(E));
-  for (int64_t l = 0; l < config.n_layer; ++l) {
+  for (int64_t l = 0; l < config.blocks(); ++l) {
     if (!config.moe_layer(l)) continue;
     const size_t row = params.index("model.layers." + std::to_string(l) + ".mlp.gate.e_score_correction_bias");
     if (!params.resident(row)) continue;

@@ -40,9 +40,9 @@ MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chu
   par.world->all_reduce_sum(sum.data(), static_cast<int64_t>(sum.size()));
   r.aux_loss = sum[0] / static_cast<double>(micro * par.data);
   const int64_t E = m.moe.experts;
-  r.load.resize(static_cast<size_t>(m.n_layer));
-  r.counts.resize(static_cast<size_t>(m.n_layer));
-  for (int64_t l = 0; l < m.n_layer; ++l) {
+  r.load.resize(static_cast<size_t>(m.blocks()));
+  r.counts.resize(static_cast<size_t>(m.blocks()));
+  for (int64_t l = 0; l < m.blocks(); ++l) {
     if (!m.moe_layer(l)) continue;
     const double* c = sum.data() + 1 + l * E;
     r.counts[static_cast<size_t>(l)].assign(c, c + E);
@@ -55,6 +55,21 @@ MoeReport collect_moe(const ParallelContext& par, const std::vector<Model*>& chu
     }
   }
   return r;
+}
+
+// The mean of the chunks' MTP tallies over the world's training forwards (a tensor-parallel
+// group's replicas computed alike: its first rank speaks), clearing them.
+double collect_mtp(const ParallelContext& par, const std::vector<Model*>& chunks) {
+  if (chunks.front()->config().mtp_layers == 0) return 0;
+  double sum[2] = {0, 0};
+  for (Model* chunk : chunks) {
+    std::vector<double>& t = chunk->mtp_tally();
+    if (par.tp_rank() == 0)
+      for (size_t i = 0; i < 2; ++i) sum[i] += t[i];
+    std::fill(t.begin(), t.end(), 0.0);
+  }
+  par.world->all_reduce_sum(sum, 2);
+  return sum[1] > 0 ? sum[0] / sum[1] : 0.0;
 }
 
 class BatchRunner final : public StepRunner {
@@ -84,6 +99,7 @@ class BatchRunner final : public StepRunner {
   }
 
   MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro, alltoall_seconds_); }
+  double mtp_loss() override { return collect_mtp(par_, p_.chunks); }
 
   double comm_wait_seconds() const override { return grads_.wait_seconds(); }
   int64_t comm_bytes() const override { return grads_.bytes_sent(); }
@@ -136,6 +152,7 @@ class PipelineRunner final : public StepRunner {
   }
 
   MoeReport moe_report() override { return collect_moe(par_, p_.chunks, p_.slice / p_.micro, alltoall_seconds_); }
+  double mtp_loss() override { return collect_mtp(par_, p_.chunks); }
 
   double comm_wait_seconds() const override { return grads_.wait_seconds(); }
   int64_t comm_bytes() const override { return grads_.bytes_sent(); }

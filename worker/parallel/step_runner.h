@@ -48,6 +48,10 @@ class StepRunner {
   // What the last forward_backward's micro-batches routed (and clears the models' tallies). Every
   // rank must call it after each forward_backward.
   virtual MoeReport moe_report() = 0;
+  // Multi-token prediction (model.mtp_layers > 0): the mean over the last forward_backward's
+  // micro-batches of the mean of the modules' losses (and clears the models' tallies); 0 without
+  // modules. Every rank must call it after each forward_backward.
+  virtual double mtp_loss() = 0;
   // Since construction: seconds blocked waiting for gradient sums after the backward, and the
   // bytes this rank sent into them.
   virtual double comm_wait_seconds() const = 0;

@@ -61,6 +61,7 @@ void default_log(const std::string& line) {
 struct StepStats {
   double loss = 0, grad_norm = 0, lr_scale = 1, seconds = 0;
   MoeReport moe;
+  double mtp_loss = 0;  // the multi-token prediction modules' mean loss (model.mtp_layers > 0)
   QkClipStats qk;  // QK-clip's (optimizer.qk_clip_threshold > 0)
   std::vector<float> router_bias;  // the sigmoid router's: per layer, the largest |bias| after the step
 };
@@ -197,6 +198,11 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
   for (const auto& [name, tokens] : seen) seen_total += static_cast<double>(tokens);
   r.values.emplace_back("tokens_seen", seen_total);
   for (const auto& [name, tokens] : seen) r.values.emplace_back("tokens_seen." + name, static_cast<double>(tokens));
+  if (cfg.model.mtp_layers > 0) {
+    // Beside train_loss (the model's own next-token loss): the mean of the MTP modules' losses,
+    // which the gradient adds with weight model.mtp_loss_coeff.
+    r.values.emplace_back("mtp_loss", stats.mtp_loss);
+  }
   if (cfg.optimizer.qk_clip_threshold > 0) {
     // This step's largest attention logit before clipping, and the heads (kv groups) clipped.
     r.values.emplace_back("max_attention_logit", stats.qk.max_logit);
@@ -362,6 +368,7 @@ TrainOutcome step_loop(Run& run) {
     if (step == run.rank_fault_step) throw TrainingError("injected fault at step " + std::to_string(step));
     stats.loss = forward_backward(run, batch, step);
     stats.moe = run.runner->moe_report();
+    stats.mtp_loss = run.runner->mtp_loss();
     float grad_scale = 1.0f;
     std::tie(stats.grad_norm, grad_scale) = clip_gradients(run);
     stats.lr_scale = lr_multiplier(run.cfg().optimizer, step, steps);

@@ -148,6 +148,23 @@ TEST_F(RankMemory, ExpertParallelRanksHoldTheirOwnExperts) {
   EXPECT_EQ(b.optimizer, 8.0 * ((kEndsVisible + 2 * kDenseLayer + 1) / 2 + 2 * 2 * kExpert));
 }
 
+TEST_F(RankMemory, MultiTokenPredictionModulesAreCounted) {
+  // The fixture's Llama (test_llama's: four query heads of 8 channels, two kv heads, SwiGLU 48 wide)
+  // with two MTP modules, each in floats: enorm, hnorm and shared_head.norm 3·32, eh_proj 32·64, a
+  // block as a layer is (two norms 2·32, q and o 32·32, k and v 16·32, gate, up and down 3·48·32).
+  const std::string llama = mpitest::kLlama + "--set model.mtp_layers=2";
+  constexpr int64_t kModule = 3 * 32 + 32 * 64 + 2 * 32 + 2 * 1024 + 2 * 512 + 3 * 48 * 32;
+  const Bytes plain = reported("mtp_none", 1, mpitest::kLlama);
+  const Bytes b = reported("mtp_one", 1, llama);
+  EXPECT_EQ(b.params - plain.params, 4.0 * 2 * kModule);
+  EXPECT_EQ(b.optimizer - plain.optimizer, 8.0 * 2 * kModule);
+  EXPECT_GT(b.activations, plain.activations);
+  // At TP=2 each rank holds half of each block's matrices, eh_proj and the norms whole.
+  reported("mtp_tp2", 2, llama + " --set parallel.tensor=2");
+  // At PP=2 the last stage holds the modules and the embedding (for the future tokens' rows).
+  reported("mtp_pp2", 2, llama + " --set parallel.pipeline=2");
+}
+
 TEST_F(RankMemory, EachGroupsBytesFollowTheLayout) {
   // Per step, the busiest rank's bytes over each kind of group (one micro-batch of B·T = 8·16
   // tokens, C = 32, L = 2; two ranks: an all-reduce of n floats sends 4n bytes, comm_cost.h).

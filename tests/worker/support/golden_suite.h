@@ -88,6 +88,8 @@ inline ModelConfig llama_config_from_json(const nlohmann::json& c) {
   m.rope_theta = c.at("rope_theta");
   m.norm_eps = c.at("norm_eps");
   m.tie_embeddings = c.at("tie_embeddings").get<int64_t>() != 0;
+  m.mtp_layers = c.value("mtp_layers", m.mtp_layers);
+  m.mtp_loss_coeff = c.value("mtp_loss_coeff", m.mtp_loss_coeff);
   if (c.contains("moe")) {
     const nlohmann::json& e = c.at("moe");
     m.moe.experts = e.at("experts");
