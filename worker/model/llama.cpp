@@ -6,6 +6,7 @@
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
 #include "worker/model/activations.h"
+#include "worker/model/rope_scaling.h"
 
 namespace precon::worker {
 
@@ -63,7 +64,8 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
       r.kv_norm = row("self_attn.kv_a_layernorm.weight");
       r.kv_b = row("self_attn.kv_b_proj.weight");
       r.o = row("self_attn.o_proj.weight");
-      b.mla.emplace(tp_, r, mla_dims(), config.rope_theta, static_cast<float>(config.norm_eps));
+      b.mla.emplace(tp_, r, mla_dims(), model_rope(config), yarn_softmax_factor(config),
+                    static_cast<float>(config.norm_eps));
     } else {
       b.qkv.emplace(tp_,
                     std::vector<size_t>{row("self_attn.q_proj.weight"), row("self_attn.k_proj.weight"),
@@ -187,7 +189,7 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
   begin_forward(tokens, targets, compute_grad);
   Acts& a = acts<Acts>();
   const float eps = static_cast<float>(config_.norm_eps);
-  const double theta = config_.rope_theta;
+  const k::Rope rope = model_rope(config_);
   const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
   if (stage_.embedding) embedding_.forward(*this, a.encoded, a.tokens, a.tokens_host);
   Tensor residual = a.encoded;
@@ -200,8 +202,8 @@ double Llama::forward(const std::vector<int32_t>& tokens, const std::vector<int3
       note_attention_logits(l);
     } else {
       b.qkv->forward(*this, a.ln1[i], {a.q, a.kk, a.v});
-      k::rope_forward(a.q, nh, theta);
-      k::rope_forward(a.kk, nkv, theta);
+      k::rope_forward(a.q, nh, rope);
+      k::rope_forward(a.kk, nkv, rope);
       k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
       k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
       note_attention_logits(l);
@@ -232,7 +234,7 @@ void Llama::backward(const GradsReady& ready) {
     if (ready) ready(range.first, range.second);
   };
   Acts& a = acts<Acts>();
-  const double theta = config_.rope_theta;
+  const k::Rope rope = model_rope(config_);
   const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
 
   if (stage_.head) {
@@ -273,8 +275,8 @@ void Llama::backward(const GradsReady& ready) {
       k::fill_zero(a.dk);
       k::fill_zero(a.dv);
       k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
-      k::rope_backward(a.dq, nh, theta);
-      k::rope_backward(a.dk, nkv, theta);
+      k::rope_backward(a.dq, nh, rope);
+      k::rope_backward(a.dk, nkv, rope);
       k::fill_zero(a.dln);
       b.qkv->backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
     }

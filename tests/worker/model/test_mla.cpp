@@ -4,7 +4,7 @@
 // (relative error <= 1e-5 against fp64 torch), with a query latent and values wider than the query
 // and key heads, and with a plain q_proj and values narrower; 12-step loss trajectories of Muon with
 // and without split heads and of AdamW with QK-clip (the clip's per-step statistics too) on both;
-// and the key table's refusals.
+// YaRN's logits and gradients with MLA and on grouped-query attention; and the key table's refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,9 +48,9 @@ class MlaReference : public testing::GoldenSuite<MlaGolden> {
     return testing::llama_config_from_json(nlohmann::json::parse(in));
   }
 
-  void check_variant(const std::string& v) {
+  void check_variant(const std::string& v, bool mla = true) {
     const ModelConfig cfg = variant_config(v);
-    ASSERT_TRUE(cfg.uses_mla());
+    ASSERT_EQ(cfg.uses_mla(), mla);
     // The table: DeepseekV3's names and shapes in the reference's (registration) order.
     const std::vector<ParamSpec> table = llama_param_table(cfg);
     SafetensorsFile file = SafetensorsFile::open(*dir_ / v / "model.safetensors");
@@ -174,6 +174,13 @@ class MlaReference : public testing::GoldenSuite<MlaGolden> {
 TEST_F(MlaReference, WithAQueryLatentLogitsLossAndEveryGradient) { check_variant("q_lora"); }
 
 TEST_F(MlaReference, WithAPlainQueryProjectionLogitsLossAndEveryGradient) { check_variant("plain"); }
+
+// YaRN (model.rope_scaling, DeepSeek-V3's): the rope part's frequencies blended over the pairs, cos
+// and sin times the attention factor, the softmax scale times mscale²; and the same frequencies on
+// the plain grouped-query path, which shares the rotary kernel.
+TEST_F(MlaReference, WithYarnLogitsLossAndEveryGradient) { check_variant("yarn"); }
+
+TEST_F(MlaReference, YarnOnGroupedQueryAttentionLogitsLossAndEveryGradient) { check_variant("yarn_gqa", false); }
 
 TEST_F(MlaReference, MuonLossTrajectories) {
   for (const char* v : {"q_lora", "plain"}) check_muon(v, "muon");
