@@ -86,6 +86,9 @@ struct ModelConfig {
 
   bool llama() const { return arch == "llama"; }
   bool uses_mla() const { return llama() && mla.kv_lora_rank > 0; }
+  // DeepseekV3ForCausalLM's architecture (its config.json and tensor names): MLA, and a dense MLP
+  // or the sigmoid router's experts.
+  bool deepseek_v3() const { return uses_mla() && (moe.experts == 0 || moe.sigmoid()); }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t ffn() const {
     if (ffn_hidden > 0) return ffn_hidden;

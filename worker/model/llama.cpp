@@ -91,9 +91,10 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
     }
     size_t end = r.down.back();
     if (config.moe.shared_experts > 0) {
-      r.shared_gate = row("mlp.shared_expert.gate_proj.weight");
-      r.shared_up = row("mlp.shared_expert.up_proj.weight");
-      r.shared_down = end = row("mlp.shared_expert.down_proj.weight");
+      const std::string x = shared_expert_prefix(config) + ".";
+      r.shared_gate = row((x + "gate_proj.weight").c_str());
+      r.shared_up = row((x + "up_proj.weight").c_str());
+      r.shared_down = end = row((x + "down_proj.weight").c_str());
     }
     b.moe.emplace(tp_, ep, std::move(r), MoeMlp::routing_of(config.moe));
     b.rows = row_range({b.input_norm, end});
