@@ -17,7 +17,7 @@ clips MLA (Kimi K2 report; Megatron's MLA clip): per head h whose largest logit 
 gamma = tau / S, h's q_nope rows times gamma^alpha, its q_rope rows times gamma and its k_nope rows of
 kv_b_proj times gamma^(1 - alpha), so that the head's logit q.k scales by gamma; the shared rotary key
 (kv_a_proj_with_mqa's last rows) and the values untouched. Per step: the loss, the largest logit
-before the clip and the heads clipped.
+before the clip (over the model and per layer) and the heads clipped.
 
 Then YaRN (rope_scaling, DeepSeek-V3's definition, written out in yarn_cos_sin), logits, loss and
 every gradient only: yarn/ (MLA with a query latent: the rope part's frequencies blended by the ramp,
@@ -231,7 +231,7 @@ def run_qk_clip(c, init, batches, tau, alpha, cfg):
     m = c["mla"]
     dn, qk, kvw = m["qk_nope_head_dim"], m["qk_nope_head_dim"] + m["qk_rope_head_dim"], m["qk_nope_head_dim"] + m["v_head_dim"]
     q_name = "q_b_proj" if m["q_lora_rank"] > 0 else "q_proj"
-    losses, max_logits, clipped = [], [], []
+    losses, max_logits, layer_max, clipped = [], [], [], []
     for t in range(STEPS):
         tokens, targets = batches[t]
         for q in params.values():
@@ -255,8 +255,9 @@ def run_qk_clip(c, init, batches, tau, alpha, cfg):
                     wq[h * qk + dn:(h + 1) * qk] *= gamma
                     wkv[h * kvw:h * kvw + dn] *= gamma ** (1 - alpha)
         max_logits.append(max(r.max().item() for r in record))
+        layer_max.append([r.max().item() for r in record])
         clipped.append(n_clipped)
-    return losses, max_logits, clipped
+    return losses, max_logits, layer_max, clipped
 
 
 def write_variant(out, name, mla_cfg, gen):
@@ -289,9 +290,10 @@ def write_variant(out, name, mla_cfg, gen):
         np.save(os.path.join(d, f"traj_losses.{case['name']}.npy"), np.array(losses, dtype=np.float64))
         summary.append(f"{case['name']} {losses[0]:.4f} -> {losses[-1]:.4f}")
     tau = QK_CLIP["tau"][name]
-    losses, max_logits, clipped = run_qk_clip(c, p, batches, tau, QK_CLIP["alpha"], QK_CLIP["config"])
+    losses, max_logits, layer_max, clipped = run_qk_clip(c, p, batches, tau, QK_CLIP["alpha"], QK_CLIP["config"])
     np.save(os.path.join(d, "traj_losses.qk_clip.npy"), np.array(losses, dtype=np.float64))
     np.save(os.path.join(d, "traj_max_logit.qk_clip.npy"), np.array(max_logits, dtype=np.float64))
+    np.save(os.path.join(d, "traj_layer_max_logit.qk_clip.npy"), np.array(layer_max, dtype=np.float64))
     np.save(os.path.join(d, "traj_clipped.qk_clip.npy"), np.array(clipped, dtype=np.float64))
     summary.append(f"qk_clip at {tau}: max logits {[round(m, 3) for m in max_logits]}, clipped {clipped}")
     with open(os.path.join(d, "cases.json"), "w") as f:

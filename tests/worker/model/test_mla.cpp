@@ -150,19 +150,28 @@ class MlaReference : public testing::GoldenSuite<MlaGolden> {
     const std::vector<double> ref_loss = values(v + "/traj_losses.qk_clip.npy");
     const std::vector<double> ref_max = values(v + "/traj_max_logit.qk_clip.npy");
     const std::vector<double> ref_clipped = values(v + "/traj_clipped.qk_clip.npy");
+    const std::vector<double> ref_layer_max = values(v + "/traj_layer_max_logit.qk_clip.npy");  // [step][layer]
     std::vector<QkClipStats> stats;
     const std::vector<double> losses = train(v, qk.at("config"), tau, alpha, &stats);
     ASSERT_EQ(stats.size(), ref_max.size());
     std::vector<double> max_logit;
     int64_t clipped = 0;
+    double worst_layer = 0;
     for (size_t t = 0; t < stats.size(); ++t) {
       max_logit.push_back(stats[t].max_logit);
+      const size_t L = stats[t].layer_max_logit.size();
+      ASSERT_EQ(L * stats.size(), ref_layer_max.size()) << v;
+      for (size_t l = 0; l < L; ++l) {
+        const double want = ref_layer_max[t * L + l];
+        worst_layer = std::max(worst_layer, std::fabs(stats[t].layer_max_logit[l] - want) / std::fabs(want));
+      }
       EXPECT_EQ(stats[t].clipped, static_cast<int64_t>(ref_clipped[t])) << v << " step " << t + 1;
       clipped += stats[t].clipped;
     }
     const double worst_loss = worst_relative(losses, ref_loss), worst_logit = worst_relative(max_logit, ref_max);
     EXPECT_LT(worst_loss, kMlaLossTolerance) << v;
     EXPECT_LT(worst_logit, kMlaLossTolerance) << v;
+    EXPECT_LT(worst_layer, kMlaLossTolerance) << v << ": a layer's largest logit";
     EXPECT_GE(clipped, 5) << v << ": the threshold did not bite";
     std::printf("[ mla %s qk_clip ] tau %.2f: max logit %.3f -> %.3f (torch %.3f -> %.3f), %lld heads clipped over "
                 "%zu steps, max relative difference: loss %.2g, logit %.2g\n",
