@@ -1,5 +1,5 @@
 // The DeepSeek-V3 family's keys and checkpoints: [model.rope_scaling] (YaRN) parsed and every bad
-// setting refused naming its key; the config.json of a model with multi-head latent attention
+// setting refused naming its key, as are MLA and router shapes that cannot be computed; the config.json of a model with multi-head latent attention
 // (DeepseekV3ForCausalLM's fields, with the sigmoid router's experts or dense) and the names its
 // tensors take (mlp.shared_experts); a DeepseekV3 checkpoint with a tensor deleted refused naming
 // the tensor.
@@ -62,6 +62,14 @@ TEST(DeepseekConfig, YarnKeysParseWithDeepseekDefaults) {
   // mscale = mscale_all_dim: cos and sin unscaled, the softmax scale times (0.1·ln 4 + 1)².
   EXPECT_DOUBLE_EQ(r.attention_factor, 1.0);
   EXPECT_NEAR(yarn_softmax_factor(m), std::pow(0.1 * std::log(4.0) + 1, 2), 1e-15);
+  // The trial's stored TOML (what a trial runs) keeps the table.
+  const ParsedConfig again = parse_config_text(config_to_toml(parse_config_text(kDeepseekModel + kDeepseekMla +
+                                                                                kDeepseekYarn, "recipe.toml")
+                                                                  .config),
+                                               "stored.toml");
+  EXPECT_TRUE(again.config.model.rope_scaling.yarn());
+  EXPECT_EQ(again.config.model.rope_scaling.original_max_position_embeddings, 64);
+  EXPECT_DOUBLE_EQ(again.config.model.rope_scaling.mscale_all_dim, 1.0);
   // Without mscale_all_dim the cos/sin factor is 0.1·mscale·ln(factor) + 1 and the softmax unchanged.
   const ModelConfig g = deepseek_model(kDeepseekModel + "[model.rope_scaling]\ntype = \"yarn\"\nfactor = 8\n"
                                                         "original_max_position_embeddings = 16\nmscale = 0.5\n");
@@ -94,6 +102,23 @@ TEST(DeepseekConfig, BadYarnSettingsAreRefusedNamingTheKey) {
   }
   EXPECT_EQ(deepseek_parse_error(mla + yarn + "factor = 4\n"), "");
   EXPECT_EQ(deepseek_parse_error(kDeepseekModel + yarn + "factor = 4\n"), "");  // grouped-query attention
+}
+
+// The family's shapes that cannot be computed are refused with the full key (issue 39's list; the
+// model tests check the same rules beside their references).
+TEST(DeepseekConfig, BadMlaAndRouterShapesAreRefusedNamingTheKey) {
+  std::string e = deepseek_parse_error(kDeepseekModel + "[model.mla]\nkv_lora_rank = 16\nqk_rope_head_dim = 7\n");
+  EXPECT_NE(e.find("model.mla.qk_rope_head_dim"), std::string::npos) << e;
+  EXPECT_NE(e.find("must be even"), std::string::npos) << e;
+  e = deepseek_parse_error(kDeepseekModel + "[model.mla]\nkv_lora_rank = 33\n");
+  EXPECT_NE(e.find("model.mla.kv_lora_rank"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than model.d_model = 32"), std::string::npos) << e;
+  e = deepseek_parse_error(kDeepseekModel + kDeepseekMla +
+                           "[model.moe]\nexperts = 4\nrouter = \"sigmoid\"\naux_loss_coeff = 0\nn_group = 2\n"
+                           "topk_group = 3\n");
+  EXPECT_NE(e.find("model.moe.topk_group"), std::string::npos) << e;
+  EXPECT_NE(e.find("more than model.moe.n_group = 2"), std::string::npos) << e;
+  EXPECT_EQ(deepseek_parse_error(kDeepseekModel + kDeepseekMla + kDeepseekMoe), "");
 }
 
 // The configuration of a model that is DeepSeek-V3's architecture names it and gives DeepseekV3's
