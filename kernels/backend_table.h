@@ -29,7 +29,7 @@ namespace precon::kernels {
 
 // Raised whenever the table's layout or the types it passes (Tensor, the op parameters) change:
 // a plugin from another build is refused rather than called with the wrong layout.
-constexpr int kBackendAbiVersion = 3;
+constexpr int kBackendAbiVersion = 4;
 
 // The plugin's one entry point: extern "C" const BackendTable* precon_cuda_backend().
 constexpr const char* kBackendEntryPoint = "precon_cuda_backend";

@@ -140,7 +140,7 @@ int64_t crossentropy_rows(const char* op, const Tensor& logits, const Tensor& ta
 }
 
 // x (B,T,C) with C = n_head * hd, hd even, and theta > 0: rope's argument checks.
-void require_rope_input(const char* op, const char* what, const Tensor& x, int n_head, double theta) {
+void require_rope_input(const char* op, const char* what, const Tensor& x, int n_head, const Rope& rope) {
   require_ndim(op, what, x, {3});
   require_float(op, what, x);
   require_contiguous(op, what, x);
@@ -149,9 +149,19 @@ void require_rope_input(const char* op, const char* what, const Tensor& x, int n
   if (n_head <= 0 || C % n_head != 0 || (C / n_head) % 2 != 0)
     shape_error(op, std::string(what) + " " + x.describe() + ": the last dim must be n_head = " + str(n_head) +
                         " heads of an even head dim");
-  if (!(theta > 0.0) || !std::isfinite(theta))
+  if (!(rope.theta > 0.0) || !std::isfinite(rope.theta))
     PRECON_THROW(UnsupportedError, op,
-                 "theta = " + std::to_string(theta) + " must be finite and > 0 (Llama uses 10000 or 500000)");
+                 "theta = " + std::to_string(rope.theta) + " must be finite and > 0 (Llama uses 10000 or 500000)");
+  if (!(rope.factor >= 1.0) || !std::isfinite(rope.factor) || !(rope.attention_factor > 0.0) ||
+      !std::isfinite(rope.attention_factor))
+    PRECON_THROW(UnsupportedError, op,
+                 "YaRN factor = " + std::to_string(rope.factor) + " must be finite and >= 1, attention_factor = " +
+                     std::to_string(rope.attention_factor) + " finite and > 0");
+  if (rope.factor > 1.0 && !(rope.original_max > 0.0 && rope.beta_fast > rope.beta_slow && rope.beta_slow > 0.0 &&
+                             std::isfinite(rope.original_max) && std::isfinite(rope.beta_fast)))
+    PRECON_THROW(UnsupportedError, op,
+                 "YaRN needs original_max > 0 (" + std::to_string(rope.original_max) + ") and beta_fast > beta_slow > 0 (" +
+                     std::to_string(rope.beta_fast) + ", " + std::to_string(rope.beta_slow) + ")");
 }
 
 // q (B,T,NH·hd), k and v (B,T,NKV·hd), qkv (B,T,3·NH·hd), one dtype, NKV dividing NH: qkv_pack's
@@ -397,18 +407,18 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, const Tensor& dout, const Ten
   PRECON_DISPATCH(device, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
 }
 
-void rope_forward(Tensor x, int n_head, double theta) {
+void rope_forward(Tensor x, int n_head, const Rope& rope) {
   const char* op = "rope_forward";
-  require_rope_input(op, "x", x, n_head, theta);
+  require_rope_input(op, "x", x, n_head, rope);
   if (x.numel() == 0) return;
-  PRECON_DISPATCH(x.device, rope_forward, x, n_head, theta);
+  PRECON_DISPATCH(x.device, rope_forward, x, n_head, rope);
 }
 
-void rope_backward(Tensor dx, int n_head, double theta) {
+void rope_backward(Tensor dx, int n_head, const Rope& rope) {
   const char* op = "rope_backward";
-  require_rope_input(op, "dx", dx, n_head, theta);
+  require_rope_input(op, "dx", dx, n_head, rope);
   if (dx.numel() == 0) return;
-  PRECON_DISPATCH(dx.device, rope_backward, dx, n_head, theta);
+  PRECON_DISPATCH(dx.device, rope_backward, dx, n_head, rope);
 }
 
 void swiglu_forward(Tensor out, const Tensor& gate, const Tensor& up) {

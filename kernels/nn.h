@@ -11,6 +11,7 @@
 
 #include <vector>
 
+#include "kernels/rope.h"
 #include "kernels/tensor.h"
 
 namespace precon::kernels {
@@ -47,12 +48,13 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, const Tensor& dout, const Ten
                       const Tensor& rstd);
 
 // Rotary position embeddings, HF's rotate-half convention, in place over x (B,T,H·hd) viewed as H
-// heads of hd channels (hd even). For position t and i < hd/2, with angle = t · theta^(−2i/hd)
-// (computed in double):  x[i] ← x[i]·cos − x[i+hd/2]·sin;  x[i+hd/2] ← x[i+hd/2]·cos + x[i]·sin.
-void rope_forward(Tensor x, int n_head, double theta);
+// heads of hd channels (hd even). For position t and i < hd/2, with angle = t · rope.inv_freq(i, hd)
+// (computed in double; kernels/rope.h: theta^(−2i/hd), or YaRN's blend) and a = rope.attention_factor:
+// x[i] ← a·(x[i]·cos − x[i+hd/2]·sin);  x[i+hd/2] ← a·(x[i+hd/2]·cos + x[i]·sin).
+void rope_forward(Tensor x, int n_head, const Rope& rope);
 // In place: dx (B,T,H·hd) holding d loss / d rope output becomes d loss / d rope input (the
-// inverse rotation).
-void rope_backward(Tensor dx, int n_head, double theta);
+// inverse rotation, times the same a).
+void rope_backward(Tensor dx, int n_head, const Rope& rope);
 
 // SwiGLU: out = silu(gate) · up = gate·sigmoid(gate)·up. All (N,F) or (B,T,F).
 void swiglu_forward(Tensor out, const Tensor& gate, const Tensor& up);

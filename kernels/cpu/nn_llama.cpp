@@ -119,12 +119,13 @@ namespace {
 // Rotates each pair (x[i], x[i + hd/2]) of every head of x (B,T,NH·hd) by sign · t · theta^(−2i/hd).
 // The angles and their cos/sin are computed once per (t, i) in double, rounded to fp32 into a
 // table; the rotation itself is fp32 and vectorises over i.
-void rope_rotate(Tensor x, int n_head, double theta, float sign) {
+void rope_rotate(Tensor x, int n_head, const Rope& rope, float sign) {
   const int64_t T = x.shape[1], C = x.shape[2], BT = x.shape[0] * T;
   const int64_t hd = C / n_head, half = hd / 2;
   std::vector<float> cos_table(size_t(T * half)), sin_table(size_t(T * half));
   std::vector<double> inv_freq(half);
-  for (int64_t i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * double(i) / double(hd));
+  for (int64_t i = 0; i < half; ++i) inv_freq[i] = rope.inv_freq(i, hd);
+  const double a = rope.attention_factor;
   float* data = x.f32();
 #pragma omp parallel
   {
@@ -132,8 +133,8 @@ void rope_rotate(Tensor x, int n_head, double theta, float sign) {
     for (int64_t t = 0; t < T; ++t)
       for (int64_t i = 0; i < half; ++i) {
         const double angle = double(t) * inv_freq[i];
-        cos_table[t * half + i] = static_cast<float>(std::cos(angle));
-        sin_table[t * half + i] = sign * static_cast<float>(std::sin(angle));
+        cos_table[t * half + i] = static_cast<float>(a * std::cos(angle));
+        sin_table[t * half + i] = sign * static_cast<float>(a * std::sin(angle));
       }
 #pragma omp for schedule(static)
     for (int64_t bt = 0; bt < BT; ++bt) {
@@ -155,10 +156,10 @@ void rope_rotate(Tensor x, int n_head, double theta, float sign) {
 
 }  // namespace
 
-void rope_forward(Tensor x, int n_head, double theta) { rope_rotate(x, n_head, theta, 1.0f); }
+void rope_forward(Tensor x, int n_head, const Rope& rope) { rope_rotate(x, n_head, rope, 1.0f); }
 
-// The forward rotates each pair by R(angle), so the gradient is R(angle)ᵀ dy = R(−angle) dy.
-void rope_backward(Tensor dx, int n_head, double theta) { rope_rotate(dx, n_head, theta, -1.0f); }
+// The forward rotates each pair by a·R(angle), so the gradient is a·R(angle)ᵀ dy = a·R(−angle) dy.
+void rope_backward(Tensor dx, int n_head, const Rope& rope) { rope_rotate(dx, n_head, rope, -1.0f); }
 
 // sigmoid(g) = 1 / (1 + e^−g) with the vectorisable fast_exp; e^−g overflowing to inf for very
 // negative g gives the right limit (sigmoid 0, silu −0).

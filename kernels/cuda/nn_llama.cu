@@ -91,14 +91,16 @@ __global__ void add_sums_kernel(Elems dst, const float* sums, int64_t C) {
   PRECON_GRID_STRIDE(c, C) dst.set(c, dst.get(c) + sums[c]);
 }
 
-// cos and sign·sin of t·theta^(−2i/hd) for t < T, i < half, computed in double once per (t, i).
-__global__ void rope_table_kernel(float2* table, int64_t T, int64_t half, double theta, float sign) {
+// a·cos and sign·a·sin of t·rope.inv_freq(i, hd) for t < T, i < half, computed in double once per
+// (t, i); a = rope.attention_factor.
+__global__ void rope_table_kernel(float2* table, int64_t T, int64_t half, Rope rope, float sign) {
   PRECON_GRID_STRIDE(idx, T * half) {
     int64_t t = idx / half, i = idx % half;
-    double angle = double(t) * pow(theta, -2.0 * double(i) / double(2 * half));
+    double angle = double(t) * rope.inv_freq(i, 2 * half);
     double s, c;
     sincos(angle, &s, &c);
-    table[idx] = make_float2(static_cast<float>(c), sign * static_cast<float>(s));
+    const double a = rope.attention_factor;
+    table[idx] = make_float2(static_cast<float>(a * c), sign * static_cast<float>(a * s));
   }
 }
 
@@ -172,11 +174,11 @@ __global__ void qkv_pack_backward_kv_kernel(Elems dk, Elems dv, Elems dqkv, int6
   }
 }
 
-void rope_rotate(Tensor x, int n_head, double theta, float sign) {
+void rope_rotate(Tensor x, int n_head, const Rope& rope, float sign) {
   int64_t T = x.shape[1], C = x.shape[2], BT = x.shape[0] * T, half = C / n_head / 2;
   Scratch table(size_t(T * half) * sizeof(float2));
   float2* tab = static_cast<float2*>(table.get());
-  rope_table_kernel<<<grid_for(T * half, kThreads), kThreads>>>(tab, T, half, theta, sign);
+  rope_table_kernel<<<grid_for(T * half, kThreads), kThreads>>>(tab, T, half, rope, sign);
   PRECON_CUDA_LAUNCHED("rope_table_kernel");
   rope_rotate_kernel<<<grid_for(BT * n_head * half, kThreads), kThreads>>>(elems(x), tab, BT, T, n_head, half);
   PRECON_CUDA_LAUNCHED("rope_rotate_kernel");
@@ -222,9 +224,9 @@ void rmsnorm_backward(Tensor dinp, Tensor dweight, const Tensor& dout, const Ten
   PRECON_CUDA_LAUNCHED("add_sums_kernel");
 }
 
-void rope_forward(Tensor x, int n_head, double theta) { rope_rotate(x, n_head, theta, 1.0f); }
+void rope_forward(Tensor x, int n_head, const Rope& rope) { rope_rotate(x, n_head, rope, 1.0f); }
 
-void rope_backward(Tensor dx, int n_head, double theta) { rope_rotate(dx, n_head, theta, -1.0f); }
+void rope_backward(Tensor dx, int n_head, const Rope& rope) { rope_rotate(dx, n_head, rope, -1.0f); }
 
 void swiglu_forward(Tensor out, const Tensor& gate, const Tensor& up) {
   int64_t n = gate.numel();

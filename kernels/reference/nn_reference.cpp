@@ -126,27 +126,46 @@ void rmsnorm_backward(double* dinp, double* dweight, const double* dout, const d
 
 namespace {
 // Rotates each pair (x[i], x[i + hd/2]) of every head by sign * t * theta^(-2i/hd).
-void rope_rotate(double* x, int B, int T, int NH, int hd, double theta, double sign) {
+// Pair i's frequency: theta^(−2i/hd); with YaRN the pairs that turn more than beta_fast times over
+// the original context keep it, those turning fewer than beta_slow times take it / factor, and a
+// linear ramp over the pairs between blends the two.
+double rope_frequency(const Rope& r, int i, int hd) {
+  const double base = std::pow(r.theta, -2.0 * i / hd);
+  if (r.factor == 1.0) return base;
+  auto pair_turning = [&](double turns) {  // the (fractional) pair that turns `turns` times
+    return hd * std::log(r.original_max / (2.0 * M_PI * turns)) / (2.0 * std::log(r.theta));
+  };
+  const double low = std::max(std::floor(pair_turning(r.beta_fast)), 0.0);
+  double high = std::min(std::ceil(pair_turning(r.beta_slow)), double(hd - 1));
+  if (high == low) high = low + 0.001;
+  const double interpolate = std::clamp((i - low) / (high - low), 0.0, 1.0);
+  return (1.0 - interpolate) * base + interpolate * base / r.factor;
+}
+
+void rope_rotate(double* x, int B, int T, int NH, int hd, const Rope& rope, double sign) {
   const int half = hd / 2;
+  const double a = rope.attention_factor;
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < NH; ++h) {
         double* head = x + (int64_t(b) * T + t) * NH * hd + int64_t(h) * hd;
         for (int i = 0; i < half; ++i) {
-          const double angle = sign * t * std::pow(theta, -2.0 * i / hd);
+          const double angle = sign * t * rope_frequency(rope, i, hd);
           const double x1 = head[i], x2 = head[i + half];
-          head[i] = x1 * std::cos(angle) - x2 * std::sin(angle);
-          head[i + half] = x2 * std::cos(angle) + x1 * std::sin(angle);
+          head[i] = a * (x1 * std::cos(angle) - x2 * std::sin(angle));
+          head[i + half] = a * (x2 * std::cos(angle) + x1 * std::sin(angle));
         }
       }
 }
 }  // namespace
 
-void rope_forward(double* x, int B, int T, int NH, int hd, double theta) { rope_rotate(x, B, T, NH, hd, theta, 1.0); }
+void rope_forward(double* x, int B, int T, int NH, int hd, const Rope& rope) {
+  rope_rotate(x, B, T, NH, hd, rope, 1.0);
+}
 
-// The forward is a rotation R per pair, so the gradient is Rᵀ dy, the rotation by minus the angle.
-void rope_backward(double* dx, int B, int T, int NH, int hd, double theta) {
-  rope_rotate(dx, B, T, NH, hd, theta, -1.0);
+// The forward is a·R per pair, so the gradient is a·Rᵀ dy, a times the rotation by minus the angle.
+void rope_backward(double* dx, int B, int T, int NH, int hd, const Rope& rope) {
+  rope_rotate(dx, B, T, NH, hd, rope, -1.0);
 }
 
 void swiglu_forward(double* out, const double* gate, const double* up, int64_t n) {

@@ -30,9 +30,11 @@ void rmsnorm_forward(double* out, double* rstd, const double* inp, const double*
 void rmsnorm_backward(double* dinp, double* dweight, const double* dout, const double* inp, const double* weight,
                       const double* rstd, int N, int C);
 
-// x (B,T,NH*hd), in place; the backward rotates dx by the opposite angle.
-void rope_forward(double* x, int B, int T, int NH, int hd, double theta);
-void rope_backward(double* dx, int B, int T, int NH, int hd, double theta);
+// x (B,T,NH*hd), in place; the backward rotates dx by the opposite angle. The frequencies are
+// computed here from the description in kernels/rope.h (YaRN's ramp written out again), not with
+// Rope::inv_freq.
+void rope_forward(double* x, int B, int T, int NH, int hd, const Rope& rope);
+void rope_backward(double* dx, int B, int T, int NH, int hd, const Rope& rope);
 
 void swiglu_forward(double* out, const double* gate, const double* up, int64_t n);
 void swiglu_backward(double* dgate, double* dup, const double* dout, const double* gate, const double* up, int64_t n);

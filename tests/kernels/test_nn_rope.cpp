@@ -48,6 +48,58 @@ TEST(NnRope, MatchesReference) {
   }
 }
 
+// YaRN as DeepSeek-V3 scales its 64 rotary channels (factor 40 over 4096 positions, beta 32 and 1:
+// pairs 10 to 23 on the ramp), a head whose original context (6 positions) puts low and high both
+// at 0 (the +0.001 rule: pair 0 extrapolated, the rest interpolated), and the cos/sin factor.
+kernels::Rope yarn_rope_of(double theta, double factor, double original_max, double attention_factor) {
+  kernels::Rope r(theta);
+  r.factor = factor;
+  r.original_max = original_max;
+  r.attention_factor = attention_factor;
+  return r;
+}
+
+TEST(NnRope, YarnMatchesReference) {
+  const uint64_t seed = test_seed();
+  SCOPED_TRACE(seed_note(seed));
+  struct YarnCase {
+    int B, T, NH, hd;
+    kernels::Rope rope;
+  };
+  for (const YarnCase& s : {YarnCase{2, 300, 2, 64, yarn_rope_of(10000, 40, 4096, 1.0)},
+                            YarnCase{1, 50, 3, 8, yarn_rope_of(10000, 4, 6, 1.1386)},
+                            YarnCase{2, 9, 1, 16, yarn_rope_of(500000, 8, 100, 0.7)}}) {
+    SCOPED_TRACE(::testing::Message() << "hd=" << s.hd << " factor=" << s.rope.factor);
+    const int C = s.NH * s.hd;
+    const size_t n = size_t(s.B) * s.T * C;
+    auto x = random_normal(n, seed + 1);
+    auto x_r = to_double(x);
+    kernels::rope_forward(host_view(x, {s.B, s.T, C}), s.NH, s.rope);
+    ref::rope_forward(x_r.data(), s.B, s.T, s.NH, s.hd, s.rope);
+    EXPECT_LE(max_rel(x, x_r, 1.0), 1e-6) << "forward";
+    auto plain = to_double(x);
+    ref::rope_backward(plain.data(), s.B, s.T, s.NH, s.hd, kernels::Rope(s.rope.theta));
+    EXPECT_GT(max_rel(x, plain, 1.0), 1e-2) << "YaRN changed nothing";
+    auto dx = random_normal(n, seed + 2);
+    auto dx_r = to_double(dx);
+    kernels::rope_backward(host_view(dx, {s.B, s.T, C}), s.NH, s.rope);
+    ref::rope_backward(dx_r.data(), s.B, s.T, s.NH, s.hd, s.rope);
+    EXPECT_LE(max_rel(dx, dx_r, 1.0), 1e-6) << "backward";
+  }
+  // Known frequencies of DeepSeek-V3's ramp: pair 0 (turning 4096/2π ≈ 652 times over the original
+  // context, more than beta_fast) keeps theta^0 = 1, pair 31 (0.09 turns, fewer than beta_slow) is
+  // theta^(−62/64) / 40, pair 16 sits 6/13 of the way up the ramp from low = 10 to high = 23.
+  const kernels::Rope v3 = yarn_rope_of(10000, 40, 4096, 1.0);
+  EXPECT_DOUBLE_EQ(v3.inv_freq(0, 64), 1.0);
+  EXPECT_NEAR(v3.inv_freq(31, 64), std::pow(10000.0, -62.0 / 64) / 40, 1e-15);
+  const double base16 = std::pow(10000.0, -32.0 / 64), ramp16 = 6.0 / 13.0;
+  EXPECT_NEAR(v3.inv_freq(16, 64), base16 * (1 - ramp16) + base16 / 40 * ramp16, 1e-15);
+  // Position 0 is the cos/sin factor times the identity.
+  std::vector<float> x = {1, 2, 3, 4};
+  kernels::rope_forward(host_view(x, {1, 1, 4}), 1, yarn_rope_of(10000, 4, 64, 1.25));
+  EXPECT_EQ(x, (std::vector<float>{1.25f, 2.5f, 3.75f, 5.0f}));
+}
+
 TEST(NnRope, ReferenceGradientsMatchFiniteDifferences) {
   const uint64_t seed = test_seed();
   SCOPED_TRACE(seed_note(seed));
@@ -134,6 +186,13 @@ TEST(NnRope, RejectsBadInput) {
     EXPECT_THROW(kernels::rope_forward(v, NH, theta), UnsupportedError) << "theta " << theta;
     EXPECT_THROW(kernels::rope_backward(v, NH, theta), UnsupportedError) << "theta " << theta;
   }
+  EXPECT_NO_THROW(kernels::rope_forward(v, NH, yarn_rope_of(10000, 4, 64, 1.0)));
+  EXPECT_THROW(kernels::rope_forward(v, NH, yarn_rope_of(10000, 0.5, 64, 1.0)), UnsupportedError);  // factor < 1
+  EXPECT_THROW(kernels::rope_forward(v, NH, yarn_rope_of(10000, 4, 0, 1.0)), UnsupportedError);     // no context
+  EXPECT_THROW(kernels::rope_forward(v, NH, yarn_rope_of(10000, 4, 64, 0.0)), UnsupportedError);    // a = 0
+  kernels::Rope crossed = yarn_rope_of(10000, 4, 64, 1.0);
+  crossed.beta_fast = 0.5;  // below beta_slow
+  EXPECT_THROW(kernels::rope_backward(v, NH, crossed), UnsupportedError);
 }
 
 }  // namespace

@@ -50,6 +50,24 @@ struct MlaConfig {
   int64_t v_head_dim = 32;       // each head's value channels
 };
 
+// YaRN context extension of the rotary embeddings ([model.rope_scaling], llama only), as DeepSeek-V3
+// defines it (kernels/rope.h): each pair's frequency blended between the original one and that one
+// divided by factor, by a ramp between the pairs turning beta_fast and beta_slow times over
+// original_max_position_embeddings; cos and sin times ms(factor, mscale) / ms(factor, mscale_all_dim);
+// with MLA the softmax scale times ms(factor, mscale_all_dim)², where ms(s, m) = 0.1·m·ln s + 1 (1 when
+// m = 0).
+struct RopeScalingConfig {
+  std::string type = "none";                     // "none" | "yarn"
+  double factor = 1;                             // yarn: how many times the original context (> 1)
+  int64_t original_max_position_embeddings = 0;  // yarn: the context the frequencies were made for (tokens)
+  double beta_fast = 32;                         // yarn: rotations above which a pair keeps its frequency
+  double beta_slow = 1;                          // yarn: rotations below which it is interpolated
+  double mscale = 1;                             // yarn: cos/sin factor's numerator coefficient
+  double mscale_all_dim = 0;                     // yarn: its denominator's, and MLA's softmax factor's; 0 = none
+
+  bool yarn() const { return type == "yarn"; }
+};
+
 struct ModelConfig {
   std::string arch = "gpt2";  // "gpt2" | "llama": the model family (worker/model/)
   int64_t n_layer = 4;        // transformer blocks
@@ -69,9 +87,13 @@ struct ModelConfig {
   double mtp_loss_coeff = 0.3;  // λ: the training loss is the main loss + λ · the mean of the D modules' losses
   MoeConfig moe;
   MlaConfig mla;
+  RopeScalingConfig rope_scaling;
 
   bool llama() const { return arch == "llama"; }
   bool uses_mla() const { return llama() && mla.kv_lora_rank > 0; }
+  // DeepseekV3ForCausalLM's architecture (its config.json and tensor names): MLA, and a dense MLP
+  // or the sigmoid router's experts.
+  bool deepseek_v3() const { return uses_mla() && (moe.experts == 0 || moe.sigmoid()); }
   int64_t kv_heads() const { return n_kv_head > 0 ? n_kv_head : n_head; }
   int64_t ffn() const {
     if (ffn_hidden > 0) return ffn_hidden;

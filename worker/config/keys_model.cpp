@@ -1,4 +1,4 @@
-// Key table rows: [model], [model.mla] and [model.moe].
+// Key table rows: [model], [model.mla], [model.moe] and [model.rope_scaling].
 #include <string>
 #include <vector>
 
@@ -7,6 +7,83 @@
 namespace precon::worker::key_rows {
 
 #define T(path) [](TrialConfig& c) { return FieldRef{&c.path}; }
+
+namespace {
+
+// [model.rope_scaling]: YaRN (RopeScalingConfig). Not in the config hash: like model.rope_theta it
+// changes no tensor a checkpoint holds.
+void add_rope_scaling_rows(std::vector<Row>& k) {
+  k.push_back(trial("model.rope_scaling.type", "",
+                    "llama: none, or yarn (DeepSeek-V3's YaRN: the rotary frequencies blended between the original "
+                    "and the interpolated ones, cos/sin and MLA's softmax scaled; docs/models.md)",
+                    T(model.rope_scaling.type))
+                  .choices({"none", "yarn"})
+                  .rule([](const TrialConfig& c) {
+                    return c.model.rope_scaling.yarn() && !c.model.llama()
+                               ? std::string("type = \"yarn\" scales rotary embeddings: it needs model.arch = "
+                                             "\"llama\" (gpt2 has learned positions)")
+                               : std::string();
+                  }));
+  k.push_back(trial("model.rope_scaling.factor", "",
+                    "yarn: how many times the original context the model is made for (> 1)",
+                    T(model.rope_scaling.factor))
+                  .range(1, 1e6)
+                  .rule([](const TrialConfig& c) {
+                    const RopeScalingConfig& r = c.model.rope_scaling;
+                    if (r.yarn() && r.factor <= 1)
+                      return std::string("factor = 1 leaves the frequencies as they are: YaRN needs factor > 1 (or "
+                                         "model.rope_scaling.type = \"none\")");
+                    if (!r.yarn() && r.factor != 1)
+                      return "factor = " + std::to_string(r.factor) +
+                             " does nothing without model.rope_scaling.type = \"yarn\"";
+                    return std::string();
+                  }));
+  k.push_back(trial("model.rope_scaling.original_max_position_embeddings", "tokens",
+                    "yarn: the context the rotary frequencies were made for (DeepSeek-V3: 4096); required with yarn",
+                    T(model.rope_scaling.original_max_position_embeddings))
+                  .range(0, 1 << 24)
+                  .rule([](const TrialConfig& c) {
+                    const RopeScalingConfig& r = c.model.rope_scaling;
+                    return r.yarn() && r.original_max_position_embeddings == 0
+                               ? std::string("original_max_position_embeddings is required with "
+                                             "model.rope_scaling.type = \"yarn\": the context the frequencies were "
+                                             "made for, in tokens")
+                               : std::string();
+                  }));
+  k.push_back(trial("model.rope_scaling.beta_fast", "",
+                    "yarn: rotations over the original context above which a pair keeps its frequency (more than "
+                    "beta_slow)",
+                    T(model.rope_scaling.beta_fast))
+                  .range(1e-6, 1e6)
+                  .rule([](const TrialConfig& c) {
+                    const RopeScalingConfig& r = c.model.rope_scaling;
+                    return r.beta_fast <= r.beta_slow
+                               ? "beta_fast = " + std::to_string(r.beta_fast) +
+                                     " must be more than model.rope_scaling.beta_slow = " + std::to_string(r.beta_slow)
+                               : std::string();
+                  }));
+  k.push_back(trial("model.rope_scaling.beta_slow", "",
+                    "yarn: rotations below which a pair's frequency is divided by factor", T(model.rope_scaling.beta_slow))
+                  .range(1e-6, 1e6));
+  k.push_back(trial("model.rope_scaling.mscale", "",
+                    "yarn: cos and sin times (0.1·mscale·ln factor + 1) / (0.1·mscale_all_dim·ln factor + 1)",
+                    T(model.rope_scaling.mscale))
+                  .range(0, 1e3));
+  k.push_back(trial("model.rope_scaling.mscale_all_dim", "",
+                    "yarn, MLA: the softmax scale times (0.1·mscale_all_dim·ln factor + 1)² (DeepSeek-V3: 1); 0 = "
+                    "unchanged; a model without [model.mla] takes 0",
+                    T(model.rope_scaling.mscale_all_dim))
+                  .range(0, 1e3)
+                  .rule([](const TrialConfig& c) {
+                    const ModelConfig& m = c.model;
+                    return m.rope_scaling.yarn() && m.rope_scaling.mscale_all_dim != 0 && !m.uses_mla()
+                               ? std::string("mscale_all_dim scales multi-head latent attention's softmax "
+                                             "(DeepSeek-V3): without [model.mla] set it to 0")
+                               : std::string();
+                  }));
+}
+
+}  // namespace
 
 void add_model_rows(std::vector<Row>& k) {
   // [model]
@@ -224,6 +301,7 @@ void add_model_rows(std::vector<Row>& k) {
                                  "balance loss is model.moe.aux_loss_coeff)"
                                : std::string();
                   }));
+  add_rope_scaling_rows(k);
 }
 
 #undef T

@@ -6,6 +6,7 @@
 #include "kernels/linalg.h"
 #include "kernels/nn.h"
 #include "worker/model/activations.h"
+#include "worker/model/rope_scaling.h"
 
 namespace precon::worker {
 
@@ -74,7 +75,8 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
       r.kv_norm = row("self_attn.kv_a_layernorm.weight");
       r.kv_b = row("self_attn.kv_b_proj.weight");
       r.o = row("self_attn.o_proj.weight");
-      b.mla.emplace(tp_, r, mla_dims(), config.rope_theta, static_cast<float>(config.norm_eps));
+      b.mla.emplace(tp_, r, mla_dims(), model_rope(config), yarn_softmax_factor(config),
+                    static_cast<float>(config.norm_eps));
     } else {
       b.qkv.emplace(tp_,
                     std::vector<size_t>{row("self_attn.q_proj.weight"), row("self_attn.k_proj.weight"),
@@ -100,9 +102,10 @@ Llama::Llama(const ModelConfig& config, int64_t batch_size, k::Device device, co
     }
     size_t end = r.down.back();
     if (config.moe.shared_experts > 0) {
-      r.shared_gate = row("mlp.shared_expert.gate_proj.weight");
-      r.shared_up = row("mlp.shared_expert.up_proj.weight");
-      r.shared_down = end = row("mlp.shared_expert.down_proj.weight");
+      const std::string x = shared_expert_prefix(config) + ".";
+      r.shared_gate = row((x + "gate_proj.weight").c_str());
+      r.shared_up = row((x + "up_proj.weight").c_str());
+      r.shared_down = end = row((x + "down_proj.weight").c_str());
     }
     b.moe.emplace(tp_, ep, std::move(r), MoeMlp::routing_of(config.moe));
     b.rows = row_range({b.input_norm, end});
@@ -207,7 +210,7 @@ void Llama::block_forward(int64_t l, size_t i, const Tensor& in, bool compute_gr
   Acts& a = acts<Acts>();
   const Block& b = blocks_[static_cast<size_t>(l)];
   const float eps = static_cast<float>(config_.norm_eps);
-  const double theta = config_.rope_theta;
+  const k::Rope rope = model_rope(config_);
   const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
   k::rmsnorm_forward(a.ln1[i], a.rstd1[i], in, weight(b.input_norm), eps);
   if (b.mla) {
@@ -215,8 +218,8 @@ void Llama::block_forward(int64_t l, size_t i, const Tensor& in, bool compute_gr
     note_attention_logits(l);
   } else {
     b.qkv->forward(*this, a.ln1[i], {a.q, a.kk, a.v});
-    k::rope_forward(a.q, nh, theta);
-    k::rope_forward(a.kk, nkv, theta);
+    k::rope_forward(a.q, nh, rope);
+    k::rope_forward(a.kk, nkv, rope);
     k::qkv_pack_forward(a.qkv[i], a.q, a.kk, a.v, nh, nkv);
     k::attention_forward(a.atty[i], a.att[i], a.qkv[i], nh, attention_row_max());
     note_attention_logits(l);
@@ -305,7 +308,7 @@ void Llama::mtp_forward() {
 void Llama::block_backward(int64_t l, size_t i, const Tensor& in, Tensor dres) {
   Acts& a = acts<Acts>();
   const Block& b = blocks_[static_cast<size_t>(l)];
-  const double theta = config_.rope_theta;
+  const k::Rope rope = model_rope(config_);
   const int nh = static_cast<int>(NHl_), nkv = static_cast<int>(NKVl_);
   // output = residual2 + down(swiglu(gate(m), up(m))), m = rmsnorm(residual2) (or the experts' mixture).
   k::fill_zero(a.dln);
@@ -333,8 +336,8 @@ void Llama::block_backward(int64_t l, size_t i, const Tensor& in, Tensor dres) {
     k::fill_zero(a.dk);
     k::fill_zero(a.dv);
     k::qkv_pack_backward(a.dq, a.dk, a.dv, a.dqkv, nh, nkv);
-    k::rope_backward(a.dq, nh, theta);
-    k::rope_backward(a.dk, nkv, theta);
+    k::rope_backward(a.dq, nh, rope);
+    k::rope_backward(a.dk, nkv, rope);
     k::fill_zero(a.dln);
     b.qkv->backward(*this, a.dln, a.ln1[i], {a.dq, a.dk, a.dv});
   }

@@ -39,8 +39,9 @@ Tensor mla_heads(const Tensor& t, int64_t nh, int64_t off, int64_t w) {
 
 }  // namespace
 
-MlaAttention::MlaAttention(TpGroup tp, const MlaRows& rows, const MlaDims& dims, double rope_theta, float eps)
-    : tp_(tp), rows_(rows), d_(dims), theta_(rope_theta), eps_(eps),
+MlaAttention::MlaAttention(TpGroup tp, const MlaRows& rows, const MlaDims& dims, const k::Rope& rope,
+                           double softmax_factor, float eps)
+    : tp_(tp), rows_(rows), d_(dims), rope_(rope), softmax_factor_(softmax_factor), eps_(eps),
       q_(tp, {rows.q}, {}, k::WeightLayout::out_in),
       kv_a_(TpGroup{}, {rows.kv_a}, {}, k::WeightLayout::out_in),
       kv_b_(tp, {rows.kv_b}, {}, k::WeightLayout::out_in),
@@ -49,7 +50,7 @@ MlaAttention::MlaAttention(TpGroup tp, const MlaRows& rows, const MlaDims& dims,
 }
 
 float MlaAttention::q_scale() const {
-  return static_cast<float>(std::sqrt(static_cast<double>(d_.packed()) / static_cast<double>(d_.qk())));
+  return static_cast<float>(softmax_factor_ * std::sqrt(static_cast<double>(d_.packed()) / static_cast<double>(d_.qk())));
 }
 
 void MlaAttention::forward(const LayerWeights& w, Tensor out, const Tensor& x, const MlaLayerActs& a,
@@ -73,8 +74,8 @@ void MlaAttention::forward(const LayerWeights& w, Tensor out, const Tensor& x, c
   k::rmsnorm_forward(a.ckvn, a.rstdkv, a.ckv, w.weight(rows_.kv_norm), eps_);
   kv_b_.forward(w, a.ckvn, {s.kv});
   k::copy_strided(mla_heads(s.qpe, NH, 0, dr), mla_heads(s.q, NH, dn, dr));
-  k::rope_forward(s.qpe, static_cast<int>(NH), theta_);
-  k::rope_forward(s.kpe, 1, theta_);
+  k::rope_forward(s.qpe, static_cast<int>(NH), rope_);
+  k::rope_forward(s.kpe, 1, rope_);
   if (H != d_.qk() || H != dv) k::fill_zero(a.qkv);  // the padding
   const float sc = q_scale();
   k::copy_strided(packed(a.qkv, 0, 0, dn), mla_heads(s.q, NH, 0, dn), sc);
@@ -104,7 +105,7 @@ void MlaAttention::backward(const LayerWeights& w, Tensor dx, const Tensor& x, c
   const float sc = q_scale();
   k::copy_strided(mla_heads(s.dq, NH, 0, dn), packed(s.dqkv, 0, 0, dn), sc);
   k::copy_strided(mla_heads(s.dqpe, NH, 0, dr), packed(s.dqkv, 0, dn, dr), sc);
-  k::rope_backward(s.dqpe, static_cast<int>(NH), theta_);
+  k::rope_backward(s.dqpe, static_cast<int>(NH), rope_);
   k::copy_strided(mla_heads(s.dq, NH, dn, dr), mla_heads(s.dqpe, NH, 0, dr));
   // q_b (q_proj) reduces its input's gradient over the ranks: before kv_a adds to dx.
   if (q_a_) {
@@ -127,7 +128,7 @@ void MlaAttention::backward(const LayerWeights& w, Tensor dx, const Tensor& x, c
   for (int64_t h = 0; h < NH; ++h)
     k::copy_strided(mla_view(s.dkpe, 0, {N, 1, dr}, {dr, dr, 1}),
                     mla_view(s.dqkv, NH * H + h * H + dn, {N, 1, dr}, {W, H, 1}), 1.0f, h > 0);
-  k::rope_backward(s.dkpe, 1, theta_);
+  k::rope_backward(s.dkpe, 1, rope_);
   replicated_input_backward(tp_, s.dkpe);
   k::copy_strided(mla_view(s.dkva, 0, {N, R}, {R + dr, 1}), mla_view(s.dckv, 0, {N, R}, {R, 1}));
   k::copy_strided(mla_view(s.dkva, R, {N, dr}, {R + dr, 1}), mla_view(s.dkpe, 0, {N, dr}, {dr, 1}));

@@ -2,7 +2,8 @@
 //   q   = q_b(rmsnorm(q_a(x)))  (or q_proj(x) when q_lora_rank = 0), per head [q_nope | q_rope]
 //   kva = kv_a_proj_with_mqa(x) = [c_kv | k_rope]; kv = kv_b(rmsnorm(c_kv)), per head [k_nope | v]
 //   key_h = [k_nope_h | rope(k_rope)] (the one RoPE key shared by every head), query_h = [q_nope_h |
-//   rope(q_rope_h)], causal softmax(query·keyᵀ / √(nope + rope)) · v, then o_proj.
+//   rope(q_rope_h)], causal softmax(query·keyᵀ · f / √(nope + rope)) · v, then o_proj; f is 1, or
+//   YaRN's mscale² (rope_scaling.h's yarn_softmax_factor), and rope's frequencies may be YaRN's.
 // Under tensor parallelism q_b (q_proj) and kv_b are column-parallel (this rank's heads), o_proj
 // row-parallel, the latent projections and their norms replicated; the shared RoPE key's gradient
 // is summed over the ranks (replicated_input_backward). The attention itself runs on the packed
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "kernels/rope.h"
 #include "kernels/tensor.h"
 #include "worker/parallel/layers.h"
 
@@ -46,7 +48,9 @@ struct MlaScratch {
 
 class MlaAttention {
  public:
-  MlaAttention(TpGroup tp, const MlaRows& rows, const MlaDims& dims, double rope_theta, float eps);
+  // softmax_factor: f above.
+  MlaAttention(TpGroup tp, const MlaRows& rows, const MlaDims& dims, const kernels::Rope& rope, double softmax_factor,
+               float eps);
   // out (B, T, C) = the attention of x (B, T, C); row_max as attention_forward's (empty: none).
   void forward(const LayerWeights& w, kernels::Tensor out, const kernels::Tensor& x, const MlaLayerActs& a,
                const MlaScratch& s, kernels::Tensor row_max = {}) const;
@@ -59,7 +63,8 @@ class MlaAttention {
   TpGroup tp_;
   MlaRows rows_;
   MlaDims d_;
-  double theta_;
+  kernels::Rope rope_;
+  double softmax_factor_;
   float eps_;
   std::optional<ColumnParallelLinear> q_a_;  // replicated
   ColumnParallelLinear q_, kv_a_, kv_b_;     // kv_a replicated

@@ -2,6 +2,7 @@
 
 #include "kernels/backend.h"
 #include "worker/ckpt/safetensors.h"
+#include "worker/model/rope_scaling.h"
 
 namespace precon::worker {
 
@@ -80,12 +81,15 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
   }();
   const std::string where = path.string();
   const bool llama = params.spec(0).name == "model.embed_tokens.weight";
-  const std::string family = llama ? "llama" : "gpt2";
+  bool mla = false;
+  for (const ParamSpec& spec : params.table()) mla = mla || spec.name.ends_with(".kv_a_proj_with_mqa.weight");
+  const std::string family = !llama ? "gpt2" : (mla ? "DeepseekV3 (llama with [model.mla])" : "llama");
   // A file of the other family says so, instead of a missing tensor.
   const char* other = llama ? "wte.weight" : "model.embed_tokens.weight";
   if (!params.table().empty() && !file.find(params.spec(0).name) && file.find(other)) {
     throw ModelIoError(where + " holds a " + std::string(llama ? "gpt2" : "llama") + " model (tensor " + other +
-                       ") but this model is model.arch = \"" + family + "\": set model.arch to the file's family");
+                       ") but this model is model.arch = \"" + std::string(llama ? "llama" : "gpt2") +
+                       "\": set model.arch to the file's family");
   }
   for (size_t i = 0; i < params.size(); ++i) {
     const ParamSpec& spec = params.spec(i);
@@ -138,12 +142,38 @@ void load_model_safetensors(ParamStore& params, const std::filesystem::path& pat
 namespace {
 
 nlohmann::json family_config_json(const ModelConfig& c);
+nlohmann::json deepseek_v3_config_json(const ModelConfig& c);
+
+// HF's rope_scaling for YaRN (null without): DeepSeek-V3's keys, which LlamaConfig reads too, and
+// the cos/sin factor written out as attention_factor, so that readers that derive it otherwise
+// (from mscale alone when mscale_all_dim is 0) use precon's.
+nlohmann::json rope_scaling_json(const ModelConfig& c) {
+  const RopeScalingConfig& r = c.rope_scaling;
+  if (!r.yarn()) return nullptr;
+  return {{"type", "yarn"},
+          {"rope_type", "yarn"},
+          {"factor", r.factor},
+          {"original_max_position_embeddings", r.original_max_position_embeddings},
+          {"beta_fast", r.beta_fast},
+          {"beta_slow", r.beta_slow},
+          {"mscale", r.mscale},
+          {"mscale_all_dim", r.mscale_all_dim},
+          {"attention_factor", model_rope(c).attention_factor}};
+}
 
 }  // namespace
 
 nlohmann::json hf_config_json(const ModelConfig& c) {
+  if (c.deepseek_v3()) {
+    nlohmann::json j = deepseek_v3_config_json(c);
+    // Its count of multi-token prediction modules (stored as layers num_hidden_layers + k − 1).
+    j["num_nextn_predict_layers"] = c.mtp_layers;
+    return j;
+  }
   nlohmann::json j = family_config_json(c);
+  if (c.llama() && c.rope_scaling.yarn()) j["rope_scaling"] = rope_scaling_json(c);
   if (c.uses_mla()) {
+    // MLA with the softmax router has no Hugging Face architecture: the family's config with
     // DeepseekV3's attention fields; the rotary pairs are rotate-half's (not interleaved).
     j["q_lora_rank"] = c.mla.q_lora_rank > 0 ? nlohmann::json(c.mla.q_lora_rank) : nlohmann::json(nullptr);
     j["kv_lora_rank"] = c.mla.kv_lora_rank;
@@ -157,7 +187,8 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
   // DeepseekV3's count of multi-token prediction modules (stored as layers num_hidden_layers + k − 1).
   if (c.llama() && c.mtp_layers > 0) j["num_nextn_predict_layers"] = c.mtp_layers;
   if (c.llama() && c.moe.experts > 0 && c.moe.sigmoid()) {
-    // DeepseekV3's router fields: sigmoid scores, top-k on score + e_score_correction_bias.
+    // The sigmoid router on grouped-query attention (no Hugging Face architecture either):
+    // DeepseekV3's router fields, sigmoid scores, top-k on score + e_score_correction_bias.
     j["scoring_func"] = "sigmoid";
     j["topk_method"] = "noaux_tc";
     j["n_routed_experts"] = c.moe.experts;
@@ -172,6 +203,56 @@ nlohmann::json hf_config_json(const ModelConfig& c) {
 }
 
 namespace {
+
+// DeepseekV3ForCausalLM's config (MLA; dense, or the sigmoid router's experts after the first
+// first_k_dense_replace layers, a shared MLP of n_shared_experts × moe_intermediate_size). The
+// rotary pairs are rotate-half's: rope_interleave false.
+nlohmann::json deepseek_v3_config_json(const ModelConfig& c) {
+  const MlaConfig& a = c.mla;
+  const MoeConfig& e = c.moe;
+  const bool moe = e.experts > 0;
+  return {{"architectures", {"DeepseekV3ForCausalLM"}},
+          {"model_type", "deepseek_v3"},
+          {"vocab_size", c.vocab_size},
+          {"hidden_size", c.d_model},
+          {"intermediate_size", c.ffn()},
+          {"moe_intermediate_size", c.expert_ffn()},
+          {"num_hidden_layers", c.n_layer},
+          {"num_attention_heads", c.n_head},
+          {"num_key_value_heads", c.n_head},
+          {"q_lora_rank", a.q_lora_rank > 0 ? nlohmann::json(a.q_lora_rank) : nlohmann::json(nullptr)},
+          {"kv_lora_rank", a.kv_lora_rank},
+          {"qk_nope_head_dim", a.qk_nope_head_dim},
+          {"qk_rope_head_dim", a.qk_rope_head_dim},
+          {"v_head_dim", a.v_head_dim},
+          {"head_dim", a.qk_rope_head_dim},
+          {"n_routed_experts", e.experts},
+          {"n_shared_experts", e.shared_experts},
+          {"num_experts_per_tok", moe ? nlohmann::json(e.top_k) : nlohmann::json(nullptr)},
+          {"first_k_dense_replace", moe ? e.first_dense_layers : c.n_layer},
+          {"moe_layer_freq", 1},
+          {"n_group", e.n_group},
+          {"topk_group", e.topk_group},
+          {"routed_scaling_factor", e.route_scale},
+          {"scoring_func", "sigmoid"},
+          {"topk_method", "noaux_tc"},
+          {"norm_topk_prob", true},
+          {"seq_aux", true},
+          {"aux_loss_alpha", e.seq_aux_loss_coeff},
+          {"hidden_act", "silu"},
+          {"max_position_embeddings", c.seq_len},
+          {"rms_norm_eps", c.norm_eps},
+          {"rope_theta", c.rope_theta},
+          {"rope_scaling", rope_scaling_json(c)},
+          {"rope_interleave", false},
+          {"attention_bias", false},
+          {"attention_dropout", 0.0},
+          {"initializer_range", 0.02},
+          {"tie_word_embeddings", c.tie_embeddings},
+          {"bos_token_id", c.vocab_size - 1},
+          {"eos_token_id", c.vocab_size - 1},
+          {"torch_dtype", "float32"}};
+}
 
 nlohmann::json family_config_json(const ModelConfig& c) {
   if (c.llama() && c.moe.experts > 0) {

@@ -165,7 +165,7 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     router->fan_out = m.moe.experts;
     if (m.moe.sigmoid()) add(h + ".mlp.gate.e_score_correction_bias", {m.moe.experts}, ParamKind::buffer, -1, l);
     for (int64_t e = 0; e < m.moe.experts; ++e) swiglu(h + ".mlp.experts." + std::to_string(e), m.expert_ffn(), e);
-    if (m.moe.shared_experts > 0) swiglu(h + ".mlp.shared_expert", m.moe.shared_experts * m.expert_ffn());
+    if (m.moe.shared_experts > 0) swiglu(h + "." + shared_expert_prefix(m), m.moe.shared_experts * m.expert_ffn());
   };
   for (int64_t l = 0; l < m.n_layer; ++l) block(l);
   add("model.norm.weight", {C}, ParamKind::norm, -1, -1)->head_end = true;
@@ -187,6 +187,10 @@ std::vector<ParamSpec> llama_param_table(const ModelConfig& m) {
     add(h + ".shared_head.norm.weight", {C}, ParamKind::norm, -1, l);
   }
   return t;
+}
+
+std::string shared_expert_prefix(const ModelConfig& config) {
+  return config.deepseek_v3() ? "mlp.shared_experts" : "mlp.shared_expert";
 }
 
 std::vector<ParamSpec> model_param_table(const ModelConfig& config) {

@@ -79,7 +79,12 @@ std::vector<ParamSpec> gpt2_param_table(const ModelConfig& config);
 // attention ([model.mla]) the attention's rows are Hugging Face DeepseekV3's: self_attn.q_a_proj,
 // q_a_layernorm, q_b_proj (or q_proj), kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; the
 // latent projections and norms replicated, q_b (q_proj) and kv_b split by heads, o_proj by its input.
+// A DeepseekV3-shaped model (ModelConfig::deepseek_v3) names its shared expert as DeepseekV3 does:
+// mlp.shared_experts.
 std::vector<ParamSpec> llama_param_table(const ModelConfig& config);
+// "mlp.shared_experts" (DeepseekV3) or "mlp.shared_expert" (Qwen-MoE): the shared expert's prefix in a
+// layer.
+std::string shared_expert_prefix(const ModelConfig& config);
 // The table of config.arch's family.
 std::vector<ParamSpec> model_param_table(const ModelConfig& config);
 

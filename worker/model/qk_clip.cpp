@@ -38,11 +38,14 @@ QkClipStats qk_clip(const ParamStore& params, const ModelConfig& m, const std::v
   // (each of c_attn's q, k and v blocks cut alike: Cl columns of each here).
   const TpPlace tp = params.tp();
   const int64_t per = NKV / tp.size, g0 = tp.rank * per, Cl = C / tp.size;
+  stats.layer_max_logit.assign(static_cast<size_t>(m.blocks()), -INFINITY);
   for (int64_t l = 0; l < m.blocks(); ++l) {
     for (int64_t g = 0; g < NKV; ++g) {
       float S = -INFINITY;
       for (int64_t h = g * group; h < (g + 1) * group; ++h) S = std::max(S, logit_max[static_cast<size_t>(l * NH + h)]);
       stats.max_logit = std::max(stats.max_logit, static_cast<double>(S));
+      double& layer_max = stats.layer_max_logit[static_cast<size_t>(l)];
+      layer_max = std::max(layer_max, static_cast<double>(S));
       if (!(S > threshold)) continue;
       ++stats.clipped;
       const double gamma = threshold / static_cast<double>(S);

@@ -24,6 +24,7 @@ namespace precon::worker {
 struct QkClipStats {
   double max_logit = -INFINITY;  // over every layer and head, before clipping
   int64_t clipped = 0;           // heads (kv groups under grouped-query attention) rescaled
+  std::vector<double> layer_max_logit;  // per layer, over its heads, before clipping
 };
 
 // logit_max: the model's largest logit per layer and query head, [l·n_head + h], over every rank.

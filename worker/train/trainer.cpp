@@ -207,6 +207,9 @@ void log_step(Run& run, int64_t step, const StepStats& stats) {
     // This step's largest attention logit before clipping, and the heads (kv groups) clipped.
     r.values.emplace_back("max_attention_logit", stats.qk.max_logit);
     r.values.emplace_back("qk_clipped_heads", static_cast<double>(stats.qk.clipped));
+    // And each layer's (the dashboard charts every name; the controller counts .layerN as one).
+    for (size_t l = 0; l < stats.qk.layer_max_logit.size(); ++l)
+      r.values.emplace_back("max_attention_logit.layer" + std::to_string(l), stats.qk.layer_max_logit[l]);
   }
   if (cfg.model.moe.experts > 0) {
     // The load-balancing loss beside train_loss (which leaves it out), and the worst expert's share.

@@ -131,6 +131,26 @@ TEST(Sweep, ShippedRecipesExpand) {
   }
 }
 
+// recipes/muonclip-deepseek.toml: a DeepSeek-V3-shaped model (MLA, the first layer dense, the sigmoid
+// router with a shared expert), AdamW measuring its logits and Muon with a QK-clip that clips.
+TEST(Sweep, TheMuonClipDeepseekRecipeIsAdamwAgainstMuonWithQkClip) {
+  const std::vector<TrialSpec> trials = expand_sweep(parse_recipe_file(recipe_path("muonclip-deepseek.toml")));
+  ASSERT_EQ(trials.size(), 2u);
+  for (const TrialSpec& t : trials) {
+    const worker::ModelConfig& m = t.config.model;
+    EXPECT_TRUE(m.deepseek_v3()) << t.label;
+    EXPECT_TRUE(m.moe.sigmoid()) << t.label;
+    EXPECT_EQ(m.moe.shared_experts, 1) << t.label;
+    EXPECT_EQ(m.moe.first_dense_layers, 1) << t.label;
+    EXPECT_GT(m.mla.q_lora_rank, 0) << t.label;
+    EXPECT_GT(t.config.optimizer.qk_clip_threshold, 0) << t.label;  // every trial reports its logits
+  }
+  EXPECT_EQ(trials[0].config.optimizer.name, "adamw");
+  EXPECT_GE(trials[0].config.optimizer.qk_clip_threshold, 1e9);  // measures, never clips
+  EXPECT_EQ(trials[1].config.optimizer.name, "muon");
+  EXPECT_LT(trials[1].config.optimizer.qk_clip_threshold, 1e3);
+}
+
 TEST(Sweep, TheGpuClusterExampleIsAValidRecipe) {
   // deploy/slurm/gpu-cluster.toml: 2 nodes × 8 ranks, data parallel over 16, a day's pending limit.
   auto trials = expand_sweep(parse_recipe_file(std::string(PRECON_SOURCE_DIR) + "/deploy/slurm/gpu-cluster.toml"));

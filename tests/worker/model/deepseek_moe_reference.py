@@ -2,7 +2,8 @@
 """Golden reference for DeepSeek-V3's mixture of experts on the llama family, written from DeepSeek-V3's
 technical report (§2.1.2 and §4.2), not from precon's code: multi-head latent attention
 (mla_reference.py's), the first layer dense, then fine-grained routed SwiGLU experts plus a shared
-one behind a sigmoid router.
+one behind a sigmoid router; Hugging Face DeepseekV3's names (mlp.gate, mlp.gate.e_score_correction_bias,
+mlp.experts.{e}, mlp.shared_experts).
 
 Routing of a token u with input m: s_i = sigmoid(m · e_i) per routed expert; the top-k experts are
 chosen by s_i + b_i, b a per-expert bias that takes no gradient (auxiliary-loss-free balancing); with
@@ -81,7 +82,7 @@ def param_table(c):
         t.append((f"{p}.mlp.gate.e_score_correction_bias", (E,), "buffer", 0, 0, 1))
         for e in range(E):
             swiglu_params(f"{p}.mlp.experts.{e}", FE)
-        swiglu_params(f"{p}.mlp.shared_expert", moe["shared_experts"] * FE)
+        swiglu_params(f"{p}.mlp.shared_experts", moe["shared_experts"] * FE)
     t.append(("model.norm.weight", (C,), "norm", 0, 0, 1))
     t.append(("lm_head.weight", (V, C), "embedding", 0, 0, 1))
     return t
@@ -135,8 +136,8 @@ def moe_mlp(p, pre, m, c, Bn, T):
     chosen = choose(scores, p[f"{pre}.mlp.gate.e_score_correction_bias"].to(scores.dtype), moe)
     top = scores.gather(1, chosen)
     gates = moe["route_scale"] * top / top.sum(-1, keepdim=True)
-    out = swiglu(m, p[f"{pre}.mlp.shared_expert.gate_proj.weight"], p[f"{pre}.mlp.shared_expert.up_proj.weight"],
-                 p[f"{pre}.mlp.shared_expert.down_proj.weight"])
+    out = swiglu(m, p[f"{pre}.mlp.shared_experts.gate_proj.weight"], p[f"{pre}.mlp.shared_experts.up_proj.weight"],
+                 p[f"{pre}.mlp.shared_experts.down_proj.weight"])
     counts = torch.zeros(E, dtype=torch.int64)
     for e in range(E):
         token, slot = (chosen == e).nonzero(as_tuple=True)

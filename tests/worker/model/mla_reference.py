@@ -17,7 +17,12 @@ clips MLA (Kimi K2 report; Megatron's MLA clip): per head h whose largest logit 
 gamma = tau / S, h's q_nope rows times gamma^alpha, its q_rope rows times gamma and its k_nope rows of
 kv_b_proj times gamma^(1 - alpha), so that the head's logit q.k scales by gamma; the shared rotary key
 (kv_a_proj_with_mqa's last rows) and the values untouched. Per step: the loss, the largest logit
-before the clip and the heads clipped.
+before the clip (over the model and per layer) and the heads clipped.
+
+Then YaRN (rope_scaling, DeepSeek-V3's definition, written out in yarn_cos_sin), logits, loss and
+every gradient only: yarn/ (MLA with a query latent: the rope part's frequencies blended by the ramp,
+cos/sin times the attention factor, the softmax scale times mscale(factor, mscale_all_dim)^2) and
+yarn_gqa/ (the same frequencies on Llama's grouped-query attention, llama_reference.py's blocks).
 """
 import argparse
 import json
@@ -31,7 +36,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_reference import write_safetensors  # noqa: E402
-from llama_reference import CASES, STEPS, batch, rms_norm, rope_cos_sin, rotate_half, run_case, swiglu  # noqa: E402
+from llama_reference import (CASES, STEPS, attention, batch, head_loss, rms_norm, rope_cos_sin,  # noqa: E402
+                             rotate_half, run_case, swiglu)
+from llama_reference import init_params as llama_init_params  # noqa: E402
 from optim_reference import TorchAdamW, adamw_group_hyper  # noqa: E402
 
 BASE = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidden=48, seq_len=16, vocab_size=67,
@@ -39,6 +46,16 @@ BASE = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidd
 VARIANTS = {
     "q_lora": dict(q_lora_rank=12, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=16),
     "plain": dict(q_lora_rank=0, kv_lora_rank=8, qk_nope_head_dim=6, qk_rope_head_dim=6, v_head_dim=5),
+}
+# YaRN with a ramp over the rotary pairs of an 8-channel rope head: theta 100 and 64 original positions
+# put low = 0 and high = 3 for beta 8 and 1, so pairs 1 and 2 are blends; the cos/sin factor
+# (0.1·0.8·ln 4 + 1) / (0.1·ln 4 + 1) and, with MLA, the softmax scale times (0.1·ln 4 + 1)^2.
+YARN = dict(type="yarn", factor=4.0, original_max_position_embeddings=64, beta_fast=8.0, beta_slow=1.0, mscale=0.8,
+            mscale_all_dim=1.0)
+YARN_VARIANTS = {
+    "yarn": dict(BASE, rope_theta=100.0, rope_scaling=YARN,
+                 mla=dict(q_lora_rank=12, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=8)),
+    "yarn_gqa": dict(BASE, rope_theta=100.0, n_kv_head=2, rope_scaling=dict(YARN, mscale=1.2, mscale_all_dim=0.0)),
 }
 B = 3
 MUON_CASES = [k for k in CASES if k["name"] in ("muon", "muon_split_heads")]
@@ -85,10 +102,54 @@ def init_params(table, gen):
     return params
 
 
-def rope(x, theta):
-    """Rotary embeddings over the last dim of x (..., T, d), rotate-half pairing."""
-    cos, sin = rope_cos_sin(x.shape[-2], x.shape[-1], theta, x.dtype)
+def yarn_mscale(scale, m):
+    return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+
+def yarn_cos_sin(T, dim, theta, rs, dtype):
+    """DeepSeek-V3's YaRN rotary embedding of dim channels: the extrapolated frequencies theta^(-2i/dim)
+    and the interpolated ones (divided by factor) mixed by 1 - ramp, ramp rising linearly over the
+    pairs from the one turning beta_fast times in original_max_position_embeddings positions (floored,
+    at least 0) to the one turning beta_slow times (ceiled, at most dim - 1); cos and sin times
+    mscale(factor, mscale) / mscale(factor, mscale_all_dim). fp64, then rounded."""
+    factor, orig = rs["factor"], rs["original_max_position_embeddings"]
+
+    def turning(rotations):
+        return dim * math.log(orig / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low = max(math.floor(turning(rs["beta_fast"])), 0)
+    high = min(math.ceil(turning(rs["beta_slow"])), dim - 1)
+    if low == high:
+        high += 0.001
+    extra = 1.0 / theta ** (torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    inter = extra / factor
+    keep = 1.0 - ((torch.arange(dim // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    inv_freq = inter * (1 - keep) + extra * keep
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    a = yarn_mscale(factor, rs["mscale"]) / yarn_mscale(factor, rs["mscale_all_dim"])
+    return (emb.cos() * a).to(dtype), (emb.sin() * a).to(dtype)
+
+
+def cos_sin(c, T, dim, dtype):
+    if c.get("rope_scaling"):
+        return yarn_cos_sin(T, dim, c["rope_theta"], c["rope_scaling"], dtype)
+    return rope_cos_sin(T, dim, c["rope_theta"], dtype)
+
+
+def rope(x, c):
+    """Rotary embeddings over the last dim of x (..., T, d), rotate-half pairing (YaRN's with rope_scaling)."""
+    cos, sin = cos_sin(c, x.shape[-2], x.shape[-1], x.dtype)
     return x * cos + rotate_half(x) * sin
+
+
+def softmax_scale(c):
+    """1/sqrt(nope + rope), times mscale(factor, mscale_all_dim)^2 under YaRN when mscale_all_dim is set."""
+    m, rs = c["mla"], c.get("rope_scaling")
+    scale = 1.0 / math.sqrt(m["qk_nope_head_dim"] + m["qk_rope_head_dim"])
+    if rs and rs["mscale_all_dim"]:
+        scale *= yarn_mscale(rs["factor"], rs["mscale_all_dim"]) ** 2
+    return scale
 
 
 def mla(p, pre, h, c, logit_max=None):
@@ -110,11 +171,11 @@ def mla(p, pre, h, c, logit_max=None):
     kv = rms_norm(c_kv, p[f"{a}.kv_a_layernorm.weight"], eps) @ p[f"{a}.kv_b_proj.weight"].T
     kv = kv.view(Bn, T, NH, dn + dv).transpose(1, 2)                # (B, NH, T, dn + dv)
     k_nope, v = kv[..., :dn], kv[..., dn:]
-    k_rope = rope(k_rope.unsqueeze(1), c["rope_theta"])             # (B, 1, T, dr): one key for all heads
-    query = torch.cat([q_nope, rope(q_rope, c["rope_theta"])], dim=-1)
+    k_rope = rope(k_rope.unsqueeze(1), c)                           # (B, 1, T, dr): one key for all heads
+    query = torch.cat([q_nope, rope(q_rope, c)], dim=-1)
     key = torch.cat([k_nope, k_rope.expand(Bn, NH, T, dr)], dim=-1)
     mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
-    att = (query @ key.transpose(-2, -1)) / math.sqrt(dn + dr)
+    att = (query @ key.transpose(-2, -1)) * softmax_scale(c)
     att = att.masked_fill(mask, float("-inf"))
     if logit_max is not None:
         logit_max.append(att.detach().amax(dim=(0, 2, 3)).double())
@@ -170,7 +231,7 @@ def run_qk_clip(c, init, batches, tau, alpha, cfg):
     m = c["mla"]
     dn, qk, kvw = m["qk_nope_head_dim"], m["qk_nope_head_dim"] + m["qk_rope_head_dim"], m["qk_nope_head_dim"] + m["v_head_dim"]
     q_name = "q_b_proj" if m["q_lora_rank"] > 0 else "q_proj"
-    losses, max_logits, clipped = [], [], []
+    losses, max_logits, layer_max, clipped = [], [], [], []
     for t in range(STEPS):
         tokens, targets = batches[t]
         for q in params.values():
@@ -194,8 +255,9 @@ def run_qk_clip(c, init, batches, tau, alpha, cfg):
                     wq[h * qk + dn:(h + 1) * qk] *= gamma
                     wkv[h * kvw:h * kvw + dn] *= gamma ** (1 - alpha)
         max_logits.append(max(r.max().item() for r in record))
+        layer_max.append([r.max().item() for r in record])
         clipped.append(n_clipped)
-    return losses, max_logits, clipped
+    return losses, max_logits, layer_max, clipped
 
 
 def write_variant(out, name, mla_cfg, gen):
@@ -228,15 +290,53 @@ def write_variant(out, name, mla_cfg, gen):
         np.save(os.path.join(d, f"traj_losses.{case['name']}.npy"), np.array(losses, dtype=np.float64))
         summary.append(f"{case['name']} {losses[0]:.4f} -> {losses[-1]:.4f}")
     tau = QK_CLIP["tau"][name]
-    losses, max_logits, clipped = run_qk_clip(c, p, batches, tau, QK_CLIP["alpha"], QK_CLIP["config"])
+    losses, max_logits, layer_max, clipped = run_qk_clip(c, p, batches, tau, QK_CLIP["alpha"], QK_CLIP["config"])
     np.save(os.path.join(d, "traj_losses.qk_clip.npy"), np.array(losses, dtype=np.float64))
     np.save(os.path.join(d, "traj_max_logit.qk_clip.npy"), np.array(max_logits, dtype=np.float64))
+    np.save(os.path.join(d, "traj_layer_max_logit.qk_clip.npy"), np.array(layer_max, dtype=np.float64))
     np.save(os.path.join(d, "traj_clipped.qk_clip.npy"), np.array(clipped, dtype=np.float64))
     summary.append(f"qk_clip at {tau}: max logits {[round(m, 3) for m in max_logits]}, clipped {clipped}")
     with open(os.path.join(d, "cases.json"), "w") as f:
         json.dump(dict(steps=STEPS, cases=MUON_CASES, qk_clip=dict(tau=tau, alpha=QK_CLIP["alpha"],
                                                                     config=QK_CLIP["config"])), f, indent=1)
     return "; ".join(summary)
+
+
+def gqa_forward(p, c, tokens, targets):
+    """Llama's blocks (llama_reference.py) with YaRN's cos and sin."""
+    T = tokens.shape[1]
+    cos, sin = cos_sin(c, T, c["d_model"] // c["n_head"], p["model.embed_tokens.weight"].dtype)
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+    x = p["model.embed_tokens.weight"][tokens]
+    for l in range(c["n_layer"]):
+        pre = f"model.layers.{l}"
+        h = attention(p, pre, x, c, cos, sin, mask)
+        m = rms_norm(h, p[f"{pre}.post_attention_layernorm.weight"], c["norm_eps"])
+        x = h + swiglu(m, p[f"{pre}.mlp.gate_proj.weight"], p[f"{pre}.mlp.up_proj.weight"],
+                       p[f"{pre}.mlp.down_proj.weight"])
+    return head_loss(p, c, x, targets)
+
+
+def write_yarn_variant(out, name, c, gen):
+    """model.safetensors, config.json, a batch, the logits, the loss and every gradient."""
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    mla_model = "mla" in c
+    p = init_params(param_table(c), gen) if mla_model else llama_init_params(c, gen)
+    write_safetensors(os.path.join(d, "model.safetensors"), p)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(dict(c, batch_size=B), f)
+    tokens, targets = batch(c, gen, torch.randperm(c["vocab_size"], generator=gen))
+    np.save(os.path.join(d, "tokens.npy"), tokens.numpy().astype(np.int32))
+    np.save(os.path.join(d, "targets.npy"), targets.numpy().astype(np.int32))
+    p64 = {n: t.detach().double().requires_grad_(True) for n, t in p.items()}
+    logits, loss = (forward if mla_model else gqa_forward)(p64, c, tokens, targets)
+    loss.backward()
+    np.save(os.path.join(d, "logits.npy"), logits.detach().float().numpy())
+    np.save(os.path.join(d, "loss.npy"), np.array([loss.item()], dtype=np.float64))
+    for n, t in p64.items():
+        np.save(os.path.join(d, f"grad.{n}.npy"), t.grad.float().numpy())
+    return f"loss {loss.item():.6f}"
 
 
 def main():
@@ -247,6 +347,7 @@ def main():
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(20250839)
     summaries = {name: write_variant(args.out, name, cfg, gen) for name, cfg in VARIANTS.items()}
+    summaries.update({name: write_yarn_variant(args.out, name, c, gen) for name, c in YARN_VARIANTS.items()})
     with open(os.path.join(args.out, "config.json"), "w") as f:
         json.dump(dict(BASE, batch_size=B, variants=list(VARIANTS)), f)
     print(f"wrote MLA reference to {args.out}: " + " | ".join(f"{n}: {s}" for n, s in summaries.items()))

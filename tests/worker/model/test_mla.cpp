@@ -4,7 +4,7 @@
 // (relative error <= 1e-5 against fp64 torch), with a query latent and values wider than the query
 // and key heads, and with a plain q_proj and values narrower; 12-step loss trajectories of Muon with
 // and without split heads and of AdamW with QK-clip (the clip's per-step statistics too) on both;
-// and the key table's refusals.
+// YaRN's logits and gradients with MLA and on grouped-query attention; and the key table's refusals.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -48,9 +48,9 @@ class MlaReference : public testing::GoldenSuite<MlaGolden> {
     return testing::llama_config_from_json(nlohmann::json::parse(in));
   }
 
-  void check_variant(const std::string& v) {
+  void check_variant(const std::string& v, bool mla = true) {
     const ModelConfig cfg = variant_config(v);
-    ASSERT_TRUE(cfg.uses_mla());
+    ASSERT_EQ(cfg.uses_mla(), mla);
     // The table: DeepseekV3's names and shapes in the reference's (registration) order.
     const std::vector<ParamSpec> table = llama_param_table(cfg);
     SafetensorsFile file = SafetensorsFile::open(*dir_ / v / "model.safetensors");
@@ -150,19 +150,28 @@ class MlaReference : public testing::GoldenSuite<MlaGolden> {
     const std::vector<double> ref_loss = values(v + "/traj_losses.qk_clip.npy");
     const std::vector<double> ref_max = values(v + "/traj_max_logit.qk_clip.npy");
     const std::vector<double> ref_clipped = values(v + "/traj_clipped.qk_clip.npy");
+    const std::vector<double> ref_layer_max = values(v + "/traj_layer_max_logit.qk_clip.npy");  // [step][layer]
     std::vector<QkClipStats> stats;
     const std::vector<double> losses = train(v, qk.at("config"), tau, alpha, &stats);
     ASSERT_EQ(stats.size(), ref_max.size());
     std::vector<double> max_logit;
     int64_t clipped = 0;
+    double worst_layer = 0;
     for (size_t t = 0; t < stats.size(); ++t) {
       max_logit.push_back(stats[t].max_logit);
+      const size_t L = stats[t].layer_max_logit.size();
+      ASSERT_EQ(L * stats.size(), ref_layer_max.size()) << v;
+      for (size_t l = 0; l < L; ++l) {
+        const double want = ref_layer_max[t * L + l];
+        worst_layer = std::max(worst_layer, std::fabs(stats[t].layer_max_logit[l] - want) / std::fabs(want));
+      }
       EXPECT_EQ(stats[t].clipped, static_cast<int64_t>(ref_clipped[t])) << v << " step " << t + 1;
       clipped += stats[t].clipped;
     }
     const double worst_loss = worst_relative(losses, ref_loss), worst_logit = worst_relative(max_logit, ref_max);
     EXPECT_LT(worst_loss, kMlaLossTolerance) << v;
     EXPECT_LT(worst_logit, kMlaLossTolerance) << v;
+    EXPECT_LT(worst_layer, kMlaLossTolerance) << v << ": a layer's largest logit";
     EXPECT_GE(clipped, 5) << v << ": the threshold did not bite";
     std::printf("[ mla %s qk_clip ] tau %.2f: max logit %.3f -> %.3f (torch %.3f -> %.3f), %lld heads clipped over "
                 "%zu steps, max relative difference: loss %.2g, logit %.2g\n",
@@ -174,6 +183,13 @@ class MlaReference : public testing::GoldenSuite<MlaGolden> {
 TEST_F(MlaReference, WithAQueryLatentLogitsLossAndEveryGradient) { check_variant("q_lora"); }
 
 TEST_F(MlaReference, WithAPlainQueryProjectionLogitsLossAndEveryGradient) { check_variant("plain"); }
+
+// YaRN (model.rope_scaling, DeepSeek-V3's): the rope part's frequencies blended over the pairs, cos
+// and sin times the attention factor, the softmax scale times mscale²; and the same frequencies on
+// the plain grouped-query path, which shares the rotary kernel.
+TEST_F(MlaReference, WithYarnLogitsLossAndEveryGradient) { check_variant("yarn"); }
+
+TEST_F(MlaReference, YarnOnGroupedQueryAttentionLogitsLossAndEveryGradient) { check_variant("yarn_gqa", false); }
 
 TEST_F(MlaReference, MuonLossTrajectories) {
   for (const char* v : {"q_lora", "plain"}) check_muon(v, "muon");

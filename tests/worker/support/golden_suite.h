@@ -74,7 +74,8 @@ class GoldenSuite : public ::testing::Test {
   static inline int status_ = -1;
 };
 
-// A Llama ModelConfig from a reference's config.json (with its "moe" table when there is one).
+// A Llama ModelConfig from a reference's config.json (with its "moe", "mla" and "rope_scaling" tables
+// when it has them).
 inline ModelConfig llama_config_from_json(const nlohmann::json& c) {
   ModelConfig m;
   m.arch = c.at("arch").get<std::string>();
@@ -104,6 +105,16 @@ inline ModelConfig llama_config_from_json(const nlohmann::json& c) {
     m.moe.topk_group = e.value("topk_group", m.moe.topk_group);
     m.moe.bias_update_rate = e.value("bias_update_rate", m.moe.bias_update_rate);
     m.moe.seq_aux_loss_coeff = e.value("seq_aux_loss_coeff", m.moe.seq_aux_loss_coeff);
+  }
+  if (c.contains("rope_scaling")) {
+    const nlohmann::json& r = c.at("rope_scaling");
+    m.rope_scaling.type = r.at("type").get<std::string>();
+    m.rope_scaling.factor = r.at("factor");
+    m.rope_scaling.original_max_position_embeddings = r.at("original_max_position_embeddings");
+    m.rope_scaling.beta_fast = r.at("beta_fast");
+    m.rope_scaling.beta_slow = r.at("beta_slow");
+    m.rope_scaling.mscale = r.at("mscale");
+    m.rope_scaling.mscale_all_dim = r.at("mscale_all_dim");
   }
   if (c.contains("mla")) {
     const nlohmann::json& a = c.at("mla");
