@@ -146,6 +146,7 @@ class Muon final : public Optimizer {
     }
     // This rank's pieces, in matrix order, into the memory its results are given. A split matrix
     // orthogonalised whole is gathered first by its owner's tensor-parallel group.
+    batches_.begin_step();
     for (Matrix& m : matrices_) {
       Tensor grad = m.grad;
       if (m.src.split() && !on_parts(m) && results_->ours(m.unit)) {

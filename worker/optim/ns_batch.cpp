@@ -16,23 +16,31 @@ void NsBatches::allocate(kernels::Device device) {
   for (const auto& [id, shape] : added_) by_shape[shape].push_back(id);
   size_t floats = 0;
   for (const auto& [shape, ids] : by_shape) {
-    if (ids.size() < 2) continue;
+    const int64_t size = std::max<int64_t>(1, shape.first * shape.second);
+    const int64_t capacity =
+        std::min({kMaxNsBatch, static_cast<int64_t>(ids.size()), kNsBatchFloats / size});
+    if (capacity < 2) continue;
     Group g;
     g.rows = shape.first;
     g.cols = shape.second;
     g.ids = ids;
     g.offset = floats;
-    floats += static_cast<size_t>(std::min<int64_t>(kMaxNsBatch, static_cast<int64_t>(ids.size())) * g.rows * g.cols);
+    g.capacity = capacity;
+    floats += static_cast<size_t>(capacity * size);
     for (size_t k = 0; k < ids.size(); ++k) where_[ids[k]] = {groups_.size(), k};
     groups_.push_back(std::move(g));
   }
   if (floats > 0) buffer_ = kernels::Buffer(device, floats * sizeof(float));
 }
 
+void NsBatches::begin_step() {
+  for (Group& g : groups_) g.pending = 0;
+}
+
 Tensor NsBatches::slot(size_t id) const {
   const auto [group, index] = where_.at(id);
   const Group& g = groups_[group];
-  const size_t in_batch = index % static_cast<size_t>(kMaxNsBatch);
+  const size_t in_batch = index % static_cast<size_t>(g.capacity);
   return buffer_.view({g.rows, g.cols}, kernels::DType::f32,
                       (g.offset + in_batch * static_cast<size_t>(g.rows * g.cols)) * sizeof(float));
 }
@@ -40,10 +48,10 @@ Tensor NsBatches::slot(size_t id) const {
 void NsBatches::filled(size_t id, const kernels::NsOptions& options, const Done& done) {
   const auto [group, index] = where_.at(id);
   Group& g = groups_[group];
-  if (index % static_cast<size_t>(kMaxNsBatch) != static_cast<size_t>(g.pending))
+  if (index % static_cast<size_t>(g.capacity) != static_cast<size_t>(g.pending))
     throw std::logic_error("NsBatches: problem " + std::to_string(id) + " filled out of its registered order");
   ++g.pending;
-  if (g.pending < kMaxNsBatch && index + 1 < g.ids.size()) return;
+  if (g.pending < g.capacity && index + 1 < g.ids.size()) return;
   const int64_t n = g.pending;
   Tensor batch = buffer_.view({n, g.rows, g.cols}, kernels::DType::f32, g.offset * sizeof(float));
   kernels::newton_schulz(batch, batch, options);

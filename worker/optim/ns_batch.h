@@ -3,9 +3,11 @@
 // leaves a CPU's cores or a GPU mostly idle on them. kernels::newton_schulz takes (batch, rows,
 // cols) and orthogonalises each matrix as it would alone.
 // A caller registers the problems it will orthogonalise (an id and a shape); each shape with two
-// or more problems is a group. Each step it writes a problem's direction into slot(id) and calls
-// filled(id); once a group's slots are full (at most kMaxNsBatch at a time, or the group's last
-// problem) the batch is orthogonalised in place and done(id, result) is called for each of them.
+// or more problems is a group, when two of them fit kNsBatchFloats (large matrices gain nothing
+// from a batch and would cost a copy of each). Each step it writes a problem's direction into
+// slot(id) and calls filled(id); once a group's slots are full (at most kMaxNsBatch matrices and
+// kNsBatchFloats values at a time) or at the group's last problem, the batch is orthogonalised in
+// place and done(id, result) is called for each of them.
 // Thread-safety: one instance per optimizer, used by one thread.
 #pragma once
 
@@ -21,8 +23,9 @@
 
 namespace precon::worker::optim {
 
-// The most problems one call orthogonalises: the slots' memory is this many matrices per shape.
+// The most problems one call orthogonalises, and the most values a group's slots hold (16 MiB).
 constexpr int64_t kMaxNsBatch = 64;
+constexpr int64_t kNsBatchFloats = int64_t{1} << 22;
 
 class NsBatches {
  public:
@@ -34,6 +37,8 @@ class NsBatches {
   void allocate(kernels::Device device);
   // True when problem id is orthogonalised in a batch (its shape is shared).
   bool batched(size_t id) const { return where_.count(id) != 0; }
+  // Starts a step: a step cut short by an error leaves no batch half filled.
+  void begin_step();
   // Where the direction of batched problem id goes this step: (rows, cols), contiguous.
   kernels::Tensor slot(size_t id) const;
   // Problem id's slot is written: runs its group's batch when that is full or id is the group's
@@ -47,6 +52,7 @@ class NsBatches {
     int64_t rows = 0, cols = 0;
     std::vector<size_t> ids;  // in fill order
     size_t offset = 0;        // of its slots in buffer_, in floats
+    int64_t capacity = 0;     // problems per batch
     int64_t pending = 0;      // slots written since the last batch ran
   };
   std::vector<Group> groups_;

@@ -4,6 +4,7 @@
 // from the naive Newton–Schulz of kernels/reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -39,9 +40,16 @@ TEST(NsBatches, EachBatchEqualsEveryMatrixAloneAcrossFullAndPartialBatches) {
   }
   optim::NsBatches batches;
   for (size_t i = 0; i < problems.size(); ++i) batches.add(i, problems[i].rows, problems[i].cols);
+  // Large matrices: two of 2048 × 2048 exceed the slots' budget (not batched); three of 1024 × 2048
+  // go two at a time. Registered only (never filled here).
+  for (size_t i = 100; i < 102; ++i) batches.add(i, 2048, 2048);
+  for (size_t i = 200; i < 203; ++i) batches.add(i, 1024, 2048);
   batches.allocate(kernels::Device::cpu);
-  EXPECT_EQ(batches.counts(), (std::pair<size_t, size_t>{73, 2}));
+  EXPECT_EQ(batches.counts(), (std::pair<size_t, size_t>{76, 3}));
   EXPECT_FALSE(batches.batched(73));
+  EXPECT_FALSE(batches.batched(100));
+  EXPECT_TRUE(batches.batched(202));
+  EXPECT_EQ(batches.slot(202).data, batches.slot(200).data);  // the third starts a second batch
   const kernels::NsOptions options = ns_batch_keller();
   std::map<size_t, std::vector<float>> results;
   for (size_t i = 0; i < 73; ++i) {
@@ -69,11 +77,20 @@ TEST(NsBatches, EachBatchEqualsEveryMatrixAloneAcrossFullAndPartialBatches) {
   EXPECT_LT(worst_naive, 2e-4);  // the kernel tests' fp32-vs-double budget
 }
 
-TEST(NsBatches, FillingOutOfOrderIsRefused) {
+TEST(NsBatches, FillingOutOfOrderIsRefusedAndEachStepStartsAfresh) {
   optim::NsBatches batches;
   for (size_t i = 0; i < 3; ++i) batches.add(i, 4, 4);
   batches.allocate(kernels::Device::cpu);
-  EXPECT_THROW(batches.filled(1, ns_batch_keller(), [](size_t, const kernels::Tensor&) {}), std::logic_error);
+  for (size_t i = 0; i < 3; ++i) std::fill(batches.slot(i).f32(), batches.slot(i).f32() + 16, 1.0f + float(i));
+  int done = 0;
+  auto count = [&](size_t, const kernels::Tensor&) { ++done; };
+  batches.begin_step();
+  batches.filled(0, ns_batch_keller(), count);
+  EXPECT_THROW(batches.filled(2, ns_batch_keller(), count), std::logic_error);
+  // A step cut short leaves nothing behind for the next.
+  batches.begin_step();
+  for (size_t i = 0; i < 3; ++i) batches.filled(i, ns_batch_keller(), count);
+  EXPECT_EQ(done, 3);
 }
 
 // Muon (ema momentum 0.9, Nesterov, keller 5 steps, shape scale, decoupled decay) on a 2-layer
