@@ -2,9 +2,13 @@
 // backend. The symmetric products (X Xᵀ and A² = A Aᵀ) use syrk: about half a GEMM's work.
 #include "kernels/newton_schulz.h"
 
+#include <omp.h>
+
 #include <cmath>
+#include <exception>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/check.h"
@@ -141,7 +145,115 @@ void newton_schulz_one(Tensor out, const Tensor& g, const NsOptions& options) {
   else cast(out, result);
 }
 
+// A batch on the CPU with at least as many matrices as threads: one matrix per OpenMP thread, its
+// products then on that thread alone (the OpenMP OpenBLAS does not nest inside a parallel region),
+// so many small matrices keep every core busy instead of each small product being split across
+// them. Each matrix runs the same operations as alone (scratch is per thread). An error inside the
+// loop is kept and rethrown after it (an exception must not leave an OpenMP region).
+void newton_schulz_threads(Tensor out, const Tensor& g, const NsOptions& options) {
+  std::exception_ptr error;
+  const int64_t n = g.shape[0];
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t i = 0; i < n; ++i) {
+    try {
+      newton_schulz_one(out.select(i), g.select(i), options);
+    } catch (...) {
+#pragma omp critical(precon_newton_schulz_error)
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// The arguments' checks shared by both entry points; returns the device.
+Device check_ns_args(const Tensor& out, const Tensor& g, const NsOptions& options, std::initializer_list<int> ndims) {
+  const char* op = "newton_schulz";
+  const Device device = require_same_device(op, {&out, &g});
+  require_ndim(op, "G", g, ndims);
+  require_contiguous(op, "G", g);
+  require_contiguous(op, "out", out);
+  require_same_shape(op, "out", out, "G", g);
+  require_dtype(op, "out", out, {g.dtype});
+  if (device == Device::cpu) {
+    require_dtype(op, "G", g, {DType::f32});
+    if (options.compute != DType::f32)
+      PRECON_THROW(UnsupportedError, op, "CPU computes in f32 only; bf16 Newton–Schulz needs the CUDA backend");
+  } else {
+    require_dtype(op, "G", g, {DType::f32, DType::bf16});
+    if (options.compute != DType::f32 && options.compute != DType::bf16)
+      PRECON_THROW(UnsupportedError, op, "compute precision must be f32 or bf16");
+  }
+  if (!(options.eps >= 0.0f)) PRECON_THROW(UnsupportedError, op, "eps must be >= 0");
+  for (const NsCoefficients& k : options.schedule)
+    if (!std::isfinite(k.a) || !std::isfinite(k.b) || !std::isfinite(k.c))
+      PRECON_THROW(UnsupportedError, op, "coefficients must be finite");
+  return device;
+}
+
 }  // namespace
+
+void newton_schulz_batch_gemm(Tensor out, const Tensor& g, const NsOptions& options) {
+  const Device dev = check_ns_args(out, g, options, {3});
+  const DType dt = options.compute;
+  const int64_t batch = g.shape[0], rows = g.shape[1], cols = g.shape[2];
+  const bool tall = rows > cols;
+  const int64_t m = tall ? cols : rows, n = tall ? rows : cols;
+  if (g.numel() == 0) return;
+
+  // The norms from g in f32 (a matrix and its transpose have one norm), to the host once.
+  Tensor g32 = g;
+  if (g.dtype != DType::f32) {
+    g32 = scratch(dev, 6, {batch, rows, cols});
+    cast(g32, g);
+  }
+  Tensor factors = scratch(dev, 7, {batch});
+  sum_squares_along(factors, g32.reshape({batch, rows * cols}), 0);
+  std::vector<float> host(static_cast<size_t>(batch));
+  copy(Tensor::view(host.data(), {batch}), factors);
+  for (int64_t i = 0; i < batch; ++i) {
+    float& f = host[static_cast<size_t>(i)];
+    if (!std::isfinite(f)) {
+      PRECON_THROW(NonFiniteError, "newton_schulz",
+                   "input " + g.describe() + " contains NaN or Inf (matrix " + std::to_string(i) + " of the batch)");
+    }
+    const double denom = std::sqrt(static_cast<double>(f)) + options.eps;
+    f = denom == 0.0 ? 0.0f : static_cast<float>(1.0 / denom);  // an all-zero matrix stays zero
+  }
+  copy(factors, Tensor::view(host.data(), {batch}));
+
+  // X = G / ‖G‖ in the wide orientation, then in the compute precision.
+  Tensor xf = scratch(dev, 8, {batch, m, n});
+  if (tall) copy_strided(xf, g32.transposed());
+  else copy(xf, g32);
+  scale_along(xf.reshape({batch, m * n}), factors, 0);
+  Tensor x = xf;
+  if (dt != DType::f32) {
+    x = scratch(dev, 0, {batch, m, n}, dt);
+    cast(x, xf);
+  }
+  Tensor y = scratch(dev, 1, {batch, m, n}, dt);
+  Tensor a = scratch(dev, 2, {batch, m, m}, dt);
+  Tensor b = scratch(dev, 3, {batch, m, m}, dt);
+  for (const NsCoefficients& k : options.schedule) {
+    gemm(a, x, x, Trans::no, Trans::yes, 1.0f, 0.0f);  // A = X Xᵀ
+    copy(b, a);
+    if (k.c == 0.0f) scale(b, k.b);
+    else gemm(b, a, a, Trans::no, Trans::no, k.c, k.b);  // B = c A² + b A
+    copy(y, x);
+    gemm(y, b, x, Trans::no, Trans::no, 1.0f, k.a);  // Y = B X + a X
+    std::swap(x, y);
+  }
+
+  // Back to out's orientation and dtype.
+  if (x.dtype != DType::f32) {
+    cast(xf, x);
+    x = xf;
+  }
+  Tensor o32 = out.dtype == DType::f32 ? out : scratch(dev, 6, {batch, rows, cols});
+  if (tall) copy_strided(o32, x.transposed());
+  else copy(o32, x);
+  if (o32.data != out.data) cast(out, o32);
+}
 
 Tensor newton_schulz_steps(Tensor x, Tensor y, Tensor a, Tensor b, const std::vector<NsCoefficients>& schedule,
                            bool gram_of_rows, const std::function<void(Tensor&)>& reduce_gram) {
@@ -160,30 +272,19 @@ Tensor newton_schulz_steps(Tensor x, Tensor y, Tensor a, Tensor b, const std::ve
 }
 
 void newton_schulz(Tensor out, const Tensor& g, const NsOptions& options) {
-  const char* op = "newton_schulz";
-  Device device = require_same_device(op, {&out, &g});
-  require_ndim(op, "G", g, {2, 3});
-  require_contiguous(op, "G", g);
-  require_contiguous(op, "out", out);
-  require_same_shape(op, "out", out, "G", g);
-  require_dtype(op, "out", out, {g.dtype});
-  if (device == Device::cpu) {
-    require_dtype(op, "G", g, {DType::f32});
-    if (options.compute != DType::f32)
-      PRECON_THROW(UnsupportedError, op, "CPU computes in f32 only; bf16 Newton–Schulz needs the CUDA backend");
-  } else {
-    require_dtype(op, "G", g, {DType::f32, DType::bf16});
-    if (options.compute != DType::f32 && options.compute != DType::bf16)
-      PRECON_THROW(UnsupportedError, op, "compute precision must be f32 or bf16");
-  }
-  if (!(options.eps >= 0.0f)) PRECON_THROW(UnsupportedError, op, "eps must be >= 0");
-  for (const NsCoefficients& k : options.schedule)
-    if (!std::isfinite(k.a) || !std::isfinite(k.b) || !std::isfinite(k.c))
-      PRECON_THROW(UnsupportedError, op, "coefficients must be finite");
+  const Device device = check_ns_args(out, g, options, {2, 3});
   if (g.numel() == 0) return;
 
   if (g.ndim == 2) {
     newton_schulz_one(out, g, options);
+    return;
+  }
+  if (device != Device::cpu && g.shape[0] > 1) {
+    newton_schulz_batch_gemm(out, g, options);
+    return;
+  }
+  if (g.shape[0] > 1 && g.shape[0] >= omp_get_max_threads()) {
+    newton_schulz_threads(out, g, options);
     return;
   }
   for (int64_t i = 0; i < g.shape[0]; ++i) newton_schulz_one(out.select(i), g.select(i), options);

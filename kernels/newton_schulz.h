@@ -48,7 +48,18 @@ struct NsOptions {
 
 // out = NS(g) for g of shape (rows, cols) or a batch (batch, rows, cols); out has g's shape and
 // dtype and may alias g. An all-zero matrix gives zeros; non-finite input throws NonFiniteError.
+// A batch on the CPU with at least as many matrices as OpenMP threads runs one matrix per thread
+// (each exactly as alone, up to the order of a sum inside a product); on a GPU it runs as
+// newton_schulz_batch_gemm.
 void newton_schulz(Tensor out, const Tensor& g, const NsOptions& options);
+
+// A batch (batch, rows, cols) as batched products: every matrix's norm in one reduction and one
+// host round trip, then each step's three products as one strided-batched GEMM each for the whole
+// batch (X Xᵀ and A² as full GEMMs: there is no batched SYRK), instead of a launch and a host sync
+// per matrix. The GPU's form; it runs on any backend (the tests check it on the CPU). Norms are
+// summed in double from fp32 g, so in bf16 compute the result differs from the per-matrix path
+// (which casts before taking the norm) by bf16 rounding. g and out as for newton_schulz.
+void newton_schulz_batch_gemm(Tensor out, const Tensor& g, const NsOptions& options);
 
 // The iteration itself, one step per tuple of `schedule`, on X already divided by its norm. With
 // `gram_of_rows` A = X Xᵀ and each step is X ← (cA² + bA) X + aX; without, A = XᵀX and X ← X(cA² +

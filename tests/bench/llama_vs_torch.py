@@ -13,12 +13,24 @@ sides so they do the same work. precon-train runs twice: in its default environm
 target's row) and in PyTorch's, since active OpenMP waiting costs it most on a busy machine.
 
 Configs: (tiny) recipes/llama-muon-vs-adamw.toml's model, L4 C128 NH4/NKV2 F384 T128 V256 B16;
-(25m) L6 C512 NH8/NKV4 F1408 T256 V8192 B4, 26.1M parameters. Prints ms/step, tokens/s, % of this
-machine's sgemm rate (6·N·tokens FLOPs, when precon_bench_linalg is built), peak memory, and
-precon's tokens/s over PyTorch's against the project's target of 1.2× (reported, not asserted).
+(25m) L6 C512 NH8/NKV4 F1408 T256 V8192 B4, 26.1M parameters; (ds) a small model of DeepSeek-V3's
+family: L4 C256 NH4, multi-head latent attention (q latent 96, kv latent 64, heads 32+16 / 32),
+the first layer dense (F688), then 16 routed experts of F128 (top 2) and a shared one behind a
+sigmoid router with its bias balance, T128 V4096 B8, on the PyTorch side
+tests/worker/model/deepseek_moe_reference.py's forward (each expert's tokens gathered, its three
+matmuls, the weighted outputs added back) and its bias update after each step. Prints ms/step,
+tokens/s, % of this machine's sgemm rate (6·N·tokens FLOPs, N the parameters a token passes
+through: the chosen experts', when precon_bench_linalg is built), peak memory, and precon's
+tokens/s over PyTorch's against the project's target of 1.2× (reported, not asserted).
+
+With ds, a second table: precon-train's per-rank memory with MLA against grouped-query attention at
+the same size (the ds model with model.mla off and two kv heads of 64: same layers, width, heads
+and experts): the parameters and activations it reports (memory_param_bytes,
+memory_activation_bytes), the peak resident set, tokens/s (in PyTorch's environment, as the rows
+above), and the values an inference KV cache would hold per token and layer, at T128 and T512.
 
 Usage: /usr/bin/python3 tests/bench/llama_vs_torch.py [--build-dir build] [--threads 2] [--steps 6]
-       [--configs tiny,25m]
+       [--configs tiny,25m,ds]
 """
 import argparse
 import json
@@ -36,7 +48,14 @@ LLAMA = dict(arch="llama", rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=0)
 CONFIGS = {"tiny": dict(LLAMA, n_layer=4, n_head=4, n_kv_head=2, d_model=128, ffn_hidden=384, seq_len=128,
                         vocab_size=256, batch=16),
            "25m": dict(LLAMA, n_layer=6, n_head=8, n_kv_head=4, d_model=512, ffn_hidden=1408, seq_len=256,
-                       vocab_size=8192, batch=4)}
+                       vocab_size=8192, batch=4),
+           "ds": dict(LLAMA, n_layer=4, n_head=4, n_kv_head=0, d_model=256, ffn_hidden=688, seq_len=128,
+                      vocab_size=4096, batch=8, reference="deepseek_moe_reference",
+                      mla=dict(q_lora_rank=96, kv_lora_rank=64, qk_nope_head_dim=32, qk_rope_head_dim=16,
+                               v_head_dim=32),
+                      moe=dict(experts=16, top_k=2, ffn_hidden=128, shared_experts=1, first_dense_layers=1,
+                               aux_loss_coeff=0.0, router="sigmoid", route_scale=2.5, n_group=1, topk_group=1,
+                               bias_update_rate=1e-3, seq_aux_loss_coeff=1e-3))}
 WARMUP = 2  # the first steps warm caches and page in buffers
 TARGET = 1.2
 
@@ -46,10 +65,12 @@ TORCH_SCRIPT = r"""
 import json, sys, time, torch
 import torch.nn.functional as F
 sys.path.insert(0, sys.argv[1])
-import llama_reference as ref
+import importlib
 c = json.loads(sys.argv[2]); steps = int(sys.argv[3]); torch.set_num_threads(int(sys.argv[4]))
+ref = importlib.import_module(c.get("reference", "llama_reference"))
 variant = sys.argv[5]
 forward = ref.forward
+after_step = ref.update_biases(c) if hasattr(ref, "update_biases") else None
 if variant == "compile":
     if not hasattr(torch, "compile"):
         print(json.dumps({"skipped": f"torch {torch.__version__} has no torch.compile"})); sys.exit(0)
@@ -57,22 +78,27 @@ if variant == "compile":
 g = torch.Generator().manual_seed(0)
 p = {}
 for name, shape, kind, *_ in ref.param_table(c):
-    t = torch.ones(shape) if kind == "norm" else torch.randn(shape, generator=g) * 0.02
-    p[name] = t.requires_grad_(True)
-opt = torch.optim.AdamW(list(p.values()), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0, foreach=True)
+    t = torch.ones(shape) if kind == "norm" else torch.zeros(shape) if kind == "buffer" else torch.randn(shape, generator=g) * 0.02
+    p[name] = t.requires_grad_(kind != "buffer")
+opt = torch.optim.AdamW([t for t in p.values() if t.requires_grad], lr=1e-4, betas=(0.9, 0.95), weight_decay=0.0,
+                        foreach=True)
 times = []
 for s in range(steps):
     data = torch.randint(0, c["vocab_size"], (c["batch"], c["seq_len"] + 1), generator=g)
     t0 = time.perf_counter()
     opt.zero_grad(set_to_none=True)
     try:
-        _, loss = forward(p, c, data[:, :-1], data[:, 1:])
+        out = forward(p, c, data[:, :-1], data[:, 1:])
+        loss = out[1] + out[2] if len(out) == 4 else out[1]  # deepseek: cross-entropy + balance loss
         loss.backward()
     except Exception as e:  # torch.compile needs a compiler toolchain; offline it may have none
         if variant != "compile":
             raise
         print(json.dumps({"skipped": f"torch.compile failed: {type(e).__name__}: {str(e)[:120]}"})); sys.exit(0)
     opt.step()
+    if after_step:
+        with torch.no_grad():
+            after_step(p, (None, None, out[3]))
     times.append(time.perf_counter() - t0)
 fused = [f for f in ("scaled_dot_product_attention", "rms_norm") if hasattr(F, f)]
 print(json.dumps({"step_seconds": times, "torch": torch.__version__, "dtype": str(loss.dtype), "fused": fused}))
@@ -92,7 +118,16 @@ def peak_mb_of(cmd, env):
 
 
 def param_count(c):
-    """llama_reference.param_table's total: embeddings, untied head, q/k/v/o, gate/up/down, norms."""
+    """The parameters a token passes through. llama_reference.param_table's total: embeddings, untied
+    head, q/k/v/o, gate/up/down, norms; a model with a reference of its own: its table's, less the
+    routed experts a token does not visit."""
+    if "reference" in c:
+        sys.path.insert(0, os.path.join(HERE, "..", "worker", "model"))
+        ref = __import__(c["reference"])
+        moe = c["moe"]
+        total = sum(int(np.prod(shape)) for _, shape, kind, *_ in ref.param_table(c) if kind != "buffer")
+        expert = 3 * c["d_model"] * moe["ffn_hidden"]
+        return total - (c["n_layer"] - moe["first_dense_layers"]) * (moe["experts"] - moe["top_k"]) * expert
     C, V, F_, L = c["d_model"], c["vocab_size"], c["ffn_hidden"], c["n_layer"]
     kv = c["n_kv_head"] * (C // c["n_head"])
     return 2 * V * C + L * (2 * C * C + 2 * C * kv + 3 * C * F_ + 2 * C) + C
@@ -117,6 +152,10 @@ def sgemm_rate(build_dir, threads):
     return json.loads(res.stdout)["benchmarks"][0]["GFLOP/s"]
 
 
+def toml_table(name, d):
+    return f"[{name}]\n" + "".join(f"{k} = {json.dumps(v)}\n" for k, v in d.items())
+
+
 def run_precon(build_dir, tmp, name, c, steps, threads, env, tag):
     run_dir = os.path.join(tmp, f"run_{name}_{tag}")
     cfg = os.path.join(tmp, f"{name}.toml")
@@ -129,10 +168,36 @@ def run_precon(build_dir, tmp, name, c, steps, threads, env, tag):
                 f"[train]\nsteps = {steps}\nbatch_size = {c['batch']}\neval_every = 0\neval_batches = 1\n"
                 f"checkpoint_every = 1000000\nkeep_checkpoints = 1\nthreads = {threads}\ngrad_clip = 0\n"
                 f"[optimizer]\nname = \"adamw\"\nlr = 0.0001\nwarmup_steps = 0\n")
+        for table in ("mla", "moe"):
+            if table in c:
+                f.write(toml_table(f"model.{table}", c[table]))
     exe = os.path.join(build_dir, "worker", "precon-train")
     _, peak = peak_mb_of([exe, "--config", cfg, "--run-dir", run_dir, "--resume", "never"], env)
     recs = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if "step_seconds" in l][WARMUP:]
-    return {"step": sum(r["step_seconds"] for r in recs) / len(recs), "peak_mb": peak}
+    return {"step": sum(r["step_seconds"] for r in recs) / len(recs), "peak_mb": peak,
+            "param_mb": recs[-1]["memory_param_bytes"] / 2**20, "activation_mb": recs[-1]["memory_activation_bytes"] / 2**20}
+
+
+def mla_vs_gqa(build_dir, tmp, steps, threads):
+    """precon-train's memory and speed with the ds model's MLA against GQA at the same size."""
+    ds = CONFIGS["ds"]
+    gqa = {k: v for k, v in ds.items() if k != "mla"}
+    gqa["n_kv_head"] = 2
+    print(f"\n{'attention (torch env)':<34}{'params M':>9}{'param MB':>9}{'activ. MB':>10}{'peak MB':>9}"
+          f"{'tokens/s':>10}{'KV cache/token':>16}")
+    for T in (128, 512):
+        for label, c in ((f"MLA (kv latent 64+16), T{T}", ds), (f"GQA (2 kv heads of 64), T{T}", gqa)):
+            c = dict(c, seq_len=T, batch=ds["batch"] * 128 // T)
+            name = f"{'mla' if 'mla' in c else 'gqa'}{T}"
+            write_shard(os.path.join(tmp, f"train_{name}.bin"), 1_000_000, c["vocab_size"], 1)
+            write_shard(os.path.join(tmp, f"val_{name}.bin"), 100_000, c["vocab_size"], 2)
+            r = run_precon(build_dir, tmp, name, c, steps, threads, dict(os.environ, **TORCH_ENV), "mem")
+            n = r["param_mb"] * 2**20 / 4 / 1e6
+            # What inference would cache per token and layer: MLA its latent and rotary key, GQA k and v.
+            m = c.get("mla")
+            kv = m["kv_lora_rank"] + m["qk_rope_head_dim"] if m else 2 * c["n_kv_head"] * c["d_model"] // c["n_head"]
+            print(f"{label:<34}{n:>9.2f}{r['param_mb']:>9.1f}{r['activation_mb']:>10.1f}{r['peak_mb']:>9.0f}"
+                  f"{c['batch'] * T / r['step']:>10.0f}{f'{kv} values':>16}")
 
 
 def run_torch(c, steps, threads, variant):
@@ -191,8 +256,10 @@ def main():
                 ratio = best["step"] / r["step"]
                 row(label, r, f"{ratio:.2f}x (target >= {TARGET:.1f}x: {'ok' if ratio >= TARGET else 'below'})")
             notes.append(f"({name}) {param_count(c) / 1e6:.2f}M parameters; pytorch {eager['torch']}, "
-                         f"llama_reference.forward in {eager['dtype']}; fused attention/RMSNorm in this torch: "
+                         f"{c.get('reference', 'llama_reference')}.forward in {eager['dtype']}; fused attention/RMSNorm in this torch: "
                          f"{', '.join(eager['fused']) or 'none'}")
+        if "ds" in args.configs.split(","):
+            mla_vs_gqa(args.build_dir, tmp, args.steps, args.threads)
     print("\n" + "\n".join(notes))
     return 0
 

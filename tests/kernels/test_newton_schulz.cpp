@@ -189,6 +189,40 @@ TEST(NewtonSchulz, BatchEqualsEachMatrixAndOutputMayAliasInput) {
   EXPECT_EQ(g, out);
 }
 
+// The GPU's form of a batch (batched products, one host round trip for the norms), run on the CPU:
+// each matrix as the per-matrix path gives it, up to fp32 rounding (full GEMMs instead of SYRK, the
+// norms summed in another order), wide and tall, an all-zero matrix staying zero, in place.
+TEST(NewtonSchulz, BatchGemmFormEqualsEachMatrixToFp32Rounding) {
+  const uint64_t seed = test::test_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  auto opt = keller(5, 1e-7f);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{9, 23}, {23, 9}}) {
+    SCOPED_TRACE(::testing::Message() << rows << "x" << cols);
+    const int64_t batch = 5, size = rows * cols;
+    auto g = test::random_normal(static_cast<size_t>(batch * size), seed + rows);
+    std::fill(g.begin() + 2 * size, g.begin() + 3 * size, 0.0f);
+    std::vector<float> out(g.size());
+    newton_schulz_batch_gemm(test::host_view(out, {batch, rows, cols}), test::host_view(g, {batch, rows, cols}), opt);
+    double worst = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      std::vector<float> gb(g.begin() + b * size, g.begin() + (b + 1) * size);
+      std::vector<float> ob(out.begin() + b * size, out.begin() + (b + 1) * size);
+      worst = std::max(worst, test::max_abs_diff(run_ns(gb, rows, cols, opt), ob));
+    }
+    std::printf("batch-GEMM form vs each matrix alone: max |diff| %.3g\n", worst);
+    EXPECT_LT(worst, 1e-5);
+    EXPECT_EQ(*std::max_element(out.begin() + 2 * size, out.begin() + 3 * size), 0.0f);
+    EXPECT_EQ(*std::min_element(out.begin() + 2 * size, out.begin() + 3 * size), 0.0f);
+    newton_schulz_batch_gemm(test::host_view(g, {batch, rows, cols}), test::host_view(g, {batch, rows, cols}), opt);
+    EXPECT_EQ(g, out);
+  }
+  std::vector<float> bad(2 * 3 * 4, 1.0f), o(bad.size());
+  bad[17] = std::nanf("");
+  EXPECT_THROW(newton_schulz_batch_gemm(test::host_view(o, {2, 3, 4}), test::host_view(bad, {2, 3, 4}), opt),
+               NonFiniteError);
+  EXPECT_THROW(newton_schulz_batch_gemm(test::host_view(o, {6, 4}), test::host_view(bad, {6, 4}), opt), ShapeError);
+}
+
 TEST(NewtonSchulz, ConvergentScheduleApproachesPolarFactor) {
   // (2, -1.5, 0.5) converges to 1 on (0, 1]: after many steps NS(G) = U Vᵀ, so O Oᵀ = I.
   const uint64_t seed = test::test_seed();

@@ -20,6 +20,7 @@
 #include "kernels/linalg.h"
 #include "kernels/newton_schulz.h"
 #include "worker/config/choice.h"
+#include "worker/optim/ns_batch.h"
 #include "worker/optim/optim_internal.h"
 #include "worker/optim/work_cost.h"
 #include "worker/optim/parts.h"
@@ -145,6 +146,7 @@ class Muon final : public Optimizer {
     }
     // This rank's pieces, in matrix order, into the memory its results are given. A split matrix
     // orthogonalised whole is gathered first by its owner's tensor-parallel group.
+    batches_.begin_step();
     for (Matrix& m : matrices_) {
       Tensor grad = m.grad;
       if (m.src.split() && !on_parts(m) && results_->ours(m.unit)) {
@@ -152,14 +154,26 @@ class Muon final : public Optimizer {
         grad = results_->whole_gradient(m.src);
       }
       if (!m.holds_state) continue;
-      Tensor u = momentum_and_direction(m, grad, ctx);
+      const bool batched = batches_.batched(m.unit);
+      Tensor u = momentum_and_direction(m, grad, ctx, batched ? batches_.slot(m.unit) : Tensor{});
+      // Same-shape matrices (a MoE layer's experts) go in one call once their batch is full.
+      std::vector<size_t> done;
       {
         PhaseTimer timer(phases_.newton_schulz, device_);
-        orthogonalise(m, u);
+        if (!batched) {
+          orthogonalise(m, u);
+          done.push_back(m.unit);
+        } else {
+          if (u.data != batches_.slot(m.unit).data) kernels::copy(batches_.slot(m.unit), u);
+          batches_.filled(m.unit, ns_, [&](size_t unit, const Tensor& o) {
+            kernels::copy(make_view(results_->own(unit), {matrices_[unit].rows, matrices_[unit].cols}, device_), o);
+            done.push_back(unit);
+          });
+        }
       }
       if (normuon_) {
         PhaseTimer timer(phases_.other, device_);
-        normalise(m);
+        for (size_t unit : done) normalise(matrices_[unit]);
       }
     }
     // The results travel in chunks, each applied as it arrives, so that the receive buffer holds a
@@ -399,6 +413,10 @@ class Muon final : public Optimizer {
         second_handle_.push_back(SIZE_MAX);
       }
     }
+    // The matrices this rank orthogonalises whole as one Newton–Schulz problem, batched by shape.
+    for (const Matrix& m : matrices_)
+      if (m.holds_state && !on_parts(m) && m.blocks == 1) batches_.add(m.unit, m.rows, m.cols);
+    batches_.allocate(device_);
     momentum_.allocate(device_);
     second_moment_.allocate(device_);
     int64_t longest = 1;
@@ -442,14 +460,15 @@ class Muon final : public Optimizer {
   }
 
   // The momentum update from the gradient `grad` (what this rank holds of it on parts, else the
-  // whole matrix's), and the direction to orthogonalise (in work memory, or the momentum).
-  Tensor momentum_and_direction(Matrix& m, const Tensor& grad, const StepContext& ctx) {
+  // whole matrix's), and the direction to orthogonalise (in `into` when given, else in work memory,
+  // or the momentum).
+  Tensor momentum_and_direction(Matrix& m, const Tensor& grad, const StepContext& ctx, const Tensor& into) {
     PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
     const float g_weight = momentum_form_ == MomentumForm::ema ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
     kernels::axpby(m.momentum, grad, g_weight, mu);
     if (!config_.nesterov) return m.momentum;
-    Tensor u = make_view(static_cast<float*>(work_.data()), {grad.shape[0], grad.shape[1]}, device_);
+    Tensor u = into.data ? into : make_view(static_cast<float*>(work_.data()), {grad.shape[0], grad.shape[1]}, device_);
     kernels::copy(u, grad);
     kernels::axpby(u, m.momentum, mu, g_weight);  // U = μM + (1−μ)sG
     return u;
@@ -626,6 +645,7 @@ class Muon final : public Optimizer {
   kernels::Buffer neuron_buf_;  // one value per neuron of a matrix (sums of squares, then factors)
   std::map<std::string, size_t> matrix_index_;  // matrices_ by parameter name
   kernels::Buffer work_;
+  NsBatches batches_;  // the same-shape matrices orthogonalised together
   PhaseSeconds phases_;
 };
 
