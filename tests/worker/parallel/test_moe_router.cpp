@@ -1,6 +1,6 @@
 // DeepSeek-V3's sigmoid router (model.moe.router = "sigmoid": a bias moved after each step by the
 // loads summed over every rank, group-limited routing, the sequence-wise balance loss) under
-// `mpirun -np N` against the single process: TP2, DP2, EP2 and PP2 follow its trajectory (train and
+// `mpirun -np N` against the single process: TP2, DP2, EP2, PP2 and TP2×EP2 follow its trajectory (train and
 // validation losses, the balance loss, the worst expert's load and the bias's largest magnitude,
 // which differs at once if a rank moved its bias by its own tokens' loads only); a run checkpointed
 // and resumed continues bitwise, the bias included; and an EP2 checkpoint resumes on one rank.
@@ -71,6 +71,7 @@ TEST_F(MoeRouterParallel, EveryLayoutFollowsTheSingleProcessRun) {
       {"dp2", 2, "--set parallel.data=2"},
       {"ep2", 2, "--set parallel.data=2 --set parallel.expert=2"},
       {"pp2", 2, "--set parallel.pipeline=2"},
+      {"tp2ep2", 4, "--set parallel.tensor=2 --set parallel.data=2 --set parallel.expert=2"},
   };
   const fs::path cfg = config(mpitest::kOptimizers[0], 10);
   Result r = launch(cfg, "one", 1, "");
