@@ -44,7 +44,7 @@ CFG = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidde
                     seq_aux_loss_coeff=3e-2))
 B = 3
 SEED = 20250939
-TRAJECTORY_CASES = ("adamw", "muon", "shampoo")
+TRAJECTORY_CASES = ("adamw", "muon")
 
 
 def param_table(c):
