@@ -108,7 +108,7 @@ if [ "${PRECON_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== Fuzz build (clang, libFuzzer + ASan + UBSan) =="
   cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_FUZZ=ON \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPRECON_FUZZ_SECONDS=10 \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" $unity
   cmake --build "$root/build-fuzz" -j "$jobs"
   echo "== Fuzz targets, 10 s each, two at a time =="
   ctest --test-dir "$root/build-fuzz" --output-on-failure -j 2
