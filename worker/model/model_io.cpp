@@ -164,12 +164,7 @@ nlohmann::json rope_scaling_json(const ModelConfig& c) {
 }  // namespace
 
 nlohmann::json hf_config_json(const ModelConfig& c) {
-  if (c.deepseek_v3()) {
-    nlohmann::json j = deepseek_v3_config_json(c);
-    // Its count of multi-token prediction modules (stored as layers num_hidden_layers + k − 1).
-    j["num_nextn_predict_layers"] = c.mtp_layers;
-    return j;
-  }
+  if (c.deepseek_v3()) return deepseek_v3_config_json(c);
   nlohmann::json j = family_config_json(c);
   if (c.llama() && c.rope_scaling.yarn()) j["rope_scaling"] = rope_scaling_json(c);
   if (c.uses_mla()) {
@@ -218,6 +213,8 @@ nlohmann::json deepseek_v3_config_json(const ModelConfig& c) {
           {"intermediate_size", c.ffn()},
           {"moe_intermediate_size", c.expert_ffn()},
           {"num_hidden_layers", c.n_layer},
+          // The multi-token prediction modules (stored as layers num_hidden_layers + k − 1).
+          {"num_nextn_predict_layers", c.mtp_layers},
           {"num_attention_heads", c.n_head},
           {"num_key_value_heads", c.n_head},
           {"q_lora_rank", a.q_lora_rank > 0 ? nlohmann::json(a.q_lora_rank) : nlohmann::json(nullptr)},
