@@ -19,10 +19,11 @@ averaged over the sequences and summed over the MoE layers, added to the cross-e
 Writes into --out: model.safetensors (table order, the biases non-zero so that they steer the choice),
 config.json, tokens.npy, targets.npy, logits.npy, loss.npy (cross-entropy), aux.npy (the balance
 loss), counts.npy (per MoE layer, tokens per expert), grad.<name>.npy (of cross-entropy + balance
-loss; zero for the biases), traj_tokens_<i>.npy, traj_targets_<i>.npy, and per case (AdamW, Muon)
-traj_losses.<case>.npy, traj_aux.<case>.npy and traj_bias.<case>.npy (every bias after the last step).
+loss; zero for the biases), traj_tokens_<i>.npy, traj_targets_<i>.npy, and per case (AdamW, Muon with and without split
+heads, Shampoo) traj_losses.<case>.npy, traj_aux.<case>.npy and traj_bias.<case>.npy (every bias after the last step).
 """
 import argparse
+import copy
 import json
 import os
 import sys
@@ -34,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt_reference import write_safetensors  # noqa: E402
 from llama_reference import CASES, STEPS, batch, head_loss, rms_norm, run_case, swiglu, to_adamw  # noqa: E402
-from mla_reference import mla  # noqa: E402
+from mla_reference import attention_heads, mla  # noqa: E402
 
 CFG = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidden=48, seq_len=16, vocab_size=67,
            rope_theta=10000.0, norm_eps=1e-5, tie_embeddings=0,
@@ -44,7 +45,22 @@ CFG = dict(arch="llama", n_layer=2, n_head=4, n_kv_head=0, d_model=32, ffn_hidde
                     seq_aux_loss_coeff=3e-2))
 B = 3
 SEED = 20250939
-TRAJECTORY_CASES = ("adamw", "muon")
+# Shampoo's case here regularises its roots with ε = 1e-4 instead of llama_reference's 1e-6. At 1e-6 the
+# first step's gradients (45 tokens; an expert's a handful) have singular values far below √ε, which
+# (σ² + ε)^(-1/4) weighs up to 30x: fp32 rounding of the factors then moves the updated weights by
+# up to 7.5e-5 (this script's own step, eigh in fp32 instead of fp64, moves them by as much), and by
+# the third step a token whose top-2 choice is that close to a tie changes expert, which the
+# loss and the sign-driven biases follow. At 1e-4 the same rounding stays below the routing margins.
+SHAMPOO_EPSILON = 1e-4
+
+
+def trajectory_cases():
+    """AdamW and Muon (with and without split heads) as llama_reference has them; Shampoo's with
+    SHAMPOO_EPSILON."""
+    out = [copy.deepcopy(k) for k in CASES if k["name"] in ("adamw", "muon", "muon_split_heads")]
+    shampoo = copy.deepcopy(next(k for k in CASES if k["name"] == "shampoo"))
+    shampoo["config"]["shampoo"]["epsilon"] = SHAMPOO_EPSILON
+    return out + [shampoo]
 
 
 def param_table(c):
@@ -197,15 +213,14 @@ def trajectories(c, p, batches):
     """{case: (cross-entropy per step, balance loss per step, every bias after the last step)}."""
     table = param_table(c)
     out = {}
-    for case in CASES:
-        if case["name"] not in TRAJECTORY_CASES:
-            continue
+    for case in trajectory_cases():
         finals = {}
 
         def keep(params, record, hook=update_biases(c)):
             hook(params, record)
             finals.update({n: t.detach().clone() for n, t in params.items() if n.endswith("e_score_correction_bias")})
         rec = run_case(case, c, p, batches, table=table, step_loss=step_loss, routed_to_adamw=to_adamw_or_router,
+                       heads=attention_heads(c),
                        after_step=keep)
         bias = torch.cat([finals[n] for n, _, kind, *_ in table if kind == "buffer"])
         out[case["name"]] = ([r[0] for r in rec], [r[1] for r in rec], bias)
@@ -253,7 +268,7 @@ def main():
         np.save(os.path.join(args.out, f"traj_aux.{name}.npy"), np.array(auxes, dtype=np.float64))
         np.save(os.path.join(args.out, f"traj_bias.{name}.npy"), bias.numpy().astype(np.float64))
         summary.append(f"{name} {losses[0]:.4f} -> {losses[-1]:.4f}, |bias| max {bias.abs().max().item():.3f}")
-        cases.append(next(k for k in CASES if k["name"] == name))
+        cases.append(next(k for k in trajectory_cases() if k["name"] == name))
     with open(os.path.join(args.out, "cases.json"), "w") as f:
         json.dump(dict(steps=STEPS, cases=cases), f, indent=1)
     print(f"wrote DeepSeek MoE reference to {args.out}: loss {ce.item():.6f} aux {aux.item():.6f} counts "

@@ -3,8 +3,8 @@
 // a per-expert bias that steers the choice, the sequence-wise balance loss) against a PyTorch
 // implementation written from DeepSeek-V3's description (deepseek_moe_reference.py): the parameter
 // table, the logits, the cross-entropy, the balance loss, the tokens per expert and every gradient
-// (the bias's zero) within 1e-5 relative of fp64 torch; 12-step AdamW and Muon trajectories with the
-// bias moved after each step (losses within 2e-3, the final biases equal); and the key table's
+// (the bias's zero) within 1e-5 relative of fp64 torch; 12-step AdamW, Muon (with and without split
+// heads) and Shampoo trajectories with the bias moved after each step (losses within 2e-3, the final biases equal); and the key table's
 // refusals of a router it cannot run.
 #include <gtest/gtest.h>
 
@@ -177,6 +177,13 @@ TEST_F(DeepseekMoeReference, LogitsLossBalanceLossCountsAndEveryGradient) {
 TEST_F(DeepseekMoeReference, AdamWTrajectoryWithBiasUpdates) { check_trajectory("adamw"); }
 
 TEST_F(DeepseekMoeReference, MuonTrajectoryWithBiasUpdates) { check_trajectory("muon"); }
+
+// Muon split: q_b_proj's and kv_b_proj's rows and o_proj's columns orthogonalised head by head.
+TEST_F(DeepseekMoeReference, MuonSplitHeadsTrajectoryWithBiasUpdates) { check_trajectory("muon_split_heads"); }
+
+// Shampoo with its roots regularised at 1e-4 (deepseek_moe_reference.py says why not llama's 1e-6:
+// there fp32 rounding is amplified enough to flip a near-tied expert choice by the third step).
+TEST_F(DeepseekMoeReference, ShampooTrajectoryWithBiasUpdates) { check_trajectory("shampoo"); }
 
 // The bias update alone: experts above the mean load move down by the rate, below it up, at the
 // mean not at all; a layer another stage holds is left alone.
