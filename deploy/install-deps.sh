@@ -16,7 +16,7 @@ esac
 # Build and run: the compiler, the kernels' BLAS/LAPACK, the controller's libraries; the CA
 # certificates for CMake's HTTPS download of the dashboard's assets and the quickstart corpus.
 packages=(
-  build-essential cmake pkg-config ca-certificates
+  build-essential cmake ninja-build pkg-config ca-certificates
   libopenblas-openmp-dev liblapacke-dev
   zlib1g-dev
   libsqlite3-dev sqlite3 libboost-dev libtomlplusplus-dev prometheus-cpp-dev

@@ -33,6 +33,16 @@ unity="-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16"
 # OpenMP threads wait passively so parallel test processes do not spin against each other.
 export OMP_WAIT_POLICY=PASSIVE
 
+# Ninja (install-deps.sh installs it) starts a target's compiles before the libraries it links are
+# built, so both cores stay busy across target boundaries (Make waits for each library first). A
+# build directory configured before with another generator keeps it.
+generator() {
+  if [ -f "$1/CMakeCache.txt" ] || ! command -v ninja >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "-G Ninja"
+}
+
 # The names of a build's tests (ctest -N), filtered by the ctest options given after the directory.
 test_names() {
   local dir=$1
@@ -52,7 +62,7 @@ asan_ran=""
 if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   echo "== ASan+UBSan build =="
   # -O1 -g1: half the compile time of -O2 -g under ASan+UBSan, with line numbers in the reports.
-  cmake -S "$root" -B "$root/build-asan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_SANITIZE=ON \
+  cmake -S "$root" -B "$root/build-asan" $(generator "$root/build-asan") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_SANITIZE=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF \
     -DPRECON_SLURM_TESTS=OFF $unity
   cmake --build "$root/build-asan" -j "$jobs"
@@ -64,7 +74,7 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
 fi
 
 echo "== Release build =="
-cmake -S "$root" -B "$root/build" -DCMAKE_BUILD_TYPE=Release $unity
+cmake -S "$root" -B "$root/build" $(generator "$root/build") -DCMAKE_BUILD_TYPE=Release $unity
 cmake --build "$root/build" -j "$jobs"
 if [ -n "$asan_ran" ]; then
   # Every test the ASan step ran passed there; Release runs the rest (the suites above and what
@@ -83,7 +93,7 @@ fi
 if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
   echo "== ThreadSanitizer build of the controller's tests =="
   # -O1 -g1: a quicker build with line numbers in the reports.
-  cmake -S "$root" -B "$root/build-tsan" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_TSAN=ON \
+  cmake -S "$root" -B "$root/build-tsan" $(generator "$root/build-tsan") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_TSAN=ON \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DPRECON_CUDA=OFF -DPRECON_BUILD_BENCHMARKS=OFF $unity
   cmake --build "$root/build-tsan" -j "$jobs" --target precon_orch_tests
   echo "== ThreadSanitizer: controller tests =="
@@ -106,7 +116,7 @@ fi
 
 if [ "${PRECON_SKIP_FUZZ:-0}" != "1" ]; then
   echo "== Fuzz build (clang, libFuzzer + ASan + UBSan) =="
-  cmake -S "$root" -B "$root/build-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_FUZZ=ON \
+  cmake -S "$root" -B "$root/build-fuzz" $(generator "$root/build-fuzz") -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPRECON_FUZZ=ON \
     -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DPRECON_FUZZ_SECONDS=10 \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" $unity
   cmake --build "$root/build-fuzz" -j "$jobs"
