@@ -20,12 +20,18 @@
 #   4. clang libFuzzer build of the fuzz targets (tests/fuzz, ASan+UBSan, -O1), each run 10 s from
 #      its seed corpus, two at a time.
 # Usage: tests/run.sh            (after deploy/install-deps.sh)
-# Environment: PRECON_JOBS (parallel build/test jobs, default nproc), PRECON_SKIP_ASAN=1,
+# Environment: PRECON_JOBS (parallel build jobs and Release test jobs, default nproc),
+#   PRECON_TEST_JOBS (the sanitizer steps' test jobs, default PRECON_JOBS + 1), PRECON_SKIP_ASAN=1,
 #   PRECON_SKIP_TSAN=1, PRECON_SKIP_FUZZ=1.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${PRECON_JOBS:-$(nproc)}
+# The sanitizer steps' tests wait on processes, sockets and MPI ranks much of the time: at nproc
+# jobs two cores stood about half idle through them, at nproc + 1 they are busy (the ASan step's
+# tests 803 s -> 671 s on 2 cores). The Release step keeps nproc: its Slurm chain and serial load
+# tests set its length.
+test_jobs=${PRECON_TEST_JOBS:-$((jobs + 1))}
 # Unity builds (CMake batches of 16 sources compiled as one): the templates of the JSON, HTTP and
 # test libraries are compiled once a batch instead of once a file. With the precompiled headers
 # (cmake/Pch.cmake) and Asio/Beast compiled once (worker/common/asio_beast.cpp).
@@ -68,7 +74,7 @@ if [ "${PRECON_SKIP_ASAN:-0}" != "1" ]; then
   cmake --build "$root/build-asan" -j "$jobs"
   echo "== ASan+UBSan tests =="
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E "$asan_skip"
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$test_jobs" -E "$asan_skip"
   asan_ran="$root/build-asan/tests-run.txt"
   test_names "$root/build-asan" -E "$asan_skip" > "$asan_ran"
 fi
@@ -110,7 +116,7 @@ if [ "${PRECON_SKIP_TSAN:-0}" != "1" ]; then
   # the importance evaluators against Optuna, the series cache's downsampling.
   tsan_skip='^(ParallelTrial|PrometheusServer|Scale|Restart|ImportanceOptuna)\.|^Controller\.(AshaStops|RequeuedWorker)|^Best\.ParetoFrontOfAHundredThousandTrials$|^StudyReportTest\.PicksEachCellsBestLrAndFitsItsSeeds$|^Sweep\.RandomSearchIsDeterministic$|^SeriesBlocks\.DownsampleMatchesReference'
   OMP_NUM_THREADS=1 OMP_THREAD_LIMIT=1 TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1 \
-    ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" -L controller \
+    ctest --test-dir "$root/build-tsan" --output-on-failure -j "$test_jobs" -L controller \
     -E "$tsan_skip"
 fi
 
