@@ -40,8 +40,10 @@ unity="-DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16"
 export OMP_WAIT_POLICY=PASSIVE
 
 # Ninja (install-deps.sh installs it) starts a target's compiles before the libraries it links are
-# built, so both cores stay busy across target boundaries (Make waits for each library first). A
-# build directory configured before with another generator keeps it.
+# built, where Make waits for each library first; measured on 2 cores against Make: the ASan build
+# 16 s and the ThreadSanitizer build 68 s shorter, the Release build 43 s longer (the unity batches
+# keep both cores busy most of the time either way). A build directory configured before with
+# another generator keeps it.
 generator() {
   if [ -f "$1/CMakeCache.txt" ] || ! command -v ninja >/dev/null 2>&1; then
     return 0

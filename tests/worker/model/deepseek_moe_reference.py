@@ -19,8 +19,9 @@ averaged over the sequences and summed over the MoE layers, added to the cross-e
 Writes into --out: model.safetensors (table order, the biases non-zero so that they steer the choice),
 config.json, tokens.npy, targets.npy, logits.npy, loss.npy (cross-entropy), aux.npy (the balance
 loss), counts.npy (per MoE layer, tokens per expert), grad.<name>.npy (of cross-entropy + balance
-loss; zero for the biases), traj_tokens_<i>.npy, traj_targets_<i>.npy, and per case (AdamW, Muon with and without split
-heads, Shampoo) traj_losses.<case>.npy, traj_aux.<case>.npy and traj_bias.<case>.npy (every bias after the last step).
+loss; zero for the biases), traj_tokens_<i>.npy, traj_targets_<i>.npy, and per case (AdamW, Muon
+with and without split heads, Shampoo) traj_losses.<case>.npy, traj_aux.<case>.npy and
+traj_bias.<case>.npy (every bias after the last step).
 """
 import argparse
 import copy
@@ -263,12 +264,13 @@ def main():
         np.save(os.path.join(args.out, f"traj_targets_{step}.npy"), tg.numpy().astype(np.int32))
     summary = []
     cases = []
+    by_name = {k["name"]: k for k in trajectory_cases()}
     for name, (losses, auxes, bias) in trajectories(c, p, batches).items():
         np.save(os.path.join(args.out, f"traj_losses.{name}.npy"), np.array(losses, dtype=np.float64))
         np.save(os.path.join(args.out, f"traj_aux.{name}.npy"), np.array(auxes, dtype=np.float64))
         np.save(os.path.join(args.out, f"traj_bias.{name}.npy"), bias.numpy().astype(np.float64))
         summary.append(f"{name} {losses[0]:.4f} -> {losses[-1]:.4f}, |bias| max {bias.abs().max().item():.3f}")
-        cases.append(next(k for k in trajectory_cases() if k["name"] == name))
+        cases.append(by_name[name])
     with open(os.path.join(args.out, "cases.json"), "w") as f:
         json.dump(dict(steps=STEPS, cases=cases), f, indent=1)
     print(f"wrote DeepSeek MoE reference to {args.out}: loss {ce.item():.6f} aux {aux.item():.6f} counts "

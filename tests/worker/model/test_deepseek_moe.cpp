@@ -4,8 +4,8 @@
 // implementation written from DeepSeek-V3's description (deepseek_moe_reference.py): the parameter
 // table, the logits, the cross-entropy, the balance loss, the tokens per expert and every gradient
 // (the bias's zero) within 1e-5 relative of fp64 torch; 12-step AdamW, Muon (with and without split
-// heads) and Shampoo trajectories with the bias moved after each step (losses within 2e-3, the final biases equal); and the key table's
-// refusals of a router it cannot run.
+// heads) and Shampoo trajectories with the bias moved after each step (losses within 2e-3, the
+// final biases equal); and the key table's refusals of a router it cannot run.
 #include <gtest/gtest.h>
 
 #include <algorithm>
