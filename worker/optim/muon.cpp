@@ -144,8 +144,11 @@ class Muon final : public Optimizer {
       PhaseTimer timer(phases_.adamw, device_);
       adamw_.step(ctx);
     }
-    // This rank's pieces, in matrix order, into the memory its results are given. A split matrix
-    // orthogonalised whole is gathered first by its owner's tensor-parallel group.
+    // First every direction, then every Newton–Schulz problem. A split matrix orthogonalised whole
+    // is gathered by its owner's tensor-parallel group, every rank of it taking part, matrix by
+    // matrix: gathering each just before its Newton–Schulz would make each rank of the group wait
+    // out the others' problems at its next gather. The direction goes into the memory of this rank's
+    // result (Newton–Schulz may read and write the same memory), so waiting costs no memory.
     batches_.begin_step();
     for (Matrix& m : matrices_) {
       Tensor grad = m.grad;
@@ -153,20 +156,22 @@ class Muon final : public Optimizer {
         PhaseTimer timer(phases_.communication, device_);
         grad = results_->whole_gradient(m.src);
       }
+      if (m.holds_state) momentum_and_direction(m, grad, ctx, own_view(m));
+    }
+    for (Matrix& m : matrices_) {
       if (!m.holds_state) continue;
-      const bool batched = batches_.batched(m.unit);
-      Tensor u = momentum_and_direction(m, grad, ctx, batched ? batches_.slot(m.unit) : Tensor{});
+      const Tensor u = config_.nesterov ? own_view(m) : m.momentum;
       // Same-shape matrices (a MoE layer's experts) go in one call once their batch is full.
       std::vector<size_t> done;
       {
         PhaseTimer timer(phases_.newton_schulz, device_);
-        if (!batched) {
+        if (!batches_.batched(m.unit)) {
           orthogonalise(m, u);
           done.push_back(m.unit);
         } else {
-          if (u.data != batches_.slot(m.unit).data) kernels::copy(batches_.slot(m.unit), u);
+          kernels::copy(batches_.slot(m.unit), u);
           batches_.filled(m.unit, ns_, [&](size_t unit, const Tensor& o) {
-            kernels::copy(make_view(results_->own(unit), {matrices_[unit].rows, matrices_[unit].cols}, device_), o);
+            kernels::copy(own_view(matrices_[unit]), o);
             done.push_back(unit);
           });
         }
@@ -422,7 +427,7 @@ class Muon final : public Optimizer {
     int64_t longest = 1;
     for (const Matrix& m : matrices_) longest = std::max({longest, m.rows, m.cols});
     neuron_buf_ = kernels::Buffer(device_, static_cast<size_t>(longest) * sizeof(float));
-    work_ = kernels::Buffer(device_, static_cast<size_t>(3 * max_work + 2 * max_side * max_side) * sizeof(float));
+    work_ = kernels::Buffer(device_, static_cast<size_t>(2 * max_work + 2 * max_side * max_side) * sizeof(float));
     for (size_t i = 0; i < matrices_.size(); ++i) {
       Matrix& m = matrices_[i];
       if (m.holds_state) m.momentum = momentum_.get(momentum_handle_[i]);
@@ -459,19 +464,22 @@ class Muon final : public Optimizer {
            ") and keeps " + std::to_string(held) + " momentum values of their " + std::to_string(whole);
   }
 
+  // The memory of this rank's result of m: its piece on parts, else the whole matrix.
+  Tensor own_view(const Matrix& m) {
+    return make_view(results_->own(m.unit), m.pieces[results_->part(m.unit)].shape, device_);
+  }
+
   // The momentum update from the gradient `grad` (what this rank holds of it on parts, else the
-  // whole matrix's), and the direction to orthogonalise (in `into` when given, else in work memory,
-  // or the momentum).
-  Tensor momentum_and_direction(Matrix& m, const Tensor& grad, const StepContext& ctx, const Tensor& into) {
+  // whole matrix's), and with Nesterov the direction to orthogonalise, into `into` (without it the
+  // direction is the momentum).
+  void momentum_and_direction(Matrix& m, const Tensor& grad, const StepContext& ctx, const Tensor& into) {
     PhaseTimer timer(phases_.other, device_);
     const float mu = static_cast<float>(config_.momentum);
     const float g_weight = momentum_form_ == MomentumForm::ema ? (1.0f - mu) * ctx.grad_scale : ctx.grad_scale;
     kernels::axpby(m.momentum, grad, g_weight, mu);
-    if (!config_.nesterov) return m.momentum;
-    Tensor u = into.data ? into : make_view(static_cast<float*>(work_.data()), {grad.shape[0], grad.shape[1]}, device_);
-    kernels::copy(u, grad);
-    kernels::axpby(u, m.momentum, mu, g_weight);  // U = μM + (1−μ)sG
-    return u;
+    if (!config_.nesterov) return;
+    kernels::copy(into, grad);
+    kernels::axpby(into, m.momentum, mu, g_weight);  // U = μM + (1−μ)sG
   }
 
   // NS of this rank's problems of m into its piece among its results.
@@ -485,7 +493,7 @@ class Muon final : public Optimizer {
       const Piece& p = m.pieces[results_->part(m.unit)];
       Tensor packed = make_view(results_->own(m.unit), p.shape, device_);
       if (m.by_head) {  // this rank's part holds whole heads: its own problems, the single-process result
-        orthogonalise_blocks(packed, u, m.block_dim, m.blocks / tensor_, work + rows * cols);
+        orthogonalise_blocks(packed, u, m.block_dim, m.blocks / tensor_, work);
         return;
       }
       const int per = m.qkv / m.blocks;
@@ -493,12 +501,12 @@ class Muon final : public Optimizer {
       for (int b = 0; b < m.blocks; ++b) {
         std::vector<int64_t> shape = p.shape;
         shape[m.split_dim] = per * chunk;
-        Tensor x = make_view(work + rows * cols, shape, device_);
+        Tensor x = make_view(work, shape, device_);
         gather_spans(x, u, m.split_dim, {Span{b * per * chunk, per * chunk}});
         if (distributed(m)) {
-          newton_schulz_distributed(x, m.split_dim, ns_, *tp_, work + 2 * rows * cols);
+          newton_schulz_distributed(x, m.split_dim, ns_, *tp_, work + rows * cols);
         } else {
-          Tensor y = make_view(work + 2 * rows * cols, shape, device_);
+          Tensor y = make_view(work + rows * cols, shape, device_);
           kernels::newton_schulz(y, x, ns_);
           kernels::copy(x, y);
         }
@@ -514,14 +522,14 @@ class Muon final : public Optimizer {
       return;
     }
     if (mode_ != TpMode::blockwise || m.split_dim < 0 || m.by_head) {
-      orthogonalise_blocks(o, u, m.block_dim, m.blocks, work + rows * cols);
+      orthogonalise_blocks(o, u, m.block_dim, m.blocks, work);
       return;
     }
     for (const std::vector<Span>& spans : list) {
       int64_t len = 0;
       for (const Span& s : spans) len += s.length;
-      Tensor x = make_view(work + rows * cols, {dim == 0 ? len : rows, dim == 0 ? cols : len}, device_);
-      Tensor y = make_view(work + 2 * rows * cols, {x.shape[0], x.shape[1]}, device_);
+      Tensor x = make_view(work, {dim == 0 ? len : rows, dim == 0 ? cols : len}, device_);
+      Tensor y = make_view(work + rows * cols, {x.shape[0], x.shape[1]}, device_);
       gather_spans(x, u, dim, spans);
       kernels::newton_schulz(y, x, ns_);
       scatter_spans(o, y, dim, spans);
