@@ -108,22 +108,31 @@ class Soap final : public Optimizer {
       adamw_.step(ctx);
     }
     const int64_t k = ctx.step - 1;  // updates made before this step
+    // First every gradient, then every matrix's work. A tensor-parallel matrix's whole gradient is
+    // gathered with every rank of the group, matrix by matrix: gathering each just before its work
+    // would make each rank wait out the others' matrices at its next gather. The owner keeps it in
+    // the memory of its result until D is computed there (accumulate reads it before direction).
     for (Matrix& m : matrices_) {
-      {
-        // A tensor-parallel matrix's whole gradient, gathered with every rank of the group.
-        PhaseTimer timer(phases_.communication, device_);
-        m.grad = results_->whole_gradient(m.src);
+      PhaseTimer timer(phases_.communication, device_);
+      const Tensor whole = results_->whole_gradient(m.src);
+      if (!mine(m)) continue;
+      m.grad = whole;
+      if (m.src.split()) {
+        m.grad = view(results_->own(m.unit), m.rows, m.cols);
+        kernels::copy(m.grad, whole);
       }
+    }
+    for (Matrix& m : matrices_) {
       if (!mine(m)) continue;
       if (k == 0) {
         initialise(m, ctx.grad_scale);
         continue;
       }
-      direction(m, ctx.grad_scale, k);
       {
         PhaseTimer timer(phases_.statistics, device_);
         accumulate(m, ctx.grad_scale);
       }
+      direction(m, ctx.grad_scale, k);
       if (k % config_.precondition_frequency == 0) refresh(m);
     }
     if (k == 0) return;  // the first step only builds the bases: nothing to apply
@@ -186,7 +195,7 @@ class Soap final : public Optimizer {
   struct Matrix {
     std::string name;
     Tensor param;  // what this rank holds (its part of a tensor-parallel matrix)
-    Tensor grad;   // the whole gradient, during a step (the results' scratch for a split matrix)
+    Tensor grad;   // the whole gradient, during a step (a split matrix's in its result's memory until D)
     OptimParam src;
     int64_t rows = 0, cols = 0;
     bool left = true, right = true;  // the sides that are rotated
