@@ -179,22 +179,36 @@ class Shampoo final : public Optimizer {
     }
     const int64_t t = ctx.step;
     const bool refresh_now = (t % config_.precondition_frequency == 0 && t > start_) || t == start_;
-    // Matrix by matrix: a tensor-parallel matrix's whole gradient is gathered (every rank of the
-    // group takes part) and its owners read their blocks from it.
-    size_t bi = 0;
-    for (size_t mi = 0; mi < matrices_.size(); ++mi) {
+    // First every tensor-parallel matrix's whole gradient, gathered with every rank of the group
+    // matrix by matrix, then every block's work: gathering each matrix just before its blocks' work
+    // would make each rank wait out the others' blocks at its next gather. An owner keeps its
+    // blocks' gradients in the memory of their results until their directions are computed there
+    // (the direction reads the gradient before it writes).
+    for (size_t mi = 0, bi = 0; mi < matrices_.size(); ++mi) {
+      const bool split = matrices_[mi].src.split();
       Tensor whole;
-      {
+      if (split) {
         PhaseTimer timer(phases_.communication, device_);
         whole = results_->whole_gradient(matrices_[mi].src);
       }
+      for (; bi < blocks_.size() && blocks_[bi].matrix == mi; ++bi) {
+        Block& b = blocks_[bi];
+        if (!split || !mine(b)) continue;
+        PhaseTimer timer(phases_.statistics, device_);
+        kernels::copy(scratch(b.out, b.rn, b.cn), block_grad(b, whole));
+      }
+    }
+    size_t bi = 0;
+    for (size_t mi = 0; mi < matrices_.size(); ++mi) {
+      const bool split = matrices_[mi].src.split();
+      const Tensor whole = split ? Tensor{} : results_->whole_gradient(matrices_[mi].src);  // no communication
       for (; bi < blocks_.size() && blocks_[bi].matrix == mi; ++bi) {
         Block& b = blocks_[bi];
         if (!mine(b)) continue;
         Tensor g;
         {
           PhaseTimer timer(phases_.statistics, device_);
-          g = block_grad(b, whole);
+          g = split ? scratch(b.out, b.rn, b.cn) : block_grad(b, whole);
           accumulate_statistics(b, g, ctx.grad_scale);
         }
         if (refresh_now) {
