@@ -5,8 +5,8 @@
 parameters), in each layout: one process, DP2, TP2, PP2, TP2xDP2, DP4, TP4 and PP4. --model moe: a
 Llama mixture of experts (4 layers, d_model 256, 8 experts of width 256, top 2, untied head; 11.5M
 parameters, 6.3M of them in the experts) in one process, DP2, TP2, PP2, EP2 (expert parallelism inside DP2),
-EP4, TP2xEP2 and PP2xEP2. 6 steps of 8 sequences of 64 tokens, one thread a rank, for AdamW and Muon,
-each with the distributed optimizer (parallel.distributed_optimizer, the default) and without it. For each run the table gives what the busiest rank holds by kind
+EP4, TP2xEP2 and PP2xEP2. 6 steps of 8 sequences of 64 tokens, one thread a rank, for AdamW and Muon
+(--optimizers; Shampoo and SOAP too on GPT-2; --layouts a subset of the layouts), each with the distributed optimizer (parallel.distributed_optimizer, the default) and without it. For each run the table gives what the busiest rank holds by kind
 (memory_param_bytes, memory_grad_bytes, memory_optimizer_bytes, as the trainer reports them), its
 state (the three together) over the one process's, Megatron's arithmetic for that ratio (weights
 and gradients divided by TP x PP, the state also by DP with the distributed optimizer; replicated
@@ -18,9 +18,13 @@ the data-parallel ranks that share it with the distributed optimizer (DP for the
 for the experts', so DP in all), by EP for the experts' without it.
 
 With --before BUILD, that build's precon-train (an earlier commit's) runs the same layouts in its
-own way (no parallel.distributed_optimizer key; no memory_* records: its state columns stay empty).
+own way (no parallel.distributed_optimizer key; no memory_* records: its state columns stay empty),
+layout by layout right after this build's runs of the layout. For Shampoo and SOAP the "megatron"
+column is the same division as Muon's (their matrix state lives with its owner only), not a figure
+of Megatron's, which has neither.
 
 Usage: tests/bench/memory_bench.py [--model gpt2|moe] [--build build] [--before OLD_BUILD] [--steps 6]
+                                   [--optimizers adamw,muon] [--layouts TP2,DP4]
 """
 import argparse
 import os
@@ -40,6 +44,8 @@ MODELS = {
 OPTIMIZERS = {
     "adamw": "[optimizer]\nname = \"adamw\"\nlr = 0.001\n",
     "muon": "[optimizer]\nname = \"muon\"\nlr = 0.02\n",
+    "shampoo": "[optimizer]\nname = \"shampoo\"\nlr = 0.001\n",
+    "soap": "[optimizer]\nname = \"soap\"\nlr = 0.003\n",
 }
 # name: (tensor, data, pipeline, expert)
 LAYOUTS = {
@@ -121,21 +127,42 @@ def main():
     parser.add_argument("--build", default="build")
     parser.add_argument("--before", help="an earlier build to run side by side")
     parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--optimizers", default="adamw,muon",
+                        help="comma-separated, of %s (shampoo and soap: --model gpt2)" % ", ".join(OPTIMIZERS))
+    parser.add_argument("--layouts", help="comma-separated layout names (default: all; one process always runs)")
     args = parser.parse_args()
+    optimizers = args.optimizers.split(",")
+    for optimizer in optimizers:
+        if optimizer not in OPTIMIZERS:
+            parser.error("--optimizers: unknown optimizer %r (known: %s)" % (optimizer, ", ".join(OPTIMIZERS)))
+        if args.model != "gpt2" and optimizer in ("shampoo", "soap"):
+            parser.error("--optimizers: %s is measured on --model gpt2 only" % optimizer)
+    layouts = list(LAYOUTS[args.model])
+    if args.layouts:
+        asked = args.layouts.split(",")
+        for layout in asked:
+            if layout not in LAYOUTS[args.model]:
+                parser.error("--layouts: unknown layout %r for --model %s (known: %s)" %
+                             (layout, args.model, ", ".join(LAYOUTS[args.model])))
+        layouts = ["one"] + [layout for layout in layouts if layout in asked and layout != "one"]
+    if args.steps < 2:
+        parser.error("--steps: at least 2 (the first step is left out of the mean)")
     work = tempfile.mkdtemp(prefix="precon_memory_bench_")
     try:
         shard = os.path.join(work, "train.bin")
         bench_launch.write_shard(shard, 200000, 8192)
         builds = [("now", args.build)] + ([("before", args.before)] if args.before else [])
-        print("%-7s %-6s %-8s %-6s %10s %10s %10s %8s %8s %8s %8s" %
+        print("%-7s %-8s %-8s %-6s %10s %10s %10s %8s %8s %8s %8s" %
               ("build", "optim", "layout", "distop", "params MB", "grads MB", "optim MB", "state", "megatron",
                "peak", "step s"))
-        for build_name, build in builds:
-            for optimizer in OPTIMIZERS:
-                cfg = os.path.join(work, "%s_%s.toml" % (build_name, optimizer))
-                config(cfg, shard, args.model, optimizer, args.steps)
-                one = None
-                for layout in LAYOUTS[args.model]:
+        for optimizer in optimizers:
+            cfg = os.path.join(work, "%s.toml" % optimizer)
+            config(cfg, shard, args.model, optimizer, args.steps)
+            ones = {}
+            # Layout by layout, each build's runs one after another: the columns compared are
+            # measured minutes apart, not a whole table apart.
+            for layout in layouts:
+                for build_name, build in builds:
                     for distributed in ([None] if layout == "one" else [True, False]):
                         if build_name == "before" and distributed is not None:
                             if not distributed:
@@ -144,13 +171,14 @@ def main():
                         run_dir = os.path.join(work, "%s_%s_%s_%s" % (build_name, optimizer, layout, distributed))
                         m = run_layout(build, cfg, run_dir, args.model, layout, distributed)
                         if layout == "one":
-                            one = m
+                            ones[build_name] = m
+                        one = ones[build_name]
                         known = m["params"] is not None and one["params"] is not None
                         state = ((m["params"] + m["grads"] + m["optimizer"]) /
                                  (one["params"] + one["grads"] + one["optimizer"])) if known else float("nan")
                         megatron = arithmetic(one, args.model, optimizer, layout, distributed is not False) if one["params"] else float("nan")
                         mb = lambda v: "%10.1f" % (v / 2**20) if v is not None else "%10s" % "-"
-                        print("%-7s %-6s %-8s %-6s %s %s %s %8.2f %8.2f %8.2f %8.3f" %
+                        print("%-7s %-8s %-8s %-6s %s %s %s %8.2f %8.2f %8.2f %8.3f" %
                               (build_name, optimizer, layout, {None: "-", True: "on", False: "off"}[distributed],
                                mb(m["params"]), mb(m["grads"]), mb(m["optimizer"]), state, megatron,
                                m["peak"] / one["peak"] if m["peak"] and one["peak"] else float("nan"), m["step"]),
