@@ -30,9 +30,14 @@ namespace pw = precon::worker;
 
 namespace {
 // One line per problem, each with the prefix the controller looks for.
+// Each line of text after the prefix, written to stderr in one call: under mpirun a piece written
+// apart could be forwarded apart, with the launcher's abort notice between the prefix and its text.
 void print_lines(const std::string& prefix, const std::string& text) {
   std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) std::cerr << prefix << line << "\n";
+  std::string out;
+  for (std::string line; std::getline(lines, line);) out += prefix + line + "\n";
+  std::cerr.write(out.data(), static_cast<std::streamsize>(out.size()));
+  std::cerr.flush();
 }
 }  // namespace
 
