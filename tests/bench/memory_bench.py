@@ -9,8 +9,9 @@ EP4, TP2xEP2 and PP2xEP2. 6 steps of 8 sequences of 64 tokens, one thread a rank
 (--optimizers; Shampoo and SOAP too on GPT-2; --layouts a subset of the layouts), each with the distributed optimizer (parallel.distributed_optimizer, the default) and without it. For each run the table gives what the busiest rank holds by kind
 (memory_param_bytes, memory_grad_bytes, memory_optimizer_bytes, as the trainer reports them), its
 state (the three together) over the one process's, Megatron's arithmetic for that ratio (weights
-and gradients divided by TP x PP, the state also by DP with the distributed optimizer; replicated
-rows and activations left out), the largest peak resident memory of a rank over the one process's
+and gradients divided by TP x PP, the state also by DP with the distributed optimizer, the first
+pipeline stage holding the embedding beside its blocks as Megatron places it; replicated rows and
+activations left out), the largest peak resident memory of a rank over the one process's
 (measured outside the trainer by /usr/bin/time, each rank's maximum resident set), and the mean
 step time after the first. Megatron's arithmetic for expert parallelism: the experts' weights and
 gradients divided by TP x PP x EP, the other rows' by TP x PP, the optimizer state of both also by
@@ -111,13 +112,33 @@ def run_layout(build, cfg, run_dir, model, layout, distributed):
     }
 
 
+def end_params(model):
+    """The parameters a pipeline's end stages hold beside their blocks, as Megatron places them: (the
+    busiest stage's, all that one process holds of them). GPT-2: the first stage wte and wpe, the
+    last a copy of the tied wte that one process does not hold. The Llama: the first stage the
+    embedding, the last the untied head, as large."""
+    if model == "gpt2":
+        return 8192 * 512 + 64 * 512, 8192 * 512 + 64 * 512
+    return 8192 * 256, 2 * 8192 * 256
+
+
 def arithmetic(one, model, optimizer, layout, distributed):
-    """Megatron's per-rank share of weights, gradients and optimizer state (one's bytes by kind)."""
+    """Megatron's per-rank share of weights, gradients and optimizer state (one's bytes by kind),
+    on the busiest rank: with pipeline stages the first, which holds the embedding beside its
+    blocks (vocabulary-split by TP, not divided by PP)."""
     t, d, p, e = LAYOUTS[model][layout]
     weights, state = expert_share(model, optimizer)
-    held = lambda v, f, dense_by, expert_by: v * (1 - f) / dense_by + v * f / expert_by
-    opt = held(one["optimizer"], state, t * p * (d if distributed else 1), t * p * (d if distributed else e))
-    return ((held(one["params"], weights, t * p, t * p * e) + held(one["grads"], weights, t * p, t * p * e) + opt) /
+    busiest, ends = (4 * n for n in end_params(model)) if p > 1 else (0, 0)  # bytes of their values
+    opt_by = t * (d if distributed else 1)
+
+    def held(v, f, scale, dense_by, expert_by):
+        # scale: values of the kind per parameter at the ends (the embedding and head are AdamW's
+        # under every optimizer: two moments a value).
+        rest = v * (1 - f) - scale * ends
+        return scale * busiest / dense_by + rest / (dense_by * p) + v * f / (expert_by * p)
+
+    opt = held(one["optimizer"], state, 2, opt_by, t * (d if distributed else e))
+    return ((held(one["params"], weights, 1, t, t * e) + held(one["grads"], weights, 1, t, t * e) + opt) /
             (one["params"] + one["grads"] + one["optimizer"]))
 
 
