@@ -113,8 +113,11 @@ class Soap final : public Optimizer {
     // would make each rank wait out the others' matrices at its next gather. The owner keeps it in
     // the memory of its result until D is computed there (accumulate reads it before direction).
     for (Matrix& m : matrices_) {
-      PhaseTimer timer(phases_.communication, device_);
-      const Tensor whole = results_->whole_gradient(m.src);
+      Tensor whole;
+      {
+        PhaseTimer timer(phases_.communication, device_);
+        whole = results_->whole_gradient(m.src);
+      }
       if (!mine(m)) continue;
       m.grad = whole;
       if (m.src.split()) {

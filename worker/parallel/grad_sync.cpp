@@ -46,6 +46,8 @@ void GradientSync::ready(size_t first, size_t end) {
 // is contiguous, so each run is too.
 void GradientSync::launch() {
   if (lo_ == hi_) return;
+  // A backend may complete a collective before it returns (mpi's reduce): that is waiting too.
+  const auto t0 = std::chrono::steady_clock::now();
   float* base = params_.all_grads().f32();
   for (size_t i = lo_; i < hi_;) {
     if (!mine(i)) {
@@ -70,6 +72,7 @@ void GradientSync::launch() {
   }
   ++buckets_;
   hi_ = lo_;
+  wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void GradientSync::finish(float scale) {

@@ -47,7 +47,7 @@ class GradientSync {
   int64_t bytes_sent() const { return bytes_sent_; }
   int buckets() const { return buckets_; }
   int reduced_tensors() const;  // parameters routed to a root
-  double wait_seconds() const { return wait_seconds_; }  // blocked in finish() since construction
+  double wait_seconds() const { return wait_seconds_; }  // blocked in the sums since construction
 
  private:
   void launch();
